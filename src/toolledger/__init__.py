@@ -1,0 +1,65 @@
+"""toolledger: an effects ledger for LLM agents.
+
+Resume an agent after a crash without doing a side effect twice. Everything public is
+re-exported here; modules with a leading underscore, and names not in ``__all__``, are private.
+"""
+
+from __future__ import annotations
+
+from . import approvals
+from .approvals import ApprovalRequest, Decision
+from .codec import DEFAULT_MAX_RESULT_BYTES
+from .errors import (
+    ConfigurationError,
+    CorruptLedgerError,
+    EffectInProgressError,
+    InvalidSessionIdError,
+    LedgerMismatchError,
+    LedgerWriteError,
+    MalformedContentError,
+    OutcomeUnknown,
+    SchemaVersionError,
+    StoreError,
+    StoreUnavailableError,
+    ToolLedgerError,
+)
+from .records import EffectClass, EffectRecord, Status, ToolCall
+from .runner import arun_tool_uses, run_tool_uses
+from .stores import DEFAULT_STORE_URL, Ledger, Store, open_store
+from .tools import Tool, ToolContext, ToolSet, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
+    "DEFAULT_STORE_URL",
+    "ApprovalRequest",
+    "ConfigurationError",
+    "CorruptLedgerError",
+    "Decision",
+    "EffectClass",
+    "EffectInProgressError",
+    "EffectRecord",
+    "InvalidSessionIdError",
+    "Ledger",
+    "LedgerMismatchError",
+    "LedgerWriteError",
+    "MalformedContentError",
+    "OutcomeUnknown",
+    "SchemaVersionError",
+    "Status",
+    "Store",
+    "StoreError",
+    "StoreUnavailableError",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolLedgerError",
+    "ToolSet",
+    "__version__",
+    "approvals",
+    "arun_tool_uses",
+    "open_store",
+    "run_tool_uses",
+    "tool",
+]

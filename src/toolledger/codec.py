@@ -1,0 +1,155 @@
+"""Canonical JSON, input hashing, idempotency keys and the encoding of tool results.
+
+Everything here is deterministic and pure: the same value gives the same bytes on every machine,
+which is what lets a record written by one process be matched by another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
+    "EncodedResult",
+    "canonical_json",
+    "content_of",
+    "encode_result",
+    "idempotency_key",
+    "input_hash",
+]
+
+logger = logging.getLogger("toolledger")
+
+DEFAULT_MAX_RESULT_BYTES = 1 << 20
+"""Results whose JSON is larger than this (1 MiB) are recorded as a note, not in full."""
+
+_PREVIEW_CHARS = 2000
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, ASCII only: one text per value, whatever produced it.
+
+    Raises ``ValueError``/``TypeError`` for values JSON cannot hold (NaN, sets, cycles).
+    """
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
+
+
+def input_hash(value: Any) -> str:
+    """``sha256:`` + hex digest of the canonical JSON of a tool input."""
+    return "sha256:" + hashlib.sha256(canonical_json(value).encode("ascii")).hexdigest()
+
+
+def idempotency_key(session_id: str, tool_use_id: str) -> str:
+    """A key stable for one ``(session, tool_use_id)`` on every process and machine.
+
+    Forward it downstream (an HTTP ``Idempotency-Key``, an e-mail ``Message-ID``) so the receiver
+    can drop a repeat that the ledger could not prevent. 40 hex characters after ``tl-``: short
+    enough for any API's key field, long enough never to collide.
+    """
+    digest = hashlib.sha256(f"{session_id}\x00{tool_use_id}".encode("utf-8", "surrogatepass"))
+    return "tl-" + digest.hexdigest()[:40]
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedResult:
+    """A tool's return value, ready for the ledger and for the model.
+
+    ``stored`` is the JSON text the ledger keeps; ``content`` is what the model receives and is a
+    pure function of ``stored`` (see ``content_of``), so a replay answers with the same bytes as
+    the first run. ``note`` is set when the value could not be stored in full.
+    """
+
+    stored: str
+    content: str
+    note: str | None = None
+
+
+def _to_jsonable(value: Any) -> Any:
+    """Convert pydantic models and dataclasses; leave everything else to ``json``."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+def _dumps(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=_to_jsonable)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates cannot be stored as UTF-8; the escaped form is still the same value.
+        text = json.dumps(value, ensure_ascii=True, allow_nan=False, default=_to_jsonable)
+    return text
+
+
+def content_of(stored: str) -> str:
+    """The tool_result content for a stored JSON text: a string result is sent as itself,
+    anything else as its JSON."""
+    value = json.loads(stored)
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return stored
+        return value
+    return stored
+
+
+def _note(reason: str, preview: str, size: int | None, sha: str | None) -> str:
+    note: dict[str, Any] = {
+        "toolledger_note": "result not stored in full",
+        "reason": reason,
+        "preview": preview[:_PREVIEW_CHARS],
+    }
+    if size is not None:
+        note["size_bytes"] = size
+    if sha is not None:
+        note["sha256"] = sha
+    return _dumps(note)
+
+
+def encode_result(
+    value: Any, *, max_bytes: int = DEFAULT_MAX_RESULT_BYTES, tool: str = "?"
+) -> EncodedResult:
+    """Encode what a tool returned.
+
+    JSON values, pydantic models and dataclasses are stored as JSON. A value that cannot be
+    serialised, or whose JSON exceeds ``max_bytes``, is recorded as a *note* (its ``repr`` or a
+    preview, its size and hash) with a warning: the effect happened and its record must not be
+    lost because the value was awkward. The model receives the note too, so the first answer and
+    any replay agree.
+    """
+    try:
+        stored = _dumps(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        reason = f"the result of {tool!r} is not JSON-serialisable ({exc})"
+        logger.warning("%s; recording its repr instead", reason)
+        stored = _note(reason, _safe_repr(value), None, None)
+        return EncodedResult(stored=stored, content=content_of(stored), note=reason)
+    size = len(stored.encode("utf-8"))
+    if size > max_bytes:
+        reason = (
+            f"the result of {tool!r} is {size:,} bytes, over the {max_bytes:,}-byte limit "
+            "(raise max_result_bytes to store it)"
+        )
+        logger.warning("%s; recording a preview instead", reason)
+        sha = hashlib.sha256(stored.encode("utf-8")).hexdigest()
+        stored = _note(reason, stored, size, sha)
+        return EncodedResult(stored=stored, content=content_of(stored), note=reason)
+    return EncodedResult(stored=stored, content=content_of(stored))
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)[:_PREVIEW_CHARS]
+    except Exception as exc:  # a broken __repr__ must not lose the record
+        return f"<{type(value).__name__} whose repr raised {exc!r}>"

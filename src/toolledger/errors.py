@@ -1,0 +1,195 @@
+"""Every exception toolledger raises, in one tree.
+
+```
+ToolLedgerError                      base of everything below
+├── ConfigurationError (ValueError)  a bad store URL, option or tool declaration
+├── MalformedContentError (ValueError)
+│                                    content blocks that are not tool_use blocks we can read,
+│                                    or one tool_use id twice in one message
+├── InvalidSessionIdError (ValueError)
+├── LedgerMismatchError (ValueError) a tool_use id already recorded with another tool or input
+├── EffectInProgressError            another worker holds the call and has not finished it
+├── StoreError (OSError)             a store could not be read or written
+│   ├── CorruptLedgerError           stored state is damaged; never read as empty
+│   ├── StoreUnavailableError        the database or directory went away
+│   ├── SchemaVersionError           the store was written by a newer toolledger
+│   └── LedgerWriteError             an effect happened but its record could not be written
+│                                    (the alert of DESIGN.md rule 4; passed to ``on_alert``)
+└── OutcomeUnknown                   raised *by a tool*: "I may have done it" (leaves it in doubt)
+```
+
+Errors carry structured fields (``session_id``, ``tool_use_id`` …) so a caller or an alerting
+hook can act without parsing messages. Driver errors are wrapped with ``raise … from exc``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConfigurationError",
+    "CorruptLedgerError",
+    "EffectInProgressError",
+    "InvalidSessionIdError",
+    "LedgerMismatchError",
+    "LedgerWriteError",
+    "MalformedContentError",
+    "OutcomeUnknown",
+    "SchemaVersionError",
+    "StoreError",
+    "StoreUnavailableError",
+    "ToolLedgerError",
+]
+
+
+class ToolLedgerError(Exception):
+    """Base class of every error toolledger raises.
+
+    ``session_id`` and ``tool_use_id`` are set when the error concerns one call.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        tool_use_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.session_id = session_id
+        self.tool_use_id = tool_use_id
+
+
+class ConfigurationError(ToolLedgerError, ValueError):
+    """A store URL, an option or a tool declaration that cannot work."""
+
+
+class MalformedContentError(ToolLedgerError, ValueError):
+    """Content blocks that cannot be read as tool_use blocks, or a repeated tool_use id."""
+
+
+class InvalidSessionIdError(ToolLedgerError, ValueError):
+    """A session id that is empty, too long or holds control characters."""
+
+
+class LedgerMismatchError(ToolLedgerError, ValueError):
+    """The same ``(session, tool_use_id)`` arrived with another tool or another input.
+
+    tool_use ids are minted once per model response, so this means the transcript was edited or
+    two sessions share a name. Nothing ran; the stored record is untouched.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        tool_use_id: str,
+        recorded_tool: str,
+        recorded_input_hash: str,
+        tool: str,
+        input_hash: str,
+    ) -> None:
+        super().__init__(message, session_id=session_id, tool_use_id=tool_use_id)
+        self.recorded_tool = recorded_tool
+        self.recorded_input_hash = recorded_input_hash
+        self.tool = tool
+        self.input_hash = input_hash
+
+
+class EffectInProgressError(ToolLedgerError):
+    """Another worker started this call and has not recorded its outcome yet.
+
+    Retry later: you will get the stored result once it finishes. ``holder`` names the worker.
+    """
+
+    def __init__(
+        self, message: str, *, session_id: str, tool_use_id: str, holder: str | None
+    ) -> None:
+        super().__init__(message, session_id=session_id, tool_use_id=tool_use_id)
+        self.holder = holder
+
+
+class StoreError(ToolLedgerError, OSError):
+    """A store could not be read or written. ``url`` names the store."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        session_id: str | None = None,
+        tool_use_id: str | None = None,
+    ) -> None:
+        super().__init__(message, session_id=session_id, tool_use_id=tool_use_id)
+        self.url = url
+
+
+class CorruptLedgerError(StoreError):
+    """Stored state is damaged (truncated, edited, bit-flipped). It is never read as empty:
+    an empty ledger would re-run every effect. ``path`` names the damaged file when there is one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        path: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        super().__init__(message, url=url, session_id=session_id)
+        self.path = path
+
+
+class StoreUnavailableError(StoreError):
+    """The database or directory behind a store went away or refused us."""
+
+
+class SchemaVersionError(StoreError):
+    """The store's schema is newer than this toolledger understands: upgrade toolledger."""
+
+
+class LedgerWriteError(StoreError):
+    """An effect happened but its record could not be written (DESIGN.md rule 4).
+
+    This is an *alert*, not a failure of the tool: the real result still went back to the model.
+    A person must look, because a resume could run the effect again. ``result`` is the content the
+    model received; ``cause`` the underlying error.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        tool_use_id: str,
+        tool: str,
+        result: str,
+        cause: BaseException | None,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(message, url=url, session_id=session_id, tool_use_id=tool_use_id)
+        self.tool = tool
+        self.result = result
+        self.cause = cause
+
+    def as_dict(self) -> dict[str, Any]:
+        """The alert as a JSON-ready dict, for logs and pagers."""
+        return {
+            "alert": "ledger_write_failed",
+            "message": self.message,
+            "session_id": self.session_id,
+            "tool_use_id": self.tool_use_id,
+            "tool": self.tool,
+            "store": self.url,
+            "cause": repr(self.cause) if self.cause is not None else None,
+        }
+
+
+class OutcomeUnknown(ToolLedgerError):
+    """Raise from a tool when it cannot tell whether its effect happened (a timeout after the
+    request was sent, a dropped connection). The call stays *in doubt* instead of ``failed``, so
+    it is never retried blindly.
+    """

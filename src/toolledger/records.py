@@ -1,0 +1,81 @@
+"""Typed records: what a call is, what the ledger knows about it.
+
+Everything here is an immutable value; the stores persist these and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["EffectClass", "EffectRecord", "Status", "ToolCall"]
+
+
+class EffectClass(StrEnum):
+    """What running a tool twice does to the world."""
+
+    READ_ONLY = "read_only"
+    """No side effect: re-run freely."""
+    IDEMPOTENT = "idempotent"
+    """Overwrite / ensure-exists: N runs leave the same world as one."""
+    NON_IDEMPOTENT = "non_idempotent"
+    """Append / send / create: every run adds something. The default."""
+
+
+class Status(StrEnum):
+    """Where a call stands in the ledger.
+
+    ``started`` is the intent: written just before a tool whose re-run is unsafe runs. A record
+    still ``started`` when nobody is running it is *in doubt*. ``not_happened`` is set by a person
+    resolving an in-doubt call ("it did not take effect"); the call may then run again.
+    """
+
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DENIED = "denied"
+    NOT_HAPPENED = "not_happened"
+
+    @property
+    def terminal(self) -> bool:
+        """A terminal record answers the call for ever: the tool never runs again for that id."""
+        return self in (Status.SUCCEEDED, Status.FAILED, Status.DENIED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """One tool_use block, read from model output."""
+
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+    input_hash: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EffectRecord:
+    """The ledger's record of one ``(session_id, tool_use_id)``.
+
+    ``result`` is the JSON text of what the tool returned (``succeeded``); ``error`` the message a
+    ``failed`` or ``denied`` call answered with, or why a ``started`` one is in doubt. ``attempt``
+    counts executions begun. ``approved_by`` names who approved a high-impact call.
+    """
+
+    session_id: str
+    tool_use_id: str
+    tool: str
+    input_hash: str
+    status: Status
+    attempt: int = 0
+    result: str | None = None
+    error: str | None = None
+    created_at: float
+    updated_at: float
+    approved_by: str | None = None
+    worker: str | None = None
+
+    @property
+    def in_doubt(self) -> bool:
+        """Started and never finished: nobody knows whether the effect happened."""
+        return self.status is Status.STARTED

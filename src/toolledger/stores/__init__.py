@@ -1,0 +1,76 @@
+"""Stores: where ledgers live. ``open_store(url)`` picks the backend from the URL scheme.
+
+| URL                          | backend                                               |
+|------------------------------|-------------------------------------------------------|
+| ``sqlite:///rel/path.db``    | SQLite file, relative path (the default store)        |
+| ``sqlite:////abs/path.db``   | SQLite file, absolute path                            |
+| ``json:///dir``              | one ``effects.json`` per session in ``dir``           |
+| ``memory://`` / ``memory://name`` | this process's memory, not durable (tests)       |
+| ``postgresql://…``           | PostgreSQL (``pip install toolledger[postgres]``)     |
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from urllib.parse import unquote, urlsplit
+
+from ..errors import ConfigurationError
+from .base import Ledger, Store
+
+__all__ = ["DEFAULT_STORE_URL", "Ledger", "Store", "open_store"]
+
+DEFAULT_STORE_URL = "sqlite:///toolledger.db"
+
+_SCHEMES = "sqlite:///, json:///, memory://, postgresql://"
+
+
+def _file_path(url: str, scheme: str) -> str:
+    """SQLAlchemy's convention: ``scheme:///rel`` is relative, ``scheme:////abs`` absolute."""
+    prefix = f"{scheme}:///"
+    if not url.startswith(prefix) or len(url) == len(prefix):
+        raise ConfigurationError(
+            f"{url!r}: expected {prefix}relative/path or {prefix}/absolute/path"
+        )
+    path = url[len(prefix) :].split("?", 1)[0]
+    return unquote(path)
+
+
+def open_store(
+    url: str = DEFAULT_STORE_URL,
+    *,
+    clock: Callable[[], float] = time.time,
+    worker_id: str | None = None,
+) -> Store:
+    """Open (creating if needed) the store named by ``url``.
+
+    ``clock`` and ``worker_id`` are injectable for tests. Raises ``ConfigurationError`` for a URL
+    we cannot use and ``StoreError`` for a store we cannot open.
+    """
+    if not isinstance(url, str):
+        raise ConfigurationError(f"a store URL must be a str, not {type(url).__name__}")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "sqlite":
+        from .sqlite import SQLiteBackend
+
+        path = (
+            ":memory:" if url in ("sqlite://", "sqlite:///:memory:") else _file_path(url, "sqlite")
+        )
+        backend = SQLiteBackend(path, url=url)
+        return Store(backend, clock=clock, worker_id=worker_id)
+    if scheme == "json":
+        from .jsonfile import JSONBackend
+
+        return Store(
+            JSONBackend(_file_path(url, "json"), url=url), clock=clock, worker_id=worker_id
+        )
+    if scheme == "memory":
+        from .memory import MemoryBackend
+
+        name = url[len("memory://") :] if url.startswith("memory://") else ""
+        return Store(MemoryBackend.open(name), clock=clock, worker_id=worker_id)
+    if scheme in ("postgresql", "postgres"):
+        raise ConfigurationError(
+            "the postgresql:// store is not available in this version of toolledger"
+        )
+    raise ConfigurationError(f"unknown store URL {url!r}; use one of {_SCHEMES}")

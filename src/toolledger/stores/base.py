@@ -1,0 +1,273 @@
+"""The store contract: a few primitives per backend, everything else written once above them.
+
+A backend implements reads and one write primitive, ``apply``: a list of conditional operations
+committed durably in one transaction. Each operation is a single conditional write —
+insert-if-absent or compare-and-set on ``(status, attempt)`` — so a crash or a racing worker can
+never leave half a state change, and a re-sent write is harmless (STYLE.md rule 3).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
+
+from ..codec import encode_result
+from ..errors import InvalidSessionIdError, ToolLedgerError
+from ..records import EffectRecord, Status
+
+__all__ = [
+    "AsyncBackend",
+    "Backend",
+    "InsertEffect",
+    "Ledger",
+    "Op",
+    "Store",
+    "UpdateEffect",
+    "check_session_id",
+]
+
+MAX_SESSION_ID_CHARS = 256
+
+
+def check_session_id(session_id: object) -> str:
+    """Session ids are 1-256 characters with no control characters; anything else (``../``,
+    ``/``, quotes, any script) is fine and stored safely by every backend."""
+    if not isinstance(session_id, str):
+        raise InvalidSessionIdError(f"a session id must be a str, not {type(session_id).__name__}")
+    if not session_id or len(session_id) > MAX_SESSION_ID_CHARS:
+        raise InvalidSessionIdError(
+            f"a session id must be 1-{MAX_SESSION_ID_CHARS} characters, got {len(session_id)}"
+        )
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in session_id):
+        raise InvalidSessionIdError(
+            f"session id {session_id[:40]!r} holds a control character (NUL, newline …)"
+        )
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSessionIdError(
+            f"session id {session_id[:40]!r} is not valid Unicode (lone surrogate)"
+        ) from None
+    return session_id
+
+
+@dataclass(frozen=True, slots=True)
+class InsertEffect:
+    """Insert ``record`` unless its ``(session, tool_use_id)`` exists. Applied → ``True``."""
+
+    record: EffectRecord
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateEffect:
+    """Replace the record if it is still ``(expect_status, expect_attempt)``: compare-and-set.
+    Applied → ``True``; someone else moved it first → ``False``."""
+
+    record: EffectRecord
+    expect_status: Status
+    expect_attempt: int
+
+
+Op = InsertEffect | UpdateEffect
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a storage engine implements. Everything else is built on these."""
+
+    url: str
+    durable: bool
+
+    def read_effects(
+        self, session_id: str, tool_use_ids: Sequence[str] | None = None
+    ) -> dict[str, EffectRecord]:
+        """Records of one session; all of them when ``tool_use_ids`` is None."""
+        ...
+
+    def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        """Commit ``ops`` durably in one transaction; per op, whether its condition held.
+        Raises ``StoreError`` (nothing committed) when the store cannot be written."""
+        ...
+
+    def session_ids(self) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
+class AsyncBackend(Protocol):
+    """The async twin of ``Backend`` (PostgreSQL implements it natively)."""
+
+    async def read_effects(
+        self, session_id: str, tool_use_ids: Sequence[str] | None = None
+    ) -> dict[str, EffectRecord]: ...
+
+    async def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]: ...
+
+    async def close(self) -> None: ...
+
+
+class _InlineAsync:
+    """An embedded backend seen through the async contract.
+
+    Embedded stores do their I/O on the calling thread: one fsync, well under a millisecond, is
+    cheaper than a hop to a worker thread and back.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    async def read_effects(
+        self, session_id: str, tool_use_ids: Sequence[str] | None = None
+    ) -> dict[str, EffectRecord]:
+        return self._backend.read_effects(session_id, tool_use_ids)
+
+    async def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        return self._backend.apply(session_id, ops)
+
+    async def close(self) -> None:
+        self._backend.close()
+
+
+def default_worker_id() -> str:
+    """``host:pid:random`` — who wrote a record; unique per process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Store:
+    """A place where ledgers (and, for the agent, checkpoints) live. Open one with
+    ``toolledger.open_store(url)``; use it as a context manager or call ``close()``.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        async_backend: AsyncBackend | None = None,
+        clock: Callable[[], float] = time.time,
+        worker_id: str | None = None,
+    ) -> None:
+        self.backend = backend
+        self.async_backend: AsyncBackend = async_backend or _InlineAsync(backend)
+        self.clock = clock
+        self.worker_id = worker_id or default_worker_id()
+
+    @property
+    def url(self) -> str:
+        return self.backend.url
+
+    @property
+    def durable(self) -> bool:
+        """False for ``memory://``: nothing survives the process."""
+        return self.backend.durable
+
+    def ledger(self, session_id: str) -> Ledger:
+        """The effects ledger of one session (created on first write)."""
+        return Ledger(self, check_session_id(session_id))
+
+    def sessions(self) -> list[str]:
+        """Every session id that has a record, sorted."""
+        return sorted(self.backend.session_ids())
+
+    def close(self) -> None:
+        self.backend.close()
+
+    async def aclose(self) -> None:
+        await self.async_backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<Store {self.url}{'' if self.durable else ' (not durable)'}>"
+
+
+class Ledger:
+    """One session's effects: what ran, what it returned, what is in doubt."""
+
+    def __init__(self, store: Store, session_id: str) -> None:
+        self.store = store
+        self.session_id = session_id
+
+    def __repr__(self) -> str:
+        return f"<Ledger {self.session_id!r} in {self.store.url}>"
+
+    def get(self, tool_use_id: str) -> EffectRecord | None:
+        return self.store.backend.read_effects(self.session_id, [tool_use_id]).get(tool_use_id)
+
+    async def aget(self, tool_use_id: str) -> EffectRecord | None:
+        found = await self.store.async_backend.read_effects(self.session_id, [tool_use_id])
+        return found.get(tool_use_id)
+
+    def records(self) -> list[EffectRecord]:
+        """Every record of the session, oldest first."""
+        found = self.store.backend.read_effects(self.session_id)
+        return sorted(found.values(), key=lambda r: (r.created_at, r.tool_use_id))
+
+    def in_doubt(self) -> list[EffectRecord]:
+        """Calls that started and never finished: someone must decide whether they happened."""
+        return [r for r in self.records() if r.in_doubt]
+
+    def resolve(
+        self,
+        tool_use_id: str,
+        *,
+        happened: bool,
+        result: object = None,
+        by: str | None = None,
+    ) -> EffectRecord:
+        """Settle an in-doubt call by a person's word.
+
+        ``happened=True`` records it ``succeeded`` with ``result`` (what the model will be told;
+        default: a note saying a person confirmed it). ``happened=False`` records
+        ``not_happened``: the next run executes it (through the approval gate if high-impact).
+        One compare-and-set: raises ``ToolLedgerError`` if the call is not in doubt any more.
+        """
+        record = self.get(tool_use_id)
+        if record is None or not record.in_doubt:
+            state = "has no record" if record is None else f"is {record.status.value}"
+            raise ToolLedgerError(
+                f"call {tool_use_id!r} {state}; only an in-doubt (started) call can be resolved",
+                session_id=self.session_id,
+                tool_use_id=tool_use_id,
+            )
+        who = by or "a person"
+        now = self.store.clock()
+        if happened:
+            value = result if result is not None else {"resolved": f"{who} confirmed it happened"}
+            new = replace(
+                record,
+                status=Status.SUCCEEDED,
+                result=encode_result(value, tool=record.tool).stored,
+                error=f"resolved by {who}: happened",
+                updated_at=now,
+            )
+        else:
+            new = replace(
+                record,
+                status=Status.NOT_HAPPENED,
+                error=f"resolved by {who}: did not happen",
+                updated_at=now,
+            )
+        op = UpdateEffect(new, expect_status=record.status, expect_attempt=record.attempt)
+        (applied,) = self.store.backend.apply(self.session_id, [op])
+        if not applied:
+            raise ToolLedgerError(
+                f"call {tool_use_id!r} changed while it was being resolved; look again",
+                session_id=self.session_id,
+                tool_use_id=tool_use_id,
+            )
+        return new
