@@ -8,6 +8,7 @@ model.
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -195,10 +196,16 @@ def _hints(fn: Callable[..., Any], where: str) -> dict[str, Any]:
 
 
 def _is_context(annotation: Any) -> bool:
-    return annotation is ToolContext or (
-        typing.get_origin(annotation) is typing.Annotated
-        and typing.get_args(annotation)[0] is ToolContext
-    )
+    """``ToolContext``, ``ToolContext | None`` or ``Annotated[ToolContext, …]``."""
+    if annotation is ToolContext:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _is_context(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return len(args) == 1 and args[0] is ToolContext
+    return False
 
 
 def _annotation(annotation: Any) -> Any:

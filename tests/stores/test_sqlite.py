@@ -1,0 +1,78 @@
+"""The sqlite:/// store: its files, its pragmas, its migrations, and a damaged database."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+import toolledger as tl
+from toolledger.stores.sqlite import MIGRATIONS
+
+from ..conftest import tool_use
+
+
+@tl.tool
+def create_ticket(title: str) -> str:
+    return f"ticket {title}"
+
+
+def test_database_is_owner_only_and_in_wal_mode(tmp_path: Path) -> None:
+    db = tmp_path / "new-dir" / "agent.db"
+    with tl.open_store(f"sqlite:///{db}") as store:
+        tl.run_tool_uses(
+            [tool_use("t1", "create_ticket", title="x")], [create_ticket], ledger=store.ledger("s")
+        )
+        assert stat.S_IMODE(db.stat().st_mode) == 0o600
+        assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+        wal = db.with_name("agent.db-wal")
+        assert wal.exists() and stat.S_IMODE(wal.stat().st_mode) == 0o600
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    rows = raw.execute(
+        "SELECT session_id, tool_use_id, tool, status, result FROM effects"
+    ).fetchall()
+    assert rows == [("s", "t1", "create_ticket", "succeeded", '"ticket x"')]
+
+
+def test_relative_and_absolute_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with tl.open_store("sqlite:///rel.db"):
+        pass
+    assert (tmp_path / "rel.db").exists()
+    with tl.open_store(f"sqlite:////{str(tmp_path / 'abs.db').lstrip('/')}"):
+        pass
+    assert (tmp_path / "abs.db").exists()
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "future.db"
+    raw = sqlite3.connect(db)
+    raw.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 5}")
+    raw.close()
+    with pytest.raises(tl.SchemaVersionError, match="Upgrade toolledger"):
+        tl.open_store(f"sqlite:///{db}")
+
+
+def test_a_file_that_is_not_a_database_is_corrupt_not_empty(tmp_path: Path) -> None:
+    db = tmp_path / "garbage.db"
+    db.write_bytes(b"this is not sqlite" * 300)
+    with pytest.raises(tl.CorruptLedgerError, match="not read as empty"):
+        tl.open_store(f"sqlite:///{db}")
+
+
+def test_reopening_runs_no_migration_twice(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    for _ in range(3):
+        with tl.open_store(url) as store:
+            assert store.sessions() == []
+
+
+def test_unknown_scheme_and_bad_urls(tmp_path: Path) -> None:
+    with pytest.raises(tl.ConfigurationError, match="unknown store URL"):
+        tl.open_store("redis://localhost")
+    with pytest.raises(tl.ConfigurationError, match="sqlite:///relative/path"):
+        tl.open_store("sqlite:///")

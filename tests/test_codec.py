@@ -1,0 +1,45 @@
+"""Canonical JSON and input hashes: one text per value."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolledger.codec import canonical_json, content_of, encode_result, input_hash
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def test_canonical_json_ignores_key_order_and_whitespace() -> None:
+    assert canonical_json({"b": 1, "a": [1, {"d": 2, "c": 3}]}) == '{"a":[1,{"c":3,"d":2}],"b":1}'
+    assert input_hash({"b": 1, "a": 2}) == input_hash({"a": 2, "b": 1})
+    assert input_hash({"a": 1}) != input_hash({"a": "1"})
+    assert input_hash({}).startswith("sha256:") and len(input_hash({})) == 71
+
+
+@given(json_values)
+def test_input_hash_is_a_function_of_the_value(value: object) -> None:
+    reparsed = json.loads(json.dumps(value))
+    assert input_hash({"v": value}) == input_hash({"v": reparsed})
+
+
+@given(json_values)
+def test_encoded_results_replay_exactly(value: object) -> None:
+    encoded = encode_result(value)
+    assert encoded.note is None
+    assert json.loads(encoded.stored) == value or value != value  # noqa: PLR0124
+    assert content_of(encoded.stored) == encoded.content
+    if isinstance(value, str):
+        assert encoded.content == value or "\\ud" in encoded.content

@@ -1,0 +1,39 @@
+"""Every example in examples/ runs, as a user would run it, and succeeds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
+
+
+def test_there_are_examples() -> None:
+    assert {p.name for p in EXAMPLES} >= {"create_ticket_twice.py", "brief_tools.py"}
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_runs(example: Path, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "BRIEF_WORLD": str(tmp_path),
+        "TOOLLEDGER_STORE": f"sqlite:///{tmp_path}/x.db",
+    }
+    proc = subprocess.run(
+        [sys.executable, str(example)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    if example.name == "create_ticket_twice.py":
+        assert proc.stdout.count("create_ticket executed 1 time(s)") == 2
+    if example.name == "brief_tools.py":
+        assert "e-mails sent: 1, log lines: 1" in proc.stdout

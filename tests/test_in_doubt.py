@@ -1,0 +1,283 @@
+"""DESIGN.md rule 6: a call found ``started`` (the process died while it ran) is settled, in order,
+by a safe re-run, the tool's own ``check``, the approver, or a person. It never re-runs silently.
+
+The in-doubt state is set up exactly as a crash leaves it: a ``started`` record and nothing else.
+(The real ``SIGKILL`` versions of these live in the agent's crash matrix.)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import toolledger as tl
+from toolledger.codec import idempotency_key, input_hash
+from toolledger.records import EffectRecord, Status
+from toolledger.stores.base import InsertEffect
+from toolledger.testing import Counter
+
+from .conftest import Runner, tool_use
+
+
+def crash_left_started(ledger: tl.Ledger, tool: str, tool_use_id: str, **input: Any) -> None:
+    """Write what a process killed while running the tool leaves: the intent, no outcome."""
+    record = EffectRecord(
+        session_id=ledger.session_id,
+        tool_use_id=tool_use_id,
+        tool=tool,
+        input_hash=input_hash(input),
+        status=Status.STARTED,
+        attempt=1,
+        error="in doubt: started, outcome not recorded",
+        created_at=1.0,
+        updated_at=1.0,
+        approved_by="earlier-approver",
+        worker="dead-worker",
+    )
+    assert ledger.store.backend.apply(ledger.session_id, [InsertEffect(record)]) == [True]
+
+
+def test_plain_non_idempotent_call_in_doubt_is_never_rerun_silently(
+    run: Runner, ledger: tl.Ledger
+) -> None:
+    calls = Counter()
+
+    @tl.tool
+    def send_email(to: str) -> str:
+        calls.hit("send_email")
+        return "sent"
+
+    crash_left_started(ledger, "send_email", "toolu_1", to="a@b")
+    for _ in range(2):
+        (result,) = run([tool_use("toolu_1", "send_email", to="a@b")], [send_email], ledger=ledger)
+        assert result["is_error"] is True
+        assert "may already have happened" in result["content"]
+        assert "toolledger resolve" in result["content"]
+    assert calls["send_email"] == 0
+    record = ledger.get("toolu_1")
+    assert record is not None and record.status is Status.STARTED
+    assert [r.tool_use_id for r in ledger.in_doubt()] == ["toolu_1"]
+
+
+@pytest.mark.parametrize("effect", ["read_only", "idempotent"])
+def test_safe_tools_are_rerun_and_told_they_are_in_doubt(
+    run: Runner, ledger: tl.Ledger, effect: str
+) -> None:
+    contexts: list[tl.ToolContext] = []
+
+    @tl.tool(effect=effect)  # type: ignore[call-overload]
+    def set_config(key: str, value: str, ctx: tl.ToolContext) -> str:
+        contexts.append(ctx)
+        return f"{key}={value}"
+
+    crash_left_started(ledger, "set_config", "toolu_1", key="k", value="v")
+    (result,) = run(
+        [tool_use("toolu_1", "set_config", key="k", value="v")], [set_config], ledger=ledger
+    )
+    assert result == {"type": "tool_result", "tool_use_id": "toolu_1", "content": "k=v"}
+    (ctx,) = contexts
+    assert ctx.in_doubt is True and ctx.attempt == 2
+    record = ledger.get("toolu_1")
+    assert record is not None and record.status is Status.SUCCEEDED and record.attempt == 2
+
+
+def test_key_forwarding_tool_is_rerun_with_the_same_key(run: Runner, ledger: tl.Ledger) -> None:
+    downstream: dict[str, str] = {}  # a payment API that honours Idempotency-Key
+    calls = Counter()
+
+    @tl.tool(forwards_idempotency_key=True)
+    def charge(amount: int, ctx: tl.ToolContext) -> str:
+        calls.hit("charge")
+        return downstream.setdefault(ctx.idempotency_key, f"charge-{len(downstream) + 1}")
+
+    # The first attempt reached the payment API, then the process died.
+    expected_key = idempotency_key(ledger.session_id, "toolu_1")
+    downstream[expected_key] = "charge-1"
+    crash_left_started(ledger, "charge", "toolu_1", amount=100)
+    (result,) = run([tool_use("toolu_1", "charge", amount=100)], [charge], ledger=ledger)
+    assert result["content"] == "charge-1"
+    assert calls["charge"] == 1 and len(downstream) == 1
+
+
+def test_check_that_finds_the_effect_is_trusted(run: Runner, ledger: tl.Ledger) -> None:
+    created = Counter()
+    tickets = {"ext-toolu_1": {"id": 77}}
+
+    @tl.tool
+    def create_ticket(title: str, ctx: tl.ToolContext) -> dict[str, int]:
+        created.hit("create_ticket")
+        return {"id": 1}
+
+    @create_ticket.check
+    def _(title: str, ctx: tl.ToolContext) -> dict[str, int] | None:
+        return tickets.get(f"ext-{ctx.tool_use_id}")
+
+    crash_left_started(ledger, "create_ticket", "toolu_1", title="t")
+    (result,) = run(
+        [tool_use("toolu_1", "create_ticket", title="t")], [create_ticket], ledger=ledger
+    )
+    assert json.loads(result["content"]) == {"id": 77}
+    assert created["create_ticket"] == 0
+    record = ledger.get("toolu_1")
+    assert record is not None and record.status is Status.SUCCEEDED
+
+
+def test_check_that_finds_nothing_lets_the_call_run(run: Runner, ledger: tl.Ledger) -> None:
+    created = Counter()
+
+    @tl.tool
+    def create_ticket(title: str, ctx: tl.ToolContext) -> dict[str, Any]:
+        created.hit("create_ticket")
+        return {"id": 1, "in_doubt": ctx.in_doubt, "attempt": ctx.attempt}
+
+    @create_ticket.check
+    async def _(title: str) -> None:
+        return None
+
+    crash_left_started(ledger, "create_ticket", "toolu_1", title="t")
+    (result,) = run(
+        [tool_use("toolu_1", "create_ticket", title="t")], [create_ticket], ledger=ledger
+    )
+    assert json.loads(result["content"]) == {"id": 1, "in_doubt": False, "attempt": 2}
+    assert created["create_ticket"] == 1
+
+
+def test_check_that_raises_leaves_the_call_in_doubt(run: Runner, ledger: tl.Ledger) -> None:
+    @tl.tool
+    def create_ticket(title: str) -> str:
+        raise AssertionError("must not run")
+
+    @create_ticket.check
+    def _(title: str) -> None:
+        raise ConnectionError("ticket API down")
+
+    crash_left_started(ledger, "create_ticket", "toolu_1", title="t")
+    (result,) = run(
+        [tool_use("toolu_1", "create_ticket", title="t")], [create_ticket], ledger=ledger
+    )
+    assert result["is_error"] and "its check raised ConnectionError" in result["content"]
+    record = ledger.get("toolu_1")
+    assert record is not None and record.in_doubt
+
+
+def test_high_impact_check_none_asks_as_a_first_run(run: Runner, ledger: tl.Ledger) -> None:
+    asked: list[tl.ApprovalRequest] = []
+
+    @tl.tool(high_impact=True)
+    def wire(amount: int) -> str:
+        return "wired"
+
+    @wire.check
+    def _(amount: int) -> None:
+        return None
+
+    crash_left_started(ledger, "wire", "toolu_1", amount=5)
+    run(
+        [tool_use("toolu_1", "wire", amount=5)],
+        [wire],
+        ledger=ledger,
+        approve=lambda r: asked.append(r) or True,
+    )
+    (req,) = asked
+    assert req.in_doubt is False and "no trace" in req.reason
+
+
+def test_approver_is_asked_whether_to_rerun(run: Runner, ledger: tl.Ledger) -> None:
+    calls = Counter()
+    asked: list[tl.ApprovalRequest] = []
+
+    @tl.tool
+    def send_email(to: str) -> str:
+        calls.hit("send_email")
+        return "sent again"
+
+    crash_left_started(ledger, "send_email", "toolu_1", to="a@b")
+    (result,) = run(
+        [tool_use("toolu_1", "send_email", to="a@b")],
+        [send_email],
+        ledger=ledger,
+        approve=lambda r: asked.append(r) or True,
+    )
+    (req,) = asked
+    assert req.in_doubt is True and "may already have happened" in req.reason
+    assert result["content"] == "sent again" and calls["send_email"] == 1
+    record = ledger.get("toolu_1")
+    assert record is not None and record.status is Status.SUCCEEDED and record.attempt == 2
+
+
+def test_declining_a_rerun_keeps_the_call_in_doubt(run: Runner, ledger: tl.Ledger) -> None:
+    @tl.tool
+    def send_email(to: str) -> str:
+        raise AssertionError("must not run")
+
+    crash_left_started(ledger, "send_email", "toolu_1", to="a@b")
+    (result,) = run(
+        [tool_use("toolu_1", "send_email", to="a@b")],
+        [send_email],
+        ledger=ledger,
+        approve=lambda r: tl.Decision(approved=False, by="ana"),
+    )
+    assert result["is_error"] and "declined by ana" in result["content"]
+    record = ledger.get("toolu_1")
+    assert record is not None and record.status is Status.STARTED, "not denied: it may have run"
+
+
+def test_outcome_unknown_leaves_the_call_in_doubt(run: Runner, ledger: tl.Ledger) -> None:
+    calls = Counter()
+
+    @tl.tool
+    def transfer(amount: int) -> str:
+        calls.hit("transfer")
+        raise tl.OutcomeUnknown("bank timed out after the request was sent")
+
+    use = tool_use("toolu_1", "transfer", amount=10)
+    (first,) = run([use], [transfer], ledger=ledger)
+    assert first["is_error"] and "bank timed out" in first["content"]
+    record = ledger.get("toolu_1")
+    assert record is not None and record.in_doubt
+    (second,) = run([use], [transfer], ledger=ledger)
+    assert second["is_error"] and calls["transfer"] == 1
+
+
+def test_resolved_as_happened_answers_with_the_persons_result(
+    run: Runner, ledger: tl.Ledger
+) -> None:
+    @tl.tool
+    def send_email(to: str) -> str:
+        raise AssertionError("must not run")
+
+    crash_left_started(ledger, "send_email", "toolu_1", to="a@b")
+    ledger.resolve("toolu_1", happened=True, result="it was sent at 10:02", by="ana")
+    (result,) = run([tool_use("toolu_1", "send_email", to="a@b")], [send_email], ledger=ledger)
+    assert result == {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": "it was sent at 10:02",
+    }
+
+
+def test_resolved_as_not_happened_runs_it(run: Runner, ledger: tl.Ledger) -> None:
+    calls = Counter()
+
+    @tl.tool
+    def send_email(to: str) -> str:
+        calls.hit("send_email")
+        return "sent"
+
+    crash_left_started(ledger, "send_email", "toolu_1", to="a@b")
+    ledger.resolve("toolu_1", happened=False, by="ana")
+    (result,) = run([tool_use("toolu_1", "send_email", to="a@b")], [send_email], ledger=ledger)
+    assert result["content"] == "sent" and calls["send_email"] == 1
+    record = ledger.get("toolu_1")
+    assert record is not None and record.status is Status.SUCCEEDED and record.attempt == 2
+
+
+def test_in_doubt_call_whose_tool_disappeared_stays_in_doubt(
+    run: Runner, ledger: tl.Ledger
+) -> None:
+    crash_left_started(ledger, "send_email", "toolu_1", to="a@b")
+    (result,) = run([tool_use("toolu_1", "send_email", to="a@b")], [], ledger=ledger)
+    assert result["is_error"] and "may already have happened" in result["content"]
+    assert "not in this toolset" in result["content"]

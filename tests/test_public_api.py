@@ -1,0 +1,60 @@
+"""The public surface is pinned: adding a name is a decision, removing one is a breaking change."""
+
+from __future__ import annotations
+
+import toolledger as tl
+
+EXPECTED = {
+    "ApprovalRequest",
+    "ConfigurationError",
+    "CorruptLedgerError",
+    "DEFAULT_MAX_RESULT_BYTES",
+    "DEFAULT_STORE_URL",
+    "Decision",
+    "EffectClass",
+    "EffectInProgressError",
+    "EffectRecord",
+    "InvalidSessionIdError",
+    "Ledger",
+    "LedgerMismatchError",
+    "LedgerWriteError",
+    "MalformedContentError",
+    "OutcomeUnknown",
+    "SchemaVersionError",
+    "Status",
+    "Store",
+    "StoreError",
+    "StoreUnavailableError",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolLedgerError",
+    "ToolSet",
+    "__version__",
+    "approvals",
+    "arun_tool_uses",
+    "open_store",
+    "run_tool_uses",
+    "tool",
+}
+
+
+def test_all_is_pinned_and_sorted() -> None:
+    assert set(tl.__all__) == EXPECTED
+    # isort-style, as ruff's RUF022 keeps it: CONSTANTS, then Classes, then functions.
+    assert tl.__all__ == sorted(
+        tl.__all__, key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n)
+    )
+    for name in tl.__all__:
+        assert hasattr(tl, name), name
+
+
+def test_every_error_is_a_toolledger_error_and_the_builtin_it_means() -> None:
+    assert issubclass(tl.CorruptLedgerError, tl.StoreError)
+    assert issubclass(tl.StoreError, OSError)
+    assert issubclass(tl.LedgerMismatchError, ValueError)
+    assert issubclass(tl.ConfigurationError, ValueError)
+    for name in tl.__all__:
+        obj = getattr(tl, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, tl.ToolLedgerError), name

@@ -1,0 +1,172 @@
+"""When the store fails: rule 4 (the effect happened → real result + alert), a failed intent
+(nothing ran → say so), and a second worker racing for the same call."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import toolledger as tl
+from toolledger.codec import input_hash
+from toolledger.records import EffectRecord, Status
+from toolledger.stores.base import InsertEffect, Op
+from toolledger.testing import Counter
+
+from .conftest import Runner, tool_use
+from .helpers import spy_store, writes_status
+
+
+@tl.tool
+def create_ticket(title: str) -> dict[str, Any]:
+    return {"id": 42, "title": title}
+
+
+def test_outcome_write_failure_returns_the_real_result_and_alerts(
+    run: Runner, store: tl.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    spied, _ = spy_store(store, fail_when=writes_status(Status.SUCCEEDED))
+    alerts: list[tl.LedgerWriteError] = []
+    with caplog.at_level(logging.ERROR, logger="toolledger"):
+        results = run(
+            [tool_use("toolu_1", "create_ticket", title="t")],
+            [create_ticket],
+            ledger=spied.ledger("s"),
+            on_alert=alerts.append,
+        )
+    assert results == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": '{"id": 42, "title": "t"}'}
+    ], "never is_error (rule 4)"
+    (alert,) = alerts
+    assert (alert.session_id, alert.tool_use_id, alert.tool) == ("s", "toolu_1", "create_ticket")
+    assert alert.result == '{"id": 42, "title": "t"}'
+    assert isinstance(alert.cause, tl.StoreUnavailableError)
+    assert alert.as_dict()["alert"] == "ledger_write_failed"
+    assert "took effect but the ledger write failed" in caplog.text
+    (log,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert log.toolledger["tool_use_id"] == "toolu_1"  # type: ignore[attr-defined]
+    # What is on disk: the intent, so a resume sees the call in doubt rather than never-run.
+    record = store.ledger("s").get("toolu_1")
+    assert record is not None and record.status is Status.STARTED
+
+
+def test_async_alert_hook(store: tl.Store) -> None:
+    import asyncio
+
+    spied, _ = spy_store(store, fail_when=writes_status(Status.SUCCEEDED))
+    alerts: list[tl.LedgerWriteError] = []
+
+    async def on_alert(alert: tl.LedgerWriteError) -> None:
+        alerts.append(alert)
+
+    asyncio.run(
+        tl.arun_tool_uses(
+            [tool_use("toolu_1", "create_ticket", title="t")],
+            [create_ticket],
+            ledger=spied.ledger("s"),
+            on_alert=on_alert,
+        )
+    )
+    assert len(alerts) == 1
+
+
+def test_failed_intent_means_nothing_ran(run: Runner, store: tl.Store) -> None:
+    calls = Counter()
+
+    @tl.tool
+    def send(to: str) -> str:
+        calls.hit("send")
+        return "sent"
+
+    spied, _ = spy_store(store, fail_when=writes_status(Status.STARTED))
+    (result,) = run([tool_use("toolu_1", "send", to="x")], [send], ledger=spied.ledger("s"))
+    assert result["is_error"] is True
+    assert result["content"].startswith("not executed: the ledger could not record the intent")
+    assert "safe to retry" in result["content"]
+    assert calls["send"] == 0
+    assert store.ledger("s").get("toolu_1") is None
+
+
+def test_outcome_lost_with_the_next_intent_alerts_for_the_first_call(
+    run: Runner, store: tl.Store
+) -> None:
+    """The first call's outcome rides with the second call's intent; if that commit fails, the
+    first effect is alerted and the second call does not run."""
+    calls = Counter()
+
+    @tl.tool
+    def send(to: str) -> str:
+        calls.hit(to)
+        return f"sent {to}"
+
+    spied, spy = spy_store(store, fail_when=lambda ops: len(spy.commits) >= 1)
+    alerts: list[tl.LedgerWriteError] = []
+    results = run(
+        [tool_use("t1", "send", to="a"), tool_use("t2", "send", to="b")],
+        [send],
+        ledger=spied.ledger("s"),
+        on_alert=alerts.append,
+    )
+    assert results[0] == {"type": "tool_result", "tool_use_id": "t1", "content": "sent a"}
+    assert results[1]["is_error"] and "not executed" in results[1]["content"]
+    assert [a.tool_use_id for a in alerts] == ["t1"]
+    assert calls["a"] == 1 and calls["b"] == 0
+
+
+def _their_record(status: Status, result: str | None = None) -> EffectRecord:
+    return EffectRecord(
+        session_id="s",
+        tool_use_id="toolu_1",
+        tool="send",
+        input_hash=input_hash({"to": "x"}),
+        status=status,
+        attempt=1,
+        result=result,
+        created_at=1.0,
+        updated_at=1.0,
+        worker="worker-B",
+    )
+
+
+def test_a_call_claimed_by_another_worker_is_not_run(run: Runner, store: tl.Store) -> None:
+    calls = Counter()
+
+    @tl.tool
+    def send(to: str) -> str:
+        calls.hit("send")
+        return "sent"
+
+    spied, spy = spy_store(store)
+
+    def race(ops: Sequence[Op]) -> None:  # worker B's intent lands between our read and ours
+        spy.before_commit = None
+        store.backend.apply("s", [InsertEffect(_their_record(Status.STARTED))])
+
+    spy.before_commit = race
+    with pytest.raises(tl.EffectInProgressError) as info:
+        run([tool_use("toolu_1", "send", to="x")], [send], ledger=spied.ledger("s"))
+    assert info.value.holder == "worker-B"
+    assert calls["send"] == 0
+
+
+def test_a_call_finished_by_another_worker_returns_its_result(run: Runner, store: tl.Store) -> None:
+    calls = Counter()
+
+    @tl.tool
+    def send(to: str) -> str:
+        calls.hit("send")
+        return "sent by us"
+
+    spied, spy = spy_store(store)
+
+    def race(ops: Sequence[Op]) -> None:
+        spy.before_commit = None
+        done = _their_record(Status.SUCCEEDED, result=json.dumps("sent by B"))
+        store.backend.apply("s", [InsertEffect(done)])
+
+    spy.before_commit = race
+    (result,) = run([tool_use("toolu_1", "send", to="x")], [send], ledger=spied.ledger("s"))
+    assert result["content"] == "sent by B" and calls["send"] == 0
