@@ -49,6 +49,7 @@ MIGRATIONS: list[str] = [
 ]
 
 BUSY_TIMEOUT_MS = 10_000
+WAL_AUTOCHECKPOINT_PAGES = 100
 
 
 def translate(exc: sqlite3.Error, url: str, action: str) -> StoreError:
@@ -116,6 +117,12 @@ class SQLiteBackend:
             )
         # FULL: the WAL is fsynced at every commit, so a committed record survives power loss.
         c.execute("PRAGMA synchronous = FULL")
+        # Checkpoint every ~100 pages instead of 1000. After a checkpoint SQLite rewrites the WAL
+        # from its start, in place: a commit then costs a data-only fdatasync instead of a file
+        # growth plus a metadata journal commit. Measured on ext4 (bench/): 144 µs vs 274 µs per
+        # commit over the first 500 commits of a fresh WAL, mean cost 166 vs 196 µs including
+        # the more frequent (smaller) checkpoints.
+        c.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
 
     def _migrate(self) -> None:
         c = self._conn

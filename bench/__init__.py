@@ -1,0 +1,1 @@
+"""toolledger benchmarks. Run ``python -m bench`` (or ``toolledger bench``); never timed tests."""
