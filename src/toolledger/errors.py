@@ -9,6 +9,7 @@ ToolLedgerError                      base of everything below
 ├── InvalidSessionIdError (ValueError)
 ├── LedgerMismatchError (ValueError) a tool_use id already recorded with another tool or input
 ├── EffectInProgressError            another worker holds the call and has not finished it
+├── SessionConflictError             the session moved on since this worker read it
 ├── StoreError (OSError)             a store could not be read or written
 │   ├── CorruptLedgerError           stored state is damaged; never read as empty
 │   ├── StoreUnavailableError        the database or directory went away
@@ -36,6 +37,7 @@ __all__ = [
     "MalformedContentError",
     "OutcomeUnknown",
     "SchemaVersionError",
+    "SessionConflictError",
     "StoreError",
     "StoreUnavailableError",
     "ToolLedgerError",
@@ -109,6 +111,11 @@ class EffectInProgressError(ToolLedgerError):
     ) -> None:
         super().__init__(message, session_id=session_id, tool_use_id=tool_use_id)
         self.holder = holder
+
+
+class SessionConflictError(ToolLedgerError):
+    """A checkpoint found the session changed since this worker read it: another worker runs it
+    (or ran it meanwhile). Nothing of the checkpoint was written. Reload before going on."""
 
 
 class StoreError(ToolLedgerError, OSError):

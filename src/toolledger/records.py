@@ -9,7 +9,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["EffectClass", "EffectRecord", "Status", "ToolCall"]
+__all__ = [
+    "ApprovalRecord",
+    "ApprovalStatus",
+    "EffectClass",
+    "EffectRecord",
+    "RunStatus",
+    "SessionState",
+    "Status",
+    "StoredMessage",
+    "ToolCall",
+]
 
 
 class EffectClass(StrEnum):
@@ -79,3 +89,81 @@ class EffectRecord:
     def in_doubt(self) -> bool:
         """Started and never finished: nobody knows whether the effect happened."""
         return self.status is Status.STARTED
+
+
+class RunStatus(StrEnum):
+    """Where an agent session stands."""
+
+    RUNNING = "running"
+    """Started or resumed, not finished: a crash leaves this; the next run resumes it."""
+    COMPLETED = "completed"
+    """The model finished (its last answer asked for no tool)."""
+    NEEDS_ATTENTION = "needs_attention"
+    """A call is in doubt, or an effect could not be recorded: a person must look."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """A high-impact call waits in the approval queue."""
+    MAX_TURNS = "max_turns"
+    """The turn budget ran out; a new prompt continues the conversation."""
+    FAILED = "failed"
+    """The model API failed (reason stored); running again retries."""
+
+    @property
+    def finished(self) -> bool:
+        """Finished sessions take a new prompt; unfinished ones resume."""
+        return self in (RunStatus.COMPLETED, RunStatus.MAX_TURNS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionState:
+    """The checkpointed state of one agent session (the transcript is stored beside it).
+
+    ``version`` grows with every checkpoint; writes compare-and-set on it, so two workers cannot
+    both advance one session. ``messages`` is the number of stored messages.
+    """
+
+    session_id: str
+    status: RunStatus
+    reason: str | None = None
+    version: int
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    messages: int = 0
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredMessage:
+    """One message of a transcript, in the Messages API shape (``content`` as plain JSON)."""
+
+    seq: int
+    role: str
+    content: Any
+    created_at: float
+
+
+class ApprovalStatus(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    USED = "used"
+    """Consumed by the call it approved (or refused): never used again."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRecord:
+    """A persisted approval request and its decision, bound to (tool_use_id, tool, input hash)."""
+
+    session_id: str
+    tool_use_id: str
+    tool: str
+    input_hash: str
+    input: dict[str, Any]
+    in_doubt: bool
+    reason: str
+    status: ApprovalStatus
+    requested_at: float
+    decided_at: float | None = None
+    decided_by: str | None = None
+    used_at: float | None = None

@@ -6,11 +6,20 @@ Statements are written once with ``?`` placeholders; the PostgreSQL backend rewr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..records import EffectRecord, Status
-from .base import InsertEffect, UpdateEffect
+from ..records import (
+    ApprovalRecord,
+    ApprovalStatus,
+    EffectRecord,
+    RunStatus,
+    SessionState,
+    Status,
+    StoredMessage,
+)
+from .base import InsertEffect, PutApproval, PutSession, UpdateEffect
 
 EFFECT_COLUMNS = (
     "session_id, tool_use_id, tool, input_hash, status, attempt, result, error, "
@@ -88,3 +97,172 @@ def row_to_record(row: Sequence[Any]) -> EffectRecord:
         approved_by=row[10],
         worker=row[11],
     )
+
+
+# -- sessions, transcripts, approvals ------------------------------------------------------------
+
+SESSION_COLUMNS = (
+    "session_id, status, reason, version, turns, input_tokens, output_tokens, messages, "
+    "created_at, updated_at"
+)
+INSERT_SESSION = (
+    f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO NOTHING"
+)
+UPDATE_SESSION = (
+    "UPDATE sessions SET status = ?, reason = ?, version = ?, turns = ?, input_tokens = ?, "
+    "output_tokens = ?, messages = ?, created_at = ?, updated_at = ? "
+    "WHERE session_id = ? AND version = ?"
+)
+SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?"
+SELECT_SESSIONS = f"SELECT {SESSION_COLUMNS} FROM sessions"
+SELECT_ALL_SESSION_IDS = (
+    "SELECT session_id FROM sessions UNION SELECT DISTINCT session_id FROM effects"
+)
+SELECT_IN_DOUBT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE status = 'started'"
+
+INSERT_MESSAGE = (
+    "INSERT INTO messages (session_id, seq, role, content, created_at) VALUES (?, ?, ?, ?, ?)"
+)
+SELECT_LAST_SEQ = "SELECT max(seq) FROM messages WHERE session_id = ?"
+SELECT_MESSAGES = (
+    "SELECT seq, role, content, created_at FROM messages WHERE session_id = ? AND seq >= ? "
+    "ORDER BY seq"
+)
+
+APPROVAL_COLUMNS = (
+    "session_id, tool_use_id, tool, input_hash, input, in_doubt, reason, status, "
+    "requested_at, decided_at, decided_by, used_at"
+)
+INSERT_APPROVAL = (
+    f"INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id, tool_use_id) DO NOTHING"
+)
+UPDATE_APPROVAL = (
+    "UPDATE approvals SET tool = ?, input_hash = ?, input = ?, in_doubt = ?, reason = ?, "
+    "status = ?, requested_at = ?, decided_at = ?, decided_by = ?, used_at = ? "
+    "WHERE session_id = ? AND tool_use_id = ? AND status = ?"
+)
+SELECT_APPROVALS = f"SELECT {APPROVAL_COLUMNS} FROM approvals"
+SELECT_SESSION_APPROVALS = f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE session_id = ?"
+
+
+def session_params(s: SessionState) -> tuple[Any, ...]:
+    return (
+        s.session_id,
+        s.status.value,
+        s.reason,
+        s.version,
+        s.turns,
+        s.input_tokens,
+        s.output_tokens,
+        s.messages,
+        s.created_at,
+        s.updated_at,
+    )
+
+
+def update_session_params(op: PutSession) -> tuple[Any, ...]:
+    s = op.state
+    return (
+        s.status.value,
+        s.reason,
+        s.version,
+        s.turns,
+        s.input_tokens,
+        s.output_tokens,
+        s.messages,
+        s.created_at,
+        s.updated_at,
+        s.session_id,
+        op.expect_version,
+    )
+
+
+def row_to_session(row: Sequence[Any]) -> SessionState:
+    return SessionState(
+        session_id=row[0],
+        status=RunStatus(row[1]),
+        reason=row[2],
+        version=int(row[3]),
+        turns=int(row[4]),
+        input_tokens=int(row[5]),
+        output_tokens=int(row[6]),
+        messages=int(row[7]),
+        created_at=float(row[8]),
+        updated_at=float(row[9]),
+    )
+
+
+def message_params(session_id: str, m: StoredMessage) -> tuple[Any, ...]:
+    return (session_id, m.seq, m.role, json_text(m.content), m.created_at)
+
+
+def row_to_message(row: Sequence[Any]) -> StoredMessage:
+    return StoredMessage(
+        seq=int(row[0]), role=row[1], content=json.loads(row[2]), created_at=float(row[3])
+    )
+
+
+def approval_params(a: ApprovalRecord) -> tuple[Any, ...]:
+    return (
+        a.session_id,
+        a.tool_use_id,
+        a.tool,
+        a.input_hash,
+        json_text(a.input),
+        int(a.in_doubt),
+        a.reason,
+        a.status.value,
+        a.requested_at,
+        a.decided_at,
+        a.decided_by,
+        a.used_at,
+    )
+
+
+def update_approval_params(op: PutApproval) -> tuple[Any, ...]:
+    a = op.record
+    assert op.expect_status is not None
+    return (
+        a.tool,
+        a.input_hash,
+        json_text(a.input),
+        int(a.in_doubt),
+        a.reason,
+        a.status.value,
+        a.requested_at,
+        a.decided_at,
+        a.decided_by,
+        a.used_at,
+        a.session_id,
+        a.tool_use_id,
+        op.expect_status.value,
+    )
+
+
+def row_to_approval(row: Sequence[Any]) -> ApprovalRecord:
+    return ApprovalRecord(
+        session_id=row[0],
+        tool_use_id=row[1],
+        tool=row[2],
+        input_hash=row[3],
+        input=json.loads(row[4]),
+        in_doubt=bool(row[5]),
+        reason=row[6],
+        status=ApprovalStatus(row[7]),
+        requested_at=float(row[8]),
+        decided_at=None if row[9] is None else float(row[9]),
+        decided_by=row[10],
+        used_at=None if row[11] is None else float(row[11]),
+    )
+
+
+def json_text(value: Any) -> str:
+    """Transcript and approval JSON: compact; ASCII-escaped only when UTF-8 cannot hold it."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text

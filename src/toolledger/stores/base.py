@@ -17,18 +17,31 @@ from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from ..codec import encode_result
-from ..errors import InvalidSessionIdError, ToolLedgerError
-from ..records import EffectRecord, Status
+from ..errors import InvalidSessionIdError, SessionConflictError, ToolLedgerError
+from ..records import (
+    ApprovalRecord,
+    ApprovalStatus,
+    EffectRecord,
+    SessionState,
+    Status,
+    StoredMessage,
+)
 
 __all__ = [
+    "AppendMessages",
     "AsyncBackend",
     "Backend",
     "InsertEffect",
     "Ledger",
     "Op",
+    "PutApproval",
+    "PutSession",
     "Store",
     "UpdateEffect",
+    "approval_applies",
     "check_session_id",
+    "conflict",
+    "effect_applies",
 ]
 
 MAX_SESSION_ID_CHARS = 256
@@ -73,7 +86,59 @@ class UpdateEffect:
     expect_attempt: int
 
 
-Op = InsertEffect | UpdateEffect
+@dataclass(frozen=True, slots=True)
+class PutSession:
+    """Write a session's state: create it (``expect_version=None``) or compare-and-set on its
+    version. A *guard*: if the condition fails the whole batch is rolled back and
+    ``SessionConflictError`` raised — a checkpoint is all or nothing."""
+
+    state: SessionState
+    expect_version: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendMessages:
+    """Append messages at the end of a transcript (their ``seq`` continues it). A guard, like
+    ``PutSession``: a seq already taken means another writer got there first."""
+
+    messages: tuple[StoredMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PutApproval:
+    """Create an approval request (``expect_status=None``) or move one on (compare-and-set on
+    its status). Applied → ``True``."""
+
+    record: ApprovalRecord
+    expect_status: ApprovalStatus | None
+
+
+Op = InsertEffect | UpdateEffect | PutSession | AppendMessages | PutApproval
+
+
+def effect_applies(op: InsertEffect | UpdateEffect, current: EffectRecord | None) -> bool:
+    """The condition of an effect operation, for backends that evaluate it in Python."""
+    if isinstance(op, InsertEffect):
+        return current is None
+    return (
+        current is not None
+        and current.status is op.expect_status
+        and current.attempt == op.expect_attempt
+    )
+
+
+def approval_applies(op: PutApproval, current: ApprovalRecord | None) -> bool:
+    if op.expect_status is None:
+        return current is None
+    return current is not None and current.status is op.expect_status
+
+
+def conflict(session_id: str, why: str) -> SessionConflictError:
+    return SessionConflictError(
+        f"session {session_id!r} changed since it was read ({why}): another worker is running "
+        "it or ran it meanwhile. Nothing of this checkpoint was written; reload and go on.",
+        session_id=session_id,
+    )
 
 
 @runtime_checkable
@@ -90,11 +155,34 @@ class Backend(Protocol):
         ...
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
-        """Commit ``ops`` durably in one transaction; per op, whether its condition held.
-        Raises ``StoreError`` (nothing committed) when the store cannot be written."""
+        """Commit ``ops`` (all of one session) durably in one transaction; per op, whether its
+        condition held. A failed guard (``PutSession``, ``AppendMessages``) rolls everything
+        back and raises ``SessionConflictError``. Raises ``StoreError`` (nothing committed) when
+        the store cannot be written."""
         ...
 
-    def session_ids(self) -> list[str]: ...
+    def read_session(self, session_id: str) -> SessionState | None: ...
+
+    def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
+        """The transcript from ``seq >= since``, in order."""
+        ...
+
+    def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        """Approval records of one session, or of every session."""
+        ...
+
+    def list_sessions(self) -> list[SessionState]:
+        """Every agent session's state (sessions used only through ``run_tool_uses`` have
+        effects but no state: see ``session_ids``)."""
+        ...
+
+    def session_ids(self) -> list[str]:
+        """Every session with an effect record or a state."""
+        ...
+
+    def in_doubt(self) -> list[EffectRecord]:
+        """Every ``started`` record of every session."""
+        ...
 
     def close(self) -> None: ...
 
@@ -107,6 +195,12 @@ class AsyncBackend(Protocol):
     ) -> dict[str, EffectRecord]: ...
 
     async def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]: ...
+
+    async def read_session(self, session_id: str) -> SessionState | None: ...
+
+    async def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]: ...
+
+    async def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]: ...
 
     async def close(self) -> None: ...
 
@@ -128,6 +222,15 @@ class _InlineAsync:
 
     async def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         return self._backend.apply(session_id, ops)
+
+    async def read_session(self, session_id: str) -> SessionState | None:
+        return self._backend.read_session(session_id)
+
+    async def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
+        return self._backend.read_messages(session_id, since)
+
+    async def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        return self._backend.read_approvals(session_id)
 
     async def close(self) -> None:
         self._backend.close()
@@ -170,8 +273,12 @@ class Store:
         return Ledger(self, check_session_id(session_id))
 
     def sessions(self) -> list[str]:
-        """Every session id that has a record, sorted."""
+        """Every session id with a ledger record or an agent state, sorted."""
         return sorted(self.backend.session_ids())
+
+    def in_doubt(self) -> list[EffectRecord]:
+        """Every in-doubt call of every session, oldest first."""
+        return sorted(self.backend.in_doubt(), key=lambda r: (r.created_at, r.session_id))
 
     def close(self) -> None:
         self.backend.close()

@@ -8,11 +8,20 @@ The cost grows with the session: a rewrite per record is fine for tens or hundre
 for reading by eye, not for long sessions (use ``sqlite:///``). Every record carries a digest of
 its fields, so truncation, a flipped byte or a hand edit is detected and raised as
 ``CorruptLedgerError`` — never read as an empty ledger, which would re-run every effect.
+
+An agent session adds ``<session>.session.jsonl``: its checkpoints, one line per commit (state,
+appended messages, approvals), append-only, each line with a digest. Appending keeps a
+checkpoint's cost flat however long the conversation; a last line without its newline is a commit
+that never finished (its fsync never returned) and is ignored, and anything else that does not
+check out is ``CorruptLedgerError``. A commit that touches both files writes the ledger first, so
+a crash between the two leaves a recorded effect whose checkpoint is missing — which a resume
+answers from the ledger — never the reverse.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import hashlib
 import json
@@ -20,6 +29,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,12 +37,22 @@ from urllib.parse import quote, unquote
 
 from ..codec import canonical_json
 from ..errors import CorruptLedgerError, StoreError, StoreUnavailableError
-from ..records import EffectRecord, Status
-from .base import InsertEffect, Op
+from ..records import (
+    ApprovalRecord,
+    ApprovalStatus,
+    EffectRecord,
+    RunStatus,
+    SessionState,
+    Status,
+    StoredMessage,
+)
+from .base import AppendMessages, InsertEffect, Op, PutApproval, UpdateEffect
+from .memory import SessionData, apply_ops
 
 __all__ = ["JSONBackend"]
 
 SUFFIX = ".effects.json"
+LOG_SUFFIX = ".session.jsonl"
 _MAX_STEM_BYTES = 180
 
 _RESTORE_HINT = (
@@ -128,6 +148,18 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class _Log:
+    """What a session log holds, parsed up to ``offset`` bytes of file ``ino``."""
+
+    ino: int
+    offset: int
+    torn_tail: bool
+    state: SessionState | None = None
+    messages: list[StoredMessage] = field(default_factory=list)
+    approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
+
+
 class JSONBackend:
     durable = True
 
@@ -138,14 +170,18 @@ class JSONBackend:
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreUnavailableError(f"cannot create {self.dir}: {exc}", url=url) from exc
-        self._thread_lock = threading.Lock()
-        # Parsed files by path, valid while (inode, mtime, size) is unchanged.
+        self._thread_lock = threading.RLock()
+        # Parsed ledgers by path, valid while (inode, mtime, size) is unchanged.
         self._cache: dict[Path, tuple[tuple[int, int, int], dict[str, EffectRecord]]] = {}
+        self._logs: dict[Path, _Log] = {}
 
     def path_of(self, session_id: str) -> Path:
         return self.dir / (file_stem(session_id) + SUFFIX)
 
-    # -- reading ---------------------------------------------------------------------------------
+    def log_path_of(self, session_id: str) -> Path:
+        return self.dir / (file_stem(session_id) + LOG_SUFFIX)
+
+    # -- reading the ledger ----------------------------------------------------------------------
 
     def _load(self, session_id: str) -> dict[str, EffectRecord]:
         path = self.path_of(session_id)
@@ -177,15 +213,18 @@ class JSONBackend:
                         f"it holds records of session {record.session_id!r}, not {session_id!r}"
                     )
         except (UnicodeDecodeError, json.JSONDecodeError, _Damaged, RecursionError) as exc:
-            size = len(data)
-            raise CorruptLedgerError(
-                f"ledger file {path} ({size} bytes) is corrupt or truncated: {exc}. "
-                + _RESTORE_HINT,
-                url=self.url,
-                path=str(path),
-                session_id=session_id,
-            ) from exc
+            raise self._corrupt(path, len(data), session_id, exc) from exc
         return records
+
+    def _corrupt(
+        self, path: Path, size: int, session_id: str, exc: BaseException
+    ) -> CorruptLedgerError:
+        return CorruptLedgerError(
+            f"ledger file {path} ({size} bytes) is corrupt or truncated: {exc}. " + _RESTORE_HINT,
+            url=self.url,
+            path=str(path),
+            session_id=session_id,
+        )
 
     def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
@@ -195,20 +234,100 @@ class JSONBackend:
             return dict(records)
         return {i: records[i] for i in tool_use_ids if i in records}
 
+    # -- reading the session log -----------------------------------------------------------------
+
+    def _load_log(self, session_id: str) -> _Log:
+        """The session log, parsed incrementally: an append-only file is only read past the
+        point already parsed."""
+        path = self.log_path_of(session_id)
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - closed below, after an fstat on it
+        except FileNotFoundError:
+            return _Log(ino=0, offset=0, torn_tail=False)
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot read {path}: {exc}", url=self.url) from exc
+        with fh:
+            st = os.fstat(fh.fileno())
+            log = self._logs.get(path)
+            if log is None or log.ino != st.st_ino or st.st_size < log.offset:
+                log = _Log(ino=st.st_ino, offset=0, torn_tail=False)
+            if st.st_size == log.offset and not log.torn_tail:
+                return log
+            fh.seek(log.offset)
+            data = fh.read()
+        lines = data.split(b"\n")
+        tail = lines.pop()  # after the last newline: empty, or a commit that never finished
+        log = copy.copy(log)
+        log.messages = list(log.messages)
+        log.approvals = dict(log.approvals)
+        for number, line in enumerate(lines):
+            try:
+                entry = json.loads(line.decode("utf-8"), object_pairs_hook=_no_duplicates)
+                _apply_log_entry(log, entry, session_id)
+            except (
+                UnicodeDecodeError,
+                json.JSONDecodeError,
+                _Damaged,
+                KeyError,
+                ValueError,
+                TypeError,
+                RecursionError,
+            ) as exc:
+                raise CorruptLedgerError(
+                    f"session log {path} is corrupt at line {number + 1} past byte "
+                    f"{log.offset}: {exc}. " + _RESTORE_HINT,
+                    url=self.url,
+                    path=str(path),
+                    session_id=session_id,
+                ) from exc
+            log.offset += len(line) + 1
+        log.torn_tail = bool(tail)
+        self._logs[path] = log
+        return log
+
+    def read_session(self, session_id: str) -> SessionState | None:
+        return self._load_log(session_id).state
+
+    def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
+        return copy.deepcopy(self._load_log(session_id).messages[since:])
+
+    def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        ids = [session_id] if session_id is not None else self.session_ids()
+        return [a for sid in ids for a in self._load_log(sid).approvals.values()]
+
+    def list_sessions(self) -> list[SessionState]:
+        states = (self._load_log(sid).state for sid in self.session_ids())
+        return [s for s in states if s is not None]
+
     def session_ids(self) -> list[str]:
-        out = []
-        for path in self.dir.glob("*" + SUFFIX):
-            stem = path.name[: -len(SUFFIX)]
+        out: set[str] = set()
+        for path in self.dir.iterdir():
+            name = path.name
+            suffix = (
+                SUFFIX
+                if name.endswith(SUFFIX)
+                else LOG_SUFFIX
+                if name.endswith(LOG_SUFFIX)
+                else None
+            )
+            if suffix is None or name.startswith("."):
+                continue
+            stem = name[: -len(suffix)]
             if stem.startswith("~"):
-                # A hashed name: the real id is inside. Read the file raw, without its session.
-                try:
-                    raw = json.loads(path.read_bytes())
-                    out.append(next(iter(raw.values()))["session_id"])
-                except (OSError, ValueError, StopIteration, KeyError, TypeError, AttributeError):
-                    continue
+                found = _session_id_inside(path)
+                if found is not None:
+                    out.add(found)
             else:
-                out.append(unquote(stem))
-        return out
+                out.add(unquote(stem))
+        return list(out)
+
+    def in_doubt(self) -> list[EffectRecord]:
+        return [
+            r
+            for sid in self.session_ids()
+            for r in self._load(sid).values()
+            if r.status is Status.STARTED
+        ]
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -228,23 +347,20 @@ class JSONBackend:
             return []
         try:
             with self._locked():
-                records = dict(self._load(session_id))
-                out = []
-                for op in ops:
-                    current = records.get(op.record.tool_use_id)
-                    if isinstance(op, InsertEffect):
-                        applied = current is None
-                    else:
-                        applied = (
-                            current is not None
-                            and current.status is op.expect_status
-                            and current.attempt == op.expect_attempt
-                        )
-                    if applied:
-                        records[op.record.tool_use_id] = op.record
-                    out.append(applied)
-                if any(out):
-                    self._write(session_id, records)
+                effects = self._load(session_id)
+                log = self._load_log(session_id)
+                draft = SessionData(
+                    effects=dict(effects),
+                    state=log.state,
+                    messages=list(log.messages),
+                    approvals=dict(log.approvals),
+                )
+                out = apply_ops(session_id, draft, ops)  # raises on a failed guard: nothing written
+                if any(ok for op, ok in zip(ops, out, strict=True) if _is_effect(op)):
+                    self._write(session_id, draft.effects)
+                entry = _log_entry(session_id, ops, out, draft.state is not log.state, draft)
+                if entry is not None:
+                    self._append_log(session_id, log, entry)
         except OSError as exc:
             if isinstance(exc, StoreError):
                 raise
@@ -261,10 +377,7 @@ class JSONBackend:
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                _write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -273,16 +386,160 @@ class JSONBackend:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)  # make the rename itself durable
-        finally:
-            os.close(dir_fd)
+        self._fsync_dir()  # make the rename itself durable
         st = os.stat(path)
         self._cache[path] = ((st.st_ino, st.st_mtime_ns, st.st_size), records)
 
+    def _append_log(self, session_id: str, log: _Log, entry: dict[str, Any]) -> None:
+        path = self.log_path_of(session_id)
+        line = (_dumps(entry) + "\n").encode("utf-8")
+        new = not path.exists()
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+        try:
+            if log.torn_tail:
+                os.ftruncate(fd, log.offset)  # drop the commit that never finished
+            os.lseek(fd, log.offset, os.SEEK_SET)
+            _write_all(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if new:
+            self._fsync_dir()
+        self._load_log(session_id)  # advance the parsed view past our own line
+
+    def _fsync_dir(self) -> None:
+        dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
     def close(self) -> None:
         self._cache.clear()
+        self._logs.clear()
+
+
+def _is_effect(op: Op) -> bool:
+    return isinstance(op, (InsertEffect, UpdateEffect))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _session_id_inside(path: Path) -> str | None:
+    """The session id a hashed file name stands for, read from the file itself."""
+    try:
+        if path.name.endswith(LOG_SUFFIX):
+            with open(path, "rb") as fh:
+                found = json.loads(fh.readline())["session_id"]
+        else:
+            found = next(iter(json.loads(path.read_bytes()).values()))["session_id"]
+    except (OSError, ValueError, StopIteration, KeyError, TypeError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
+
+
+def _log_entry(
+    session_id: str, ops: Sequence[Op], applied: list[bool], state_changed: bool, draft: SessionData
+) -> dict[str, Any] | None:
+    messages = [m for op in ops if isinstance(op, AppendMessages) for m in op.messages]
+    approvals = [
+        op.record for op, ok in zip(ops, applied, strict=True) if isinstance(op, PutApproval) and ok
+    ]
+    if not (messages or approvals or state_changed):
+        return None
+    entry: dict[str, Any] = {
+        "session_id": session_id,
+        "state": _state_json(draft.state) if state_changed and draft.state else None,
+        "messages": [
+            {"seq": m.seq, "role": m.role, "content": m.content, "created_at": m.created_at}
+            for m in messages
+        ],
+        "approvals": [_approval_json(a) for a in approvals],
+    }
+    entry["digest"] = _digest(entry)
+    return entry
+
+
+def _state_json(s: SessionState) -> dict[str, Any]:
+    return {
+        "status": s.status.value,
+        "reason": s.reason,
+        "version": s.version,
+        "turns": s.turns,
+        "input_tokens": s.input_tokens,
+        "output_tokens": s.output_tokens,
+        "messages": s.messages,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+    }
+
+
+def _approval_json(a: ApprovalRecord) -> dict[str, Any]:
+    return {
+        "tool_use_id": a.tool_use_id,
+        "tool": a.tool,
+        "input_hash": a.input_hash,
+        "input": a.input,
+        "in_doubt": a.in_doubt,
+        "reason": a.reason,
+        "status": a.status.value,
+        "requested_at": a.requested_at,
+        "decided_at": a.decided_at,
+        "decided_by": a.decided_by,
+        "used_at": a.used_at,
+    }
+
+
+def _apply_log_entry(log: _Log, entry: Any, session_id: str) -> None:
+    if not isinstance(entry, dict) or entry.get("digest") != _digest(entry):
+        raise _Damaged("a line does not match its digest")
+    if entry["session_id"] != session_id:
+        raise _Damaged(f"it holds session {entry['session_id']!r}, not {session_id!r}")
+    state = entry["state"]
+    if state is not None:
+        log.state = SessionState(
+            session_id=session_id,
+            status=RunStatus(state["status"]),
+            reason=state["reason"],
+            version=int(state["version"]),
+            turns=int(state["turns"]),
+            input_tokens=int(state["input_tokens"]),
+            output_tokens=int(state["output_tokens"]),
+            messages=int(state["messages"]),
+            created_at=float(state["created_at"]),
+            updated_at=float(state["updated_at"]),
+        )
+    for m in entry["messages"]:
+        if m["seq"] != len(log.messages):
+            raise _Damaged(f"message {m['seq']} out of order")
+        log.messages.append(
+            StoredMessage(
+                seq=int(m["seq"]),
+                role=m["role"],
+                content=m["content"],
+                created_at=float(m["created_at"]),
+            )
+        )
+    for a in entry["approvals"]:
+        log.approvals[a["tool_use_id"]] = ApprovalRecord(
+            session_id=session_id,
+            tool_use_id=a["tool_use_id"],
+            tool=a["tool"],
+            input_hash=a["input_hash"],
+            input=a["input"],
+            in_doubt=bool(a["in_doubt"]),
+            reason=a["reason"],
+            status=ApprovalStatus(a["status"]),
+            requested_at=float(a["requested_at"]),
+            decided_at=a["decided_at"],
+            decided_by=a["decided_by"],
+            used_at=a["used_at"],
+        )
 
 
 def _dumps_file(body: dict[str, Any]) -> bytes:

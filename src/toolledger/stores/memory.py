@@ -6,12 +6,23 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from ..records import EffectRecord
-from .base import InsertEffect, Op
+from ..records import ApprovalRecord, EffectRecord, SessionState, Status, StoredMessage
+from .base import (
+    AppendMessages,
+    InsertEffect,
+    Op,
+    PutSession,
+    UpdateEffect,
+    approval_applies,
+    conflict,
+    effect_applies,
+)
 
 __all__ = ["MemoryBackend"]
 
@@ -21,13 +32,57 @@ _named: dict[str, MemoryBackend] = {}
 _named_lock = threading.Lock()
 
 
+@dataclass
+class SessionData:
+    effects: dict[str, EffectRecord] = field(default_factory=dict)
+    state: SessionState | None = None
+    messages: list[StoredMessage] = field(default_factory=list)
+    approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
+
+
+def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[bool]:
+    """Apply ``ops`` to ``data`` in place, all or nothing for guards. Shared by file backends
+    that hold a session in memory while they rewrite it."""
+    out: list[bool] = []
+    for op in ops:
+        if isinstance(op, (InsertEffect, UpdateEffect)):
+            applied = effect_applies(op, data.effects.get(op.record.tool_use_id))
+            if applied:
+                data.effects[op.record.tool_use_id] = op.record
+        elif isinstance(op, PutSession):
+            current = data.state
+            if op.expect_version is None and current is not None:
+                raise conflict(session_id, "it already exists")
+            if op.expect_version is not None and (
+                current is None or current.version != op.expect_version
+            ):
+                found = "missing" if current is None else f"version {current.version}"
+                raise conflict(session_id, f"expected version {op.expect_version}, {found}")
+            data.state = op.state
+            applied = True
+        elif isinstance(op, AppendMessages):
+            for message in op.messages:
+                if message.seq != len(data.messages):
+                    raise conflict(
+                        session_id, f"message {message.seq} is not next ({len(data.messages)})"
+                    )
+                data.messages.append(message)
+            applied = True
+        else:
+            applied = approval_applies(op, data.approvals.get(op.record.tool_use_id))
+            if applied:
+                data.approvals[op.record.tool_use_id] = op.record
+        out.append(applied)
+    return out
+
+
 class MemoryBackend:
     durable = False
 
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
         self._lock = threading.Lock()
-        self._effects: dict[str, dict[str, EffectRecord]] = {}
+        self._sessions: dict[str, SessionData] = {}
 
     @classmethod
     def open(cls, name: str) -> MemoryBackend:
@@ -43,33 +98,59 @@ class MemoryBackend:
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
     ) -> dict[str, EffectRecord]:
         with self._lock:
-            session = self._effects.get(session_id, {})
+            effects = self._sessions.get(session_id, SessionData()).effects
             if tool_use_ids is None:
-                return dict(session)
-            return {i: session[i] for i in tool_use_ids if i in session}
+                return dict(effects)
+            return {i: effects[i] for i in tool_use_ids if i in effects}
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         with self._lock:
-            session = self._effects.setdefault(session_id, {})
-            out: list[bool] = []
-            for op in ops:
-                current = session.get(op.record.tool_use_id)
-                if isinstance(op, InsertEffect):
-                    applied = current is None
-                else:
-                    applied = (
-                        current is not None
-                        and current.status is op.expect_status
-                        and current.attempt == op.expect_attempt
-                    )
-                if applied:
-                    session[op.record.tool_use_id] = op.record
-                out.append(applied)
+            current = self._sessions.get(session_id, SessionData())
+            # Work on a copy and swap it in: a failed guard leaves nothing half-applied.
+            draft = SessionData(
+                effects=dict(current.effects),
+                state=current.state,
+                messages=list(current.messages),
+                approvals=dict(current.approvals),
+            )
+            out = apply_ops(session_id, draft, ops)
+            self._sessions[session_id] = draft
             return out
+
+    def read_session(self, session_id: str) -> SessionState | None:
+        with self._lock:
+            return self._sessions.get(session_id, SessionData()).state
+
+    def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
+        with self._lock:
+            messages = self._sessions.get(session_id, SessionData()).messages[since:]
+            return copy.deepcopy(messages)  # content is mutable JSON: callers get their own
+
+    def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        with self._lock:
+            chosen = (
+                [self._sessions.get(session_id, SessionData())]
+                if session_id is not None
+                else list(self._sessions.values())
+            )
+            return [a for s in chosen for a in s.approvals.values()]
+
+    def list_sessions(self) -> list[SessionState]:
+        with self._lock:
+            return [s.state for s in self._sessions.values() if s.state is not None]
 
     def session_ids(self) -> list[str]:
         with self._lock:
-            return [s for s, records in self._effects.items() if records]
+            return [k for k, s in self._sessions.items() if s.effects or s.state is not None]
+
+    def in_doubt(self) -> list[EffectRecord]:
+        with self._lock:
+            return [
+                r
+                for s in self._sessions.values()
+                for r in s.effects.values()
+                if r.status is Status.STARTED
+            ]
 
     def close(self) -> None:
         """Nothing to release; a named store keeps its contents until the process ends."""

@@ -13,6 +13,7 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import (
     CorruptLedgerError,
@@ -20,9 +21,16 @@ from ..errors import (
     StoreError,
     StoreUnavailableError,
 )
-from ..records import EffectRecord
+from ..records import ApprovalRecord, EffectRecord, SessionState, StoredMessage
 from . import _sql
-from .base import InsertEffect, Op
+from .base import (
+    AppendMessages,
+    InsertEffect,
+    Op,
+    PutSession,
+    UpdateEffect,
+    conflict,
+)
 
 __all__ = ["SQLiteBackend"]
 
@@ -45,6 +53,45 @@ MIGRATIONS: list[str] = [
         worker      TEXT,
         PRIMARY KEY (session_id, tool_use_id)
     ) WITHOUT ROWID;
+    """,
+    """
+    CREATE TABLE sessions (
+        session_id    TEXT    NOT NULL PRIMARY KEY,
+        status        TEXT    NOT NULL,
+        reason        TEXT,
+        version       INTEGER NOT NULL,
+        turns         INTEGER NOT NULL,
+        input_tokens  INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        messages      INTEGER NOT NULL,
+        created_at    REAL    NOT NULL,
+        updated_at    REAL    NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE messages (
+        session_id TEXT    NOT NULL,
+        seq        INTEGER NOT NULL,
+        role       TEXT    NOT NULL,
+        content    TEXT    NOT NULL,
+        created_at REAL    NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE approvals (
+        session_id   TEXT    NOT NULL,
+        tool_use_id  TEXT    NOT NULL,
+        tool         TEXT    NOT NULL,
+        input_hash   TEXT    NOT NULL,
+        input        TEXT    NOT NULL,
+        in_doubt     INTEGER NOT NULL,
+        reason       TEXT    NOT NULL,
+        status       TEXT    NOT NULL,
+        requested_at REAL    NOT NULL,
+        decided_at   REAL,
+        decided_by   TEXT,
+        used_at      REAL,
+        PRIMARY KEY (session_id, tool_use_id)
+    ) WITHOUT ROWID;
+    -- Only in-doubt records are indexed: the CLI lists them across every session.
+    CREATE INDEX effects_in_doubt ON effects (session_id) WHERE status = 'started';
     """,
 ]
 
@@ -174,13 +221,7 @@ class SQLiteBackend:
                 c = self._conn
                 c.execute("BEGIN IMMEDIATE")
                 try:
-                    out = []
-                    for op in ops:
-                        if isinstance(op, InsertEffect):
-                            cur = c.execute(_sql.INSERT_EFFECT, _sql.insert_params(op))
-                        else:
-                            cur = c.execute(_sql.UPDATE_EFFECT, _sql.update_params(op))
-                        out.append(cur.rowcount == 1)
+                    out = [self._apply_one(session_id, op) for op in ops]
                     c.execute("COMMIT")
                 except BaseException:
                     if c.in_transaction:
@@ -190,13 +231,74 @@ class SQLiteBackend:
             raise translate(exc, self.url, "writing the ledger") from exc
         return out
 
-    def session_ids(self) -> list[str]:
+    def _apply_one(self, session_id: str, op: Op) -> bool:
+        c = self._conn
+        if isinstance(op, InsertEffect):
+            return c.execute(_sql.INSERT_EFFECT, _sql.insert_params(op)).rowcount == 1
+        if isinstance(op, UpdateEffect):
+            return c.execute(_sql.UPDATE_EFFECT, _sql.update_params(op)).rowcount == 1
+        if isinstance(op, PutSession):
+            if op.expect_version is None:
+                done = c.execute(_sql.INSERT_SESSION, _sql.session_params(op.state)).rowcount
+                if done != 1:
+                    raise conflict(session_id, "it already exists")
+            else:
+                done = c.execute(_sql.UPDATE_SESSION, _sql.update_session_params(op)).rowcount
+                if done != 1:
+                    raise conflict(session_id, f"it is not at version {op.expect_version}")
+            return True
+        if isinstance(op, AppendMessages):
+            (last,) = c.execute(_sql.SELECT_LAST_SEQ, (session_id,)).fetchone()
+            expected = 0 if last is None else int(last) + 1
+            if any(m.seq != expected + i for i, m in enumerate(op.messages)):
+                raise conflict(session_id, f"the next message is {expected}")
+            try:
+                c.executemany(
+                    _sql.INSERT_MESSAGE, [_sql.message_params(session_id, m) for m in op.messages]
+                )
+            except sqlite3.IntegrityError:
+                raise conflict(session_id, "a message with that seq exists") from None
+            return True
+        if op.expect_status is None:
+            return c.execute(_sql.INSERT_APPROVAL, _sql.approval_params(op.record)).rowcount == 1
+        return c.execute(_sql.UPDATE_APPROVAL, _sql.update_approval_params(op)).rowcount == 1
+
+    def _query(self, action: str, sql: str, params: tuple[object, ...] = ()) -> list[Any]:
         try:
             with self._lock:
-                rows = self._conn.execute(_sql.SELECT_SESSION_IDS).fetchall()
+                return self._conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise translate(exc, self.url, "listing sessions") from exc
-        return [r[0] for r in rows]
+            raise translate(exc, self.url, action) from exc
+
+    def read_session(self, session_id: str) -> SessionState | None:
+        rows = self._query("reading a session", _sql.SELECT_SESSION, (session_id,))
+        return _sql.row_to_session(rows[0]) if rows else None
+
+    def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
+        rows = self._query("reading a transcript", _sql.SELECT_MESSAGES, (session_id, since))
+        return [_sql.row_to_message(r) for r in rows]
+
+    def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        if session_id is None:
+            rows = self._query("reading approvals", _sql.SELECT_APPROVALS)
+        else:
+            rows = self._query("reading approvals", _sql.SELECT_SESSION_APPROVALS, (session_id,))
+        return [_sql.row_to_approval(r) for r in rows]
+
+    def list_sessions(self) -> list[SessionState]:
+        return [_sql.row_to_session(r) for r in self._query("listing", _sql.SELECT_SESSIONS)]
+
+    def in_doubt(self) -> list[EffectRecord]:
+        rows = self._query("listing in-doubt calls", _sql.SELECT_IN_DOUBT)
+        return [_sql.row_to_record(r) for r in rows]
+
+    def integrity_check(self) -> list[str]:
+        """``PRAGMA integrity_check``: an empty list when the file is sound."""
+        rows = self._query("checking integrity", "PRAGMA integrity_check")
+        return [str(r[0]) for r in rows if r[0] != "ok"]
+
+    def session_ids(self) -> list[str]:
+        return [r[0] for r in self._query("listing sessions", _sql.SELECT_ALL_SESSION_IDS)]
 
     def close(self) -> None:
         with self._lock:

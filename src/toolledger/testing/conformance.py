@@ -19,15 +19,23 @@ from typing import Any
 import pytest
 
 from ..codec import encode_result, input_hash
-from ..errors import InvalidSessionIdError, ToolLedgerError
-from ..records import EffectRecord, Status
+from ..errors import InvalidSessionIdError, SessionConflictError, ToolLedgerError
+from ..records import (
+    ApprovalRecord,
+    ApprovalStatus,
+    EffectRecord,
+    RunStatus,
+    SessionState,
+    Status,
+    StoredMessage,
+)
 from ..runner import run_tool_uses
 from ..stores import Store, open_store
-from ..stores.base import InsertEffect, UpdateEffect
+from ..stores.base import AppendMessages, InsertEffect, PutApproval, PutSession, UpdateEffect
 from ..tools import ToolSet, tool
 from .fakes import Counter
 
-__all__ = ["StoreConformance", "make_record"]
+__all__ = ["StoreConformance", "make_approval", "make_record", "make_state"]
 
 WEIRD_SESSION_IDS = [
     "../../etc/passwd",
@@ -63,6 +71,58 @@ def make_record(
         updated_at=at,
         approved_by=None,
         worker="w1",
+    )
+
+
+def make_state(
+    session_id: str = "s",
+    *,
+    version: int = 1,
+    messages: int = 0,
+    status: RunStatus = RunStatus.RUNNING,
+) -> SessionState:
+    return SessionState(
+        session_id=session_id,
+        status=status,
+        reason=None,
+        version=version,
+        turns=version - 1,
+        input_tokens=10 * version,
+        output_tokens=version,
+        messages=messages,
+        created_at=1_700_000_000.0,
+        updated_at=1_700_000_000.0 + version,
+    )
+
+
+def make_message(seq: int, role: str = "user", content: Any = None) -> StoredMessage:
+    return StoredMessage(
+        seq=seq,
+        role=role,
+        content=content if content is not None else f"message {seq}",
+        created_at=1_700_000_000.0 + seq,
+    )
+
+
+def make_approval(
+    session_id: str = "s",
+    tool_use_id: str = "toolu_1",
+    *,
+    status: ApprovalStatus = ApprovalStatus.PENDING,
+    by: str | None = None,
+) -> ApprovalRecord:
+    return ApprovalRecord(
+        session_id=session_id,
+        tool_use_id=tool_use_id,
+        tool="send_email",
+        input_hash=input_hash({"to": "a@b"}),
+        input={"to": "a@b"},
+        in_doubt=False,
+        reason="'send_email' is high-impact",
+        status=status,
+        requested_at=1_700_000_000.0,
+        decided_at=None if by is None else 1_700_000_100.0,
+        decided_by=by,
     )
 
 
@@ -306,3 +366,97 @@ class StoreConformance:
         if self.durable:
             assert second == first
             assert counter["create_ticket"] == 1
+
+    # -- agent sessions: state, transcript, approvals -------------------------------------------
+
+    def test_a_session_is_created_once(self, store: Store) -> None:
+        backend = store.backend
+        assert backend.read_session("s") is None
+        first = make_state(version=1, messages=1)
+        assert backend.apply("s", [PutSession(first, None), AppendMessages((make_message(0),))])
+        assert backend.read_session("s") == first
+        with pytest.raises(SessionConflictError) as info:
+            backend.apply("s", [PutSession(make_state(version=9), None)])
+        assert info.value.session_id == "s"
+        assert backend.read_session("s") == first
+        assert [s.session_id for s in backend.list_sessions()] == ["s"]
+        assert store.sessions() == ["s"]
+
+    def test_a_checkpoint_is_all_or_nothing(self, store: Store) -> None:
+        backend = store.backend
+        backend.apply(
+            "s",
+            [
+                PutSession(make_state(version=1, messages=1), None),
+                AppendMessages((make_message(0),)),
+            ],
+        )
+        effect = make_record(status=Status.SUCCEEDED, result="done")
+        stale = [
+            InsertEffect(effect),
+            AppendMessages((make_message(1, "assistant"),)),
+            PutSession(make_state(version=2, messages=2), expect_version=7),  # stale worker
+        ]
+        with pytest.raises(SessionConflictError):
+            backend.apply("s", stale)
+        assert backend.read_session("s") == make_state(version=1, messages=1)
+        assert [m.seq for m in backend.read_messages("s")] == [0]
+        assert store.ledger("s").get("toolu_1") is None, "the effect rolled back with the rest"
+        fresh = [*stale[:2], PutSession(make_state(version=2, messages=2), expect_version=1)]
+        assert backend.apply("s", fresh) == [True, True, True]
+        assert backend.read_session("s") == make_state(version=2, messages=2)
+        assert store.ledger("s").get("toolu_1") == effect
+
+    def test_transcripts_are_append_only_and_ordered(self, store: Store, store_url: str) -> None:
+        backend = store.backend
+        content = [
+            {"type": "text", "text": "naïve ✓ \ud800"},
+            {"type": "tool_use", "id": "t", "name": "x", "input": {"deep": [1, {"k": None}]}},
+        ]
+        messages = (make_message(0), make_message(1, "assistant", content), make_message(2))
+        backend.apply("s", [PutSession(make_state(messages=3), None), AppendMessages(messages)])
+        assert backend.read_messages("s") == list(messages)
+        assert backend.read_messages("s", since=2) == [messages[2]]
+        with pytest.raises(SessionConflictError):
+            backend.apply("s", [AppendMessages((make_message(1),))])  # seq 1 is taken
+        with pytest.raises(SessionConflictError):
+            backend.apply("s", [AppendMessages((make_message(5),))])  # a gap
+        store.close()
+        reopened = open_store(store_url)
+        try:
+            assert reopened.backend.read_messages("s") == list(messages)
+        finally:
+            reopened.close()
+
+    def test_read_messages_returns_copies(self, store: Store) -> None:
+        store.backend.apply("s", [AppendMessages((make_message(0, content=[{"a": 1}]),))])
+        got = store.backend.read_messages("s")
+        got[0].content[0]["a"] = 2
+        assert store.backend.read_messages("s")[0].content == [{"a": 1}]
+
+    def test_approvals_are_created_once_and_move_by_compare_and_set(self, store: Store) -> None:
+        backend = store.backend
+        pending = make_approval()
+        assert backend.apply("s", [PutApproval(pending, None)]) == [True]
+        assert backend.apply("s", [PutApproval(make_approval(by="x"), None)]) == [False]
+        approved = make_approval(status=ApprovalStatus.APPROVED, by="ana")
+        wrong = PutApproval(approved, expect_status=ApprovalStatus.APPROVED)
+        assert backend.apply("s", [wrong]) == [False]
+        right = PutApproval(approved, expect_status=ApprovalStatus.PENDING)
+        assert backend.apply("s", [right]) == [True]
+        assert backend.read_approvals("s") == [approved]
+        assert backend.read_approvals() == [approved]
+        backend.apply("t", [PutApproval(make_approval("t"), None)])
+        assert len(backend.read_approvals()) == 2
+        assert backend.read_approvals("nobody") == []
+
+    def test_in_doubt_lists_started_records_of_every_session(self, store: Store) -> None:
+        store.backend.apply("a", [InsertEffect(make_record("a", "t1"))])
+        store.backend.apply(
+            "b", [InsertEffect(make_record("b", "t2", status=Status.SUCCEEDED, result=1))]
+        )
+        store.backend.apply("c", [InsertEffect(make_record("c", "t3"))])
+        assert sorted((r.session_id, r.tool_use_id) for r in store.in_doubt()) == [
+            ("a", "t1"),
+            ("c", "t3"),
+        ]
