@@ -7,6 +7,7 @@ re-exported here; modules with a leading underscore, and names not in ``__all__`
 from __future__ import annotations
 
 from . import approvals
+from .agent import Agent, Run, Usage
 from .approvals import ApprovalRequest, Decision
 from .codec import DEFAULT_MAX_RESULT_BYTES
 from .errors import (
@@ -17,13 +18,24 @@ from .errors import (
     LedgerMismatchError,
     LedgerWriteError,
     MalformedContentError,
+    ModelCallError,
     OutcomeUnknown,
     SchemaVersionError,
+    SessionConflictError,
     StoreError,
     StoreUnavailableError,
     ToolLedgerError,
 )
-from .records import EffectClass, EffectRecord, Status, ToolCall
+from .records import (
+    ApprovalRecord,
+    ApprovalStatus,
+    EffectClass,
+    EffectRecord,
+    RunStatus,
+    SessionState,
+    Status,
+    ToolCall,
+)
 from .runner import arun_tool_uses, run_tool_uses
 from .stores import DEFAULT_STORE_URL, Ledger, Store, open_store
 from .tools import Tool, ToolContext, ToolSet, tool
@@ -33,7 +45,10 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_STORE_URL",
+    "Agent",
+    "ApprovalRecord",
     "ApprovalRequest",
+    "ApprovalStatus",
     "ConfigurationError",
     "CorruptLedgerError",
     "Decision",
@@ -45,8 +60,13 @@ __all__ = [
     "LedgerMismatchError",
     "LedgerWriteError",
     "MalformedContentError",
+    "ModelCallError",
     "OutcomeUnknown",
+    "Run",
+    "RunStatus",
     "SchemaVersionError",
+    "SessionConflictError",
+    "SessionState",
     "Status",
     "Store",
     "StoreError",
@@ -56,6 +76,7 @@ __all__ = [
     "ToolContext",
     "ToolLedgerError",
     "ToolSet",
+    "Usage",
     "__version__",
     "approvals",
     "arun_tool_uses",

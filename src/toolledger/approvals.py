@@ -2,15 +2,40 @@
 
 An approver is any callable ``approve(request) -> bool | Decision`` (or an ``async def``). It is
 asked only after the ledger gate: a call already recorded never asks again (DESIGN.md rule 1).
+
+Built in:
+
+* ``terminal`` — asks on the terminal, showing the tool, its input and whether it is in doubt;
+* ``queue`` — persists the request in the store and answers "pending": an agent run stops with
+  ``awaiting_approval``; a person decides with ``toolledger approve|deny`` (or ``decide``), and the
+  next run proceeds. A decision is bound to (tool_use_id, tool, input hash) and used once.
 """
 
 from __future__ import annotations
 
+import getpass
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ApprovalRequest", "Approver", "Decision"]
+from .errors import ToolLedgerError
+from .records import ApprovalRecord, ApprovalStatus
+from .stores.base import PutApproval
+
+if TYPE_CHECKING:
+    from .stores.base import Ledger, Store
+
+__all__ = [
+    "PENDING",
+    "ApprovalQueue",
+    "ApprovalRequest",
+    "Approver",
+    "Decision",
+    "decide",
+    "pending",
+    "queue",
+    "terminal",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -19,6 +44,7 @@ class ApprovalRequest:
 
     ``in_doubt`` is true when this very call may already have happened (the process died while it
     ran) and the question is whether to run it *again*; ``reason`` says why the approver is asked.
+    ``ledger`` is the session's ledger, for approvers that persist requests.
     """
 
     session_id: str
@@ -28,15 +54,20 @@ class ApprovalRequest:
     in_doubt: bool
     reason: str
     input_hash: str = ""
+    ledger: Ledger | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Decision:
-    """An approver's answer with its author; a plain ``bool`` is accepted too."""
+    """An approver's answer with its author; a plain ``bool`` is accepted too. ``pending``: no
+    answer yet (the request is queued for a person)."""
 
     approved: bool
     by: str | None = None
+    pending: bool = False
 
+
+PENDING = Decision(approved=False, pending=True)
 
 Approver = Callable[[ApprovalRequest], "bool | Decision | Awaitable[bool | Decision]"]
 
@@ -44,8 +75,8 @@ Approver = Callable[[ApprovalRequest], "bool | Decision | Awaitable[bool | Decis
 def normalise(answer: object, approver: object) -> Decision:
     """``True``/``False``/``Decision`` → ``Decision``; anything else is a programming error."""
     if isinstance(answer, Decision):
-        if answer.by is None:
-            return Decision(approved=answer.approved, by=_name_of(approver))
+        if answer.by is None and not answer.pending:
+            return replace(answer, by=_name_of(approver))
         return answer
     if isinstance(answer, bool):
         return Decision(approved=answer, by=_name_of(approver))
@@ -56,3 +87,105 @@ def normalise(answer: object, approver: object) -> Decision:
 
 def _name_of(approver: object) -> str:
     return str(getattr(approver, "__qualname__", None) or type(approver).__name__)
+
+
+def terminal(request: ApprovalRequest) -> Decision:
+    """Ask on this terminal: shows the tool, its input, and whether the call is in doubt."""
+    from .cli.prompts import ask_approval
+
+    approved = ask_approval(request)
+    return Decision(approved=approved, by=f"terminal:{getpass.getuser()}")
+
+
+class ApprovalQueue:
+    """Persist approval requests in the session's store; answer ``PENDING`` until a person
+    decides. Use the ready-made ``toolledger.approvals.queue``."""
+
+    def __call__(self, request: ApprovalRequest) -> Decision:
+        if request.ledger is None:
+            raise ToolLedgerError(
+                "the approval queue needs the request's ledger; it works through "
+                "run_tool_uses and Agent",
+                session_id=request.session_id,
+                tool_use_id=request.tool_use_id,
+            )
+        store = request.ledger.store
+        backend = store.backend
+        current = _find(store, request.session_id, request.tool_use_id)
+        fresh = ApprovalRecord(
+            session_id=request.session_id,
+            tool_use_id=request.tool_use_id,
+            tool=request.tool,
+            input_hash=request.input_hash,
+            input=request.input,
+            in_doubt=request.in_doubt,
+            reason=request.reason,
+            status=ApprovalStatus.PENDING,
+            requested_at=store.clock(),
+        )
+        if current is None:
+            backend.apply(request.session_id, [PutApproval(fresh, None)])
+            return PENDING
+        bound = (
+            current.tool == request.tool
+            and current.input_hash == request.input_hash
+            and current.in_doubt == request.in_doubt
+        )
+        if not bound or current.status is ApprovalStatus.USED:
+            # A decision about another question (other input, or a first run when this is an
+            # in-doubt re-run) or one already spent: this is a new request.
+            backend.apply(request.session_id, [PutApproval(fresh, current.status)])
+            return PENDING
+        if current.status is ApprovalStatus.PENDING:
+            return PENDING
+        used = replace(current, status=ApprovalStatus.USED, used_at=store.clock())
+        (won,) = backend.apply(request.session_id, [PutApproval(used, current.status)])
+        if not won:
+            return PENDING  # decided again or used by someone else meanwhile: ask afresh
+        return Decision(approved=current.status is ApprovalStatus.APPROVED, by=current.decided_by)
+
+
+queue = ApprovalQueue()
+
+
+def _find(store: Store, session_id: str, tool_use_id: str) -> ApprovalRecord | None:
+    found = [a for a in store.backend.read_approvals(session_id) if a.tool_use_id == tool_use_id]
+    return found[0] if found else None
+
+
+def pending(store: Store, session_id: str | None = None) -> list[ApprovalRecord]:
+    """Requests waiting for a person, oldest first."""
+    waiting = [
+        a for a in store.backend.read_approvals(session_id) if a.status is ApprovalStatus.PENDING
+    ]
+    return sorted(waiting, key=lambda a: (a.requested_at, a.session_id, a.tool_use_id))
+
+
+def decide(
+    store: Store, session_id: str, tool_use_id: str, *, approved: bool, by: str
+) -> ApprovalRecord:
+    """Approve or deny a pending request (one compare-and-set). Raises ``ToolLedgerError`` when
+    there is no pending request for that call."""
+    current = _find(store, session_id, tool_use_id)
+    if current is None or current.status is not ApprovalStatus.PENDING:
+        state = "no request" if current is None else f"a request that is {current.status.value}"
+        raise ToolLedgerError(
+            f"there is {state} for {tool_use_id!r} in session {session_id!r}; only a pending "
+            "request can be decided (see `toolledger approvals`)",
+            session_id=session_id,
+            tool_use_id=tool_use_id,
+        )
+    decided = replace(
+        current,
+        status=ApprovalStatus.APPROVED if approved else ApprovalStatus.DENIED,
+        decided_by=by,
+        decided_at=store.clock(),
+    )
+    (won,) = store.backend.apply(session_id, [PutApproval(decided, ApprovalStatus.PENDING)])
+    if not won:
+        raise ToolLedgerError(
+            f"the request for {tool_use_id!r} changed while it was being decided; look again",
+            session_id=session_id,
+            tool_use_id=tool_use_id,
+        )
+    return decided

@@ -10,6 +10,7 @@ ToolLedgerError                      base of everything below
 ├── LedgerMismatchError (ValueError) a tool_use id already recorded with another tool or input
 ├── EffectInProgressError            another worker holds the call and has not finished it
 ├── SessionConflictError             the session moved on since this worker read it
+├── ModelCallError                   the model API failed; the session stays resumable
 ├── StoreError (OSError)             a store could not be read or written
 │   ├── CorruptLedgerError           stored state is damaged; never read as empty
 │   ├── StoreUnavailableError        the database or directory went away
@@ -35,6 +36,7 @@ __all__ = [
     "LedgerMismatchError",
     "LedgerWriteError",
     "MalformedContentError",
+    "ModelCallError",
     "OutcomeUnknown",
     "SchemaVersionError",
     "SessionConflictError",
@@ -116,6 +118,17 @@ class EffectInProgressError(ToolLedgerError):
 class SessionConflictError(ToolLedgerError):
     """A checkpoint found the session changed since this worker read it: another worker runs it
     (or ran it meanwhile). Nothing of the checkpoint was written. Reload before going on."""
+
+
+class ModelCallError(ToolLedgerError):
+    """The model API failed (an HTTP error, a timeout, a dropped connection) after the SDK's own
+    retries. The session is recorded ``failed`` with the reason and resumes on the next run;
+    nothing was lost. ``status_code`` is the HTTP status when there was one; ``__cause__`` the
+    SDK's exception."""
+
+    def __init__(self, message: str, *, session_id: str, status_code: int | None) -> None:
+        super().__init__(message, session_id=session_id)
+        self.status_code = status_code
 
 
 class StoreError(ToolLedgerError, OSError):

@@ -19,26 +19,39 @@ So one non-idempotent call costs two commits (intent, outcome), a safe one costs
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import partial
 from typing import Any
 
 from . import decide
+from ._crash import hit as crash_point
 from .adapters.anthropic import read_tool_uses, tool_result
-from .approvals import ApprovalRequest, Decision, normalise
+from .approvals import ApprovalRequest, Decision
 from .codec import EncodedResult, content_of, encode_result, idempotency_key
+from .drivers import (
+    Alert,
+    AlertHook,
+    Ask,
+    Commit,
+    Failure,
+    Invoke,
+    IOContext,
+    ReadEffects,
+    Request,
+    adrive,
+    drive,
+)
 from .errors import (
     ConfigurationError,
     EffectInProgressError,
     LedgerMismatchError,
     LedgerWriteError,
     OutcomeUnknown,
+    SessionConflictError,
     StoreError,
+    ToolLedgerError,
 )
 from .records import EffectRecord, Status, ToolCall
 from .stores.base import InsertEffect, Ledger, Op, UpdateEffect
@@ -47,8 +60,6 @@ from .tools import InputError, Tool, ToolContext, ToolSet
 __all__ = ["Disposition", "arun_tool_uses", "run_tool_uses"]
 
 logger = logging.getLogger("toolledger")
-
-AlertHook = Callable[[LedgerWriteError], Any]
 
 
 class Disposition(StrEnum):
@@ -61,6 +72,7 @@ class Disposition(StrEnum):
     REJECTED = "rejected"  # unknown tool or bad input; nothing ran
     IN_DOUBT = "in_doubt"  # may have happened; a person must resolve it
     NOT_EXECUTED = "not_executed"  # the ledger could not record the intent; nothing ran
+    AWAITING_APPROVAL = "awaiting_approval"  # queued for a person; nothing ran yet
 
 
 @dataclass(slots=True)
@@ -80,7 +92,7 @@ class CallOutcome:
 @dataclass(slots=True)
 class Batch:
     outcomes: list[CallOutcome]
-    commit_error: StoreError | None = None  # the final commit (with ``tail``) failed
+    commit_error: ToolLedgerError | None = None  # the final commit (with ``tail``) failed
 
     @property
     def results(self) -> list[dict[str, Any]]:
@@ -91,44 +103,7 @@ class Batch:
         return [o.alert for o in self.outcomes if o.alert is not None]
 
 
-# -- requests the generator yields ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Read:
-    tool_use_ids: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class _Commit:
-    ops: list[Op]
-
-
-@dataclass(frozen=True, slots=True)
-class _Ask:
-    request: ApprovalRequest
-
-
-@dataclass(frozen=True, slots=True)
-class _Invoke:
-    fn: Callable[[], Any]
-    is_async: bool
-
-
-@dataclass(frozen=True, slots=True)
-class _Alert:
-    alert: LedgerWriteError
-
-
-@dataclass(frozen=True, slots=True)
-class _Failure:
-    """An exception raised while carrying out a request, handed back to the generator."""
-
-    exc: Exception
-
-
-_Request = _Read | _Commit | _Ask | _Invoke | _Alert
-_Gen = Generator[_Request, Any, Batch]
+_Gen = Generator[Request, Any, "Batch"]
 
 
 @dataclass(slots=True)
@@ -150,11 +125,23 @@ class _Buffer:
 @dataclass(frozen=True, slots=True)
 class _Env:
     tools: ToolSet
-    session_id: str
-    worker: str
-    clock: Callable[[], float]
-    url: str
+    ledger: Ledger
     can_ask: bool
+
+    @property
+    def session_id(self) -> str:
+        return self.ledger.session_id
+
+    @property
+    def worker(self) -> str:
+        return self.ledger.store.worker_id
+
+    @property
+    def url(self) -> str:
+        return self.ledger.store.url
+
+    def clock(self) -> float:
+        return self.ledger.store.clock()
 
 
 # -- the sequence, once --------------------------------------------------------------------------
@@ -165,7 +152,7 @@ def _process(
     env: _Env,
     tail: Callable[[list[CallOutcome]], Sequence[Op]] | None,
 ) -> _Gen:
-    found: dict[str, EffectRecord] = yield _Read([c.tool_use_id for c in calls])
+    found: dict[str, EffectRecord] = yield ReadEffects([c.tool_use_id for c in calls])
     for call in calls:  # rule 7, checked for the whole message before anything runs
         record = found.get(call.tool_use_id)
         why = decide.mismatch(record, call) if record is not None else None
@@ -193,20 +180,20 @@ def _process(
 
 @dataclass(frozen=True, slots=True)
 class _Flushed:
-    error: StoreError | None  # the commit failed: nothing in it landed
+    error: ToolLedgerError | None  # the commit failed: nothing in it landed
     extra_applied: list[bool]  # per op of ``extra``: did its condition hold
 
 
-def _flush(buf: _Buffer, env: _Env, extra: list[Op]) -> Generator[_Request, Any, _Flushed]:
+def _flush(buf: _Buffer, env: _Env, extra: list[Op]) -> Generator[Request, Any, _Flushed]:
     """Commit the buffered writes plus ``extra`` in one transaction.
 
     A recorded effect whose write did not land raises an alert (rule 4): it happened, and only a
     person can now say so for sure.
     """
     items, buf.items = buf.items, []
-    answer = yield _Commit([i.op for i in items] + extra)
-    error = answer.exc if isinstance(answer, _Failure) else None
-    if error is not None and not isinstance(error, StoreError):
+    answer = yield Commit([i.op for i in items] + extra)
+    error = answer.exc if isinstance(answer, Failure) else None
+    if error is not None and not isinstance(error, (StoreError, SessionConflictError)):
         raise error
     everything: list[bool] = [False] * (len(items) + len(extra)) if error is not None else answer
     applied = everything[: len(items)]
@@ -234,7 +221,11 @@ def _flush(buf: _Buffer, env: _Env, extra: list[Op]) -> Generator[_Request, Any,
             url=env.url,
         )
         item.outcome.alert = alert
-        yield _Alert(alert)
+        yield Alert(alert)
+    if error is None and any(
+        ok and i.outcome is not None for i, ok in zip(items, applied, strict=True)
+    ):
+        crash_point("after_record")
     return _Flushed(error, everything[len(items) :])
 
 
@@ -283,7 +274,7 @@ def _replayed(call: ToolCall, record: EffectRecord) -> CallOutcome:
 
 def _one(
     call: ToolCall, record: EffectRecord | None, env: _Env, buf: _Buffer
-) -> Generator[_Request, Any, CallOutcome]:
+) -> Generator[Request, Any, CallOutcome]:
     tool = env.tools.get(call.name)
     kwargs: dict[str, Any] = {}
     input_error = None
@@ -332,8 +323,17 @@ def _one(
                 in_doubt=action.in_doubt,
                 reason=action.reason,
                 input_hash=call.input_hash,
+                ledger=env.ledger,
             )
-            decision: Decision = yield _Ask(request)
+            decision: Decision = yield Ask(request)
+            if decision.pending:
+                return CallOutcome(
+                    call,
+                    Disposition.AWAITING_APPROVAL,
+                    f"awaiting approval: {call.name!r} is queued for a person to decide; "
+                    "not executed yet.",
+                    is_error=True,
+                )
             if decision.approved:
                 approved_by = decision.by
                 action = decide.Run(in_doubt=action.in_doubt)
@@ -364,8 +364,8 @@ def _one(
                 yield from _flush(buf, env, [])
             assert record is not None
             ctx = _context(env, call, in_doubt=True, attempt=record.attempt)
-            answer = yield _Invoke(tool.check_invocation(kwargs, ctx), tool.check_is_async)
-            if isinstance(answer, _Failure):
+            answer = yield Invoke(tool.check_invocation(kwargs, ctx), tool.check_is_async)
+            if isinstance(answer, Failure):
                 return CallOutcome(
                     call,
                     Disposition.IN_DOUBT,
@@ -436,7 +436,7 @@ def _run(
     approved_by: str | None,
     env: _Env,
     buf: _Buffer,
-) -> Generator[_Request, Any, CallOutcome]:
+) -> Generator[Request, Any, CallOutcome]:
     attempt = _attempt(record) + 1
     if tool.needs_intent:
         intent = _record(
@@ -458,7 +458,7 @@ def _run(
             )
         if not flushed.extra_applied[0]:
             # Someone else wrote this call's record since we read it: another worker.
-            now_found: dict[str, EffectRecord] = yield _Read([call.tool_use_id])
+            now_found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
             current = now_found.get(call.tool_use_id)
             if current is not None and current.status.terminal:
                 return _replayed(call, current)
@@ -471,11 +471,13 @@ def _run(
                 holder=current.worker if current else None,
             )
         record = intent
+        crash_point("after_intent")
     elif buf.urgent:
         yield from _flush(buf, env, [])
     ctx = _context(env, call, in_doubt=in_doubt, attempt=attempt)
-    answer = yield _Invoke(tool.invocation(kwargs, ctx), tool.is_async)
-    if isinstance(answer, _Failure):
+    answer = yield Invoke(tool.invocation(kwargs, ctx), tool.is_async)
+    crash_point("before_record")
+    if isinstance(answer, Failure):
         exc = answer.exc
         if isinstance(exc, OutcomeUnknown) and tool.needs_intent:
             # The intent stays: the call is in doubt until someone (or a later check) decides.
@@ -514,135 +516,32 @@ def _run(
     return outcome
 
 
-# -- drivers -------------------------------------------------------------------------------------
+# -- public entry points -----------------------------------------------------------------------
+
+
+def process_batch(
+    calls: list[ToolCall],
+    tools: ToolSet,
+    ledger: Ledger,
+    *,
+    can_ask: bool,
+    tail: Callable[[list[CallOutcome]], Sequence[Op]] | None = None,
+) -> _Gen:
+    """The generator behind ``run_tool_uses`` (the agent drives it with a ``tail``: the
+    checkpoint that commits together with the batch's last outcome)."""
+    return _process(calls, _Env(tools=tools, ledger=ledger, can_ask=can_ask), tail)
 
 
 def _prepare(
-    content: Any, tools: ToolSet | Sequence[Any], ledger: Ledger, approve: Any
-) -> tuple[list[ToolCall], _Env]:
+    content: Any, tools: ToolSet | Sequence[Any], ledger: Ledger
+) -> tuple[list[ToolCall], ToolSet]:
     if not isinstance(ledger, Ledger):
         raise ConfigurationError(
             f"ledger= must be a toolledger Ledger (store.ledger(session_id)), not "
             f"{type(ledger).__name__}"
         )
     toolset = tools if isinstance(tools, ToolSet) else ToolSet(tools)
-    env = _Env(
-        tools=toolset,
-        session_id=ledger.session_id,
-        worker=ledger.store.worker_id,
-        clock=ledger.store.clock,
-        url=ledger.store.url,
-        can_ask=approve is not None,
-    )
-    return read_tool_uses(content), env
-
-
-def _emit(alert: LedgerWriteError, on_alert: AlertHook | None) -> Any:
-    logger.error("toolledger alert: %s", alert.message, extra={"toolledger": alert.as_dict()})
-    return on_alert(alert) if on_alert is not None else None
-
-
-def _call_sync(fn: Callable[[], Any]) -> Any:
-    value = fn()
-    if inspect.isawaitable(value):
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(_await(value))
-        if inspect.iscoroutine(value):
-            value.close()
-        raise ConfigurationError(
-            "an async tool, check or approver was called from run_tool_uses inside a running "
-            "event loop; use `await arun_tool_uses(...)` there"
-        )
-    return value
-
-
-async def _await(value: Awaitable[Any]) -> Any:
-    return await value
-
-
-def drive(gen: _Gen, ledger: Ledger, approve: Any, on_alert: AlertHook | None) -> Batch:
-    """Carry out the generator's requests synchronously."""
-    backend = ledger.store.backend
-    answer: Any = None
-    while True:
-        try:
-            request = gen.send(answer)
-        except StopIteration as stop:
-            batch: Batch = stop.value
-            return batch
-        if isinstance(request, _Read):
-            answer = backend.read_effects(ledger.session_id, request.tool_use_ids)
-        elif isinstance(request, _Commit):
-            try:
-                answer = backend.apply(ledger.session_id, request.ops)
-            except StoreError as exc:
-                answer = _Failure(exc)
-        elif isinstance(request, _Invoke):
-            try:
-                answer = _call_sync(request.fn)
-            except Exception as exc:
-                answer = _Failure(exc)
-        elif isinstance(request, _Ask):
-            answer = normalise(_call_sync(partial(approve, request.request)), approve)
-        else:
-            _call_sync(partial(_emit, request.alert, on_alert))
-            answer = None
-
-
-def _is_async(fn: Any) -> bool:
-    """An ``async def`` function, or an object whose ``__call__`` is one."""
-    call = getattr(type(fn), "__call__", None)  # noqa: B004 - the method, not callability
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
-
-
-async def _acall(fn: Callable[[], Any], is_async: bool) -> Any:
-    value = await asyncio.to_thread(fn) if not is_async else fn()
-    if inspect.isawaitable(value):
-        value = await value
-    return value
-
-
-async def adrive(gen: _Gen, ledger: Ledger, approve: Any, on_alert: AlertHook | None) -> Batch:
-    """Carry out the generator's requests on the event loop (the async twin of ``drive``)."""
-    backend = ledger.store.async_backend
-    answer: Any = None
-    while True:
-        try:
-            request = gen.send(answer)
-        except StopIteration as stop:
-            batch: Batch = stop.value
-            return batch
-        if isinstance(request, _Read):
-            answer = await backend.read_effects(ledger.session_id, request.tool_use_ids)
-        elif isinstance(request, _Commit):
-            try:
-                answer = await backend.apply(ledger.session_id, request.ops)
-            except StoreError as exc:
-                answer = _Failure(exc)
-        elif isinstance(request, _Invoke):
-            try:
-                answer = await _acall(request.fn, request.is_async)
-            except Exception as exc:
-                answer = _Failure(exc)
-        elif isinstance(request, _Ask):
-            call = partial(approve, request.request)
-            answer = normalise(await _acall(call, _is_async(approve)), approve)
-        else:
-            await _acall(partial(_emit, request.alert, on_alert), _is_async(on_alert))
-            answer = None
-
-
-def process_batch(
-    content: Any,
-    tools: ToolSet | Sequence[Any],
-    ledger: Ledger,
-    approve: Any,
-    tail: Callable[[list[CallOutcome]], Sequence[Op]] | None = None,
-) -> _Gen:
-    calls, env = _prepare(content, tools, ledger, approve)
-    return _process(calls, env, tail)
+    return read_tool_uses(content), toolset
 
 
 def run_tool_uses(
@@ -668,8 +567,12 @@ def run_tool_uses(
     tool succeeded is *not* raised: the real result is returned and the alert goes to the
     ``toolledger`` logger and ``on_alert``.
     """
-    gen = process_batch(content, tools, ledger, approve)
-    return drive(gen, ledger, approve, on_alert).results
+    calls, toolset = _prepare(content, tools, ledger)
+    gen = process_batch(calls, toolset, ledger, can_ask=approve is not None)
+    io = IOContext(
+        store=ledger.store, session_id=ledger.session_id, approve=approve, on_alert=on_alert
+    )
+    return drive(gen, io).results
 
 
 async def arun_tool_uses(
@@ -682,5 +585,9 @@ async def arun_tool_uses(
 ) -> list[dict[str, Any]]:
     """The async twin of ``run_tool_uses``: same rules, same results. ``async def`` tools,
     checks and approvers are awaited; plain ones run in a worker thread."""
-    gen = process_batch(content, tools, ledger, approve)
-    return (await adrive(gen, ledger, approve, on_alert)).results
+    calls, toolset = _prepare(content, tools, ledger)
+    gen = process_batch(calls, toolset, ledger, can_ask=approve is not None)
+    io = IOContext(
+        store=ledger.store, session_id=ledger.session_id, approve=approve, on_alert=on_alert
+    )
+    return (await adrive(gen, io)).results

@@ -6,14 +6,16 @@ nothing from the SDK.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ..codec import input_hash
 from ..errors import MalformedContentError
-from ..records import ToolCall
+from ..records import StoredMessage, ToolCall
 
-__all__ = ["read_tool_uses", "tool_result"]
+__all__ = ["AnthropicProvider", "ModelTurn", "merged", "read_tool_uses", "tool_result"]
 
 
 def _field(block: Any, name: str) -> Any:
@@ -89,3 +91,127 @@ def tool_result(tool_use_id: str, content: str, *, is_error: bool) -> dict[str, 
     if is_error:
         out["is_error"] = True
     return out
+
+
+# -- the agent's provider: requests, responses, transcripts --------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTurn:
+    """One model response, reduced to what the agent stores and decides on."""
+
+    content: list[dict[str, Any]]
+    stop_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    calls: list[ToolCall]
+
+
+class AnthropicProvider:
+    """The Messages API: ``client`` is ``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``
+    (or anything with the same ``messages.create``)."""
+
+    name = "anthropic"
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.is_async = inspect.iscoroutinefunction(client.messages.create)
+
+    # calling
+
+    def create(self, kwargs: dict[str, Any]) -> Any:
+        return self.client.messages.create(**kwargs)
+
+    async def acreate(self, kwargs: dict[str, Any]) -> Any:
+        return await self.client.messages.create(**kwargs)
+
+    def is_api_error(self, exc: BaseException) -> bool:
+        """An error of the API (HTTP status, timeout, connection), not of our own code."""
+        try:
+            import anthropic
+        except ImportError:  # a duck-typed client without the SDK
+            return False
+        return isinstance(exc, anthropic.APIError)
+
+    # shapes
+
+    def request(
+        self,
+        *,
+        model: str,
+        max_tokens: int,
+        system: str | None,
+        tools: list[dict[str, Any]],
+        messages: list[StoredMessage],
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "max_tokens": max_tokens,
+            "messages": merged(messages),
+        }
+        if tools:
+            kwargs["tools"] = tools
+        if system:
+            kwargs["system"] = system
+        return kwargs
+
+    def read_response(self, response: Any) -> ModelTurn:
+        content = [_plain(block) for block in _field(response, "content") or []]
+        usage = _field(response, "usage")
+        return ModelTurn(
+            content=content,
+            stop_reason=_field(response, "stop_reason"),
+            input_tokens=int(_field(usage, "input_tokens") or 0) if usage is not None else 0,
+            output_tokens=int(_field(usage, "output_tokens") or 0) if usage is not None else 0,
+            calls=read_tool_uses(content),
+        )
+
+    def tool_calls(self, content: Any) -> list[ToolCall]:
+        return read_tool_uses(content) if isinstance(content, list) else []
+
+    def prompt_content(self, prompt: str) -> Any:
+        return prompt
+
+    def prompt_text(self, content: Any) -> str | None:
+        """The prompt a user message holds, or ``None`` for a tool_result message."""
+        if isinstance(content, str):
+            return content
+        texts = [b.get("text", "") for b in content if b.get("type") == "text"]
+        has_results = any(b.get("type") == "tool_result" for b in content)
+        return None if has_results or not texts else "\n".join(texts)
+
+    def results_content(self, results: list[dict[str, Any]]) -> Any:
+        return results
+
+    def final_text(self, content: Any) -> str:
+        if isinstance(content, str):
+            return content
+        return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
+def _plain(block: Any) -> dict[str, Any]:
+    """An SDK content block as the plain JSON the API accepts back."""
+    if isinstance(block, dict):
+        return dict(block)
+    dump = getattr(block, "model_dump", None)
+    if callable(dump):
+        out: dict[str, Any] = dump(mode="json", exclude_none=True)
+        return out
+    raise MalformedContentError(f"cannot read content block {block!r:.200}")
+
+
+def merged(messages: list[StoredMessage]) -> list[dict[str, Any]]:
+    """The transcript as the Messages API wants it: consecutive messages of one role become one
+    (the tool_result message and a following prompt are sent as a single user turn, results
+    first)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if out and out[-1]["role"] == m.role:
+            out[-1]["content"] = _blocks(out[-1]["content"]) + _blocks(m.content)
+        else:
+            out.append({"role": m.role, "content": m.content})
+    return out
+
+
+def _blocks(content: Any) -> list[Any]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)

@@ -31,7 +31,14 @@ from ..records import (
 )
 from ..runner import run_tool_uses
 from ..stores import Store, open_store
-from ..stores.base import AppendMessages, InsertEffect, PutApproval, PutSession, UpdateEffect
+from ..stores.base import (
+    AppendMessages,
+    InsertEffect,
+    Op,
+    PutApproval,
+    PutSession,
+    UpdateEffect,
+)
 from ..tools import ToolSet, tool
 from .fakes import Counter
 
@@ -392,7 +399,7 @@ class StoreConformance:
             ],
         )
         effect = make_record(status=Status.SUCCEEDED, result="done")
-        stale = [
+        stale: list[Op] = [
             InsertEffect(effect),
             AppendMessages((make_message(1, "assistant"),)),
             PutSession(make_state(version=2, messages=2), expect_version=7),  # stale worker

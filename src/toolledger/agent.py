@@ -1,0 +1,402 @@
+"""``Agent``: the durable agent loop — killed at any instant, resumed, nothing done twice.
+
+One turn, and what is durable when:
+
+1. call the model;
+2. **checkpoint A** — the assistant message (and so its tool_use ids, which exist only in this
+   response) and the turn's counters, in one transaction. A crash before it loses nothing that
+   matters: no tool ran, and the model is simply asked again;
+3. ``run_tool_uses`` — intents before unsafe tools, outcomes the instant they return;
+4. **checkpoint B** — the tool_result message, in the same transaction as the turn's last outcome.
+
+So a turn with one non-idempotent call costs 3 durable writes (A, intent, outcome+B) and a turn
+whose calls are safe to re-run costs 2 (A, outcome+B); the final turn, with no tool call, costs 1.
+
+Resuming reads the transcript: a last assistant message with tool_use blocks is a turn whose tools
+are *pending*. They go through the ledger again — recorded ones answer from it, never-started
+ones run, in-doubt ones follow DESIGN.md rule 6 — and every tool_use gets exactly one tool_result,
+first in the next user message. A call nobody can settle stops the run with ``needs_attention``
+*before* anything is sent to the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ._crash import hit as crash_point
+from .adapters.anthropic import AnthropicProvider
+from .drivers import (
+    AlertHook,
+    CallModel,
+    Commit,
+    Failure,
+    IOContext,
+    ReadMessages,
+    ReadSession,
+    Request,
+    adrive,
+    drive,
+)
+from .errors import ConfigurationError, LedgerWriteError, ModelCallError
+from .records import RunStatus, SessionState, StoredMessage
+from .runner import Batch, CallOutcome, Disposition, process_batch
+from .stores.base import AppendMessages, Op, PutSession, Store, check_session_id
+from .tools import ToolSet
+
+__all__ = ["Agent", "Run", "Usage"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    """Where a session stands after ``Agent.run``.
+
+    ``status`` says whether it finished (``completed``), needs a person (``needs_attention``,
+    ``awaiting_approval``) or stopped (``max_turns``); ``reason`` says why in words.
+    ``messages`` is the whole transcript (``{"role", "content"}`` dicts); ``alerts`` the ledger
+    alerts raised during this run.
+    """
+
+    session_id: str
+    status: RunStatus
+    reason: str | None
+    turns: int
+    usage: Usage
+    messages: list[dict[str, Any]]
+    final_text: str = ""
+    alerts: tuple[LedgerWriteError, ...] = field(default=())
+
+
+@dataclass(slots=True)
+class _Session:
+    """The loop's view of one session: its state and transcript, as last committed."""
+
+    state: SessionState
+    messages: list[StoredMessage]
+
+
+class Agent:
+    """A tool-using agent whose every step is checkpointed in ``store``.
+
+    ``client`` is ``anthropic.Anthropic`` (use ``run``) or ``anthropic.AsyncAnthropic`` (use
+    ``await arun``). ``approve`` is asked before high-impact calls (see ``toolledger.approvals``);
+    ``on_alert`` receives ledger alerts. ``max_turns`` bounds the model calls of one ``run``.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: Any,
+        model: str,
+        tools: ToolSet | Sequence[Any],
+        store: Store,
+        approve: Any = None,
+        system: str | None = None,
+        max_turns: int = 20,
+        max_tokens: int = 4096,
+        on_alert: AlertHook | None = None,
+    ) -> None:
+        if not isinstance(store, Store):
+            raise ConfigurationError("store= must be a toolledger Store (toolledger.open_store)")
+        if max_turns < 1 or max_tokens < 1:
+            raise ConfigurationError("max_turns and max_tokens must be positive")
+        self.provider = AnthropicProvider(client)
+        self.model = model
+        self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
+        self.store = store
+        self.approve = approve
+        self.system = system
+        self.max_turns = max_turns
+        self.max_tokens = max_tokens
+        self.on_alert = on_alert
+
+    # -- entry points ----------------------------------------------------------------------------
+
+    def run(self, *, session: str, prompt: str | None = None) -> Run:
+        """Start ``session`` with ``prompt``, or resume it if it exists.
+
+        An unfinished session resumes where it stopped (``prompt`` may repeat the one that
+        started it, and is not appended twice). A completed one continues the conversation with
+        a new ``prompt``; repeating its last prompt returns it as it is. Raises
+        ``ModelCallError`` when the model API fails (the session stays resumable),
+        ``StoreError`` when the store does, ``SessionConflictError`` when another worker moved
+        the session on.
+        """
+        if self.provider.is_async:
+            raise ConfigurationError("this Agent has an async client: use `await agent.arun(...)`")
+        return drive(self._loop(check_session_id(session), prompt), self._io(session))
+
+    async def arun(self, *, session: str, prompt: str | None = None) -> Run:
+        """The async twin of ``run``."""
+        if not self.provider.is_async:
+            raise ConfigurationError("this Agent has a sync client: use `agent.run(...)`")
+        return await adrive(self._loop(check_session_id(session), prompt), self._io(session))
+
+    def _io(self, session: str) -> IOContext:
+        return IOContext(
+            store=self.store,
+            session_id=session,
+            approve=self.approve,
+            on_alert=self.on_alert,
+            model=self.provider,
+        )
+
+    # -- the loop, once --------------------------------------------------------------------------
+
+    def _loop(self, sid: str, prompt: str | None) -> Generator[Request, Any, Run]:
+        s = yield from self._open(sid, prompt)
+        if s is None:
+            return (yield from self._result(sid, ()))
+        alerts: list[LedgerWriteError] = []
+        calls_left = self.max_turns
+        while True:
+            last = s.messages[-1]
+            if last.role == "assistant":
+                if not self.provider.tool_calls(last.content):
+                    if s.state.status is not RunStatus.COMPLETED:
+                        s = yield from self._set_status(s, RunStatus.COMPLETED, None)
+                    return self._finish(s, alerts)
+                s, stop = yield from self._run_tools(s, alerts)
+                if stop:
+                    return self._finish(s, alerts)
+                continue
+            if calls_left == 0:
+                reason = f"stopped after {self.max_turns} model calls (max_turns)"
+                s = yield from self._set_status(s, RunStatus.MAX_TURNS, reason)
+                return self._finish(s, alerts)
+            calls_left -= 1
+            s = yield from self._call_model(s)
+
+    def _open(self, sid: str, prompt: str | None) -> Generator[Request, Any, _Session | None]:
+        """Load the session, creating it or appending ``prompt`` as the rules say. ``None``:
+        there is nothing to do (a completed session, asked its own last prompt again)."""
+        state: SessionState | None = yield ReadSession()
+        now = self.store.clock()
+        if state is None:
+            if prompt is None:
+                raise ConfigurationError(
+                    f"session {sid!r} does not exist; give a prompt to start it"
+                )
+            first = StoredMessage(
+                seq=0, role="user", content=self.provider.prompt_content(prompt), created_at=now
+            )
+            state = SessionState(
+                session_id=sid,
+                status=RunStatus.RUNNING,
+                version=1,
+                messages=1,
+                created_at=now,
+                updated_at=now,
+            )
+            yield from self._commit(sid, [PutSession(state, None), AppendMessages((first,))])
+            return _Session(state, [first])
+        s = _Session(state, (yield ReadMessages(0)))
+        if prompt is None or prompt == self._last_prompt(s):
+            if state.status is RunStatus.COMPLETED:
+                return None
+            return s
+        if not state.status.finished:
+            why = state.reason or "it was interrupted"
+            raise ConfigurationError(
+                f"session {sid!r} is unfinished ({state.status.value}: {why}). Resume it first "
+                "— agent.run(session=...) with no prompt or its own prompt — then send the new "
+                "prompt."
+            )
+        message = StoredMessage(
+            seq=len(s.messages),
+            role="user",
+            content=self.provider.prompt_content(prompt),
+            created_at=now,
+        )
+        new = self._advance(s.state, status=RunStatus.RUNNING, reason=None, messages=1)
+        yield from self._commit(sid, [AppendMessages((message,)), PutSession(new, state.version)])
+        return _Session(new, [*s.messages, message])
+
+    def _call_model(self, s: _Session) -> Generator[Request, Any, _Session]:
+        kwargs = self.provider.request(
+            model=self.model,
+            max_tokens=self.max_tokens,
+            system=self.system,
+            tools=self.tools.to_anthropic(),
+            messages=s.messages,
+        )
+        answer = yield CallModel(kwargs)
+        if isinstance(answer, Failure):
+            if not self.provider.is_api_error(answer.exc):
+                raise answer.exc
+            reason = f"model API error: {answer.exc}"
+            yield from self._set_status(s, RunStatus.FAILED, reason)
+            raise ModelCallError(
+                f"the model API failed for session {s.state.session_id!r}: {answer.exc}. The "
+                "session is saved; run it again to retry.",
+                session_id=s.state.session_id,
+                status_code=getattr(answer.exc, "status_code", None),
+            ) from answer.exc
+        turn = self.provider.read_response(answer)
+        message = StoredMessage(
+            seq=len(s.messages),
+            role="assistant",
+            content=turn.content,
+            created_at=self.store.clock(),
+        )
+        new = self._advance(
+            s.state,
+            status=RunStatus.RUNNING if turn.calls else RunStatus.COMPLETED,
+            reason=None,
+            messages=1,
+            turns=1,
+            input_tokens=turn.input_tokens,
+            output_tokens=turn.output_tokens,
+        )
+        # Checkpoint A: the tool_use ids exist only in this response; they are durable before
+        # any tool runs.
+        yield from self._commit(
+            s.state.session_id, [AppendMessages((message,)), PutSession(new, s.state.version)]
+        )
+        crash_point("after_checkpoint_a")
+        return _Session(new, [*s.messages, message])
+
+    def _run_tools(
+        self, s: _Session, alerts: list[LedgerWriteError]
+    ) -> Generator[Request, Any, tuple[_Session, bool]]:
+        """Run (or reconcile) the pending calls of the last assistant message; commit
+        checkpoint B with the last outcome. Returns the session and whether to stop."""
+        last = s.messages[-1]
+        calls = self.provider.tool_calls(last.content)
+        committed: list[_Session] = []
+
+        def checkpoint_b(outcomes: list[CallOutcome]) -> list[Op]:
+            stop = _stop_reason(outcomes, s.state.session_id)
+            if stop is not None:
+                new = self._advance(s.state, status=stop[0], reason=stop[1])
+                committed.append(_Session(new, s.messages))
+                return [PutSession(new, s.state.version)]
+            results = StoredMessage(
+                seq=len(s.messages),
+                role="user",
+                content=self.provider.results_content([o.to_block() for o in outcomes]),
+                created_at=self.store.clock(),
+            )
+            new = self._advance(s.state, status=RunStatus.RUNNING, reason=None, messages=1)
+            committed.append(_Session(new, [*s.messages, results]))
+            return [AppendMessages((results,)), PutSession(new, s.state.version)]
+
+        ledger = self.store.ledger(s.state.session_id)
+        batch: Batch = yield from process_batch(
+            calls, self.tools, ledger, can_ask=self.approve is not None, tail=checkpoint_b
+        )
+        alerts.extend(batch.alerts)
+        if batch.commit_error is not None:
+            raise batch.commit_error
+        (s,) = committed
+        if s.state.status is not RunStatus.RUNNING:
+            return s, True
+        crash_point("after_checkpoint_b")
+        if batch.alerts:
+            # The model has the real results; the ledger does not. A person must look before
+            # the agent goes on building on an effect the ledger cannot vouch for.
+            reason = "; ".join(a.message for a in batch.alerts)
+            s = yield from self._set_status(s, RunStatus.NEEDS_ATTENTION, reason)
+            return s, True
+        return s, False
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _advance(
+        self,
+        state: SessionState,
+        *,
+        status: RunStatus,
+        reason: str | None,
+        messages: int = 0,
+        turns: int = 0,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> SessionState:
+        return replace(
+            state,
+            status=status,
+            reason=reason,
+            version=state.version + 1,
+            messages=state.messages + messages,
+            turns=state.turns + turns,
+            input_tokens=state.input_tokens + input_tokens,
+            output_tokens=state.output_tokens + output_tokens,
+            updated_at=self.store.clock(),
+        )
+
+    def _set_status(
+        self, s: _Session, status: RunStatus, reason: str | None
+    ) -> Generator[Request, Any, _Session]:
+        new = self._advance(s.state, status=status, reason=reason)
+        yield from self._commit(s.state.session_id, [PutSession(new, s.state.version)])
+        return _Session(new, s.messages)
+
+    def _commit(self, sid: str, ops: list[Op]) -> Generator[Request, Any, list[bool]]:
+        answer = yield Commit(ops)
+        if isinstance(answer, Failure):
+            raise answer.exc
+        applied: list[bool] = answer
+        return applied
+
+    def _last_prompt(self, s: _Session) -> str | None:
+        for m in reversed(s.messages):
+            if m.role == "user":
+                text = self.provider.prompt_text(m.content)
+                if text is not None:
+                    return text
+        return None
+
+    def _finish(self, s: _Session, alerts: list[LedgerWriteError]) -> Run:
+        state = s.state
+        final = next(
+            (
+                self.provider.final_text(m.content)
+                for m in reversed(s.messages)
+                if m.role == "assistant"
+            ),
+            "",
+        )
+        return Run(
+            session_id=state.session_id,
+            status=state.status,
+            reason=state.reason,
+            turns=state.turns,
+            usage=Usage(input_tokens=state.input_tokens, output_tokens=state.output_tokens),
+            messages=[{"role": m.role, "content": m.content} for m in s.messages],
+            final_text=final,
+            alerts=tuple(alerts),
+        )
+
+    def _result(self, sid: str, alerts: Sequence[LedgerWriteError]) -> Generator[Request, Any, Run]:
+        state: SessionState = yield ReadSession()
+        messages: list[StoredMessage] = yield ReadMessages(0)
+        return self._finish(_Session(state, messages), list(alerts))
+
+
+def _stop_reason(outcomes: list[CallOutcome], sid: str) -> tuple[RunStatus, str] | None:
+    """Why checkpoint B must not be written yet: a call is in doubt or awaits approval."""
+    doubt = [o for o in outcomes if o.disposition is Disposition.IN_DOUBT]
+    if doubt:
+        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in doubt)
+        return (
+            RunStatus.NEEDS_ATTENTION,
+            f"in doubt: {names} may already have happened. Settle it with `toolledger resolve "
+            f"{sid} TOOL_USE_ID --happened|--not-happened`, then run the session again.",
+        )
+    waiting = [o for o in outcomes if o.disposition is Disposition.AWAITING_APPROVAL]
+    if waiting:
+        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in waiting)
+        return (
+            RunStatus.AWAITING_APPROVAL,
+            f"awaiting approval: {names}. Decide with `toolledger approve|deny {sid} "
+            "TOOL_USE_ID`, then run the session again.",
+        )
+    return None

@@ -1,0 +1,31 @@
+"""Interactive prompts (the terminal approver). All terminal output lives in ``toolledger.cli``."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.prompt import Confirm
+from rich.syntax import Syntax
+
+if TYPE_CHECKING:
+    from ..approvals import ApprovalRequest
+
+
+def ask_approval(request: ApprovalRequest, console: Console | None = None) -> bool:
+    """Show the call and ask y/N. An in-doubt call is flagged in red: it may already have run."""
+    console = console or Console(stderr=True)
+    title = (
+        f"approve [bold]{request.tool}[/bold]? "
+        f"(session {request.session_id}, {request.tool_use_id})"
+    )
+    body = Syntax(json.dumps(request.input, indent=2, ensure_ascii=False), "json", word_wrap=True)
+    console.print(Panel(body, title=title, subtitle=request.reason))
+    if request.in_doubt:
+        console.print(
+            "[bold red]IN DOUBT:[/bold red] this call was interrupted while it ran and may "
+            "already have taken effect. Approving runs it again."
+        )
+    return Confirm.ask("Approve", default=False, console=console)
