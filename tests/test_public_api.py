@@ -5,6 +5,15 @@ from __future__ import annotations
 import toolledger as tl
 
 EXPECTED = {
+    "Agent",
+    "ApprovalRecord",
+    "ApprovalStatus",
+    "ModelCallError",
+    "Run",
+    "RunStatus",
+    "SessionConflictError",
+    "SessionState",
+    "Usage",
     "ApprovalRequest",
     "ConfigurationError",
     "CorruptLedgerError",

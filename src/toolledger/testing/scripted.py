@@ -234,7 +234,7 @@ def _handler_for(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches on
+        def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length)
             if self.path.split("?")[0] != "/v1/messages":
@@ -257,7 +257,7 @@ def _handler_for(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
     return Handler
