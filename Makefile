@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 demo: $(STAMP)
-	$(BIN)/python examples/create_ticket_twice.py
+	$(BIN)/toolledger demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples bench

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import toolledger as tl
 from toolledger.errors import StoreUnavailableError
 from toolledger.records import EffectRecord, Status
-from toolledger.stores.base import Backend, Op
+from toolledger.stores.base import Backend, InsertEffect, Op, UpdateEffect
 
 
 class SpyBackend:
@@ -36,6 +36,10 @@ class SpyBackend:
         self.commits.append(list(ops))
         return self.inner.apply(session_id, ops)
 
+    def __getattr__(self, name: str) -> object:
+        # read_session, read_messages, list_sessions, … pass straight through.
+        return getattr(self.inner, name)
+
     def session_ids(self) -> list[str]:
         return self.inner.session_ids()
 
@@ -49,4 +53,7 @@ def spy_store(store: tl.Store, **kwargs: object) -> tuple[tl.Store, SpyBackend]:
 
 
 def writes_status(status: Status) -> Callable[[Sequence[Op]], bool]:
-    return lambda ops: any(op.record.status is status for op in ops)
+    """Fail commits that write an effect record with ``status``."""
+    return lambda ops: any(
+        isinstance(op, (InsertEffect, UpdateEffect)) and op.record.status is status for op in ops
+    )

@@ -68,8 +68,10 @@ class EffectRecord:
     """The ledger's record of one ``(session_id, tool_use_id)``.
 
     ``result`` is the JSON text of what the tool returned (``succeeded``); ``error`` the message a
-    ``failed`` or ``denied`` call answered with, or why a ``started`` one is in doubt. ``attempt``
-    counts executions begun. ``approved_by`` names who approved a high-impact call.
+    ``failed`` or ``denied`` call answered with, why a ``started`` one is in doubt, or — on a
+    ``succeeded`` one — how it was settled (its check found it; a person resolved it).
+    ``attempt`` counts executions begun (0: recorded without an intent, as safe calls are).
+    ``approved_by`` names who approved a high-impact call.
     """
 
     session_id: str

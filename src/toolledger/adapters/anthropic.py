@@ -15,7 +15,14 @@ from ..codec import input_hash
 from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
 
-__all__ = ["AnthropicProvider", "ModelTurn", "merged", "read_tool_uses", "tool_result"]
+__all__ = [
+    "AnthropicProvider",
+    "ModelTurn",
+    "merged",
+    "pairing_errors",
+    "read_tool_uses",
+    "tool_result",
+]
 
 
 def _field(block: Any, name: str) -> Any:
@@ -115,7 +122,7 @@ class AnthropicProvider:
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self.is_async = inspect.iscoroutinefunction(client.messages.create)
+        self.is_async = _is_async_client(client)
 
     # calling
 
@@ -189,6 +196,20 @@ class AnthropicProvider:
         return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
 
 
+def _is_async_client(client: Any) -> bool:
+    try:
+        import anthropic
+    except ImportError:
+        pass
+    else:
+        if isinstance(client, anthropic.AsyncAnthropic):
+            return True
+        if isinstance(client, anthropic.Anthropic):
+            return False
+    # A duck-typed client: the SDK's own methods are wrapped, so ask the function itself.
+    return inspect.iscoroutinefunction(inspect.unwrap(client.messages.create))
+
+
 def _plain(block: Any) -> dict[str, Any]:
     """An SDK content block as the plain JSON the API accepts back."""
     if isinstance(block, dict):
@@ -215,3 +236,57 @@ def merged(messages: list[StoredMessage]) -> list[dict[str, Any]]:
 
 def _blocks(content: Any) -> list[Any]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def pairing_errors(messages: list[dict[str, Any]]) -> list[str]:
+    """Violations of the Messages API's tool_use/tool_result rule, worded as the API words them."""
+    problems: list[str] = []
+    if not messages or messages[0].get("role") != "user":
+        problems.append('messages: first message must use the "user" role')
+    previous_ids: list[str] = []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else []
+        if message.get("role") == "user":
+            leading = []
+            seen_other = False
+            for j, block in enumerate(blocks):
+                if block.get("type") == "tool_result":
+                    if seen_other:
+                        problems.append(
+                            f"messages.{i}.content.{j}: tool_result blocks must come first in "
+                            "the user message, before any other content"
+                        )
+                    leading.append(block.get("tool_use_id"))
+                else:
+                    seen_other = True
+            for tid in leading:
+                if tid not in previous_ids:
+                    problems.append(
+                        f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` "
+                        f"blocks: {tid}. Each `tool_result` block must have a corresponding "
+                        "`tool_use` block in the previous message."
+                    )
+            if len(set(leading)) != len(leading):
+                problems.append(f"messages.{i}.content: duplicate tool_result for one tool_use")
+            missing = [tid for tid in previous_ids if tid not in leading]
+            if missing:
+                problems.append(
+                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                    "corresponding `tool_result` block in the next message."
+                )
+            previous_ids = []
+        else:
+            if previous_ids:
+                problems.append(
+                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {', '.join(previous_ids)}."
+                )
+            previous_ids = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
+    if previous_ids:
+        problems.append(
+            f"messages: the last message has `tool_use` ids without `tool_result` blocks: "
+            f"{', '.join(previous_ids)}"
+        )
+    return problems

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
+from .app import main
 
-def main(argv: list[str] | None = None) -> int:
-    from .app import main as app_main
-
-    return app_main(argv)
+__all__ = ["main"]

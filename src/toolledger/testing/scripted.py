@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ..adapters.anthropic import pairing_errors
+
 __all__ = ["Flaky", "Reply", "ScriptedModel", "ToolUse", "pairing_errors"]
 
 
@@ -59,60 +61,6 @@ class Flaky:
 
 
 Step = Reply | Flaky | Callable[[dict[str, Any]], Reply]
-
-
-def pairing_errors(messages: list[dict[str, Any]]) -> list[str]:
-    """Violations of the Messages API's tool_use/tool_result rule, worded as the API words them."""
-    problems: list[str] = []
-    if not messages or messages[0].get("role") != "user":
-        problems.append('messages: first message must use the "user" role')
-    previous_ids: list[str] = []
-    for i, message in enumerate(messages):
-        content = message.get("content")
-        blocks = content if isinstance(content, list) else []
-        if message.get("role") == "user":
-            leading = []
-            seen_other = False
-            for j, block in enumerate(blocks):
-                if block.get("type") == "tool_result":
-                    if seen_other:
-                        problems.append(
-                            f"messages.{i}.content.{j}: tool_result blocks must come first in "
-                            "the user message, before any other content"
-                        )
-                    leading.append(block.get("tool_use_id"))
-                else:
-                    seen_other = True
-            for tid in leading:
-                if tid not in previous_ids:
-                    problems.append(
-                        f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` "
-                        f"blocks: {tid}. Each `tool_result` block must have a corresponding "
-                        "`tool_use` block in the previous message."
-                    )
-            if len(set(leading)) != len(leading):
-                problems.append(f"messages.{i}.content: duplicate tool_result for one tool_use")
-            missing = [tid for tid in previous_ids if tid not in leading]
-            if missing:
-                problems.append(
-                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
-                    f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
-                    "corresponding `tool_result` block in the next message."
-                )
-            previous_ids = []
-        else:
-            if previous_ids:
-                problems.append(
-                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
-                    f"immediately after: {', '.join(previous_ids)}."
-                )
-            previous_ids = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
-    if previous_ids:
-        problems.append(
-            f"messages: the last message has `tool_use` ids without `tool_result` blocks: "
-            f"{', '.join(previous_ids)}"
-        )
-    return problems
 
 
 class ScriptedModel:

@@ -1,0 +1,319 @@
+"""``toolledger`` — look into a store, settle in-doubt calls, decide approvals, run the demo.
+
+The store comes from ``--store URL``, else ``$TOOLLEDGER_STORE``, else ``sqlite:///toolledger.db``.
+Every command takes ``--json`` for machine-readable output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from .. import approvals
+from ..errors import ToolLedgerError
+from ..stores import DEFAULT_STORE_URL, Store, open_store
+from ..verify import Severity, verify
+from . import render
+
+Handler = Callable[[argparse.Namespace, Console], int]
+
+
+def _store(args: argparse.Namespace) -> Store:
+    url = args.store or os.environ.get("TOOLLEDGER_STORE") or DEFAULT_STORE_URL
+    return open_store(url)
+
+
+def _emit_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
+    """List sessions: agent sessions with their status, and ledgers used on their own."""
+    with _store(args) as store:
+        states = store.backend.list_sessions()
+        with_state = {s.session_id for s in states}
+        ledger_only = [sid for sid in store.sessions() if sid not in with_state]
+    if args.json:
+        _emit_json(
+            {"sessions": [render.session_json(s) for s in states], "ledger_only": ledger_only}
+        )
+    else:
+        console.print(render.sessions_table(states, ledger_only))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, console: Console) -> int:
+    """Show one session: its state and a timeline of turns, tool calls, ledger and approvals."""
+    with _store(args) as store:
+        state = store.backend.read_session(args.session)
+        if state is None and args.session not in store.sessions():
+            console.print(f"[red]no session {args.session!r} in {store.url}[/red]")
+            return 1
+        events = render.timeline(store, args.session)
+    if args.json:
+        _emit_json(
+            {
+                "session": render.session_json(state) if state else None,
+                "timeline": render.timeline_json(events),
+            }
+        )
+        return 0
+    if state is not None:
+        console.print(
+            f"[bold]{state.session_id}[/bold]: ",
+            render.styled(state.status.value),
+            f" — {state.turns} turns, {state.input_tokens}/{state.output_tokens} tokens",
+        )
+        if state.reason:
+            console.print(f"  {state.reason}")
+    console.print(render.timeline_table(events, f"timeline of {args.session}"))
+    return 0
+
+
+def cmd_effects(args: argparse.Namespace, console: Console) -> int:
+    """List the ledger records of one session."""
+    with _store(args) as store:
+        records = store.ledger(args.session).records()
+    if args.json:
+        _emit_json([render.effect_json(r) for r in records])
+    else:
+        console.print(render.effects_table(records, f"effects of {args.session}"))
+    return 0
+
+
+def cmd_in_doubt(args: argparse.Namespace, console: Console) -> int:
+    """List every in-doubt call (started, no outcome) of every session."""
+    with _store(args) as store:
+        records = store.in_doubt()
+    if args.json:
+        _emit_json([render.effect_json(r) for r in records])
+    elif records:
+        console.print(render.in_doubt_table(records))
+    else:
+        console.print("no call is in doubt")
+    return 0
+
+
+def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
+    """Settle an in-doubt call: it --happened (optionally with --result JSON) or
+    --not-happened (it will run on the next run of the session)."""
+    result = None
+    if args.result is not None:
+        try:
+            result = json.loads(args.result)
+        except ValueError as exc:
+            console.print(f"[red]--result is not JSON: {exc}[/red]")
+            return 2
+    with _store(args) as store:
+        record = store.ledger(args.session).resolve(
+            args.tool_use_id, happened=args.happened, result=result, by=args.by
+        )
+    if args.json:
+        _emit_json(render.effect_json(record))
+    else:
+        console.print(
+            f"{args.tool_use_id} resolved: ",
+            render.styled(record.status.value),
+            f" (by {args.by}). Run the session again to go on.",
+        )
+    return 0
+
+
+def cmd_approvals(args: argparse.Namespace, console: Console) -> int:
+    """List approval requests waiting for a person (--all: every request)."""
+    with _store(args) as store:
+        if args.all:
+            records = sorted(
+                store.backend.read_approvals(args.session), key=lambda a: a.requested_at
+            )
+        else:
+            records = approvals.pending(store, args.session)
+    if args.json:
+        _emit_json([render.approval_json(a) for a in records])
+    elif records:
+        console.print(render.approvals_table(records))
+    else:
+        console.print("no approval request is waiting")
+    return 0
+
+
+def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
+    with _store(args) as store:
+        record = approvals.decide(
+            store, args.session, args.tool_use_id, approved=approved, by=args.by
+        )
+    if args.json:
+        _emit_json(render.approval_json(record))
+    else:
+        console.print(
+            f"{record.tool} ({record.tool_use_id}): ",
+            render.styled(record.status.value),
+            f" by {record.decided_by}. Run the session again to go on.",
+        )
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace, console: Console) -> int:
+    """Approve a pending request."""
+    return _decide(args, console, True)
+
+
+def cmd_deny(args: argparse.Namespace, console: Console) -> int:
+    """Deny a pending request."""
+    return _decide(args, console, False)
+
+
+def cmd_verify(args: argparse.Namespace, console: Console) -> int:
+    """Check the store's integrity and that every transcript agrees with its ledger."""
+    with _store(args) as store:
+        problems = verify(store)
+        url = store.url
+    errors = [p for p in problems if p.severity is Severity.ERROR]
+    if args.json:
+        _emit_json(
+            {
+                "store": url,
+                "ok": not errors,
+                "problems": [
+                    {"severity": p.severity.value, "session_id": p.session_id, "message": p.message}
+                    for p in problems
+                ],
+            }
+        )
+    else:
+        for p in problems:
+            style = "red" if p.severity is Severity.ERROR else "yellow"
+            where = f"[{p.session_id}] " if p.session_id else ""
+            console.print(f"[{style}]{p.severity.value}[/{style}] {where}{p.message}")
+        console.print(
+            f"{url}: "
+            + ("[green]ok[/green]" if not errors else f"[red]{len(errors)} error(s)[/red]")
+        )
+    return 1 if errors else 0
+
+
+def cmd_bench(args: argparse.Namespace, console: Console) -> int:
+    """Run the benchmarks (bench/ of a source checkout)."""
+    if not (Path.cwd() / "bench" / "__main__.py").exists():
+        console.print(
+            "[red]run `toolledger bench` from a toolledger source checkout "
+            "(it runs `python -m bench`)[/red]"
+        )
+        return 2
+    extra = ["--quick"] if args.quick else []
+    return subprocess.call([sys.executable, "-m", "bench", *extra])
+
+
+def cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    """The brief's story end to end, offline: an agent is killed right after opening a ticket,
+    resumed, and opens exactly one."""
+    from .demo import run_demo
+
+    return run_demo(console, directory=args.dir, as_json=args.json)
+
+
+# -- the parser ----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # SUPPRESS: an option given before the command must not be reset by the command's parser.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store",
+        default=argparse.SUPPRESS,
+        help=f"store URL (default: $TOOLLEDGER_STORE or {DEFAULT_STORE_URL})",
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+    parser = argparse.ArgumentParser(
+        prog="toolledger",
+        parents=[common],
+        description="Inspect and repair toolledger stores: sessions, effects, in-doubt calls, "
+        "approvals.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler: Handler, **kwargs: Any) -> argparse.ArgumentParser:
+        doc = (handler.__doc__ or "").strip()
+        p = sub.add_parser(
+            name, parents=[common], help=doc.split("\n")[0], description=doc, **kwargs
+        )
+        p.set_defaults(handler=handler)
+        return p
+
+    p = add("demo", cmd_demo)
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="keep the demo's store and world here (default: a temporary directory)",
+    )
+    add("sessions", cmd_sessions)
+    p = add("show", cmd_show)
+    p.add_argument("session")
+    p = add("effects", cmd_effects)
+    p.add_argument("session")
+    add("in-doubt", cmd_in_doubt)
+    p = add("resolve", cmd_resolve)
+    p.add_argument("session")
+    p.add_argument("tool_use_id")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument(
+        "--happened",
+        dest="happened",
+        action="store_true",
+        help="the effect took place (answer the model with --result)",
+    )
+    how.add_argument(
+        "--not-happened",
+        dest="happened",
+        action="store_false",
+        help="it did not take place: the call runs on the next run",
+    )
+    p.add_argument("--result", help="JSON the model is told (with --happened)")
+    p.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
+    p = add("approvals", cmd_approvals)
+    p.add_argument("session", nargs="?", help="only this session")
+    p.add_argument("--all", action="store_true", help="decided and used requests too")
+    for name, handler in (("approve", cmd_approve), ("deny", cmd_deny)):
+        p = add(name, handler)
+        p.add_argument("session")
+        p.add_argument("tool_use_id")
+        p.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
+    add("verify", cmd_verify)
+    p = add("bench", cmd_bench)
+    p.add_argument("--quick", action="store_true", help="about a minute")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.store = getattr(args, "store", None)
+    args.json = getattr(args, "json", False)
+    console = Console()
+    handler: Handler = args.handler
+    try:
+        return handler(args, console)
+    except ToolLedgerError as exc:
+        if getattr(args, "json", False):
+            _emit_json({"error": type(exc).__name__, "message": str(exc)})
+        else:
+            Console(stderr=True).print(f"[red]{type(exc).__name__}:[/red] {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""Turning records into tables, timelines and JSON for the command line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from ..adapters.anthropic import read_tool_uses
+from ..records import ApprovalRecord, EffectRecord, SessionState, Status, StoredMessage
+from ..stores.base import Store
+
+STATUS_STYLE = {
+    "succeeded": "green",
+    "completed": "green",
+    "approved": "green",
+    "started": "bold red",
+    "needs_attention": "bold red",
+    "failed": "red",
+    "denied": "yellow",
+    "awaiting_approval": "yellow",
+    "pending": "yellow",
+    "running": "cyan",
+    "not_happened": "magenta",
+    "max_turns": "yellow",
+    "used": "dim",
+}
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def styled(status: str) -> Text:
+    return Text(status, style=STATUS_STYLE.get(status, ""))
+
+
+def preview(text: str | None, width: int = 60) -> str:
+    if text is None:
+        return ""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+# -- JSON ----------------------------------------------------------------------------------------
+
+
+def effect_json(r: EffectRecord) -> dict[str, Any]:
+    return {
+        "session_id": r.session_id,
+        "tool_use_id": r.tool_use_id,
+        "tool": r.tool,
+        "status": r.status.value,
+        "attempt": r.attempt,
+        "input_hash": r.input_hash,
+        "result": None if r.result is None else json.loads(r.result),
+        "error": r.error,
+        "created_at": r.created_at,
+        "updated_at": r.updated_at,
+        "approved_by": r.approved_by,
+        "worker": r.worker,
+    }
+
+
+def session_json(s: SessionState) -> dict[str, Any]:
+    return {
+        "session_id": s.session_id,
+        "status": s.status.value,
+        "reason": s.reason,
+        "turns": s.turns,
+        "input_tokens": s.input_tokens,
+        "output_tokens": s.output_tokens,
+        "messages": s.messages,
+        "version": s.version,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+    }
+
+
+def approval_json(a: ApprovalRecord) -> dict[str, Any]:
+    return {
+        "session_id": a.session_id,
+        "tool_use_id": a.tool_use_id,
+        "tool": a.tool,
+        "input": a.input,
+        "in_doubt": a.in_doubt,
+        "reason": a.reason,
+        "status": a.status.value,
+        "requested_at": a.requested_at,
+        "decided_at": a.decided_at,
+        "decided_by": a.decided_by,
+        "used_at": a.used_at,
+    }
+
+
+# -- tables --------------------------------------------------------------------------------------
+
+
+def sessions_table(states: list[SessionState], ledger_only: list[str]) -> Table:
+    table = Table(title="sessions")
+    for col in ("session", "status", "turns", "tokens in/out", "updated", "reason"):
+        table.add_column(col)
+    for s in sorted(states, key=lambda s: s.updated_at, reverse=True):
+        table.add_row(
+            s.session_id,
+            styled(s.status.value),
+            str(s.turns),
+            f"{s.input_tokens}/{s.output_tokens}",
+            when(s.updated_at),
+            preview(s.reason, 50),
+        )
+    for sid in ledger_only:
+        table.add_row(sid, Text("ledger only", style="dim"), "-", "-", "-", "")
+    return table
+
+
+def effects_table(records: list[EffectRecord], title: str) -> Table:
+    table = Table(title=title)
+    for col in (
+        "tool_use_id",
+        "tool",
+        "status",
+        "attempt",
+        "result / error",
+        "approved by",
+        "updated",
+    ):
+        table.add_column(col)
+    for r in records:
+        table.add_row(
+            r.tool_use_id,
+            r.tool,
+            styled(r.status.value),
+            str(r.attempt),
+            preview(r.result if r.status is Status.SUCCEEDED else r.error),
+            r.approved_by or "",
+            when(r.updated_at),
+        )
+    return table
+
+
+def in_doubt_table(records: list[EffectRecord]) -> Table:
+    table = Table(title="in-doubt calls (the process died while they ran)")
+    for col in ("session", "tool_use_id", "tool", "attempt", "since", "settle with"):
+        table.add_column(col)
+    for r in records:
+        table.add_row(
+            r.session_id,
+            r.tool_use_id,
+            r.tool,
+            str(r.attempt),
+            when(r.created_at),
+            f"toolledger resolve {r.session_id} {r.tool_use_id} --happened|--not-happened",
+        )
+    return table
+
+
+def approvals_table(records: list[ApprovalRecord]) -> Table:
+    table = Table(title="approval requests")
+    for col in (
+        "session",
+        "tool_use_id",
+        "tool",
+        "input",
+        "in doubt",
+        "status",
+        "requested",
+        "decided by",
+    ):
+        table.add_column(col)
+    for a in records:
+        table.add_row(
+            a.session_id,
+            a.tool_use_id,
+            a.tool,
+            preview(json.dumps(a.input, ensure_ascii=False), 40),
+            "YES" if a.in_doubt else "",
+            styled(a.status.value),
+            when(a.requested_at),
+            a.decided_by or "",
+        )
+    return table
+
+
+# -- the timeline --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    at: float
+    order: int
+    what: str
+    detail: str
+    style: str = ""
+
+
+def timeline(store: Store, session_id: str) -> list[Event]:
+    """Turns, tool calls, ledger records and approvals of a session, in time order."""
+    events: list[Event] = []
+    backend = store.backend
+    messages: list[StoredMessage] = backend.read_messages(session_id)
+    for m in messages:
+        events.extend(_message_events(m))
+    for r in store.ledger(session_id).records():
+        if r.attempt:
+            events.append(
+                Event(
+                    r.created_at, 1, f"ledger: {r.tool} intent", f"{r.tool_use_id} started", "dim"
+                )
+            )
+        if r.status is Status.STARTED:
+            events.append(
+                Event(
+                    r.updated_at,
+                    3,
+                    f"ledger: {r.tool} IN DOUBT",
+                    f"{r.tool_use_id}: started (attempt {r.attempt}), no outcome recorded",
+                    "bold red",
+                )
+            )
+            continue
+        shown = r.result if r.status is Status.SUCCEEDED else r.error
+        notes = [f"attempt {r.attempt}" if r.attempt else "no intent needed"]
+        if r.status is Status.SUCCEEDED and r.error:
+            notes.append(r.error)
+        if r.approved_by:
+            notes.append(f"approved by {r.approved_by}")
+        events.append(
+            Event(
+                r.updated_at,
+                3,
+                f"ledger: {r.tool} → {r.status.value}",
+                f"{r.tool_use_id}: {preview(shown, 60)} ({'; '.join(notes)})",
+                STATUS_STYLE.get(r.status.value, ""),
+            )
+        )
+    for a in backend.read_approvals(session_id):
+        events.append(
+            Event(
+                a.requested_at,
+                2,
+                f"approval asked: {a.tool}",
+                f"{a.tool_use_id}{' (in doubt)' if a.in_doubt else ''}: {a.reason}",
+                "yellow",
+            )
+        )
+        if a.decided_at is not None:
+            events.append(
+                Event(
+                    a.decided_at,
+                    2,
+                    f"approval {a.status.value}: {a.tool}",
+                    f"by {a.decided_by}",
+                    STATUS_STYLE.get(a.status.value, ""),
+                )
+            )
+    return sorted(events, key=lambda e: (e.at, e.order))
+
+
+def _message_events(m: StoredMessage) -> list[Event]:
+    if m.role == "user":
+        if isinstance(m.content, str):
+            return [Event(m.created_at, 0, "user", preview(m.content, 80))]
+        out = []
+        for b in m.content:
+            if b.get("type") == "tool_result":
+                flag = " (is_error)" if b.get("is_error") else ""
+                content = b.get("content")
+                text = content if isinstance(content, str) else json.dumps(content)
+                out.append(
+                    Event(
+                        m.created_at,
+                        4,
+                        f"→ model: tool_result{flag}",
+                        f"{b.get('tool_use_id')}: {preview(text, 70)}",
+                        "red" if flag else "",
+                    )
+                )
+            elif b.get("type") == "text":
+                out.append(Event(m.created_at, 0, "user", preview(b.get("text"), 80)))
+        return out
+    out = []
+    texts = (
+        [b.get("text", "") for b in m.content if b.get("type") == "text"]
+        if isinstance(m.content, list)
+        else [str(m.content)]
+    )
+    if any(texts):
+        out.append(Event(m.created_at, 0, "model", preview(" ".join(texts), 80), "cyan"))
+    if isinstance(m.content, list):
+        for call in read_tool_uses(m.content):
+            out.append(
+                Event(
+                    m.created_at,
+                    0,
+                    f"model asks: {call.name}",
+                    f"{call.tool_use_id} {preview(json.dumps(call.input), 60)}",
+                    "cyan",
+                )
+            )
+    return out
+
+
+def timeline_table(events: list[Event], title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("t (s)", justify="right")
+    table.add_column("event")
+    table.add_column("detail")
+    start = events[0].at if events else 0.0
+    for e in events:
+        table.add_row(f"{e.at - start:.3f}", Text(e.what, style=e.style), e.detail)
+    return table
+
+
+def timeline_json(events: list[Event]) -> list[dict[str, Any]]:
+    return [{"at": e.at, "event": e.what, "detail": e.detail} for e in events]

@@ -1,0 +1,301 @@
+"""The agent loop with the real anthropic SDK against the scripted model, in-process.
+
+What the model was sent is asserted from the scripted server's request log; what happened in the
+world from the world's files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import toolledger as tl
+from toolledger.records import Status
+from toolledger.stores.base import AppendMessages, PutSession
+from toolledger.testing.scripted import Flaky, Reply, ScriptedModel, ToolUse
+from toolledger.testing.world import World
+from toolledger.verify import verify
+
+from ..helpers import spy_store, writes_status
+
+TICKET = ToolUse("create_ticket", {"title": "Outage"})
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path / "world")
+
+
+def agent_for(model: ScriptedModel, store: tl.Store, world: World, **kwargs: Any) -> tl.Agent:
+    return tl.Agent(
+        client=model.client(), model="claude-test", tools=world.toolset(), store=store, **kwargs
+    )
+
+
+def test_a_session_runs_to_completion(store: tl.Store, world: World) -> None:
+    with ScriptedModel([Reply(text="On it.", tool_uses=[TICKET]), Reply(text="Ticket open.")]) as m:
+        run = agent_for(m, store, world, system="Be brief.").run(session="s", prompt="Outage!")
+    assert run.status is tl.RunStatus.COMPLETED and run.reason is None
+    assert run.final_text == "Ticket open." and run.turns == 2
+    assert run.usage.input_tokens > 0 and run.usage.output_tokens > 0
+    assert [m["role"] for m in run.messages] == ["user", "assistant", "user", "assistant"]
+    assert len(world.tickets()) == 1
+    first, second = m.requests
+    assert first["system"] == "Be brief." and first["model"] == "claude-test"
+    assert [t["name"] for t in first["tools"]] == world.toolset().names
+    assert first["messages"] == [{"role": "user", "content": "Outage!"}]
+    (result,) = second["messages"][-1]["content"]
+    tool_use = second["messages"][1]["content"][1]
+    assert result["type"] == "tool_result" and result["tool_use_id"] == tool_use["id"]
+    assert m.rejected == []
+    assert verify(store) == []
+
+
+def test_durable_writes_per_turn(store: tl.Store, world: World) -> None:
+    spied, spy = spy_store(store)
+    script = [
+        Reply(tool_uses=[TICKET]),
+        Reply(tool_uses=[ToolUse("ensure_ticket", {"title": "x"})]),
+        Reply(text="done"),
+    ]
+    with ScriptedModel(script) as m:
+        agent_for(m, spied, world).run(session="s", prompt="go")
+    kinds = [[type(op).__name__ for op in commit] for commit in spy.commits]
+    assert kinds == [
+        ["PutSession", "AppendMessages"],  # the prompt
+        ["AppendMessages", "PutSession"],  # A: non-idempotent turn
+        ["InsertEffect"],  # intent
+        ["UpdateEffect", "AppendMessages", "PutSession"],  # outcome + B
+        ["AppendMessages", "PutSession"],  # A: idempotent turn
+        ["InsertEffect", "AppendMessages", "PutSession"],  # outcome + B
+        ["AppendMessages", "PutSession"],  # A of the final turn: completed
+    ]
+
+
+def test_resume_never_appends_the_prompt_twice(store: tl.Store, world: World) -> None:
+    with ScriptedModel([Flaky(Reply(text="hello"), status=500)]) as m:
+        agent = agent_for(m, store, world)
+        with pytest.raises(tl.ModelCallError) as info:
+            agent.run(session="s", prompt="hi")
+        assert info.value.status_code == 500 and info.value.session_id == "s"
+        assert store.backend.read_session("s").status is tl.RunStatus.FAILED  # type: ignore[union-attr]
+        run = agent.run(session="s", prompt="hi")  # the same call again: resumes
+    assert run.status is tl.RunStatus.COMPLETED
+    assert [msg["content"] for msg in run.messages] == ["hi", [{"type": "text", "text": "hello"}]]
+    assert m.requests[-1]["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_completed_session_with_its_own_prompt_is_returned_as_is(
+    store: tl.Store, world: World
+) -> None:
+    with ScriptedModel([Reply(tool_uses=[TICKET]), Reply(text="done")]) as m:
+        agent = agent_for(m, store, world)
+        first = agent.run(session="s", prompt="open a ticket")
+        again = agent.run(session="s", prompt="open a ticket")
+        assert len(m.requests) == 2
+    assert again.messages == first.messages and again.status is tl.RunStatus.COMPLETED
+    assert len(world.tickets()) == 1
+
+
+def test_a_finished_session_continues_with_a_new_prompt(store: tl.Store, world: World) -> None:
+    script = [Reply(text="first answer"), Reply(text="second answer")]
+    with ScriptedModel(script) as m:
+        agent = agent_for(m, store, world)
+        agent.run(session="s", prompt="one")
+        run = agent.run(session="s", prompt="two")
+    assert run.final_text == "second answer"
+    assert [msg["content"] for msg in m.requests[-1]["messages"]] == [
+        "one",
+        [{"type": "text", "text": "first answer"}],
+        "two",
+    ]
+
+
+def test_an_unfinished_session_refuses_a_different_prompt(store: tl.Store, world: World) -> None:
+    with ScriptedModel([Reply(tool_uses=[ToolUse("create_ticket", {"title": "t"})])]) as m:
+        agent = agent_for(m, store, world)
+        with pytest.raises(tl.ModelCallError):  # the script has no second turn: a 400
+            agent.run(session="s", prompt="one")
+        with pytest.raises(tl.ConfigurationError, match="unfinished"):
+            agent.run(session="s", prompt="something else")
+    with pytest.raises(tl.ConfigurationError, match="does not exist"):
+        agent.run(session="never-started")
+
+
+def test_max_turns_stops_and_a_new_prompt_continues(store: tl.Store, world: World) -> None:
+    lookups = [Reply(tool_uses=[ToolUse("list_tickets")]) for _ in range(3)]
+    with ScriptedModel([*lookups, Reply(text="done")]) as m:
+        agent = agent_for(m, store, world, max_turns=2)
+        run = agent.run(session="s", prompt="look")
+        assert run.status is tl.RunStatus.MAX_TURNS and "max_turns" in (run.reason or "")
+        assert run.turns == 2 and run.messages[-1]["content"][0]["type"] == "tool_result"
+        run = agent.run(session="s", prompt="keep going")
+        assert run.status is tl.RunStatus.COMPLETED
+        # The results and the new prompt went as one user turn, results first.
+        assert len(m.requests) == 4
+        merged_turn = m.requests[2]["messages"][-1]
+        assert merged_turn["role"] == "user"
+        assert [b["type"] for b in merged_turn["content"]] == ["tool_result", "text"]
+        assert m.rejected == []
+
+
+def test_async_agent(store: tl.Store, world: World) -> None:
+    with ScriptedModel([Reply(tool_uses=[TICKET]), Reply(text="done")]) as m:
+        agent = tl.Agent(
+            client=m.async_client(), model="claude-test", tools=world.toolset(), store=store
+        )
+        with pytest.raises(tl.ConfigurationError, match="arun"):
+            agent.run(session="s", prompt="go")
+        run = asyncio.run(agent.arun(session="s", prompt="go"))
+        again = asyncio.run(agent.arun(session="s", prompt="go"))
+    assert run.status is tl.RunStatus.COMPLETED and again.messages == run.messages
+    assert len(world.tickets()) == 1 and len(world.executions()) == 1
+
+
+def test_ledger_alert_stops_the_session_for_a_person(store: tl.Store, world: World) -> None:
+    spied, _ = spy_store(store, fail_when=writes_status(Status.SUCCEEDED))
+    alerts: list[tl.LedgerWriteError] = []
+    with ScriptedModel([Reply(tool_uses=[TICKET]), Reply(text="done")]) as m:
+        agent = agent_for(m, spied, world, on_alert=alerts.append)
+        with pytest.raises(tl.StoreError):
+            agent.run(session="s", prompt="go")
+    # The outcome and checkpoint B shared the failed commit: the effect happened, the alert
+    # says so, and the call is in doubt for the next run (never re-run silently).
+    (alert,) = alerts
+    assert alert.tool == "create_ticket"
+    assert len(world.tickets()) == 1
+    (doubt,) = store.ledger("s").in_doubt()
+    assert doubt.tool_use_id == alert.tool_use_id
+
+
+def test_queued_approval_stops_then_proceeds(store: tl.Store, world: World) -> None:
+    @tl.tool(high_impact=True)
+    def wire(amount: int) -> str:
+        """Wire money."""
+        world.log_execution(
+            "wire", tl.ToolContext(session_id="s", tool_use_id="-", idempotency_key="-")
+        )
+        return "wired"
+
+    script = [Reply(tool_uses=[ToolUse("wire", {"amount": 5})]), Reply(text="done")]
+    with ScriptedModel(script) as m:
+        agent = tl.Agent(
+            client=m.client(), model="x", tools=[wire], store=store, approve=tl.approvals.queue
+        )
+        run = agent.run(session="s", prompt="pay")
+        assert run.status is tl.RunStatus.AWAITING_APPROVAL
+        assert "toolledger approve" in (run.reason or "")
+        assert len(m.requests) == 1, "nothing was sent to the model while it waits"
+        (request,) = tl.approvals.pending(store)
+        assert (request.tool, request.input, request.in_doubt) == ("wire", {"amount": 5}, False)
+        assert agent.run(session="s").status is tl.RunStatus.AWAITING_APPROVAL
+        tl.approvals.decide(store, "s", request.tool_use_id, approved=True, by="ana")
+        run = agent.run(session="s")
+    assert run.status is tl.RunStatus.COMPLETED
+    assert len(world.executions("wire")) == 1
+    record = store.ledger("s").get(request.tool_use_id)
+    assert record is not None and record.approved_by == "ana"
+    (used,) = store.backend.read_approvals("s")
+    assert used.status is tl.ApprovalStatus.USED and used.decided_by == "ana"
+
+
+def test_queued_denial_is_told_to_the_model(store: tl.Store, world: World) -> None:
+    @tl.tool(high_impact=True)
+    def wire(amount: int) -> str:
+        raise AssertionError("must not run")
+
+    script = [Reply(tool_uses=[ToolUse("wire", {"amount": 5})]), Reply(text="ok, not paid")]
+    with ScriptedModel(script) as m:
+        agent = tl.Agent(
+            client=m.client(), model="x", tools=[wire], store=store, approve=tl.approvals.queue
+        )
+        agent.run(session="s", prompt="pay")
+        (request,) = tl.approvals.pending(store)
+        tl.approvals.decide(store, "s", request.tool_use_id, approved=False, by="ana")
+        run = agent.run(session="s")
+        (result,) = m.requests[-1]["messages"][-1]["content"]
+    assert run.status is tl.RunStatus.COMPLETED
+    assert result["is_error"] is True and "declined by ana" in result["content"]
+
+
+def test_an_approval_for_other_input_is_not_honoured(store: tl.Store) -> None:
+    """An approval is bound to (tool_use_id, tool, input hash)."""
+    request = tl.ApprovalRequest(
+        session_id="s",
+        tool_use_id="t1",
+        tool="wire",
+        input={"amount": 5},
+        in_doubt=False,
+        reason="r",
+        input_hash="sha256:five",
+        ledger=store.ledger("s"),
+    )
+    assert tl.approvals.queue(request).pending
+    tl.approvals.decide(store, "s", "t1", approved=True, by="ana")
+    changed = tl.ApprovalRequest(
+        session_id="s",
+        tool_use_id="t1",
+        tool="wire",
+        input={"amount": 5000},
+        in_doubt=False,
+        reason="r",
+        input_hash="sha256:five-thousand",
+        ledger=store.ledger("s"),
+    )
+    assert tl.approvals.queue(changed).pending, "asked afresh, not approved"
+    (pending,) = tl.approvals.pending(store)
+    assert pending.input == {"amount": 5000}
+    tl.approvals.decide(store, "s", "t1", approved=True, by="ana")
+    decision = tl.approvals.queue(changed)
+    assert decision.approved and decision.by == "ana"
+    assert tl.approvals.queue(changed).pending, "used once: a second use needs a new decision"
+
+
+def test_terminal_approver_shows_the_call_and_reads_the_answer(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers = iter(["y", "n"])
+    monkeypatch.setattr("builtins.input", lambda *a: next(answers))
+    request = tl.ApprovalRequest(
+        session_id="s",
+        tool_use_id="t1",
+        tool="send_email",
+        input={"to": "ceo@example.com"},
+        in_doubt=True,
+        reason="it may already have happened",
+    )
+    assert tl.approvals.terminal(request).approved is True
+    assert tl.approvals.terminal(request).approved is False
+    shown = capsys.readouterr().err
+    assert "send_email" in shown and "ceo@example.com" in shown and "IN DOUBT" in shown
+
+
+def test_verify_finds_a_transcript_that_lies(store: tl.Store, world: World) -> None:
+    with ScriptedModel([Reply(tool_uses=[TICKET]), Reply(text="done")]) as m:
+        agent_for(m, store, world).run(session="s", prompt="go")
+    assert verify(store) == []
+    state = store.backend.read_session("s")
+    assert state is not None
+    forged = [{"type": "tool_result", "tool_use_id": "toolu_forged", "content": "ok"}]
+    from dataclasses import replace
+
+    from toolledger.records import StoredMessage
+
+    store.backend.apply(
+        "s",
+        [
+            AppendMessages(
+                (StoredMessage(seq=state.messages, role="user", content=forged, created_at=0.0),)
+            ),
+            PutSession(
+                replace(state, version=state.version + 1, messages=state.messages + 1),
+                state.version,
+            ),
+        ],
+    )
+    found = [p.message for p in verify(store)]
+    assert any("unexpected `tool_use_id`" in p for p in found)
+    assert any("toolu_forged succeeded but the ledger has no record" in p for p in found)

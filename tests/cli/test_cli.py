@@ -1,0 +1,180 @@
+"""The toolledger command line, driven in-process; outputs checked through --json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import toolledger as tl
+from toolledger.cli.app import build_parser, main
+from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+from toolledger.testing.world import AgentSpec, World, run_agent
+
+COMMANDS = [
+    "demo",
+    "sessions",
+    "show",
+    "effects",
+    "in-doubt",
+    "resolve",
+    "approvals",
+    "approve",
+    "deny",
+    "verify",
+    "bench",
+]
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+    code = main(list(argv))
+    out = capsys.readouterr().out
+    return code, json.loads(out) if "--json" in argv and out.strip() else out
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert f"toolledger {command}" in out and "--store" in out and "--json" in out
+
+
+def test_the_parser_knows_every_command() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert sorted(sub.choices) == sorted(COMMANDS)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def crashed(tmp_path: Path) -> tuple[str, World]:
+    """A store holding one session left in doubt by a real SIGKILL, and one completed."""
+    world = World(tmp_path / "world")
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    script = [Reply(tool_uses=[ToolUse("create_ticket", {"title": "Outage"})]), Reply(text="done")]
+    with ScriptedModel(script) as model:
+        spec = AgentSpec(store_url=url, base_url=model.url, world=str(world.path), session="broken")
+        assert run_agent(spec, crash_at="before_record")[0] == -9
+        assert run_agent(spec)[1]["status"] == "needs_attention"  # type: ignore[index]
+        ok = AgentSpec(store_url=url, base_url=model.url, world=str(world.path), session="fine")
+        assert run_agent(ok)[1]["status"] == "completed"  # type: ignore[index]
+    return url, world
+
+
+def test_inspecting_and_resolving(
+    crashed: tuple[str, World], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, world = crashed
+    code, sessions = cli(capsys, "--store", url, "sessions", "--json")
+    assert code == 0
+    assert {s["session_id"]: s["status"] for s in sessions["sessions"]} == {
+        "broken": "needs_attention",
+        "fine": "completed",
+    }
+
+    code, doubts = cli(capsys, "in-doubt", "--store", url, "--json")
+    (doubt,) = doubts
+    assert (doubt["session_id"], doubt["tool"], doubt["status"]) == (
+        "broken",
+        "create_ticket",
+        "started",
+    )
+    code, effects = cli(capsys, "effects", "fine", "--store", url, "--json")
+    assert [e["status"] for e in effects] == ["succeeded"]
+
+    code, shown = cli(capsys, "show", "broken", "--store", url, "--json")
+    events = [e["event"] for e in shown["timeline"]]
+    assert "ledger: create_ticket IN DOUBT" in events and shown["session"]["turns"] == 1
+
+    code, report = cli(capsys, "verify", "--store", url, "--json")
+    assert code == 0 and report["ok"] is True
+    assert [p["severity"] for p in report["problems"]] == ["warning"]
+
+    code, resolved = cli(
+        capsys,
+        "resolve",
+        "broken",
+        doubt["tool_use_id"],
+        "--happened",
+        "--result",
+        '{"ticket": "T-1"}',
+        "--by",
+        "ana",
+        "--store",
+        url,
+        "--json",
+    )
+    assert (
+        code == 0 and resolved["status"] == "succeeded" and resolved["result"] == {"ticket": "T-1"}
+    )
+    code, _ = cli(
+        capsys, "resolve", "broken", doubt["tool_use_id"], "--not-happened", "--store", url
+    )
+    assert code == 1, "it is no longer in doubt"
+    assert cli(capsys, "in-doubt", "--store", url, "--json")[1] == []
+    assert len(world.tickets()) == 2  # the two sessions' tickets; none twice
+
+
+def test_approvals_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    monkeypatch.setenv("TOOLLEDGER_STORE", url)
+
+    @tl.tool(high_impact=True)
+    def wire(amount: int) -> str:
+        return "wired"
+
+    with (
+        ScriptedModel([Reply(tool_uses=[ToolUse("wire", {"amount": 3})]), Reply(text="paid")]) as m,
+        tl.open_store(url) as store,
+    ):
+        agent = tl.Agent(
+            client=m.client(), model="x", tools=[wire], store=store, approve=tl.approvals.queue
+        )
+        assert agent.run(session="pay", prompt="pay").status is tl.RunStatus.AWAITING_APPROVAL
+        code, waiting = cli(capsys, "approvals", "--json")
+        (request,) = waiting
+        assert request["input"] == {"amount": 3} and request["status"] == "pending"
+        code, decided = cli(
+            capsys, "approve", "pay", request["tool_use_id"], "--by", "ana", "--json"
+        )
+        assert decided["status"] == "approved" and decided["decided_by"] == "ana"
+        code, _ = cli(capsys, "deny", "pay", request["tool_use_id"])
+        assert code == 1, "a decided request cannot be decided again"
+        assert agent.run(session="pay").status is tl.RunStatus.COMPLETED
+    assert cli(capsys, "approvals", "--json")[1] == []
+    assert [a["status"] for a in cli(capsys, "approvals", "--all", "--json")[1]] == ["used"]
+
+
+def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"not a database" * 100)
+    assert main(["sessions", "--store", f"sqlite:///{bad}"]) == 1
+    assert "CorruptLedgerError" in capsys.readouterr().err
+    code, out = cli(capsys, "show", "nobody", "--store", f"sqlite:///{tmp_path / 'e.db'}")
+    assert code == 1 and "no session" in out
+
+
+def test_demo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, report = cli(capsys, "demo", "--dir", str(tmp_path), "--json")
+    assert code == 0, report
+    assert report["ok"] and report["killed"] and report["status"] == "completed"
+    assert report["tickets"] == 1 and report["emails"] == 1
+
+
+def test_demo_as_a_newcomer_runs_it() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "toolledger.cli", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "nothing happened twice" in proc.stdout
