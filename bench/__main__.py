@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
             core.per_record("sqlite", d, stack),
             core.per_call("sqlite", d, stack, "noop_effect"),
             core.per_call("sqlite", d, stack, "noop_read"),
+            core.agent_turn("sqlite", d, stack),
         ]
         rows = interleaved(contenders, n)
         json_rows = interleaved(
@@ -48,21 +49,31 @@ def main(argv: list[str] | None = None) -> None:
             min(n, 300),
         )
     table = Table(title=f"toolledger bench — {platform.node()}, {platform.platform()}")
-    for col in ("measurement", "N", "median µs", "p99 µs", "writes", "x raw fsync"):
+    for col in (
+        "measurement",
+        "N",
+        "median µs",
+        "p99 µs",
+        "writes",
+        "x raw fsync",
+        "x (writes x raw)",
+    ):
         table.add_column(col, justify="left" if col == "measurement" else "right")
     for group in (rows, json_rows):
         raw = group[0]
         for s in group:
+            per_write = s.median_us / (s.writes * raw.median_us) if s.writes else 0.0
             table.add_row(
                 s.name,
                 str(s.n),
                 f"{s.median_us:,.0f}",
                 f"{s.p99_us:,.0f}",
-                f"{s.writes:g}",
+                f"{s.writes:.3g}",
                 f"{s.ratio(raw):.2f}",
+                f"{per_write:.2f}",
             )
         table.add_section()
-    Console().print(table)
+    Console(width=160).print(table)
 
 
 if __name__ == "__main__":

@@ -79,3 +79,55 @@ def per_call(kind: str, directory: Path, stack: ExitStack, tool_name: str) -> Co
     return Contender(
         f"{kind}: run_tool_uses, one {label} call", step, writes=2 if tool.needs_intent else 1
     )
+
+
+class _FakeMessages:
+    """``messages.create`` answering every request with one fresh non-idempotent call: the model
+    costs nothing, so what is measured is toolledger's turn."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def create(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls += 1
+        return {
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{next(_ids)}",
+                    "name": "noop_effect",
+                    "input": {"n": self.calls},
+                }
+            ],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+
+
+class FakeAnthropic:
+    def __init__(self) -> None:
+        self.messages = _FakeMessages()
+
+
+TURNS_PER_RUN = 20
+
+
+def agent_turn(kind: str, directory: Path, stack: ExitStack) -> Contender:
+    """One agent turn with one non-idempotent call: model call, checkpoint A, intent, tool,
+    outcome + checkpoint B. A step is a run of 20 such turns (plus the prompt's commit and the
+    final status, amortised), reported per turn."""
+    store = open_bench_store(kind, directory, f"{kind}-agent", stack)
+    agent = tl.Agent(
+        client=FakeAnthropic(), model="bench", tools=TOOLS, store=store, max_turns=TURNS_PER_RUN
+    )
+
+    def step(i: int) -> Any:
+        return agent.run(session=f"bench-{next(_ids)}", prompt="go")
+
+    writes = 3 + 2 / TURNS_PER_RUN
+    return Contender(
+        f"{kind}: Agent turn, one non-idempotent call",
+        step,
+        writes=writes,
+        ops_per_step=TURNS_PER_RUN,
+    )

@@ -1,14 +1,33 @@
 """Public helpers for testing code built on toolledger.
 
-* ``toolledger.testing.conformance.StoreConformance`` — the contract every store backend passes
-  (a plain pytest class; subclass it with a ``store_url`` fixture to test your own backend).
+* ``ScriptedModel``, ``Reply``, ``ToolUse``, ``Flaky`` — a fake Messages API on 127.0.0.1 for
+  the real ``anthropic`` SDK (see ``toolledger.testing.scripted``).
+* ``arm_crash(point)`` / ``CRASH_POINTS`` — make this process ``SIGKILL`` itself at a named
+  point, as ``TOOLLEDGER_CRASH_AT`` does.
+* ``World``, ``AgentSpec``, ``run_agent`` — tools whose effects are files, and an agent run in a
+  forked process a test can kill.
 * ``Counter`` — a thread-safe count of real executions, per tool.
-
-This package imports nothing from pytest unless you import ``conformance``.
+* ``toolledger.testing.conformance.StoreConformance`` — the contract every store backend passes
+  (a plain pytest class; imported on its own, as it needs pytest).
 """
 
 from __future__ import annotations
 
+from .._crash import POINTS as CRASH_POINTS
+from .._crash import arm as arm_crash
 from .fakes import Counter
+from .scripted import Flaky, Reply, ScriptedModel, ToolUse
+from .world import AgentSpec, World, run_agent
 
-__all__ = ["Counter"]
+__all__ = [
+    "CRASH_POINTS",
+    "AgentSpec",
+    "Counter",
+    "Flaky",
+    "Reply",
+    "ScriptedModel",
+    "ToolUse",
+    "World",
+    "arm_crash",
+    "run_agent",
+]
