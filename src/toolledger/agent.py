@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ._crash import hit as crash_point
-from .adapters.anthropic import AnthropicProvider
+from .adapters import provider_for
 from .drivers import (
     AlertHook,
     CallModel,
@@ -107,7 +107,7 @@ class Agent:
             raise ConfigurationError("store= must be a toolledger Store (toolledger.open_store)")
         if max_turns < 1 or max_tokens < 1:
             raise ConfigurationError("max_turns and max_tokens must be positive")
-        self.provider = AnthropicProvider(client)
+        self.provider = provider_for(client)
         self.model = model
         self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
         self.store = store
@@ -159,7 +159,7 @@ class Agent:
         while True:
             last = s.messages[-1]
             if last.role == "assistant":
-                if not self.provider.tool_calls(last.content):
+                if not self.provider.tool_calls(last):
                     if s.state.status is not RunStatus.COMPLETED:
                         s = yield from self._set_status(s, RunStatus.COMPLETED, None)
                     return self._finish(s, alerts)
@@ -184,9 +184,8 @@ class Agent:
                 raise ConfigurationError(
                     f"session {sid!r} does not exist; give a prompt to start it"
                 )
-            first = StoredMessage(
-                seq=0, role="user", content=self.provider.prompt_content(prompt), created_at=now
-            )
+            role, content = self.provider.prompt_message(prompt)
+            first = StoredMessage(seq=0, role=role, content=content, created_at=now)
             state = SessionState(
                 session_id=sid,
                 status=RunStatus.RUNNING,
@@ -209,12 +208,8 @@ class Agent:
                 "— agent.run(session=...) with no prompt or its own prompt — then send the new "
                 "prompt."
             )
-        message = StoredMessage(
-            seq=len(s.messages),
-            role="user",
-            content=self.provider.prompt_content(prompt),
-            created_at=now,
-        )
+        role, content = self.provider.prompt_message(prompt)
+        message = StoredMessage(seq=len(s.messages), role=role, content=content, created_at=now)
         new = self._advance(s.state, status=RunStatus.RUNNING, reason=None, messages=1)
         yield from self._commit(sid, [AppendMessages((message,)), PutSession(new, state.version)])
         return _Session(new, [*s.messages, message])
@@ -224,7 +219,7 @@ class Agent:
             model=self.model,
             max_tokens=self.max_tokens,
             system=self.system,
-            tools=self.tools.to_anthropic(),
+            tools=self.tools,
             messages=s.messages,
         )
         answer = yield CallModel(kwargs)
@@ -269,7 +264,7 @@ class Agent:
         """Run (or reconcile) the pending calls of the last assistant message; commit
         checkpoint B with the last outcome. Returns the session and whether to stop."""
         last = s.messages[-1]
-        calls = self.provider.tool_calls(last.content)
+        calls = self.provider.tool_calls(last)
         committed: list[_Session] = []
 
         def checkpoint_b(outcomes: list[CallOutcome]) -> list[Op]:
@@ -278,15 +273,19 @@ class Agent:
                 new = self._advance(s.state, status=stop[0], reason=stop[1])
                 committed.append(_Session(new, s.messages))
                 return [PutSession(new, s.state.version)]
-            results = StoredMessage(
-                seq=len(s.messages),
-                role="user",
-                content=self.provider.results_content([o.to_block() for o in outcomes]),
-                created_at=self.store.clock(),
+            now = self.store.clock()
+            produced = self.provider.results_messages(
+                [(o.call.tool_use_id, o.content, o.is_error) for o in outcomes]
             )
-            new = self._advance(s.state, status=RunStatus.RUNNING, reason=None, messages=1)
-            committed.append(_Session(new, [*s.messages, results]))
-            return [AppendMessages((results,)), PutSession(new, s.state.version)]
+            results = tuple(
+                StoredMessage(seq=len(s.messages) + i, role=role, content=content, created_at=now)
+                for i, (role, content) in enumerate(produced)
+            )
+            new = self._advance(
+                s.state, status=RunStatus.RUNNING, reason=None, messages=len(results)
+            )
+            committed.append(_Session(new, [*s.messages, *results]))
+            return [AppendMessages(results), PutSession(new, s.state.version)]
 
         ledger = self.store.ledger(s.state.session_id)
         batch: Batch = yield from process_batch(
@@ -348,20 +347,15 @@ class Agent:
 
     def _last_prompt(self, s: _Session) -> str | None:
         for m in reversed(s.messages):
-            if m.role == "user":
-                text = self.provider.prompt_text(m.content)
-                if text is not None:
-                    return text
+            text = self.provider.prompt_text(m)
+            if text is not None:
+                return text
         return None
 
     def _finish(self, s: _Session, alerts: list[LedgerWriteError]) -> Run:
         state = s.state
         final = next(
-            (
-                self.provider.final_text(m.content)
-                for m in reversed(s.messages)
-                if m.role == "assistant"
-            ),
+            (self.provider.final_text(m) for m in reversed(s.messages) if m.role == "assistant"),
             "",
         )
         return Run(

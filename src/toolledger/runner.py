@@ -27,7 +27,7 @@ from typing import Any
 
 from . import decide
 from ._crash import hit as crash_point
-from .adapters.anthropic import read_tool_uses, tool_result
+from .adapters import ResultShape, read_calls
 from .approvals import ApprovalRequest, Decision
 from .codec import EncodedResult, content_of, encode_result, idempotency_key
 from .drivers import (
@@ -85,18 +85,14 @@ class CallOutcome:
     is_error: bool
     alert: LedgerWriteError | None = None
 
-    def to_block(self) -> dict[str, Any]:
-        return tool_result(self.call.tool_use_id, self.content, is_error=self.is_error)
-
 
 @dataclass(slots=True)
 class Batch:
     outcomes: list[CallOutcome]
     commit_error: ToolLedgerError | None = None  # the final commit (with ``tail``) failed
 
-    @property
-    def results(self) -> list[dict[str, Any]]:
-        return [o.to_block() for o in self.outcomes]
+    def results(self, shape: ResultShape) -> list[dict[str, Any]]:
+        return [shape(o.call.tool_use_id, o.content, is_error=o.is_error) for o in self.outcomes]
 
     @property
     def alerts(self) -> list[LedgerWriteError]:
@@ -534,14 +530,15 @@ def process_batch(
 
 def _prepare(
     content: Any, tools: ToolSet | Sequence[Any], ledger: Ledger
-) -> tuple[list[ToolCall], ToolSet]:
+) -> tuple[list[ToolCall], ResultShape, ToolSet]:
     if not isinstance(ledger, Ledger):
         raise ConfigurationError(
             f"ledger= must be a toolledger Ledger (store.ledger(session_id)), not "
             f"{type(ledger).__name__}"
         )
     toolset = tools if isinstance(tools, ToolSet) else ToolSet(tools)
-    return read_tool_uses(content), toolset
+    calls, shape = read_calls(content)
+    return calls, shape, toolset
 
 
 def run_tool_uses(
@@ -567,12 +564,12 @@ def run_tool_uses(
     tool succeeded is *not* raised: the real result is returned and the alert goes to the
     ``toolledger`` logger and ``on_alert``.
     """
-    calls, toolset = _prepare(content, tools, ledger)
+    calls, shape, toolset = _prepare(content, tools, ledger)
     gen = process_batch(calls, toolset, ledger, can_ask=approve is not None)
     io = IOContext(
         store=ledger.store, session_id=ledger.session_id, approve=approve, on_alert=on_alert
     )
-    return drive(gen, io).results
+    return drive(gen, io).results(shape)
 
 
 async def arun_tool_uses(
@@ -585,9 +582,9 @@ async def arun_tool_uses(
 ) -> list[dict[str, Any]]:
     """The async twin of ``run_tool_uses``: same rules, same results. ``async def`` tools,
     checks and approvers are awaited; plain ones run in a worker thread."""
-    calls, toolset = _prepare(content, tools, ledger)
+    calls, shape, toolset = _prepare(content, tools, ledger)
     gen = process_batch(calls, toolset, ledger, can_ask=approve is not None)
     io = IOContext(
         store=ledger.store, session_id=ledger.session_id, approve=approve, on_alert=on_alert
     )
-    return (await adrive(gen, io)).results
+    return (await adrive(gen, io)).results(shape)

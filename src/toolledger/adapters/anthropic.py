@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..codec import input_hash
 from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
+from . import ModelTurn
+
+if TYPE_CHECKING:
+    from ..tools import ToolSet
 
 __all__ = [
     "AnthropicProvider",
-    "ModelTurn",
     "merged",
     "pairing_errors",
     "read_tool_uses",
@@ -103,17 +105,6 @@ def tool_result(tool_use_id: str, content: str, *, is_error: bool) -> dict[str, 
 # -- the agent's provider: requests, responses, transcripts --------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ModelTurn:
-    """One model response, reduced to what the agent stores and decides on."""
-
-    content: list[dict[str, Any]]
-    stop_reason: str | None
-    input_tokens: int
-    output_tokens: int
-    calls: list[ToolCall]
-
-
 class AnthropicProvider:
     """The Messages API: ``client`` is ``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``
     (or anything with the same ``messages.create``)."""
@@ -148,7 +139,7 @@ class AnthropicProvider:
         model: str,
         max_tokens: int,
         system: str | None,
-        tools: list[dict[str, Any]],
+        tools: ToolSet,
         messages: list[StoredMessage],
     ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -156,8 +147,8 @@ class AnthropicProvider:
             "max_tokens": max_tokens,
             "messages": merged(messages),
         }
-        if tools:
-            kwargs["tools"] = tools
+        if len(tools):
+            kwargs["tools"] = tools.to_anthropic()
         if system:
             kwargs["system"] = system
         return kwargs
@@ -173,27 +164,40 @@ class AnthropicProvider:
             calls=read_tool_uses(content),
         )
 
-    def tool_calls(self, content: Any) -> list[ToolCall]:
-        return read_tool_uses(content) if isinstance(content, list) else []
+    def tool_calls(self, message: StoredMessage) -> list[ToolCall]:
+        if message.role != "assistant" or not isinstance(message.content, list):
+            return []
+        return read_tool_uses(message.content)
 
-    def prompt_content(self, prompt: str) -> Any:
-        return prompt
+    def results_messages(self, results: list[tuple[str, str, bool]]) -> list[tuple[str, Any]]:
+        # One user message, every tool_result first and in call order (the pairing rule).
+        return [("user", [tool_result(tid, text, is_error=err) for tid, text, err in results])]
 
-    def prompt_text(self, content: Any) -> str | None:
-        """The prompt a user message holds, or ``None`` for a tool_result message."""
+    def prompt_message(self, prompt: str) -> tuple[str, Any]:
+        return "user", prompt
+
+    def prompt_text(self, message: StoredMessage) -> str | None:
+        content = message.content
+        if message.role != "user":
+            return None
         if isinstance(content, str):
             return content
         texts = [b.get("text", "") for b in content if b.get("type") == "text"]
         has_results = any(b.get("type") == "tool_result" for b in content)
         return None if has_results or not texts else "\n".join(texts)
 
-    def results_content(self, results: list[dict[str, Any]]) -> Any:
-        return results
-
-    def final_text(self, content: Any) -> str:
+    def final_text(self, message: StoredMessage) -> str:
+        content = message.content
         if isinstance(content, str):
             return content
         return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+    def transcript_errors(self, messages: list[StoredMessage]) -> list[str]:
+        wire = merged(messages)
+        last = wire[-1] if wire else None
+        if last and last["role"] == "assistant" and read_tool_uses(_blocks(last["content"])):
+            wire = wire[:-1]  # a pending turn: its results are not due yet
+        return pairing_errors(wire)
 
 
 def _is_async_client(client: Any) -> bool:
