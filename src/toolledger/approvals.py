@@ -110,7 +110,6 @@ class ApprovalQueue:
                 tool_use_id=request.tool_use_id,
             )
         store = request.ledger.store
-        backend = store.backend
         current = _find(store, request.session_id, request.tool_use_id)
         fresh = ApprovalRecord(
             session_id=request.session_id,
@@ -124,7 +123,7 @@ class ApprovalQueue:
             requested_at=store.clock(),
         )
         if current is None:
-            backend.apply(request.session_id, [PutApproval(fresh, None)])
+            store.apply(request.session_id, [PutApproval(fresh, None)])
             return PENDING
         bound = (
             current.tool == request.tool
@@ -134,12 +133,12 @@ class ApprovalQueue:
         if not bound or current.status is ApprovalStatus.USED:
             # A decision about another question (other input, or a first run when this is an
             # in-doubt re-run) or one already spent: this is a new request.
-            backend.apply(request.session_id, [PutApproval(fresh, current.status)])
+            store.apply(request.session_id, [PutApproval(fresh, current.status)])
             return PENDING
         if current.status is ApprovalStatus.PENDING:
             return PENDING
         used = replace(current, status=ApprovalStatus.USED, used_at=store.clock())
-        (won,) = backend.apply(request.session_id, [PutApproval(used, current.status)])
+        (won,) = store.apply(request.session_id, [PutApproval(used, current.status)])
         if not won:
             return PENDING  # decided again or used by someone else meanwhile: ask afresh
         return Decision(approved=current.status is ApprovalStatus.APPROVED, by=current.decided_by)
@@ -181,7 +180,7 @@ def decide(
         decided_by=by,
         decided_at=store.clock(),
     )
-    (won,) = store.backend.apply(session_id, [PutApproval(decided, ApprovalStatus.PENDING)])
+    (won,) = store.apply(session_id, [PutApproval(decided, ApprovalStatus.PENDING)])
     if not won:
         raise ToolLedgerError(
             f"the request for {tool_use_id!r} changed while it was being decided; look again",

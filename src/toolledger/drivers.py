@@ -174,7 +174,7 @@ def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
             answer = backend.read_effects(sid, request.tool_use_ids)
         elif isinstance(request, Commit):
             try:
-                answer = backend.apply(sid, request.ops)
+                answer = io.store.apply(sid, request.ops)
             except _COMMIT_ERRORS as exc:
                 answer = Failure(exc)
         elif isinstance(request, Invoke):
@@ -214,7 +214,7 @@ async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
             answer = await backend.read_effects(sid, request.tool_use_ids)
         elif isinstance(request, Commit):
             try:
-                answer = await backend.apply(sid, request.ops)
+                answer = await io.store.aapply(sid, request.ops)
             except _COMMIT_ERRORS as exc:
                 answer = Failure(exc)
         elif isinstance(request, Invoke):

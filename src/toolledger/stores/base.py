@@ -253,11 +253,28 @@ class Store:
         async_backend: AsyncBackend | None = None,
         clock: Callable[[], float] = time.time,
         worker_id: str | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.backend = backend
         self.async_backend: AsyncBackend = async_backend or _InlineAsync(backend)
         self.clock = clock
         self.worker_id = worker_id or default_worker_id()
+        self.redact = redact
+
+    def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        """Commit ``ops`` through the backend, after the ``redact`` hook (see
+        ``toolledger.redact``). Everything toolledger writes goes through here."""
+        return self.backend.apply(session_id, self._prepare(ops))
+
+    async def aapply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        return await self.async_backend.apply(session_id, self._prepare(ops))
+
+    def _prepare(self, ops: Sequence[Op]) -> list[Op]:
+        if self.redact is None:
+            return list(ops)
+        from ..redact import redact_ops
+
+        return redact_ops(list(ops), self.redact)
 
     @property
     def url(self) -> str:
@@ -370,7 +387,7 @@ class Ledger:
                 updated_at=now,
             )
         op = UpdateEffect(new, expect_status=record.status, expect_attempt=record.attempt)
-        (applied,) = self.store.backend.apply(self.session_id, [op])
+        (applied,) = self.store.apply(self.session_id, [op])
         if not applied:
             raise ToolLedgerError(
                 f"call {tool_use_id!r} changed while it was being resolved; look again",
