@@ -2,21 +2,25 @@
 
 Checks, per store: the engine's own integrity check (SQLite ``PRAGMA integrity_check``; every JSON
 file parsed and its digests checked). Per agent session: the transcript has as many messages as
-its state says; it obeys the Messages API's tool_use/tool_result pairing rule (a pending last
-turn is allowed while the session is unfinished); every tool_result that reports success has a
-``succeeded`` record in the ledger; every ledger record belongs to a tool_use of the transcript.
-In-doubt calls are reported as warnings: they are legitimate, and they need a person.
+its state says; it obeys its API's call/result pairing rule — the Messages API's
+tool_use/tool_result, or OpenAI's tool_calls/tool messages and function_call/function_call_output,
+picked by the transcript's shape (a pending last turn is allowed while the session is
+unfinished); every result that reports success has a ``succeeded`` record in the ledger; every
+ledger record belongs to a call of the transcript. In-doubt calls are reported as warnings: they
+are legitimate, and they need a person.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from .adapters import openai as _openai
 from .adapters.anthropic import merged, pairing_errors, read_tool_uses
 from .errors import ToolLedgerError
-from .records import RunStatus, Status
+from .records import RunStatus, Status, StoredMessage
 from .stores.base import Store
 
 __all__ = ["Problem", "Severity", "verify"]
@@ -78,12 +82,10 @@ def _session(store: Store, sid: str) -> list[Problem]:
                 f"the state counts {state.messages} messages, the transcript holds {len(messages)}",
             )
         )
-    wire = merged(messages)
-    pending: list[str] = []
-    if wire and wire[-1]["role"] == "assistant" and isinstance(wire[-1]["content"], list):
-        pending = [c.tool_use_id for c in read_tool_uses(wire[-1]["content"])]
-    checked = wire[:-1] if pending else wire
-    out += [Problem(Severity.ERROR, sid, f"transcript: {p}") for p in pairing_errors(checked)]
+    rules = _rules_for(messages)
+    last_calls = rules.calls(messages[-1]) if messages else []
+    pending = last_calls if messages and messages[-1].role == "assistant" else []
+    out += [Problem(Severity.ERROR, sid, f"transcript: {p}") for p in rules.pairing(messages)]
     if pending and state.status is RunStatus.COMPLETED:
         out.append(
             Problem(
@@ -95,21 +97,18 @@ def _session(store: Store, sid: str) -> list[Problem]:
     by_id = {r.tool_use_id: r for r in records}
     called: set[str] = set()
     for m in messages:
-        blocks: list[Any] = m.content if isinstance(m.content, list) else []
         if m.role == "assistant":
-            called.update(c.tool_use_id for c in read_tool_uses(blocks))
+            called.update(rules.calls(m))
             continue
-        for b in blocks:
-            if b.get("type") != "tool_result" or b.get("is_error"):
-                continue
-            record = by_id.get(b.get("tool_use_id", ""))
+        for tid in rules.successes(m):
+            record = by_id.get(tid)
             if record is None or record.status is not Status.SUCCEEDED:
                 found = "no record" if record is None else f"a {record.status.value} record"
                 out.append(
                     Problem(
                         Severity.ERROR,
                         sid,
-                        f"the transcript reports {b.get('tool_use_id')} succeeded but the "
+                        f"the transcript reports {tid} succeeded but the "
                         f"ledger has {found}: an effect the ledger cannot vouch for",
                     )
                 )
@@ -122,3 +121,48 @@ def _session(store: Store, sid: str) -> list[Problem]:
             )
         )
     return out
+
+
+# -- the pairing rule of each API, picked by the transcript's shape ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    pairing: Callable[[list[StoredMessage]], list[str]]  # a pending last turn allowed
+    calls: Callable[[StoredMessage], list[str]]  # the call ids of an assistant message
+    successes: Callable[[StoredMessage], list[str]]  # the ids a message reports as succeeded
+
+
+def _anthropic_pairing(messages: list[StoredMessage]) -> list[str]:
+    wire = merged(messages)
+    last = wire[-1] if wire else None
+    if last and last["role"] == "assistant" and isinstance(last["content"], list):
+        wire = wire[:-1] if read_tool_uses(last["content"]) else wire
+    return pairing_errors(wire)
+
+
+def _anthropic_calls(m: StoredMessage) -> list[str]:
+    if m.role != "assistant" or not isinstance(m.content, list):
+        return []
+    return [c.tool_use_id for c in read_tool_uses(m.content)]
+
+
+def _anthropic_successes(m: StoredMessage) -> list[str]:
+    blocks: list[Any] = m.content if isinstance(m.content, list) else []
+    return [
+        b.get("tool_use_id", "")
+        for b in blocks
+        if m.role == "user" and b.get("type") == "tool_result" and not b.get("is_error")
+    ]
+
+
+def _rules_for(messages: list[StoredMessage]) -> _Rules:
+    kind = _openai.transcript_kind(messages)
+    if kind is None:
+        return _Rules(_anthropic_pairing, _anthropic_calls, _anthropic_successes)
+    api = _openai.OpenAIChat(None) if kind == "openai-chat" else _openai.OpenAIResponses(None)
+    return _Rules(
+        api.transcript_errors,
+        lambda m: [c.tool_use_id for c in api.tool_calls(m)],
+        _openai.successes,
+    )

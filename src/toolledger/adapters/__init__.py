@@ -131,3 +131,13 @@ def register(
         _READERS.append(reader)
     if provider is not None:
         _PROVIDERS.append(provider)
+
+
+def _register_builtin() -> None:
+    # The OpenAI shapes are read by duck typing: registering them imports no SDK.
+    from .openai import provider_for_openai, read_openai
+
+    register(reader=read_openai, provider=provider_for_openai)
+
+
+_register_builtin()

@@ -167,6 +167,7 @@ class AgentSpec:
     prompt: str = "A customer reports an outage; open a ticket."
     approve: str = "none"  # none | all | queue
     model: str = "claude-scripted"
+    provider: str = "anthropic"  # anthropic | openai (Chat Completions) | openai-responses
 
 
 def _approve_all(request: ApprovalRequest) -> bool:
@@ -181,9 +182,7 @@ def _child(spec: AgentSpec, crash_at: str | None, result_path: str) -> None:
 
     _crash.arm(crash_at)
     approve = {"none": None, "all": _approve_all, "queue": queue}[spec.approve]
-    import anthropic
-
-    client = anthropic.Anthropic(base_url=spec.base_url, api_key="scripted", max_retries=0)
+    client = _client(spec)
     out: dict[str, Any]
     with open_store(spec.store_url) as store:
         agent = Agent(
@@ -206,6 +205,24 @@ def _child(spec: AgentSpec, crash_at: str | None, result_path: str) -> None:
     Path(result_path).write_text(json.dumps(out))
 
 
+def _client(spec: AgentSpec) -> Any:
+    """The model client a child builds for ``spec.provider``, pointed at ``spec.base_url``."""
+    if spec.provider == "anthropic":
+        import anthropic
+
+        return anthropic.Anthropic(base_url=spec.base_url, api_key="scripted", max_retries=0)
+    import openai
+
+    from ..adapters.openai import OpenAIResponses
+
+    client = openai.OpenAI(base_url=spec.base_url, api_key="scripted", max_retries=0)
+    if spec.provider == "openai":
+        return client
+    if spec.provider == "openai-responses":
+        return OpenAIResponses(client)
+    raise ValueError(f"unknown provider {spec.provider!r}: anthropic, openai, openai-responses")
+
+
 def run_agent(
     spec: AgentSpec, *, crash_at: str | None = None, timeout: float = 60
 ) -> tuple[int, dict[str, Any] | None]:
@@ -215,6 +232,13 @@ def run_agent(
     was killed first).
     """
     import anthropic  # noqa: F401 - imported once here, inherited by every forked child
+
+    if spec.provider != "anthropic":
+        import openai
+
+        # The SDK loads its resources on first use: load them here, once, not in every child.
+        warm = openai.OpenAI(base_url=spec.base_url, api_key="scripted")
+        _ = warm.chat.completions, warm.responses
 
     result = Path(spec.world) / f"result-{uuid.uuid4().hex[:8]}.json"
     ctx = multiprocessing.get_context("fork")
