@@ -1,0 +1,264 @@
+"""MCP: the tools of an MCP client session as toolledger tools.
+
+```python
+from toolledger.adapters.mcp import tools_from_session
+
+async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    await session.initialize()
+    tools = await tools_from_session(session, overrides={"send_invoice": {"high_impact": True}})
+    agent = tl.Agent(client=anthropic.AsyncAnthropic(), model=..., tools=tools, store=store)
+    run = await agent.arun(session="s", prompt="...")
+```
+
+Each MCP tool becomes a ``SchemaTool``: its ``inputSchema`` is the schema the model sees, and a
+call goes through the ledger, then ``session.call_tool``. The effect class comes from the tool's
+annotations (``effect_of``):
+
+| annotation | toolledger |
+|---|---|
+| ``readOnlyHint: true`` | ``read_only`` |
+| ``idempotentHint: true`` | ``idempotent`` |
+| ``destructiveHint: true`` | ``high_impact`` (a person approves each call) |
+| none of these | ``non_idempotent`` |
+
+MCP's own default for an absent ``destructiveHint`` is *true*; toolledger does not apply it, or
+every unannotated tool would wait for a person. Annotations are hints from a server you may not
+control: ``trust_hints=False`` ignores them (everything ``non_idempotent``), and ``overrides``
+sets ``effect``, ``high_impact``, ``forwards_idempotency_key`` or a ``check`` per tool.
+
+Every call carries ``ctx.idempotency_key`` in the request's ``_meta`` under ``KEY_META``; a server
+that drops repeats by it deserves ``forwards_idempotency_key=True`` (a server reads it with
+``key_from_meta``). A result with ``isError`` is a tool failure (an error result, recorded
+``failed``). A call whose answer never came (the connection closed, a timeout) raises
+``OutcomeUnknown``: the request may have run on the server, so the call stays in doubt.
+
+The tools are ``async``: run them with ``await agent.arun(...)`` or ``await arun_tool_uses(...)``
+on the event loop that holds the session. Nothing here imports the ``mcp`` SDK: sessions, tools
+and results are read by duck typing (SDK v1 camelCase and v2 snake_case alike).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ..codec import DEFAULT_MAX_RESULT_BYTES
+from ..errors import ConfigurationError, OutcomeUnknown, ToolLedgerError
+from ..records import EffectClass
+from ..tools import SchemaTool, ToolContext, ToolSet
+
+__all__ = [
+    "KEY_META",
+    "MCPToolError",
+    "effect_of",
+    "key_from_meta",
+    "tools_from_list",
+    "tools_from_session",
+]
+
+KEY_META = "toolledger/idempotency-key"
+"""The ``_meta`` key of every ``tools/call`` that carries ``ctx.idempotency_key``."""
+
+_OVERRIDE_KEYS = frozenset({"effect", "high_impact", "forwards_idempotency_key", "check"})
+# JSON-RPC codes of an MCP request whose answer never came: it may have run on the server.
+_NO_ANSWER = frozenset({-32000, -32001, 408})  # connection closed, request timeout (v2; v1)
+
+
+class MCPToolError(ToolLedgerError, RuntimeError):
+    """The MCP server answered a call with ``isError`` (or refused it): the tool failed.
+
+    Raised by the tools ``tools_from_session`` builds; the runner turns it into an error result
+    and a ``failed`` record. ``content`` is the server's text."""
+
+    def __init__(self, message: str, *, tool: str, content: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.content = content
+
+
+def _get(obj: Any, *names: str) -> Any:
+    """The first of ``names`` that ``obj`` has (dict key or attribute), else ``None``."""
+    for name in names:
+        value = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def effect_of(annotations: Any) -> tuple[EffectClass, bool]:
+    """``(effect, high_impact)`` for an MCP tool's annotations (object or dict, or ``None``)."""
+    if annotations is None:
+        return EffectClass.NON_IDEMPOTENT, False
+    if _get(annotations, "read_only_hint", "readOnlyHint") is True:
+        return EffectClass.READ_ONLY, False
+    idempotent = _get(annotations, "idempotent_hint", "idempotentHint") is True
+    destructive = _get(annotations, "destructive_hint", "destructiveHint") is True
+    return (EffectClass.IDEMPOTENT if idempotent else EffectClass.NON_IDEMPOTENT), destructive
+
+
+def key_from_meta(meta: Mapping[str, Any] | None) -> str | None:
+    """Server side: the idempotency key a toolledger client sent in a call's ``_meta``."""
+    value = meta.get(KEY_META) if meta else None
+    return value if isinstance(value, str) else None
+
+
+async def tools_from_session(
+    session: Any,
+    *,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    trust_hints: bool = True,
+    prefix: str = "",
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+) -> ToolSet:
+    """Every tool of an initialised MCP ``ClientSession`` (all pages of ``tools/list``) as a
+    ``ToolSet``.
+
+    ``overrides`` maps a tool's MCP name to any of ``effect``, ``high_impact``,
+    ``forwards_idempotency_key`` and ``check`` (``check(arguments, ctx)``, async or not, returns
+    the existing result or ``None``); a name the server does not list raises
+    ``ConfigurationError``. ``prefix`` is put before every name the model sees (the call goes to
+    the MCP name).
+    """
+    listed: list[Any] = []
+    cursor: str | None = None
+    while True:
+        page = await _list_page(session, cursor)
+        listed.extend(_get(page, "tools") or [])
+        cursor = _get(page, "next_cursor", "nextCursor")
+        if not cursor:
+            break
+    return tools_from_list(
+        session,
+        listed,
+        overrides=overrides,
+        trust_hints=trust_hints,
+        prefix=prefix,
+        max_result_bytes=max_result_bytes,
+    )
+
+
+async def _list_page(session: Any, cursor: str | None) -> Any:
+    if cursor is None:
+        return await session.list_tools()
+    try:
+        from mcp.types import PaginatedRequestParams  # SDK v2
+
+        return await session.list_tools(params=PaginatedRequestParams(cursor=cursor))
+    except (ImportError, TypeError):
+        return await session.list_tools(cursor=cursor)  # SDK v1
+
+
+def tools_from_list(
+    session: Any,
+    tools: Iterable[Any],
+    *,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    trust_hints: bool = True,
+    prefix: str = "",
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+) -> ToolSet:
+    """Like ``tools_from_session``, for tools already listed (``list_tools().tools``, or a subset
+    of them)."""
+    overrides = dict(overrides or {})
+    loop = _running_loop()
+    declared: list[SchemaTool] = []
+    names: set[str] = set()
+    for mcp_tool in tools:
+        name = _get(mcp_tool, "name")
+        if not isinstance(name, str):
+            raise ConfigurationError(f"an MCP tool without a name: {mcp_tool!r:.200}")
+        names.add(name)
+        effect, high_impact = effect_of(_get(mcp_tool, "annotations") if trust_hints else None)
+        extra = dict(overrides.get(name, {}))
+        unknown = set(extra) - _OVERRIDE_KEYS
+        if unknown:
+            raise ConfigurationError(
+                f"overrides[{name!r}] has unknown keys {sorted(unknown)}; use "
+                f"{', '.join(sorted(_OVERRIDE_KEYS))}"
+            )
+        check = extra.pop("check", None)
+        tool = SchemaTool(
+            _caller(session, name, loop),
+            name=prefix + name,
+            input_schema=_get(mcp_tool, "input_schema", "inputSchema") or {"type": "object"},
+            description=_get(mcp_tool, "description") or _get(mcp_tool, "title") or "",
+            effect=extra.pop("effect", effect),
+            high_impact=bool(extra.pop("high_impact", high_impact)),
+            forwards_idempotency_key=bool(extra.pop("forwards_idempotency_key", False)),
+        )
+        if check is not None:
+            tool.check(check)
+        declared.append(tool)
+    missing = sorted(set(overrides) - names)
+    if missing:
+        raise ConfigurationError(
+            f"overrides name tools the MCP server does not list: {', '.join(missing)}"
+        )
+    return ToolSet(declared, max_result_bytes=max_result_bytes)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _caller(
+    session: Any, name: str, loop: asyncio.AbstractEventLoop | None
+) -> Callable[[dict[str, Any], ToolContext], Any]:
+    async def call(arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        if loop is not None and _running_loop() is not loop:
+            raise ConfigurationError(
+                f"MCP tool {name!r} was called outside the event loop of its session; run it "
+                "with `await agent.arun(...)` or `await arun_tool_uses(...)` there"
+            )
+        try:
+            result = await _call_tool(session, name, arguments, ctx.idempotency_key)
+        except Exception as exc:
+            code = getattr(getattr(exc, "error", None), "code", None)
+            if type(exc).__name__ in ("MCPError", "McpError") and code not in _NO_ANSWER:
+                # The server answered with an error: the call did not run.
+                raise MCPToolError(
+                    f"the MCP server refused {name!r}: {exc}", tool=name, content=str(exc)
+                ) from exc
+            # No answer: the request may have reached the server and run there.
+            raise OutcomeUnknown(
+                f"no answer from the MCP server for {name!r} ({type(exc).__name__}: {exc})"
+            ) from exc
+        return _value(result, name)
+
+    return call
+
+
+async def _call_tool(session: Any, name: str, arguments: dict[str, Any], key: str) -> Any:
+    try:
+        return await session.call_tool(name, arguments, meta={KEY_META: key})
+    except TypeError as exc:
+        if "meta" not in str(exc):
+            raise
+        return await session.call_tool(name, arguments)  # an SDK without per-call _meta
+
+
+def _value(result: Any, name: str) -> Any:
+    """What a ``CallToolResult`` returns to the model: its structured content if any, else its
+    text, else its content blocks as JSON. ``isError`` raises ``MCPToolError``."""
+    content = list(_get(result, "content") or [])
+    texts = [_get(b, "text") for b in content if _get(b, "type") == "text"]
+    if _get(result, "is_error", "isError") is True:
+        text = "\n".join(t for t in texts if t) or "the server reported an error"
+        raise MCPToolError(text, tool=name, content=text)
+    structured = _get(result, "structured_content", "structuredContent")
+    if structured is not None:
+        return structured
+    if len(texts) == len(content):
+        return "\n".join(t or "" for t in texts)
+    return [_plain(b) for b in content]
+
+
+def _plain(block: Any) -> Any:
+    if isinstance(block, Mapping):
+        return dict(block)
+    dump = getattr(block, "model_dump", None)
+    return dump(mode="json", by_alias=True, exclude_none=True) if callable(dump) else repr(block)
