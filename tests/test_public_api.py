@@ -42,6 +42,7 @@ EXPECTED = {
     "__version__",
     "approvals",
     "arun_tool_uses",
+    "keys",
     "open_store",
     "run_tool_uses",
     "tool",

@@ -6,7 +6,7 @@ re-exported here; modules with a leading underscore, and names not in ``__all__`
 
 from __future__ import annotations
 
-from . import approvals
+from . import approvals, keys
 from .agent import Agent, Run, Usage
 from .approvals import ApprovalRequest, Decision
 from .codec import DEFAULT_MAX_RESULT_BYTES
@@ -80,6 +80,7 @@ __all__ = [
     "__version__",
     "approvals",
     "arun_tool_uses",
+    "keys",
     "open_store",
     "run_tool_uses",
     "tool",
