@@ -27,6 +27,7 @@ COMMANDS = [
     "deny",
     "verify",
     "bench",
+    "audit",
 ]
 
 

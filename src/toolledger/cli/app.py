@@ -216,6 +216,20 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     return subprocess.call([sys.executable, "-m", "bench", *extra])
 
 
+def cmd_audit(args: argparse.Namespace, console: Console) -> int:
+    """Audit a toolset (MODULE:TOOLSET): each tool's effect class, approval, what a resume does
+    with an interrupted call of it, and its risk (high/medium/low) with the reason."""
+    from .audit import audit, lines, load_toolset
+
+    result = audit(load_toolset(args.target))
+    if args.json:
+        _emit_json({"target": args.target, **result.as_json()})
+        return 0
+    for line in lines(result):
+        console.print(line, highlight=False, soft_wrap=True)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     """The brief's story end to end, offline: an agent is killed right after opening a ticket,
     resumed, and opens exactly one."""
@@ -294,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("tool_use_id")
         p.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
     add("verify", cmd_verify)
+    p = add("audit", cmd_audit)
+    p.add_argument("target", metavar="MODULE:TOOLSET", help="e.g. examples.brief_tools:TOOLS")
     p = add("bench", cmd_bench)
     p.add_argument("--quick", action="store_true", help="about a minute")
     return parser
