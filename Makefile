@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck pytest torture bench clean
+.PHONY: demo test lint typecheck pytest torture bench bench-full clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,8 +31,20 @@ test: lint typecheck pytest
 torture: $(STAMP)
 	$(BIN)/python -m toolledger.testing.torture --kills 10000
 
-bench: $(STAMP)
+BENCH_STAMP := $(VENV)/.bench-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,all,bench]'
+	rm -f $(VENV)/.bench-*
+	touch $@
+
+# The benchmarks (~10 min; `python -m bench --quick` takes about one).
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench
+
+# The same run, also refreshing the figures in README.md, docs/performance.md and docs/bench.png.
+bench-full: $(BENCH_STAMP)
+	$(BIN)/python -m bench --publish
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

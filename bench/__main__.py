@@ -1,79 +1,235 @@
-"""``python -m bench [--quick] [--dir DIR] [--n N]``: every figure measured in one run, on one disk,
-interleaved with the raw floor it is compared to."""
+"""``python -m bench [--quick] [--dir DIR] [--only SECTION ...] [--publish]``
+
+Every figure is measured in one run, on one disk, interleaved with the raw floor it is compared
+to. Sections: main (toolledger per record, call and turn), sizes (every approach at N = 100, 1k,
+10k), lookups (100k and 1M records), long (turn 1 against turn 1,000), group (commit sharing
+within a turn, and across concurrent sessions), hot (profile-guided patches, bench-only).
+"""
 
 from __future__ import annotations
 
 import argparse
-import platform
+import json
+import shlex
+import sys
 import tempfile
+import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
-from . import core, floor
-from .measure import interleaved
+import toolledger as tl
+
+from . import core, floor, groupcommit, hotpath, longrun, report, rivals, scale
+from .measure import Contender, interleaved
+
+SECTIONS = ("main", "sizes", "lookups", "long", "group", "hot")
+
+
+@dataclass(frozen=True)
+class Plan:
+    n_main: int
+    sizes: tuple[int, ...]
+    samples_at: dict[int, int]
+    setup_budget_s: float
+    lookup_sizes: tuple[int, ...]
+    lookups_n: int
+    opens_n: int
+    json_sizes: frozenset[int]
+    long_turns: int
+    n_long: int
+    n_group: int
+    threads: tuple[int, ...]
+    per_thread: int
+    rounds: int
+    n_hot: int
+
+
+FULL = Plan(
+    n_main=2000,
+    sizes=(100, 1_000, 10_000),
+    samples_at={100: 100, 1_000: 200, 10_000: 100},
+    setup_budget_s=60,
+    lookup_sizes=(100_000, 1_000_000),
+    lookups_n=5000,
+    opens_n=100,
+    json_sizes=frozenset({100_000, 1_000_000}),
+    long_turns=1000,
+    n_long=400,
+    n_group=400,
+    threads=(1, 2, 4, 8, 16),
+    per_thread=100,
+    rounds=3,
+    n_hot=1000,
+)
+QUICK = Plan(
+    n_main=300,
+    sizes=(100, 1_000, 10_000),
+    samples_at={100: 40, 1_000: 40, 10_000: 12},
+    setup_budget_s=4,
+    lookup_sizes=(100_000, 1_000_000),
+    lookups_n=1000,
+    opens_n=20,
+    json_sizes=frozenset({100_000}),
+    long_turns=1000,
+    n_long=60,
+    n_group=80,
+    threads=(1, 4, 8),
+    per_thread=40,
+    rounds=1,
+    n_hot=200,
+)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small N, about a minute")
-    parser.add_argument("--n", type=int, default=None, help="operations per measurement")
+    parser.add_argument("--quick", action="store_true", help="fewer samples, about a minute")
     parser.add_argument(
         "--dir",
         type=Path,
         default=Path("bench-out"),
-        help="where the files go (a temporary directory inside it)",
+        help="where the files go (a temporary directory inside it) and the reports are written",
+    )
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
+    parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="also refresh docs/bench.png, docs/performance.md and README.md's figures "
+        "(between their bench markers)",
     )
     args = parser.parse_args(argv)
-    n = args.n or (400 if args.quick else 2000)
+    plan = QUICK if args.quick else FULL
+    only = set(args.only or SECTIONS)
     args.dir.mkdir(parents=True, exist_ok=True)
+    console = Console(stderr=True)
+    command = "python -m bench" + (" " + shlex.join(argv if argv is not None else sys.argv[1:]))
+    results = report.Results(report.machine(args.dir), command.strip())
+    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, ExitStack() as stack:
         d = Path(tmp)
-        contenders = [
-            floor.append_fsync(d, stack),
-            floor.pwrite_fdatasync(d, stack, n),
-            core.per_record("sqlite", d, stack),
-            core.per_call("sqlite", d, stack, "noop_effect"),
-            core.per_call("sqlite", d, stack, "noop_read"),
-            core.agent_turn("sqlite", d, stack),
-        ]
-        rows = interleaved(contenders, n)
-        json_rows = interleaved(
-            [
-                floor.append_fsync(d, stack),
-                core.per_record("json", d, stack),
-                core.per_call("json", d, stack, "noop_effect"),
-            ],
-            min(n, 300),
+        for section in SECTIONS:
+            if section in only:
+                started = time.perf_counter()
+                console.print(f"[dim]bench: {section} …[/dim]")
+                RUNNERS[section](results, plan, d, stack)
+                console.print(
+                    f"[dim]bench: {section} done in {time.perf_counter() - started:.0f} s[/dim]"
+                )
+    results.seconds = time.perf_counter() - t0
+    report.print_all(results)
+    (args.dir / "results.json").write_text(json.dumps(results.to_json(), indent=1))
+    text = report.markdown(results)
+    (args.dir / "report.md").write_text(text)
+    if results.sizes:
+        for path in [args.dir / "bench.png", *([PNG] if args.publish else [])]:
+            problem = report.plot(results, path)
+            if problem:
+                console.print(problem)
+                break
+    if args.publish:
+        publish(DOC, text)
+        publish(README, report.readme_summary(results))
+        console.print(f"[dim]published: {PNG}, {DOC}, {README}[/dim]")
+    console.print(f"[dim]reports: {args.dir / 'report.md'}, {args.dir / 'results.json'}[/dim]")
+
+
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+PNG, DOC, README = Path("docs/bench.png"), Path("docs/performance.md"), Path("README.md")
+
+
+def publish(path: Path, text: str) -> None:
+    """Write ``text`` between the ``bench:begin``/``bench:end`` markers of ``path``; the prose
+    around them is kept. A file without the markers is left alone."""
+    old = path.read_text() if path.exists() else ""
+    if BEGIN not in old or END not in old:
+        Console(stderr=True).print(f"{path} has no {BEGIN} … {END} markers: not updated")
+        return
+    head, rest = old.split(BEGIN, 1)
+    path.write_text(f"{head}{BEGIN}\n{text}{END}{rest.split(END, 1)[1]}")
+
+
+def run_main(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+    def store(name: str) -> tl.Store:
+        return core.open_bench_store("sqlite", d, name, stack)
+
+    contenders: list[Contender] = [
+        floor.append_fsync(d, stack),
+        floor.pwrite_fdatasync(d, stack, plan.n_main),
+        core.per_record(store("record"), "sqlite", key="tl_record"),
+        core.per_call(store("effect"), "sqlite", "noop_effect", key="call_effect"),
+        core.per_call(store("idem"), "sqlite", "noop_idem", key="call_idem"),
+        core.per_call(store("read"), "sqlite", "noop_read", key="call_read"),
+        core.agent_turn(store("agent"), "sqlite", key="turn"),
+    ]
+    model = core.scripted_model(stack)
+    if model is None:
+        results.missing.append(
+            "anthropic is not installed: the SDK + ScriptedModel turn is skipped"
         )
-    table = Table(title=f"toolledger bench — {platform.node()}, {platform.platform()}")
-    for col in (
-        "measurement",
-        "N",
-        "median µs",
-        "p99 µs",
-        "writes",
-        "x raw fsync",
-        "x (writes x raw)",
-    ):
-        table.add_column(col, justify="left" if col == "measurement" else "right")
-    for group in (rows, json_rows):
-        raw = group[0]
-        for s in group:
-            per_write = s.median_us / (s.writes * raw.median_us) if s.writes else 0.0
-            table.add_row(
-                s.name,
-                str(s.n),
-                f"{s.median_us:,.0f}",
-                f"{s.p99_us:,.0f}",
-                f"{s.writes:.3g}",
-                f"{s.ratio(raw):.2f}",
-                f"{per_write:.2f}",
-            )
-        table.add_section()
-    Console(width=160).print(table)
+    else:
+        contenders.append(core.agent_turn_sdk(store("sdk"), model, "sqlite", key="turn_sdk"))
+        contenders.append(core.sdk_round_trip(model, key="sdk_rtt"))
+    results.main = interleaved(contenders, plan.n_main)
+
+
+def run_sizes(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+    approaches, missing = rivals.all_approaches(d, stack)
+    results.missing.extend(missing)
+    results.names.update({"floor": "raw: 300 B append + fsync"})
+    results.names.update({a.key: a.name for a in approaches})
+    results.describe.update({a.key: a.describe() for a in approaches})
+    results.sizes = scale.per_size(
+        approaches,
+        plan.sizes,
+        lambda n: plan.samples_at[n],
+        d,
+        stack,
+        setup_budget_s=plan.setup_budget_s,
+    )
+
+
+def run_lookups(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+    results.lookups = scale.lookups(
+        d,
+        plan.lookup_sizes,
+        lookups_n=plan.lookups_n,
+        opens_n=plan.opens_n,
+        json_sizes=set(plan.json_sizes),
+    )
+
+
+def run_long(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+    store = core.open_bench_store("sqlite", d, "long", stack)
+    run = longrun.long_run(store, grow_to=plan.long_turns)
+    turns = interleaved(run.contenders, plan.n_long)
+    results.longrun = turns + run.checkpoint_samples()
+    results.long_start_turn = run.start_turn
+
+
+def run_group(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+    results.within_turn = groupcommit.within_turn(d, stack, plan.n_group)
+    results.concurrency = groupcommit.concurrent_sessions(
+        d, stack, threads=plan.threads, per_thread=plan.per_thread, rounds=plan.rounds
+    )
+
+
+def run_hot(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+    results.hot = hotpath.patched_rows(d, stack, plan.n_hot)
+    results.cpu = hotpath.cpu_rows(d, stack, plan.n_hot)
+    results.micro = hotpath.micro(2000)
+    results.scripted = hotpath.scripted_rows(stack, 20)
+
+
+RUNNERS = {
+    "main": run_main,
+    "sizes": run_sizes,
+    "lookups": run_lookups,
+    "long": run_long,
+    "group": run_group,
+    "hot": run_hot,
+}
 
 
 if __name__ == "__main__":

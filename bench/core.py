@@ -1,8 +1,15 @@
-"""toolledger's own costs: one durable record, one standalone tool call."""
+"""toolledger's own costs: one durable record, one standalone tool call, one agent turn.
+
+Every toolledger contender counts its commits (``count_commits``), so the ``writes`` column is
+measured, not declared. The agent turns use an in-process fake client, so what is measured is
+toolledger's turn; ``agent_turn_sdk`` is the same turn through the real ``anthropic`` SDK and
+``toolledger.testing.ScriptedModel``'s HTTP server, and ``sdk_round_trip`` that transport alone.
+"""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -10,7 +17,7 @@ from typing import Any
 import toolledger as tl
 from toolledger.codec import input_hash
 from toolledger.records import EffectRecord, Status
-from toolledger.stores.base import InsertEffect
+from toolledger.stores.base import InsertEffect, Op, UpdateEffect
 
 from .measure import Contender
 
@@ -21,14 +28,26 @@ def noop_effect(n: int) -> str:
     return "ok"
 
 
+@tl.tool(effect="idempotent")
+def noop_idem(n: int) -> str:
+    """An idempotent no-op."""
+    return "ok"
+
+
 @tl.tool(effect="read_only")
 def noop_read(n: int) -> str:
     """A read-only no-op."""
     return "ok"
 
 
-TOOLS = tl.ToolSet([noop_effect, noop_read])
+TOOLS = tl.ToolSet([noop_effect, noop_idem, noop_read])
 _ids = itertools.count()
+HASH = input_hash({"n": 0})
+LABEL = {"noop_effect": "non-idempotent", "noop_idem": "idempotent", "noop_read": "read-only"}
+
+
+def next_id() -> str:
+    return f"toolu_{next(_ids):012d}"
 
 
 def open_bench_store(kind: str, directory: Path, name: str, stack: ExitStack) -> tl.Store:
@@ -39,65 +58,104 @@ def open_bench_store(kind: str, directory: Path, name: str, stack: ExitStack) ->
     return stack.enter_context(tl.open_store(url))
 
 
-def per_record(kind: str, directory: Path, stack: ExitStack) -> Contender:
-    store = open_bench_store(kind, directory, f"{kind}-records", stack)
-    h = input_hash({"n": 0})
+def count_commits(store: tl.Store) -> Callable[[], int]:
+    """Count the store's commits: a wrapper around its backend's ``apply`` (one extra Python
+    call per commit, well under a microsecond)."""
+    backend = store.backend
+    existing: Callable[[], int] | None = getattr(backend, "bench_commits", None)
+    if existing is not None:
+        return existing
+    inner = backend.apply
+    count = [0]
 
-    def step(i: int) -> Any:
-        record = EffectRecord(
-            session_id="bench",
-            tool_use_id=f"toolu_{next(_ids)}",
-            tool="noop_effect",
-            input_hash=h,
-            status=Status.SUCCEEDED,
-            attempt=1,
-            result='"ok"',
-            created_at=0.0,
-            updated_at=0.0,
-            worker="bench",
-        )
-        return store.backend.apply("bench", [InsertEffect(record)])
+    def apply(session_id: str, ops: Sequence[Op]) -> list[bool]:
+        count[0] += 1
+        return inner(session_id, ops)
 
-    return Contender(f"{kind}: one durable record", step, writes=1)
+    def commits() -> int:
+        return count[0]
+
+    backend.apply = apply  # type: ignore[method-assign]
+    backend.bench_commits = commits  # type: ignore[attr-defined]
+    return commits
 
 
-def per_call(kind: str, directory: Path, stack: ExitStack, tool_name: str) -> Contender:
-    store = open_bench_store(kind, directory, f"{kind}-{tool_name}", stack)
-    ledger = store.ledger("bench")
+def one_commit_per_record(store: tl.Store) -> None:
+    """Undo toolledger's commit sharing: every ledger record in its own commit, then the
+    checkpoint's writes in one more — the design where each record is written the moment it
+    exists and nothing rides along."""
+    backend = store.backend
+    inner = backend.apply
 
-    def step(i: int) -> Any:
-        block = {
-            "type": "tool_use",
-            "id": f"toolu_{next(_ids)}",
-            "name": tool_name,
-            "input": {"n": i},
-        }
-        return tl.run_tool_uses([block], TOOLS, ledger=ledger)
+    def apply(session_id: str, ops: Sequence[Op]) -> list[bool]:
+        effects = [op for op in ops if isinstance(op, (InsertEffect, UpdateEffect))]
+        rest = [op for op in ops if not isinstance(op, (InsertEffect, UpdateEffect))]
+        flags = {id(op): ok for op in effects for ok in inner(session_id, [op])}
+        if rest:
+            flags.update(zip(map(id, rest), inner(session_id, rest), strict=True))
+        return [flags[id(op)] for op in ops]
 
-    tool = TOOLS[tool_name]
-    label = tool.effect.value.replace("_", "-")
-    return Contender(
-        f"{kind}: run_tool_uses, one {label} call", step, writes=2 if tool.needs_intent else 1
+    backend.apply = apply  # type: ignore[method-assign]
+
+
+def record(session_id: str, tool_use_id: str) -> EffectRecord:
+    return EffectRecord(
+        session_id=session_id,
+        tool_use_id=tool_use_id,
+        tool="noop_effect",
+        input_hash=HASH,
+        status=Status.SUCCEEDED,
+        attempt=1,
+        result='"ok"',
+        created_at=0.0,
+        updated_at=0.0,
+        worker="bench",
     )
 
 
-class _FakeMessages:
-    """``messages.create`` answering every request with one fresh non-idempotent call: the model
-    costs nothing, so what is measured is toolledger's turn."""
+def per_record(store: tl.Store, label: str, *, key: str = "") -> Contender:
+    """One ledger record (insert-if-absent), committed durably through ``Store.apply``."""
 
-    def __init__(self) -> None:
-        self.calls = 0
+    def step(i: int) -> Any:
+        return store.apply("bench", [InsertEffect(record("bench", next_id()))])
+
+    counter = count_commits(store)
+    return Contender(f"{label}: one durable record", step, key=key, counter=counter)
+
+
+def per_call(
+    store: tl.Store, label: str, tool_name: str, *, calls: int = 1, key: str = ""
+) -> Contender:
+    """``run_tool_uses`` on a message with ``calls`` tool_use blocks of one no-op tool."""
+    ledger = store.ledger("bench")
+
+    def step(i: int) -> Any:
+        blocks = [
+            {"type": "tool_use", "id": next_id(), "name": tool_name, "input": {"n": i}}
+            for _ in range(calls)
+        ]
+        return tl.run_tool_uses(blocks, TOOLS, ledger=ledger)
+
+    counter = count_commits(store)
+    what = f"one {LABEL[tool_name]} call" if calls == 1 else f"{calls} {LABEL[tool_name]} calls"
+    return Contender(f"{label}: run_tool_uses, {what}", step, key=key, counter=counter)
+
+
+class _FakeMessages:
+    """``messages.create`` answering every request with fresh tool calls: the model costs
+    nothing, so what is measured is toolledger's turn."""
+
+    def __init__(self, tool: str, calls: int) -> None:
+        self.tool = tool
+        self.calls = calls
+        self.requests = 0
 
     def create(self, **kwargs: Any) -> dict[str, Any]:
-        self.calls += 1
+        self.requests += 1
         return {
             "content": [
-                {
-                    "type": "tool_use",
-                    "id": f"toolu_{next(_ids)}",
-                    "name": "noop_effect",
-                    "input": {"n": self.calls},
-                }
+                {"type": "tool_use", "id": next_id(), "name": self.tool, "input": {"n": k}}
+                for k in range(self.calls)
             ],
             "stop_reason": "tool_use",
             "usage": {"input_tokens": 10, "output_tokens": 5},
@@ -105,29 +163,104 @@ class _FakeMessages:
 
 
 class FakeAnthropic:
-    def __init__(self) -> None:
-        self.messages = _FakeMessages()
+    def __init__(self, tool: str = "noop_effect", calls: int = 1) -> None:
+        self.messages = _FakeMessages(tool, calls)
 
 
 TURNS_PER_RUN = 20
 
 
-def agent_turn(kind: str, directory: Path, stack: ExitStack) -> Contender:
-    """One agent turn with one non-idempotent call: model call, checkpoint A, intent, tool,
-    outcome + checkpoint B. A step is a run of 20 such turns (plus the prompt's commit and the
-    final status, amortised), reported per turn."""
-    store = open_bench_store(kind, directory, f"{kind}-agent", stack)
+def agent_turn(
+    store: tl.Store, label: str, *, tool: str = "noop_effect", calls: int = 1, key: str = ""
+) -> Contender:
+    """One agent turn: model call, checkpoint A, intents, tools, outcomes, checkpoint B. A step
+    is a run of 20 such turns in a new session (the prompt's commit and the final status
+    amortised over them), reported per turn."""
     agent = tl.Agent(
-        client=FakeAnthropic(), model="bench", tools=TOOLS, store=store, max_turns=TURNS_PER_RUN
+        client=FakeAnthropic(tool, calls),
+        model="bench",
+        tools=TOOLS,
+        store=store,
+        max_turns=TURNS_PER_RUN,
     )
 
     def step(i: int) -> Any:
-        return agent.run(session=f"bench-{next(_ids)}", prompt="go")
+        return agent.run(session=f"bench-{next_id()}", prompt="go")
 
-    writes = 3 + 2 / TURNS_PER_RUN
+    counter = count_commits(store)
+    what = f"one {LABEL[tool]} call" if calls == 1 else f"{calls} {LABEL[tool]} calls"
     return Contender(
-        f"{kind}: Agent turn, one non-idempotent call",
+        f"{label}: Agent turn, {what}",
         step,
-        writes=writes,
         ops_per_step=TURNS_PER_RUN,
+        key=key,
+        counter=counter,
     )
+
+
+def scripted_model(stack: ExitStack, *, nodelay: bool = True) -> Any:
+    """A started ``ScriptedModel`` answering every turn with one no-op call; ``None`` when
+    the ``anthropic`` SDK is missing.
+
+    ``nodelay``: its handler gets ``disable_nagle_algorithm = True`` (TCP_NODELAY). As shipped,
+    the handler writes the headers and the body in two sends, and Nagle's algorithm holds the
+    body until the client's delayed ACK — 40 ms per request on Linux (see ``hotpath``).
+    """
+    try:
+        import anthropic  # noqa: F401
+    except ImportError:
+        return None
+    from toolledger.testing import Reply, ScriptedModel, ToolUse, scripted
+
+    script = [Reply(tool_uses=[ToolUse("noop_effect", {"n": 1})])] * (TURNS_PER_RUN + 1)
+    model = ScriptedModel(script)
+    original = scripted._handler_for
+
+    def handler_for(m: Any) -> Any:
+        handler = original(m)
+        handler.disable_nagle_algorithm = nodelay
+        return handler
+
+    scripted._handler_for = handler_for  # type: ignore[assignment]
+    try:
+        return stack.enter_context(model)
+    finally:
+        scripted._handler_for = original  # type: ignore[assignment]
+
+
+def agent_turn_sdk(store: tl.Store, model: Any, label: str, *, key: str = "") -> Contender:
+    """The same turn, through the real SDK and ScriptedModel's HTTP server on 127.0.0.1."""
+    agent = tl.Agent(
+        client=model.client(), model="bench", tools=TOOLS, store=store, max_turns=TURNS_PER_RUN
+    )
+
+    def step(i: int) -> Any:
+        return agent.run(session=f"sdk-{next_id()}", prompt="go")
+
+    counter = count_commits(store)
+    return Contender(
+        f"{label}: Agent turn via anthropic SDK + ScriptedModel (HTTP on 127.0.0.1)",
+        step,
+        ops_per_step=TURNS_PER_RUN,
+        key=key,
+        counter=counter,
+        note="includes the SDK's HTTP round trip to a local fake server; TCP_NODELAY",
+    )
+
+
+def sdk_round_trip(model: Any, *, key: str = "", label: str = "") -> Contender:
+    """The SDK's request to ScriptedModel alone, no toolledger: what the row above pays for
+    the transport."""
+    client = model.client()
+    tools = TOOLS.to_anthropic()
+
+    def step(i: int) -> Any:
+        return client.messages.create(
+            model="bench",
+            max_tokens=1024,
+            tools=tools,
+            messages=[{"role": "user", "content": "go"}],
+        )
+
+    name = label or "anthropic SDK round trip to ScriptedModel alone (no toolledger; TCP_NODELAY)"
+    return Contender(name, step, key=key)

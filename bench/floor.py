@@ -20,7 +20,7 @@ def append_fsync(directory: Path, stack: ExitStack) -> Contender:
         os.write(fd, RECORD)
         os.fsync(fd)
 
-    return Contender("raw: 300 B append + fsync", step, writes=1)
+    return Contender("raw: 300 B append + fsync", step, writes=1, key="floor")
 
 
 def pwrite_fdatasync(directory: Path, stack: ExitStack, n: int) -> Contender:
@@ -35,4 +35,6 @@ def pwrite_fdatasync(directory: Path, stack: ExitStack, n: int) -> Contender:
         os.pwrite(fd, RECORD, (i % slots) * len(RECORD))
         os.fdatasync(fd)
 
-    return Contender("raw: 300 B pwrite, preallocated + fdatasync", step, writes=1)
+    return Contender(
+        "raw: 300 B pwrite, preallocated + fdatasync", step, writes=1, key="floor_pwrite"
+    )

@@ -1,14 +1,21 @@
 """Timing: contenders run *interleaved*, in rounds, so that drift on a shared virtual disk (other
-tenants, writeback, thermal) hits every contender alike. Report median and p99 per contender."""
+tenants, writeback, thermal) hits every contender alike. Report median and p99 per contender.
+
+A contender's ``step(i)`` is timed from outside, or — for a ``self_timed`` contender whose
+operations only exist inside a larger unit (a DBOS step inside its workflow, one turn of an agent
+run) — returns its own per-operation durations in nanoseconds.
+"""
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
 
-Step = Callable[[int], object]
+Step = Callable[[int], Any]
 
 
 @dataclass(frozen=True)
@@ -17,47 +24,94 @@ class Sample:
     n: int
     median_us: float
     p99_us: float
-    writes: float = 0.0  # durable writes per operation, where it is known
+    writes: float = 0.0  # durable writes (commits) per operation, counted where known
+    key: str = ""  # a stable id for reports and targets
+    note: str = ""
 
     def ratio(self, floor: Sample) -> float:
         return self.median_us / floor.median_us
 
+    def per_write_ratio(self, floor: Sample) -> float:
+        """Cost over (its durable writes x the floor): 1.0 means nothing but the writes."""
+        return self.median_us / (self.writes * floor.median_us) if self.writes else 0.0
 
-@dataclass(frozen=True)
+
+@dataclass
 class Contender:
     name: str
     step: Step
     writes: float = 0.0
     ops_per_step: int = 1  # a step doing several operations reports the cost of one
+    key: str = ""
+    note: str = ""
+    self_timed: bool = False  # step returns a list of per-operation durations in ns
+    # Entered around each round, outside the timed region (e.g. a monkeypatch to switch on).
+    around: Callable[[], AbstractContextManager[Any]] = field(default=nullcontext)
+    # Commits made so far (see ``core.count_commits``): writes per operation are then counted
+    # over the whole run instead of declared.
+    counter: Callable[[], int] | None = None
 
 
 def interleaved(
     contenders: list[Contender], n: int, *, round_size: int = 25, warmup: int = 20
 ) -> list[Sample]:
-    """Run every contender ``n`` times, ``round_size`` at a time, in rotation."""
-    samples: dict[str, list[float]] = {c.name: [] for c in contenders}
-    wanted = {c.name: max(1, n // c.ops_per_step) for c in contenders}
+    """Run every contender until it has ``n`` operations, ``round_size`` at a time, in
+    rotation; the first ``warmup`` operations of each are not kept."""
+    samples: dict[int, list[float]] = {id(c): [] for c in contenders}
     counters = dict.fromkeys(samples, 0)
+    start = {id(c): c.counter() if c.counter else 0 for c in contenders}
     for c in contenders:
-        for i in range(max(1, warmup // c.ops_per_step)):
-            c.step(-1 - i)
-    while any(len(samples[c.name]) < wanted[c.name] for c in contenders):
+        with c.around():
+            for i in range(max(1, warmup // c.ops_per_step)):
+                c.step(-1 - i)
+
+    def missing(c: Contender) -> int:
+        return n - len(samples[id(c)]) * (1 if c.self_timed else c.ops_per_step)
+
+    while any(missing(c) > 0 for c in contenders):
         for c in contenders:
-            per_round = max(1, round_size // c.ops_per_step)
-            todo = min(per_round, wanted[c.name] - len(samples[c.name]))
-            for _ in range(todo):
-                i = counters[c.name]
-                counters[c.name] += 1
-                t0 = time.perf_counter_ns()
-                c.step(i)
-                samples[c.name].append((time.perf_counter_ns() - t0) / c.ops_per_step)
-    out = []
+            if missing(c) <= 0:
+                continue
+            with c.around():
+                for _ in _round(c, round_size):
+                    if missing(c) <= 0:
+                        break
+                    i = counters[id(c)]
+                    counters[id(c)] += 1
+                    if c.self_timed:
+                        samples[id(c)].extend(float(x) for x in c.step(i))
+                        continue
+                    t0 = time.perf_counter_ns()
+                    c.step(i)
+                    samples[id(c)].append((time.perf_counter_ns() - t0) / c.ops_per_step)
     for c in contenders:
-        xs = sorted(samples[c.name])
-        p99 = xs[min(len(xs) - 1, int(len(xs) * 0.99))]
-        out.append(
-            Sample(
-                c.name, len(xs) * c.ops_per_step, statistics.median(xs) / 1000, p99 / 1000, c.writes
-            )
-        )
-    return out
+        if c.counter is not None:
+            steps = counters[id(c)] + max(1, warmup // c.ops_per_step)
+            c.writes = (c.counter() - start[id(c)]) / (steps * c.ops_per_step)
+    return [summarise(c, samples[id(c)]) for c in contenders]
+
+
+def _round(c: Contender, round_size: int) -> Iterator[None]:
+    for _ in range(max(1, round_size // c.ops_per_step)):
+        yield None
+
+
+def summarise(c: Contender, xs_ns: list[float]) -> Sample:
+    xs = sorted(xs_ns)
+    p99 = xs[min(len(xs) - 1, int(len(xs) * 0.99))]
+    count = len(xs) if c.self_timed else len(xs) * c.ops_per_step
+    return Sample(
+        c.name,
+        count,
+        statistics.median(xs) / 1000,
+        p99 / 1000,
+        c.writes,
+        key=c.key,
+        note=c.note,
+    )
+
+
+def timed_ns(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter_ns()
+    fn()
+    return float(time.perf_counter_ns() - t0)

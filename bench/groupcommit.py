@@ -1,0 +1,291 @@
+"""Group commit: what sharing commits saves.
+
+* Within one turn, toolledger already shares commits (runner.py): an unsafe call's outcome rides
+  with the next intent, a safe outcome with whatever commits next, the last outcome with
+  checkpoint B. ``within_turn`` measures that against one commit per record.
+* Across sessions of one process, the shipped SQLite backend commits each batch on its own, one
+  fsync each, one at a time. ``GroupCommitSQLiteBackend`` is a **prototype, in bench only**: a
+  leader/follower commit queue that puts the batches of concurrent sessions into one
+  transaction — one fsync — while keeping each batch atomic (a savepoint per batch: a failed
+  guard rolls back that batch alone), evaluating every conditional write in a serial order, and
+  acknowledging no batch before the shared COMMIT (and its fsync) has returned.
+  ``concurrent_sessions`` measures it against the shipped backend.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import toolledger as tl
+from toolledger.errors import SessionConflictError
+from toolledger.stores.base import InsertEffect, Op
+from toolledger.stores.sqlite import SQLiteBackend, translate
+
+from . import core, floor
+from .measure import Contender, Sample, interleaved
+
+# -- within one turn -----------------------------------------------------------------------------
+
+
+def within_turn(directory: Path, stack: ExitStack, n: int) -> list[Sample]:
+    contenders: list[Contender] = [floor.append_fsync(directory, stack)]
+    for shared in (True, False):
+        how = "shared commits (as shipped)" if shared else "one commit per record"
+        for tool, key in (("noop_effect", "effect"), ("noop_read", "read")):
+            store = core.open_bench_store("sqlite", directory, f"turn4-{key}-{shared}", stack)
+            core.count_commits(store)
+            if not shared:
+                core.one_commit_per_record(store)
+            c = core.agent_turn(store, f"sqlite, {how}", tool=tool, calls=4)
+            c.key = f"turn4_{key}_{'shared' if shared else 'single'}"
+            contenders.append(c)
+        store = core.open_bench_store("sqlite", directory, f"call4-{shared}", stack)
+        core.count_commits(store)
+        if not shared:
+            core.one_commit_per_record(store)
+        contenders.append(
+            core.per_call(
+                store,
+                f"sqlite, {how}",
+                "noop_effect",
+                calls=4,
+                key=f"call4_{'shared' if shared else 'single'}",
+            )
+        )
+    return interleaved(contenders, n)
+
+
+# -- across sessions: the prototype ------------------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    session_id: str
+    ops: list[Op]
+    flags: list[bool] | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+class GroupCommitSQLiteBackend(SQLiteBackend):
+    """PROTOTYPE — the shipped ``SQLiteBackend`` with a leader/follower commit queue.
+
+    A thread calling ``apply`` queues its batch. If no commit is in progress it becomes the
+    leader: it takes every queued batch, applies them in one ``BEGIN IMMEDIATE`` transaction —
+    each inside its own ``SAVEPOINT``, so a failed guard (``SessionConflictError``) rolls back
+    that batch alone and is raised to its caller — and commits once. Batches queued meanwhile
+    wait for that commit to finish; then one of them leads the next group. Nobody waits on a
+    timer: a group is whatever arrived during the previous fsync, so a lone session pays
+    nothing extra.
+
+    What it keeps: every op is the same single conditional statement, evaluated in a serial
+    order (the queue's), so insert-if-absent and compare-and-set mean what they meant; a batch
+    is all or nothing; a batch is acknowledged only after the COMMIT that contains it has
+    returned (``synchronous=FULL``: the WAL is fsynced). What changes: if the COMMIT itself
+    fails (disk full, I/O error), every batch of the group gets the ``StoreError`` — none of
+    them was committed, which is the contract's "nothing committed" for each.
+    """
+
+    def __init__(self, path: str, *, url: str) -> None:
+        super().__init__(path, url=url)
+        self._queue_cv = threading.Condition(threading.Lock())
+        self._queue: list[_Pending] = []
+        self._leading = False
+        self.groups = 0  # physical commits
+
+    def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        if not ops:
+            return []
+        me = _Pending(session_id, list(ops))
+        with self._queue_cv:
+            self._queue.append(me)
+            while self._leading and not me.done:
+                self._queue_cv.wait()
+            if not me.done:
+                self._leading = True
+                group, self._queue = self._queue, []
+        if not me.done:
+            try:
+                self._commit_group(group)
+            finally:
+                with self._queue_cv:
+                    self._leading = False
+                    self._queue_cv.notify_all()
+        if me.error is not None:
+            raise me.error
+        assert me.flags is not None
+        return me.flags
+
+    def _commit_group(self, group: list[_Pending]) -> None:
+        try:
+            with self._lock:
+                c = self._conn
+                try:
+                    c.execute("BEGIN IMMEDIATE")
+                    for p in group:
+                        c.execute("SAVEPOINT batch")
+                        try:
+                            p.flags = [self._apply_one(p.session_id, op) for op in p.ops]
+                        except SessionConflictError as exc:
+                            c.execute("ROLLBACK TO batch")
+                            p.error = exc
+                        c.execute("RELEASE batch")
+                    c.execute("COMMIT")
+                    self.groups += 1
+                except BaseException:
+                    if c.in_transaction:
+                        c.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            error = translate(exc, self.url, "writing the ledger")
+            for p in group:
+                p.flags, p.error = None, error
+        except BaseException as exc:
+            for p in group:
+                p.flags, p.error = None, exc
+            raise
+        finally:
+            for p in group:
+                p.done = True
+
+
+def open_grouped(path: Path, stack: ExitStack) -> tl.Store:
+    url = f"sqlite:///{path}"
+    return stack.enter_context(tl.Store(GroupCommitSQLiteBackend(str(path), url=url)))
+
+
+@dataclass
+class Cell:
+    workload: str
+    backend: str
+    threads: int
+    ops: int = 0
+    wall_s: float = 0.0
+    latencies_ns: list[float] = field(default_factory=list)
+    commits: int = 0
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.ops / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.latencies_ns) / 1000
+
+    @property
+    def p99_us(self) -> float:
+        xs = sorted(self.latencies_ns)
+        return xs[min(len(xs) - 1, int(len(xs) * 0.99))] / 1000
+
+
+Workload = Callable[[tl.Store, str], Callable[[int], Any]]
+
+
+def _record_workload(store: tl.Store, session: str) -> Callable[[int], Any]:
+    def op(i: int) -> Any:
+        return store.apply(session, [InsertEffect(core.record(session, core.next_id()))])
+
+    return op
+
+
+def _call_workload(store: tl.Store, session: str) -> Callable[[int], Any]:
+    ledger = store.ledger(session)
+
+    def op(i: int) -> Any:
+        block = {"type": "tool_use", "id": core.next_id(), "name": "noop_effect", "input": {"n": i}}
+        return tl.run_tool_uses([block], core.TOOLS, ledger=ledger)
+
+    return op
+
+
+def _turn_workload(store: tl.Store, session: str) -> Callable[[int], Any]:
+    agent = tl.Agent(
+        client=core.FakeAnthropic(), model="bench", tools=core.TOOLS, store=store, max_turns=1
+    )
+
+    def op(i: int) -> Any:
+        # A new session of one tool turn: create, A, intent, outcome + B, status (5 commits).
+        return agent.run(session=f"{session}-{i}", prompt="go")
+
+    return op
+
+
+WORKLOADS: dict[str, Workload] = {
+    "one durable record": _record_workload,
+    "run_tool_uses, one non-idempotent call": _call_workload,
+    "Agent.run, a new session of one turn (one non-idempotent call)": _turn_workload,
+}
+
+
+def _run_cell(cell: Cell, store: tl.Store, workload: Workload, per_thread: int) -> None:
+    commits = core.count_commits(store)
+    before = commits()
+    barrier = threading.Barrier(cell.threads + 1)
+    latencies: list[list[float]] = [[] for _ in range(cell.threads)]
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            op = workload(store, f"{cell.workload[:12]}-{cell.threads}-{k}-{core.next_id()}")
+            barrier.wait()
+            for i in range(per_thread):
+                t0 = time.perf_counter_ns()
+                op(i)
+                latencies[k].append(float(time.perf_counter_ns() - t0))
+        except BaseException as exc:
+            errors.append(exc)
+            raise
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(cell.threads)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    cell.wall_s += time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    cell.ops += cell.threads * per_thread
+    for xs in latencies:
+        cell.latencies_ns.extend(xs)
+    backend = store.backend
+    cell.commits += (
+        backend.groups if isinstance(backend, GroupCommitSQLiteBackend) else commits() - before
+    )
+    if isinstance(backend, GroupCommitSQLiteBackend):
+        backend.groups = 0
+
+
+def concurrent_sessions(
+    directory: Path,
+    stack: ExitStack,
+    *,
+    threads: tuple[int, ...],
+    per_thread: int,
+    rounds: int,
+) -> list[Cell]:
+    """N threads, each running its own sessions on one store: the shipped backend against the
+    group-commit prototype, interleaved round by round."""
+    cells: list[Cell] = []
+    for name, workload in WORKLOADS.items():
+        slug = name.split(",")[0].replace(" ", "-").replace(".", "")
+        stores = {
+            "shipped": core.open_bench_store("sqlite", directory, f"conc-{slug}", stack),
+            "group commit (prototype)": open_grouped(directory / f"conc-{slug}-gc.db", stack),
+        }
+        grid = {(label, t): Cell(name, label, t) for label in stores for t in threads}
+        for _ in range(rounds):
+            for t in threads:
+                for label, store in stores.items():
+                    _run_cell(grid[(label, t)], store, workload, per_thread)
+        cells.extend(grid.values())
+    return cells

@@ -1,0 +1,205 @@
+"""Hot-path candidates found by profiling, measured as *patches applied inside the bench only*.
+
+Nothing here changes ``src/``: each patch is a context manager that swaps one function for the
+duration of a round (outside the timed region) and restores it, so the stock code and the
+patched code run interleaved on the same disk. What each patch stands for in ``src/`` is in its
+docstring.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import toolledger as tl
+from toolledger.adapters import anthropic as anthropic_adapter
+from toolledger.codec import canonical_json, encode_result, input_hash
+from toolledger.records import StoredMessage, ToolCall
+from toolledger.stores import _sql
+
+from . import core, floor
+from .measure import Contender, Sample, interleaved
+
+Patch = Callable[[], Any]
+
+
+@contextmanager
+def memo_tool_calls() -> Iterator[None]:
+    """Parse a turn's tool_use blocks once. ``Agent`` reads the calls of the same stored
+    message three times per turn (``read_response``, ``_loop``'s "does it ask for tools?",
+    ``_run_tools``), each time re-hashing every input (canonical JSON + SHA-256).
+
+    In src: agent.py — keep ``turn.calls`` from ``read_response`` on ``_Session`` (e.g. a
+    ``pending: list[ToolCall] | None`` field) and use it in ``_loop`` and ``_run_tools``;
+    only a resumed session, whose last message was loaded from the store, parses it.
+    """
+    cls = anthropic_adapter.AnthropicProvider
+    original = cls.tool_calls
+    cache: dict[int, tuple[Any, list[ToolCall]]] = {}
+
+    def tool_calls(self: Any, message: StoredMessage) -> list[ToolCall]:
+        hit = cache.get(id(message.content))
+        if hit is not None and hit[0] is message.content:
+            return hit[1]
+        calls = original(self, message)
+        cache.clear()
+        cache[id(message.content)] = (message.content, calls)
+        return calls
+
+    cls.tool_calls = tool_calls  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cls.tool_calls = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def incremental_request() -> Iterator[None]:
+    """Build the request's ``messages`` from the previous turn's list instead of from the whole
+    transcript. ``AnthropicProvider.request`` calls ``merged(messages)``, which makes a new dict
+    per stored message on every turn: O(transcript) per turn.
+
+    In src: adapters/anthropic.py ``AnthropicProvider.request`` (or agent.py, which owns the
+    transcript) — keep the merged wire list with the session and extend it with the messages
+    added since (copying, not mutating, a last entry that a same-role message merges into).
+    """
+    cls = anthropic_adapter.AnthropicProvider
+    original = cls.request
+    cache: dict[str, Any] = {"last": None, "n": 0, "wire": []}
+
+    def request(self: Any, **kw: Any) -> dict[str, Any]:
+        messages: list[StoredMessage] = kw["messages"]
+        n = cache["n"]
+        if n and len(messages) >= n and messages[n - 1] is cache["last"]:
+            wire = list(cache["wire"])
+            for m in messages[n:]:
+                if wire and wire[-1]["role"] == m.role:
+                    content = anthropic_adapter._blocks(wire[-1]["content"])
+                    wire[-1] = {
+                        "role": m.role,
+                        "content": content + anthropic_adapter._blocks(m.content),
+                    }
+                else:
+                    wire.append({"role": m.role, "content": m.content})
+        else:
+            wire = anthropic_adapter.merged(messages)
+        cache.update(last=messages[-1] if messages else None, n=len(messages), wire=wire)
+        out = original(self, **{**kw, "messages": messages[:0]})
+        out["messages"] = wire
+        return out
+
+    cls.request = request  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cls.request = original  # type: ignore[method-assign]
+
+
+def no_in_doubt_index(store: tl.Store) -> None:
+    """Drop the partial index ``effects_in_doubt`` (records in ``started``). Every intent inserts
+    into it and every outcome deletes from it: one more B-tree page in each of those commits.
+
+    In src: stores/sqlite.py MIGRATIONS — a new migration dropping the index, and
+    ``in_doubt()`` scanning ``effects`` (a CLI listing, not a hot path). Measured to decide
+    whether the page is worth it.
+    """
+    conn = store.backend._conn  # type: ignore[attr-defined]
+    conn.execute("DROP INDEX IF EXISTS effects_in_doubt")
+
+
+def patched_rows(directory: Path, stack: ExitStack, n: int) -> list[Sample]:
+    """Stock against patched, interleaved, on durable SQLite stores."""
+    contenders: list[Contender] = [floor.append_fsync(directory, stack)]
+    for patched in (False, True):
+        store = core.open_bench_store("sqlite", directory, f"hot-turn-{patched}", stack)
+        c = core.agent_turn(store, "stock" if not patched else "patched: parse tool calls once")
+        c.key = f"hot_turn_{'patched' if patched else 'stock'}"
+        if patched:
+            c.around = memo_tool_calls
+        contenders.append(c)
+    for patched in (False, True):
+        store = core.open_bench_store("sqlite", directory, f"hot-call-{patched}", stack)
+        if patched:
+            no_in_doubt_index(store)
+        label = "stock" if not patched else "patched: no in-doubt index"
+        c = core.per_call(store, label, "noop_effect")
+        c.key = f"hot_call_{'patched' if patched else 'stock'}"
+        contenders.append(c)
+    return interleaved(contenders, n)
+
+
+def cpu_rows(directory: Path, stack: ExitStack, n: int) -> list[Sample]:
+    """The same code on a store with ``synchronous=OFF``: what is left is CPU, so a gain of a
+    few microseconds is visible that the fsync's noise hides."""
+    contenders: list[Contender] = []
+    for patched in (False, True):
+        store = core.open_bench_store("sqlite", directory, f"cpu-turn-{patched}", stack)
+        store.backend._conn.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
+        c = core.agent_turn(
+            store, "CPU only, " + ("stock" if not patched else "patched: parse tool calls once")
+        )
+        c.key = f"cpu_turn_{'patched' if patched else 'stock'}"
+        if patched:
+            c.around = memo_tool_calls
+        contenders.append(c)
+    for tool in ("noop_effect", "noop_read"):
+        store = core.open_bench_store("sqlite", directory, f"cpu-call-{tool}", stack)
+        store.backend._conn.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
+        c = core.per_call(store, "CPU only", tool)
+        c.key = f"cpu_call_{tool}"
+        contenders.append(c)
+    store = core.open_bench_store("sqlite", directory, "cpu-record", stack)
+    store.backend._conn.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
+    contenders.append(core.per_record(store, "CPU only", key="cpu_record"))
+    return interleaved(contenders, n)
+
+
+def micro(n: int) -> list[tuple[str, float]]:
+    """What single steps of a call cost, in µs (median of ``n``)."""
+    tool = core.TOOLS["noop_effect"]
+    message = {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "noop_effect", "input": {"n": 1}}
+        ],
+    }
+    block = [{"type": "tool_use", "id": "toolu_1", "name": "noop_effect", "input": {"n": 1}}]
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("pydantic: Tool.validate of the input", lambda: tool.validate({"n": 1})),
+        ("input hash: canonical JSON + SHA-256", lambda: input_hash({"n": 1})),
+        ("canonical JSON alone", lambda: canonical_json({"n": 1})),
+        ("result encoding: encode_result", lambda: encode_result("ok")),
+        ("transcript JSON: one message", lambda: _sql.json_text(message)),
+        ("read the tool_use blocks of a message", lambda: anthropic_adapter.read_tool_uses(block)),
+    ]
+    out = []
+    for name, fn in steps:
+        xs = []
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            fn()
+            xs.append(time.perf_counter_ns() - t0)
+        out.append((name, statistics.median(xs) / 1000))
+    return out
+
+
+def scripted_rows(stack: ExitStack, n: int) -> list[Sample]:
+    """``ScriptedModel`` as shipped against the same server with TCP_NODELAY.
+
+    In src: testing/scripted.py ``_handler_for`` — ``disable_nagle_algorithm = True`` on the
+    handler class (or send the headers and body in one write). Every test that talks to a
+    ScriptedModel through the SDK pays the 40 ms per request.
+    """
+    rows = []
+    for nodelay in (False, True):
+        model = core.scripted_model(stack, nodelay=nodelay)
+        if model is None:
+            return []
+        label = "ScriptedModel round trip, " + ("patched: TCP_NODELAY" if nodelay else "as shipped")
+        key = f"scripted_{'nodelay' if nodelay else 'stock'}"
+        rows.append(core.sdk_round_trip(model, key=key, label=label))
+    return interleaved(rows, n, round_size=5, warmup=2)

@@ -1,0 +1,119 @@
+"""Long sessions: is turn 1,000 as cheap as turn 1?
+
+Two contenders share one SQLite store, interleaved: runs of 20 turns in new sessions (turns
+1-20), and runs of 20 more turns of one session grown to 1,000 turns first (setup). A turn is
+timed from one model call to the next (checkpoint A, intent, tool, outcome + checkpoint B, and
+building the next request); every checkpoint commit is also timed on its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import toolledger as tl
+from toolledger.stores.base import AppendMessages, Op
+
+from . import core
+from .hotpath import incremental_request
+from .measure import Contender, Sample, summarise
+
+TURNS = 20
+
+
+class _StampedMessages(core._FakeMessages):
+    def __init__(self) -> None:
+        super().__init__("noop_effect", 1)
+        self.stamps: list[int] = []
+
+    def create(self, **kwargs: Any) -> dict[str, Any]:
+        self.stamps.append(time.perf_counter_ns())
+        return super().create(**kwargs)
+
+
+class _StampedClient:
+    def __init__(self) -> None:
+        self.messages = _StampedMessages()
+
+
+@dataclass
+class LongRun:
+    contenders: list[Contender]
+    checkpoints: dict[str, list[float]] = field(default_factory=dict)
+    start_turn: int = 0
+
+    def checkpoint_samples(self) -> list[Sample]:
+        out = []
+        for c in self.contenders[:2]:
+            probe = Contender(
+                f"{c.name}: one checkpoint commit (A or B)",
+                c.step,
+                self_timed=True,
+                key=c.key.replace("turn_", "cp_"),
+            )
+            out.append(summarise(probe, self.checkpoints[c.name]))
+        return out
+
+
+def long_run(store: tl.Store, *, grow_to: int) -> LongRun:
+    backend = store.backend
+    inner = backend.apply
+    current: list[str] = [""]
+    checkpoints: dict[str, list[float]] = {}
+
+    def timed_apply(session_id: str, ops: Sequence[Op]) -> list[bool]:
+        t0 = time.perf_counter_ns()
+        out = inner(session_id, ops)
+        if any(isinstance(op, AppendMessages) for op in ops):
+            checkpoints.setdefault(current[0], []).append(float(time.perf_counter_ns() - t0))
+        return out
+
+    backend.apply = timed_apply  # type: ignore[method-assign]
+
+    def make(name: str, key: str, session: str | None, around: Any = nullcontext) -> Contender:
+        client = _StampedClient()
+        agent = tl.Agent(
+            client=client, model="bench", tools=core.TOOLS, store=store, max_turns=TURNS
+        )
+
+        def step(i: int) -> list[float]:
+            current[0] = name
+            stamps = client.messages.stamps
+            stamps.clear()
+            if session is None:
+                agent.run(session=f"early-{core.next_id()}", prompt="go")
+            else:
+                agent.run(session=session, prompt=f"go on {i}")
+            current[0] = ""
+            return [float(b - a) for a, b in itertools.pairwise(stamps)]
+
+        return Contender(
+            name, step, ops_per_step=TURNS - 1, self_timed=True, key=key, around=around
+        )
+
+    long_session = "long"
+    grower = tl.Agent(
+        client=core.FakeAnthropic(), model="bench", tools=core.TOOLS, store=store, max_turns=grow_to
+    )
+    grower.run(session=long_session, prompt="grow")
+    state = backend.read_session(long_session)
+    assert state is not None
+    late = f"turns {state.turns:,}+ of one long session"
+    return LongRun(
+        [
+            make("turns 1-20 of new sessions: one turn", "turn_early", None),
+            make(f"{late}: one turn", "turn_late", long_session),
+            make(
+                f"{late}: one turn, patched: incremental request (see hot path)",
+                "turn_late_patched",
+                long_session,
+                incremental_request,
+            ),
+        ],
+        checkpoints=checkpoints,
+        start_turn=state.turns,
+    )

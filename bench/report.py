@@ -1,0 +1,553 @@
+"""Tables (terminal and Markdown), the targets, the machine, the plot."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sqlite3
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .groupcommit import Cell
+from .measure import Sample
+from .scale import Lookup, SizeGroup
+
+
+@dataclass
+class Tab:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+    sections: list[int] = field(default_factory=list)  # row indexes that start a new section
+
+    def rich(self) -> Table:
+        table = Table(title=self.title, title_justify="left")
+        for i, h in enumerate(self.headers):
+            table.add_column(h, justify="left" if i == 0 else "right")
+        for i, row in enumerate(self.rows):
+            if i in self.sections and i:
+                table.add_section()
+            table.add_row(*row)
+        return table
+
+    def markdown(self) -> str:
+        out = [f"#### {self.title}", ""]
+        out.append("| " + " | ".join(self.headers) + " |")
+        out.append(
+            "|" + "|".join("---" if i == 0 else "---:" for i in range(len(self.headers))) + "|"
+        )
+        out.extend(
+            "| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in self.rows
+        )
+        out.extend(f"\n{n}" for n in self.notes)
+        return "\n".join(out) + "\n"
+
+
+def us(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def ratio(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def machine(directory: Path) -> dict[str, str]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kb / 1024 / 1024:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return {
+        "host": platform.node(),
+        "cpu": f"{os.cpu_count()} cores, {cpu}",
+        "memory": mem,
+        "disk": _filesystem(directory),
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "sqlite": sqlite3.sqlite_version,
+    }
+
+
+def _filesystem(directory: Path) -> str:
+    best = ("", "?", "?")
+    try:
+        target = str(directory.resolve())
+        for line in Path("/proc/mounts").read_text().splitlines():
+            dev, mount, fstype, *_ = line.split()
+            inside = target == mount or target.startswith(mount.rstrip("/") + "/")
+            if inside and len(mount) > len(best[0]):
+                best = (mount, dev, fstype)
+    except OSError:
+        pass
+    return f"{best[2]} on {best[1]}"
+
+
+@dataclass
+class Target:
+    what: str
+    goal: str
+    measured: str
+    met: bool | None  # None: not measured in this run
+
+
+@dataclass
+class Results:
+    machine: dict[str, str]
+    command: str
+    seconds: float = 0.0
+    main: list[Sample] = field(default_factory=list)
+    sizes: list[SizeGroup] = field(default_factory=list)
+    describe: dict[str, str] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    lookups: list[Lookup] = field(default_factory=list)
+    longrun: list[Sample] = field(default_factory=list)
+    long_start_turn: int = 0
+    within_turn: list[Sample] = field(default_factory=list)
+    concurrency: list[Cell] = field(default_factory=list)
+    hot: list[Sample] = field(default_factory=list)
+    cpu: list[Sample] = field(default_factory=list)
+    micro: list[tuple[str, float]] = field(default_factory=list)
+    scripted: list[Sample] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for c in data["concurrency"]:
+            c.pop("latencies_ns")
+        return data
+
+
+def _by_key(samples: list[Sample]) -> dict[str, Sample]:
+    return {s.key: s for s in samples if s.key}
+
+
+def sample_table(title: str, samples: list[Sample], notes: list[str] | None = None) -> Tab:
+    """Rows relative to the first sample keyed ``floor`` (the group's own raw floor)."""
+    raw = next(s for s in samples if s.key == "floor")
+    rows = []
+    for s in samples:
+        per_write = f"{s.per_write_ratio(raw):.2f}" if s.writes and s.key != "floor" else ""
+        rows.append(
+            [
+                s.name + (f" ({s.note})" if s.note else ""),
+                f"{s.n:,}",
+                us(s.median_us),
+                us(s.p99_us),
+                f"{s.writes:.3g}" if s.writes else "",
+                ratio(s.ratio(raw)),
+                per_write,
+            ]
+        )
+    headers = ["measurement", "N", "median µs", "p99 µs", "writes", "x floor", "x (writes x floor)"]
+    return Tab(title, headers, rows, notes or [])
+
+
+def size_table(results: Results) -> Tab:
+    sizes = [g.size for g in results.sizes]
+    keys: list[str] = []
+    for g in results.sizes:
+        keys.extend(s.key for s in g.samples if s.key not in keys)
+    headers = ["per durable record (median µs, x floor)"] + [f"N = {n:,}" for n in sizes]
+    rows = []
+    for key in keys:
+        row = [results.names.get(key, key)]
+        for g in results.sizes:
+            s = _by_key(g.samples).get(key)
+            raw = _by_key(g.samples)["floor"]
+            row.append("—" if s is None else f"{us(s.median_us)} ({ratio(s.ratio(raw))}x)")
+        rows.append(row)
+    notes = [f"- {results.names.get(k, k)}: {d}" for k, d in results.describe.items() if d]
+    for g in results.sizes:
+        notes.extend(f"- skipped: {s}" for s in g.skipped)
+    notes.extend(f"- {m}" for m in results.missing)
+    return Tab(
+        "Cost of one more durable record as the ledger grows (each N its own interleaved run)",
+        headers,
+        rows,
+        notes,
+    )
+
+
+def lookup_table(results: Results) -> Tab:
+    rows = [
+        [f.name, f"{f.size:,}", us(f.median_us), us(f.p99_us), f"{f.n:,}"]
+        for f in results.lookups
+        if not f.name.startswith("sqlite: build")
+    ]
+    notes = [
+        f"- {f.name} ({f.size:,} records)"
+        for f in results.lookups
+        if f.name.startswith("sqlite: build")
+    ]
+    notes.append(
+        "- warm page cache: the files were just written; open includes the WAL and "
+        "migration checks."
+    )
+    return Tab(
+        "Lookups and open time on big ledgers",
+        ["measurement", "records", "median µs", "p99 µs", "N"],
+        rows,
+        notes,
+    )
+
+
+def concurrency_table(results: Results) -> Tab:
+    rows = []
+    shipped = {(c.workload, c.threads): c for c in results.concurrency if c.backend == "shipped"}
+    sections = []
+    last = None
+    for c in results.concurrency:
+        if c.workload != last:
+            sections.append(len(rows))
+            last = c.workload
+        base = shipped[(c.workload, c.threads)]
+        rows.append(
+            [
+                c.workload,
+                c.backend,
+                str(c.threads),
+                f"{c.ops_per_s:,.0f}",
+                f"{c.ops_per_s / base.ops_per_s:.2f}x",
+                us(c.median_us),
+                us(c.p99_us),
+                f"{c.commits / c.ops:.2f}" if c.ops else "",
+            ]
+        )
+    headers = [
+        "workload",
+        "backend",
+        "threads",
+        "ops/s",
+        "vs shipped",
+        "median µs",
+        "p99 µs",
+        "commits/op",
+    ]
+    return Tab(
+        "Concurrent sessions in one process, one SQLite store", headers, rows, sections=sections
+    )
+
+
+def micro_table(results: Results) -> Tab:
+    return Tab(
+        "What single steps cost (CPU, median)",
+        ["step", "µs"],
+        [[name, us(v)] for name, v in results.micro],
+    )
+
+
+def targets(results: Results) -> list[Target]:
+    m = _by_key(results.main)
+    raw = m.get("floor")
+    out: list[Target] = []
+
+    def add(
+        what: str, goal: str, value: float | None, limit: float, fmt: str, *, le: bool = True
+    ) -> None:
+        if value is None:
+            out.append(Target(what, goal, "not measured", None))
+            return
+        out.append(Target(what, goal, fmt.format(value), value <= limit if le else value >= limit))
+
+    def r(key: str) -> float | None:
+        return m[key].ratio(raw) if raw and key in m else None
+
+    add("sqlite: one durable record", "≤ 1.3x floor", r("tl_record"), 1.3, "{:.2f}x floor")
+    add(
+        "run_tool_uses, non-idempotent call", "≤ 2.5x floor", r("call_effect"), 2.5, "{:.2f}x floor"
+    )
+    add("run_tool_uses, read-only call", "≤ 1.3x floor", r("call_read"), 1.3, "{:.2f}x floor")
+    add("run_tool_uses, idempotent call", "≤ 1.3x floor", r("call_idem"), 1.3, "{:.2f}x floor")
+    turn = m.get("turn")
+    if turn is not None and raw is not None:
+        add(
+            "Agent turn (fake client)",
+            "≤ 1.2x (its writes x floor)",
+            turn.per_write_ratio(raw),
+            1.2,
+            "{:.2f}x",
+        )
+        per_turn = round(turn.writes * 20) // 20 if turn.writes else 0
+        out.append(
+            Target(
+                "writes for a turn with one non-idempotent call",
+                "≤ 3",
+                f"{turn.writes:.2f} counted (3 per turn + the run's start and end over 20 turns)",
+                per_turn <= 3,
+            )
+        )
+    for key, goal_us, what in (("get", 20.0, "lookup"), ("open", 10_000.0, "open")):
+        big = [f for f in results.lookups if f.key == key]
+        at = max(big, key=lambda f: f.size) if big else None
+        add(
+            f"{what} at {at.size:,} records" if at else f"{what} at 1M records",
+            f"≤ {us(goal_us)} µs" if key == "get" else "≤ 10 ms",
+            at.median_us if at else None,
+            goal_us,
+            "{:,.1f} µs median",
+        )
+    lr = {s.key: s for s in results.longrun}
+    if "cp_early" in lr and "cp_late" in lr:
+        add(
+            f"checkpoint commit at turn {results.long_start_turn:,} vs turns 1-20",
+            "≤ 1.2x",
+            lr["cp_late"].median_us / lr["cp_early"].median_us,
+            1.2,
+            "{:.2f}x",
+        )
+        add(
+            f"whole turn at turn {results.long_start_turn:,} vs turns 1-20",
+            "(for information)",
+            lr["turn_late"].median_us / lr["turn_early"].median_us,
+            1.2,
+            "{:.2f}x",
+        )
+    dbos_at = _at_size(results, "dbos", 1000)
+    idem_at = _at_size(results, "tl_sqlite_call_noop_idem", 1000)
+    eff_at = _at_size(results, "tl_sqlite_call_noop_effect", 1000)
+    add(
+        "DBOS step ÷ toolledger idempotent call (1 write each; N = 1,000)",
+        "≥ 8x",
+        dbos_at / idem_at if dbos_at and idem_at else None,
+        8.0,
+        "{:.1f}x",
+        le=False,
+    )
+    if dbos_at and eff_at:
+        out.append(
+            Target(
+                "DBOS step ÷ toolledger non-idempotent call (2 writes; N = 1,000)",
+                "(for information)",
+                f"{dbos_at / eff_at:.1f}x",
+                None,
+            )
+        )
+    brief = _at_size(results, "brief_json", 10_000)
+    ours = _at_size(results, "tl_sqlite_record", 10_000)
+    add(
+        "whole-file JSON ÷ toolledger sqlite record at N = 10,000",
+        "≥ 100x",
+        brief / ours if brief and ours else None,
+        100.0,
+        "{:.0f}x",
+        le=False,
+    )
+    return out
+
+
+def _at_size(results: Results, key: str, size: int) -> float | None:
+    for g in results.sizes:
+        if g.size == size:
+            s = _by_key(g.samples).get(key)
+            return s.median_us if s else None
+    return None
+
+
+def target_table(results: Results) -> Tab:
+    rows = [
+        [t.what, t.goal, t.measured, "—" if t.met is None else "met" if t.met else "NOT met"]
+        for t in targets(results)
+    ]
+    return Tab("Targets", ["target", "goal", "measured (this run)", ""], rows)
+
+
+def all_tables(results: Results) -> list[Tab]:
+    tabs = []
+    if results.main:
+        tabs.append(
+            sample_table(
+                "toolledger per record, per call, per turn (interleaved with the raw floor)",
+                results.main,
+                [
+                    "- writes: commits counted during the run. x (writes x floor): 1.00 means "
+                    "the operation costs exactly its commits at the raw floor's price.",
+                    "- Agent turn: the prompt's commit and the final status of each 20-turn run "
+                    "are amortised over its turns.",
+                ],
+            )
+        )
+    if results.sizes:
+        tabs.append(size_table(results))
+    if results.lookups:
+        tabs.append(lookup_table(results))
+    if results.longrun:
+        tabs.append(
+            Tab(
+                "Long sessions: turn 1 against turn 1,000 (one store, interleaved)",
+                ["measurement", "N", "median µs", "p99 µs"],
+                [[s.name, f"{s.n:,}", us(s.median_us), us(s.p99_us)] for s in results.longrun],
+            )
+        )
+    if results.within_turn:
+        tabs.append(
+            sample_table(
+                "Group commit within a turn: 4 tool_uses in one message",
+                results.within_turn,
+            )
+        )
+    if results.concurrency:
+        tabs.append(concurrency_table(results))
+    if results.hot:
+        tabs.append(sample_table("Hot path: stock against patched (durable)", results.hot))
+    if results.cpu:
+        cpu_rows = [
+            [s.name, f"{s.n:,}", us(s.median_us), us(s.p99_us), f"{s.writes:.3g}"]
+            for s in results.cpu
+        ]
+        tabs.append(
+            Tab(
+                "CPU only: the same code on a synchronous=OFF store",
+                ["measurement", "N", "median µs", "p99 µs", "writes"],
+                cpu_rows,
+            )
+        )
+    if results.micro:
+        tabs.append(micro_table(results))
+    if results.scripted:
+        tabs.append(
+            Tab(
+                "Test helper: one SDK request to ScriptedModel",
+                ["measurement", "N", "median µs", "p99 µs"],
+                [[s.name, f"{s.n:,}", us(s.median_us), us(s.p99_us)] for s in results.scripted],
+            )
+        )
+    tabs.append(target_table(results))
+    return tabs
+
+
+def print_all(results: Results) -> None:
+    console = Console(width=180)
+    for tab in all_tables(results):
+        console.print(tab.rich())
+        for note in tab.notes:
+            console.print(note, markup=False, highlight=False)
+        console.print()
+    console.print(f"{results.command} — {results.seconds:.0f} s — {_machine_line(results.machine)}")
+
+
+def _machine_line(m: dict[str, str]) -> str:
+    return (
+        f"{m['cpu']}, {m['memory']}, {m['disk']}, {m['os']}, "
+        f"Python {m['python']}, SQLite {m['sqlite']}"
+    )
+
+
+def markdown(results: Results) -> str:
+    head = [
+        "### Latest run",
+        "",
+        f"Command: `{results.command}` ({results.seconds:.0f} s). "
+        f"Machine: {_machine_line(results.machine)}.",
+        "",
+        "Generated by `python -m bench`; every ratio is to the raw floor measured in the same "
+        "interleaved run. See `bench/` for what each row does.",
+        "",
+    ]
+    return "\n".join(head) + "\n".join(t.markdown() for t in all_tables(results))
+
+
+def plot(results: Results, path: Path) -> str | None:
+    """Per-record cost against ledger size, one line per approach (log-log)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot (pip install -e '.[bench]')"
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    keys: list[str] = []
+    for g in results.sizes:
+        keys.extend(s.key for s in g.samples if s.key not in keys)
+    for key in keys:
+        pts = [
+            (g.size, _by_key(g.samples)[key].median_us)
+            for g in results.sizes
+            if key in _by_key(g.samples)
+        ]
+        if not pts:
+            continue
+        xs, ys = zip(*pts, strict=True)
+        style = "--" if key == "floor" else "-"
+        ax.plot(xs, ys, style, marker="o", label=results.names.get(key, key))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("records already in the ledger (N)")
+    ax.set_ylabel("one more durable record, median µs (log)")
+    ax.set_title("Per-record cost against ledger size (same disk, interleaved)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.text(0.01, 0.01, _machine_line(results.machine), fontsize=6, alpha=0.7)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return None
+
+
+def readme_summary(results: Results) -> str:
+    """The README's table: the headline rows of this run, then the targets."""
+    m = _by_key(results.main)
+    raw = m.get("floor")
+    rows: list[list[str]] = []
+
+    def main_row(key: str, label: str, per_write: bool = False) -> None:
+        s = m.get(key)
+        if s is None or raw is None:
+            return
+        extra = f" ({s.per_write_ratio(raw):.2f}x its {s.writes:.3g} writes)" if per_write else ""
+        rows.append([label, us(s.median_us), ratio(s.ratio(raw)) + "x" + extra])
+
+    main_row("floor", "raw: 300 B append + fsync (the floor)")
+    main_row("floor_pwrite", "raw: 300 B pwrite into a preallocated file + fdatasync")
+    main_row("tl_record", "toolledger sqlite: one durable record")
+    main_row("call_effect", "`run_tool_uses`, one non-idempotent call (2 writes)")
+    main_row("call_idem", "`run_tool_uses`, one idempotent call (1 write)")
+    main_row("call_read", "`run_tool_uses`, one read-only call (1 write)")
+    main_row("turn", "`Agent` turn, one non-idempotent call", per_write=True)
+    main_row("turn_sdk", "`Agent` turn through the anthropic SDK + ScriptedModel (HTTP)")
+    main_row("sdk_rtt", "… of which the SDK's HTTP round trip alone")
+    for g in results.sizes:
+        if g.size != max(x.size for x in results.sizes):
+            continue
+        floor_g = _by_key(g.samples)["floor"]
+        for s in g.samples:
+            if s.key in ("floor", "tl_sqlite_call_noop_idem", "tl_sqlite_call_noop_effect"):
+                continue
+            rows.append(
+                [
+                    f"{results.names.get(s.key, s.name)}, at {g.size:,} records",
+                    us(s.median_us),
+                    ratio(s.ratio(floor_g)) + "x",
+                ]
+            )
+    for f in results.lookups:
+        if f.key in ("get", "open") and f.size == max(x.size for x in results.lookups):
+            rows.append([f"{f.name}, {f.size:,} records", us(f.median_us), ""])
+    table = Tab("", ["measurement", "median µs", "x floor"], rows).markdown().split("\n", 2)[2]
+    targets_md = target_table(results).markdown().split("\n", 2)[2]
+    return (
+        f"Measured by `{results.command}` ({results.seconds / 60:.0f} min) on "
+        f"{_machine_line(results.machine)}. Every ratio is to the raw floor measured in the same "
+        "run, interleaved with it on the same disk.\n\n"
+        + table
+        + "\n![Per-record cost against ledger size](docs/bench.png)\n\n"
+        + targets_md
+        + "\nEvery row, the rivals at each size, group commit and the hot-path findings: "
+        "[docs/performance.md](docs/performance.md).\n"
+    )
