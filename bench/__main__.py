@@ -34,6 +34,7 @@ class Plan:
     sizes: tuple[int, ...]
     samples_at: dict[int, int]
     setup_budget_s: float
+    cheap_n: int
     lookup_sizes: tuple[int, ...]
     lookups_n: int
     opens_n: int
@@ -45,6 +46,7 @@ class Plan:
     per_thread: int
     rounds: int
     n_hot: int
+    n_json: int
 
 
 FULL = Plan(
@@ -52,6 +54,7 @@ FULL = Plan(
     sizes=(100, 1_000, 10_000),
     samples_at={100: 100, 1_000: 200, 10_000: 100},
     setup_budget_s=60,
+    cheap_n=1000,
     lookup_sizes=(100_000, 1_000_000),
     lookups_n=5000,
     opens_n=100,
@@ -63,12 +66,14 @@ FULL = Plan(
     per_thread=100,
     rounds=3,
     n_hot=1000,
+    n_json=20,
 )
 QUICK = Plan(
     n_main=300,
     sizes=(100, 1_000, 10_000),
     samples_at={100: 40, 1_000: 40, 10_000: 12},
     setup_budget_s=4,
+    cheap_n=200,
     lookup_sizes=(100_000, 1_000_000),
     lookups_n=1000,
     opens_n=20,
@@ -80,6 +85,7 @@ QUICK = Plan(
     per_thread=40,
     rounds=1,
     n_hot=200,
+    n_json=6,
 )
 
 
@@ -187,6 +193,7 @@ def run_sizes(results: report.Results, plan: Plan, d: Path, stack: ExitStack) ->
         d,
         stack,
         setup_budget_s=plan.setup_budget_s,
+        cheap_n=plan.cheap_n,
     )
 
 
@@ -220,6 +227,7 @@ def run_hot(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> N
     results.cpu = hotpath.cpu_rows(d, stack, plan.n_hot)
     results.micro = hotpath.micro(2000)
     results.scripted = hotpath.scripted_rows(stack, 20)
+    results.json_store = hotpath.json_rows(d, stack, plan.n_json, 10_000)
 
 
 RUNNERS = {

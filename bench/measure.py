@@ -47,6 +47,9 @@ class Contender:
     self_timed: bool = False  # step returns a list of per-operation durations in ns
     # Entered around each round, outside the timed region (e.g. a monkeypatch to switch on).
     around: Callable[[], AbstractContextManager[Any]] = field(default=nullcontext)
+    # Operations to time, if not the group's ``n`` (cheap contenders take more samples; once the
+    # dear ones are done they go on interleaved among themselves, the floor included).
+    n: int | None = None
     # Commits made so far (see ``core.count_commits``): writes per operation are then counted
     # over the whole run instead of declared.
     counter: Callable[[], int] | None = None
@@ -66,7 +69,8 @@ def interleaved(
                 c.step(-1 - i)
 
     def missing(c: Contender) -> int:
-        return n - len(samples[id(c)]) * (1 if c.self_timed else c.ops_per_step)
+        want = c.n if c.n is not None else n
+        return want - len(samples[id(c)]) * (1 if c.self_timed else c.ops_per_step)
 
     while any(missing(c) > 0 for c in contenders):
         for c in contenders:

@@ -124,6 +124,7 @@ class Results:
     cpu: list[Sample] = field(default_factory=list)
     micro: list[tuple[str, float]] = field(default_factory=list)
     scripted: list[Sample] = field(default_factory=list)
+    json_store: list[Sample] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -172,6 +173,11 @@ def size_table(results: Results) -> Tab:
             row.append("—" if s is None else f"{us(s.median_us)} ({ratio(s.ratio(raw))}x)")
         rows.append(row)
     notes = [f"- {results.names.get(k, k)}: {d}" for k, d in results.describe.items() if d]
+    notes.append(
+        "- N is the ledger's size when its timing starts. The floor and the SQLite-based "
+        "contenders (a fsync or so per record) take more samples than the whole-file ones, so "
+        "their ledgers grow by up to that many records meanwhile; a B-tree does not notice."
+    )
     for g in results.sizes:
         notes.extend(f"- skipped: {s}" for s in g.skipped)
     notes.extend(f"- {m}" for m in results.missing)
@@ -418,6 +424,8 @@ def all_tables(results: Results) -> list[Tab]:
         )
     if results.micro:
         tabs.append(micro_table(results))
+    if results.json_store:
+        tabs.append(sample_table("Hot path: the json:/// store", results.json_store))
     if results.scripted:
         tabs.append(
             Tab(

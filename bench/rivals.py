@@ -32,6 +32,7 @@ class Approach:
     key = ""
     name = ""
     writes: float = 1.0  # commits per timed operation, where it cannot be counted
+    cheap = False  # ~a fsync per record: worth more samples than the group's N
     setup_ms_per_record = 0.0  # an estimate, to skip sizes that take too long to build
 
     def size(self) -> int:
@@ -70,6 +71,7 @@ class ToolledgerRecord(Approach):
 
     def __init__(self, kind: str, directory: Path, stack: ExitStack) -> None:
         self.kind = kind
+        self.cheap = kind == "sqlite"
         self.key = f"tl_{kind}_record"
         self.name = f"toolledger {kind}: one durable record"
         self.store = core.open_bench_store(kind, directory, f"scale-{kind}", stack)
@@ -92,6 +94,8 @@ class ToolledgerRecord(Approach):
 class ToolledgerCall(Approach):
     """A ``run_tool_uses`` call on a session of N records: non-idempotent (intent, then
     outcome) or idempotent (the outcome alone)."""
+
+    cheap = True
 
     def __init__(self, directory: Path, stack: ExitStack, tool: str) -> None:
         self.tool = tool
@@ -140,6 +144,7 @@ class BriefWholeFile(Approach):
 class LangGraphPutWrites(Approach):
     key = "langgraph"
     name = "LangGraph SqliteSaver.put_writes (one write)"
+    cheap = True
 
     def __init__(self, directory: Path, stack: ExitStack) -> None:
         from langgraph.checkpoint.sqlite import SqliteSaver

@@ -38,12 +38,14 @@ def per_size(
     stack: ExitStack,
     *,
     setup_budget_s: float,
+    cheap_n: int,
 ) -> list[SizeGroup]:
     """For each size: grow every ledger to it (setup), then time one more record for each,
     interleaved with the raw floor."""
     groups = []
     for size in sizes:
         contenders: list[Contender] = [floor.append_fsync(directory, stack)]
+        contenders[0].n = max(cheap_n, samples_at(size))
         skipped = []
         for a in approaches:
             setup_s = a.setup_ms_per_record * max(0, size - a.size()) / 1000
@@ -54,7 +56,10 @@ def per_size(
                 )
                 continue
             a.grow_to(size)
-            contenders.append(a.contender())
+            c = a.contender()
+            if a.cheap:
+                c.n = max(cheap_n, samples_at(size))
+            contenders.append(c)
         groups.append(SizeGroup(size, interleaved(contenders, samples_at(size)), skipped))
     return groups
 
