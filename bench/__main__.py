@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"[dim]bench: {section} done in {time.perf_counter() - started:.0f} s[/dim]"
                 )
     results.seconds = time.perf_counter() - t0
+    results.machine["load_end"] = report.conditions()
     report.print_all(results)
     (args.dir / "results.json").write_text(json.dumps(results.to_json(), indent=1))
     text = report.markdown(results)

@@ -73,6 +73,7 @@ def machine(directory: Path) -> dict[str, str]:
     except (OSError, ValueError, IndexError):
         pass
     return {
+        "load": conditions(),
         "host": platform.node(),
         "cpu": f"{os.cpu_count()} cores, {cpu}",
         "memory": mem,
@@ -81,6 +82,19 @@ def machine(directory: Path) -> dict[str, str]:
         "python": sys.version.split()[0],
         "sqlite": sqlite3.sqlite_version,
     }
+
+
+def conditions() -> str:
+    """How busy the machine is: load average and I/O pressure (the share of the last minute in
+    which some task waited for I/O). Neighbours move the floor; this says how much they did."""
+    one, five, _ = os.getloadavg()
+    io = "?"
+    try:
+        first = Path("/proc/pressure/io").read_text().split()
+        io = next(f.split("=")[1] for f in first if f.startswith("avg60=")) + "%"
+    except (OSError, StopIteration):
+        pass
+    return f"load {one:.1f} (5 min {five:.1f}), I/O pressure {io}"
 
 
 def _filesystem(directory: Path) -> str:
@@ -449,9 +463,10 @@ def print_all(results: Results) -> None:
 
 
 def _machine_line(m: dict[str, str]) -> str:
+    busy = f"; at start: {m['load']}" + (f", at end: {m['load_end']}" if "load_end" in m else "")
     return (
         f"{m['cpu']}, {m['memory']}, {m['disk']}, {m['os']}, "
-        f"Python {m['python']}, SQLite {m['sqlite']}"
+        f"Python {m['python']}, SQLite {m['sqlite']}{busy}"
     )
 
 
