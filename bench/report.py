@@ -506,8 +506,11 @@ def plot(results: Results, path: Path) -> str | None:
         if not pts:
             continue
         xs, ys = zip(*pts, strict=True)
-        style = "--" if key == "floor" else "-"
-        ax.plot(xs, ys, style, marker="o", label=results.names.get(key, key))
+        if key == "floor":
+            ax.plot(xs, ys, "--", color="black", marker="o", label=results.names.get(key, key))
+        else:
+            width = 2.2 if key.startswith("tl_") else 1.2
+            ax.plot(xs, ys, "-", linewidth=width, marker="o", label=results.names.get(key, key))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("records already in the ledger (N)")
@@ -515,7 +518,9 @@ def plot(results: Results, path: Path) -> str | None:
     ax.set_title("Per-record cost against ledger size (same disk, interleaved)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
-    fig.text(0.01, 0.01, _machine_line(results.machine), fontsize=6, alpha=0.7)
+    m = results.machine
+    footer = f"{m['cpu']}, {m['disk']}, Python {m['python']}, SQLite {m['sqlite']}; {m['load']}"
+    fig.text(0.01, 0.01, footer, fontsize=6, alpha=0.7)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
