@@ -1,8 +1,10 @@
-"""Shared fixtures: store URLs for every embedded backend, sync and async runners."""
+"""Shared fixtures: store URLs for every backend (PostgreSQL when a server answers), sync and
+async runners."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -59,3 +61,62 @@ def run(request: pytest.FixtureRequest) -> Runner:
 
 def tool_use(tool_use_id: str, name: str, **input: Any) -> dict[str, Any]:
     return {"type": "tool_use", "id": tool_use_id, "name": name, "input": input}
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+
+POSTGRES_URL_ENV = "TOOLLEDGER_TEST_POSTGRES_URL"
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The server every PostgreSQL test uses (``TOOLLEDGER_TEST_POSTGRES_URL``).
+
+    When none answers the tests are skipped with a loud reason — except under ``CI=true``, where
+    they fail: a backend nobody exercised must not pass for green.
+    """
+    url = os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL)
+    try:
+        import psycopg
+
+        with psycopg.connect(url, connect_timeout=3):
+            pass
+    except Exception as exc:
+        reason = (
+            f"POSTGRESQL BACKEND NOT TESTED: no server answers at {url} "
+            f"({type(exc).__name__}: {str(exc).strip()}). Start one or set {POSTGRES_URL_ENV}."
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason} Under CI=true a skipped backend is a failure.")
+        pytest.skip(reason)
+    return url
+
+
+def with_params(url: str, **params: str) -> str:
+    from urllib.parse import quote
+
+    extra = "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items())
+    return f"{url}{'&' if '?' in url else '?'}{extra}"
+
+
+def drop_schema(admin_url: str, schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture
+def postgres_schema(postgres_url: str) -> Iterator[str]:
+    """A fresh schema name for one test, dropped afterwards."""
+    schema = f"tl_test_{uuid.uuid4().hex[:16]}"
+    yield schema
+    drop_schema(postgres_url, schema)
+
+
+@pytest.fixture
+def postgres_store_url(postgres_url: str, postgres_schema: str) -> str:
+    """A store URL of its own for one test: a fresh ``?schema=``, dropped afterwards."""
+    return with_params(postgres_url, schema=postgres_schema)

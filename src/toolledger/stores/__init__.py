@@ -6,7 +6,8 @@
 | ``sqlite:////abs/path.db``   | SQLite file, absolute path                            |
 | ``json:///dir``              | one ``effects.json`` per session in ``dir``           |
 | ``memory://`` / ``memory://name`` | this process's memory, not durable (tests)       |
-| ``postgresql://…``           | PostgreSQL (``pip install toolledger[postgres]``)     |
+| ``postgresql://…``           | PostgreSQL (``pip install 'toolledger[postgres]'``),  |
+|                              | ``?schema=NAME`` to keep its tables in one schema     |
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ __all__ = ["DEFAULT_STORE_URL", "Ledger", "Store", "open_store"]
 
 DEFAULT_STORE_URL = "sqlite:///toolledger.db"
 
-_SCHEMES = "sqlite:///, json:///, memory://, postgresql://"
+_SCHEMES = "sqlite:///, json:///, memory://, postgresql://, postgres://"
 
 
 def _file_path(url: str, scheme: str) -> str:
@@ -70,7 +71,8 @@ def open_store(
         name = url[len("memory://") :] if url.startswith("memory://") else ""
         return Store(MemoryBackend.open(name), clock=clock, worker_id=worker_id)
     if scheme in ("postgresql", "postgres"):
-        raise ConfigurationError(
-            "the postgresql:// store is not available in this version of toolledger"
-        )
+        from .postgres import open_backends  # raises ConfigurationError without psycopg
+
+        pg_backend, pg_async_backend = open_backends(url)
+        return Store(pg_backend, async_backend=pg_async_backend, clock=clock, worker_id=worker_id)
     raise ConfigurationError(f"unknown store URL {url!r}; use one of {_SCHEMES}")

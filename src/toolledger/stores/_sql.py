@@ -258,6 +258,12 @@ def row_to_approval(row: Sequence[Any]) -> ApprovalRecord:
     )
 
 
+def format_style(statement: str) -> str:
+    """A statement written with ``?`` placeholders in psycopg's ``%s`` style (a literal ``%``
+    doubled). For our own constants only: their literals hold no ``?``."""
+    return statement.replace("%", "%%").replace("?", "%s")
+
+
 def json_text(value: Any) -> str:
     """Transcript and approval JSON: compact; ASCII-escaped only when UTF-8 cannot hold it."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,474 @@
+"""``postgresql://`` — PostgreSQL through psycopg 3: a thread-safe sync backend and a native async
+twin (``Store.async_backend``), each over its own connection pool.
+
+``postgresql://user:password@host:5432/db?schema=NAME&pool_min=1&pool_max=10&pool_timeout=10``
+takes any libpq parameter besides toolledger's own (``sslmode=``, ``connect_timeout=`` …).
+``schema`` puts every table in that schema, created if absent, so tenants or test runs can share
+one database.
+
+Every state change is one short transaction of conditional statements (insert-if-absent,
+compare-and-set): two workers cannot both win a transition, and a crash leaves either the old
+rows or the new ones. A commit is as durable as the server makes it: keep ``synchronous_commit``
+on (``integrity_check()`` says when it is off).
+
+A dropped connection is retried on a fresh one only when nothing can have been committed; one
+lost *during* COMMIT raises ``StoreUnavailableError`` saying the outcome is unknown, because a
+conditional write sent twice would report "someone else got there first" about our own row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
+
+from ..errors import ConfigurationError, StoreError
+
+try:
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+except ImportError as exc:  # the optional driver is missing or broken
+    raise ConfigurationError(
+        f"the postgresql:// store needs psycopg 3 and psycopg-pool ({exc}): "
+        "pip install 'toolledger[postgres]'"
+    ) from exc
+
+from ..records import ApprovalRecord, EffectRecord, SessionState, StoredMessage
+from . import _postgres as plans
+from .base import Op
+
+__all__ = ["AsyncPostgresBackend", "PostgresBackend", "open_backends"]
+
+T = TypeVar("T")
+IN_FLIGHT_WAIT_S = 2.0
+Conn = psycopg.Connection[tuple[Any, ...]]
+AsyncConn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+
+def open_backends(url: str) -> tuple[PostgresBackend, AsyncPostgresBackend]:
+    """The two faces of one store: closing either one (``Store.close()`` or ``aclose()``)
+    releases both pools."""
+    backend = PostgresBackend(url)
+    twin = AsyncPostgresBackend(url)
+    backend._twin, twin._twin = twin, backend
+    return backend, twin
+
+
+class PostgresBackend:
+    """The sync backend. Opening it migrates the schema; its pool makes it safe to share
+    between threads."""
+
+    durable = True
+
+    def __init__(self, url: str) -> None:
+        self.settings = plans.parse_url(url)
+        self.url = self.settings.display
+        self._twin: AsyncPostgresBackend | None = None
+        self.schema_version = migrate(self.settings)
+        s = self.settings
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            s.conninfo,
+            kwargs={"autocommit": True, **s.connect_kwargs},
+            min_size=s.pool_min,
+            max_size=s.pool_max,
+            timeout=s.pool_timeout,
+            configure=partial(_configure, schema=s.schema),
+            name="toolledger",
+            open=True,
+        )
+
+    def _run(
+        self,
+        action: str,
+        plan: Callable[[], plans.Plan[T]],
+        *,
+        write: bool = False,
+        session_id: str | None = None,
+    ) -> T:
+        attempt = 0
+        while True:
+            committing = False
+            try:
+                with self._pool.connection() as conn:
+                    if not write:
+                        return _drive(conn, plan())
+                    with conn.transaction():
+                        value = _drive(conn, plan())
+                        committing = True  # an error from here on is the COMMIT's
+                    return value
+            except (psycopg.Error, UnicodeEncodeError) as exc:
+                error = plans.failure(
+                    exc,
+                    url=self.url,
+                    action=action,
+                    attempt=attempt,
+                    committing=committing,
+                    session_id=session_id,
+                )
+                if error is not None:
+                    raise error from exc
+                if plans.connection_lost(exc):
+                    self._pool.check()  # a server restart killed its idle siblings too
+            attempt += 1
+
+    def read_effects(
+        self, session_id: str, tool_use_ids: Sequence[str] | None = None
+    ) -> dict[str, EffectRecord]:
+        return self._run(
+            "reading the ledger", partial(plans.read_effects, session_id, tool_use_ids)
+        )
+
+    def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        if not ops:
+            return []
+        plan = partial(plans.apply, session_id, ops)
+        return self._run("writing the ledger", plan, write=True, session_id=session_id)
+
+    def read_session(self, session_id: str) -> SessionState | None:
+        found = self._run("reading a session", partial(plans.read_session, session_id))
+        return found[0] if found else None
+
+    def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
+        plan = partial(plans.read_messages, session_id, since)
+        return self._run("reading a transcript", plan)
+
+    def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        return self._run("reading approvals", partial(plans.read_approvals, session_id))
+
+    def list_sessions(self) -> list[SessionState]:
+        return self._run("listing sessions", plans.list_sessions)
+
+    def session_ids(self) -> list[str]:
+        return self._run("listing sessions", plans.session_ids)
+
+    def in_doubt(self) -> list[EffectRecord]:
+        return self._run("listing in-doubt calls", plans.in_doubt)
+
+    def integrity_check(self) -> list[str]:
+        """Schema version, tables, the in-doubt index, ``synchronous_commit`` and gap-free
+        transcripts: an empty list when all is sound."""
+        return self._run("checking integrity", plans.integrity)
+
+    def close(self) -> None:
+        """Close the pool (idempotent), and the async twin's."""
+        self._pool.close()
+        twin, self._twin = self._twin, None
+        if twin is not None:
+            twin.release()
+
+
+@dataclass
+class _LoopPool:
+    """An async pool and the event loop it lives in (its tasks and locks belong to that loop)."""
+
+    pool: AsyncConnectionPool[AsyncConn]
+    loop: asyncio.AbstractEventLoop
+    conns: weakref.WeakSet[AsyncConn] = field(default_factory=weakref.WeakSet)
+    opening: asyncio.Task[None] | None = None
+    guard: asyncio.Task[None] | None = None
+
+
+class AsyncPostgresBackend:
+    """The native async backend. Its pool needs a running event loop, so it opens on first use
+    and serves that loop; a call from another loop (``asyncio.run`` again) opens a fresh pool
+    and releases the old one. It expects a migrated schema: ``open_store`` migrates."""
+
+    durable = True
+
+    def __init__(self, url: str) -> None:
+        self.settings = plans.parse_url(url)
+        self.url = self.settings.display
+        self._twin: PostgresBackend | None = None
+        self._current: _LoopPool | None = None
+        self._closed = False
+        self._closing: set[asyncio.Future[None]] = set()
+
+    async def _pool(self) -> AsyncConnectionPool[AsyncConn]:
+        if self._closed:
+            raise StoreError(f"{self.url}: the store is closed; open it again", url=self.url)
+        loop = asyncio.get_running_loop()
+        current = self._current
+        if current is None or current.loop is not loop:
+            if current is not None:
+                self._release(current)
+            current = self._current = self._new_pool(loop)
+            current.guard = loop.create_task(_close_at_shutdown(current.pool))
+            # Wait for the first connections before serving: a request that finds the pool
+            # empty makes it grow, and a connection still being made when the loop ends is
+            # only closed by the garbage collector. Racing first callers share this one wait.
+            current.opening = loop.create_task(
+                current.pool.open(wait=True, timeout=self.settings.pool_timeout)
+            )
+        assert current.opening is not None
+        try:
+            await asyncio.shield(current.opening)
+        except psycopg.Error as exc:
+            # open(wait=True) closed the pool on failure: the next call starts a fresh one.
+            if self._current is current:
+                self._current = None
+            if current.guard is not None:
+                current.guard.cancel()
+            raise plans.translate(exc, url=self.url, action="connecting") from exc
+        return current.pool
+
+    def _new_pool(self, loop: asyncio.AbstractEventLoop) -> _LoopPool:
+        s = self.settings
+        conns: weakref.WeakSet[AsyncConn] = weakref.WeakSet()
+
+        async def configure(conn: AsyncConn) -> None:
+            conns.add(conn)
+            if s.schema is not None:
+                await conn.execute(plans.search_path(s.schema))
+
+        pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
+            s.conninfo,
+            kwargs={"autocommit": True, **s.connect_kwargs},
+            min_size=s.pool_min,
+            max_size=s.pool_max,
+            timeout=s.pool_timeout,
+            configure=configure,
+            name="toolledger-async",
+            open=False,
+        )
+        return _LoopPool(pool, loop, conns)
+
+    def _release(self, current: _LoopPool) -> None:
+        """Close a pool without awaiting it, from whatever thread or loop we are in."""
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if current.loop is running:
+            task = current.loop.create_task(current.pool.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        elif current.loop.is_running():
+            asyncio.run_coroutine_threadsafe(current.pool.close(), current.loop)
+        else:
+            # The loop is not running any more. If it ended through ``asyncio.run`` the pool was
+            # closed in its shutdown already; if it was closed some other way, nothing can be
+            # awaited there, so close the sockets directly.
+            for conn in list(current.conns):
+                conn.pgconn.finish()
+
+    def release(self) -> None:
+        """Close without awaiting (what the sync ``Store.close()`` can do)."""
+        self._closed = True
+        current, self._current = self._current, None
+        if current is not None:
+            self._release(current)
+
+    async def _run(
+        self,
+        action: str,
+        plan: Callable[[], plans.Plan[T]],
+        *,
+        write: bool = False,
+        session_id: str | None = None,
+    ) -> T:
+        attempt = 0
+        while True:
+            pool = await self._pool()
+            committing = False
+            try:
+                async with pool.connection() as conn:
+                    if not write:
+                        return await _adrive(conn, plan())
+                    async with conn.transaction():
+                        value = await _adrive(conn, plan())
+                        committing = True  # an error from here on is the COMMIT's
+                    return value
+            except (psycopg.Error, UnicodeEncodeError) as exc:
+                error = plans.failure(
+                    exc,
+                    url=self.url,
+                    action=action,
+                    attempt=attempt,
+                    committing=committing,
+                    session_id=session_id,
+                )
+                if error is not None:
+                    raise error from exc
+                if plans.connection_lost(exc):
+                    await pool.check()
+            attempt += 1
+
+    async def read_effects(
+        self, session_id: str, tool_use_ids: Sequence[str] | None = None
+    ) -> dict[str, EffectRecord]:
+        plan = partial(plans.read_effects, session_id, tool_use_ids)
+        return await self._run("reading the ledger", plan)
+
+    async def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        if not ops:
+            return []
+        plan = partial(plans.apply, session_id, ops)
+        return await self._run("writing the ledger", plan, write=True, session_id=session_id)
+
+    async def read_session(self, session_id: str) -> SessionState | None:
+        found = await self._run("reading a session", partial(plans.read_session, session_id))
+        return found[0] if found else None
+
+    async def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
+        plan = partial(plans.read_messages, session_id, since)
+        return await self._run("reading a transcript", plan)
+
+    async def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        return await self._run("reading approvals", partial(plans.read_approvals, session_id))
+
+    async def close(self) -> None:
+        """Close the pool, and the sync twin's (idempotent)."""
+        self._closed = True
+        current, self._current = self._current, None
+        if current is not None:
+            if current.loop is asyncio.get_running_loop():
+                await current.pool.close()
+                if current.guard is not None:
+                    current.guard.cancel()
+            else:
+                self._release(current)
+        twin, self._twin = self._twin, None
+        if twin is not None:
+            await asyncio.to_thread(twin.close)
+
+
+async def _close_at_shutdown(pool: AsyncConnectionPool[AsyncConn]) -> None:
+    """Wait for the end of the event loop, then close ``pool`` in it.
+
+    ``asyncio.run`` ends by cancelling every task left. psycopg_pool's workers swallow a
+    cancellation that lands while they run a job (to keep the pool consistent), and then wait
+    for the next job for ever — so a loop that ends with the pool open can hang in its shutdown.
+    Closing the pool sends each worker its stop message, which also ends the ones that
+    swallowed the cancellation.
+    """
+    try:
+        await asyncio.get_running_loop().create_future()  # never set: cancelled at shutdown
+    finally:
+        await pool.close()
+
+
+# -- carrying plans out -------------------------------------------------------------------------
+
+
+def _drive(conn: Conn, plan: plans.Plan[T]) -> T:
+    try:
+        step = next(plan)
+        while True:
+            with conn.cursor() as cur:
+                if step.many:
+                    cur.executemany(step.sql, step.params)
+                    outcome = plans.Outcome(cur.rowcount, [])
+                else:
+                    cur.execute(step.sql, step.params)
+                    fetched = cur.fetchall() if cur.description is not None else []
+                    outcome = plans.Outcome(cur.rowcount, fetched)
+            step = plan.send(outcome)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+async def _adrive(conn: AsyncConn, plan: plans.Plan[T]) -> T:
+    try:
+        step = next(plan)
+        while True:
+            async with conn.cursor() as cur:
+                if step.many:
+                    await cur.executemany(step.sql, step.params)
+                    outcome = plans.Outcome(cur.rowcount, [])
+                else:
+                    await cur.execute(step.sql, step.params)
+                    fetched = await cur.fetchall() if cur.description is not None else []
+                    outcome = plans.Outcome(cur.rowcount, fetched)
+            step = plan.send(outcome)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+def _configure(conn: Conn, *, schema: str | None) -> None:
+    if schema is not None:
+        conn.execute(plans.search_path(schema))
+
+
+def migrate(settings: plans.Settings) -> int:
+    """Bring the schema up to date on a connection of its own, then wait out the writes that
+    were in flight; return the schema version.
+
+    Each migration commits in its own transaction together with its ``toolledger_schema`` row,
+    under a transaction-level advisory lock, so workers starting together queue instead of
+    racing, and a crash mid-way leaves a whole number of migrations. Raises
+    ``SchemaVersionError`` when the schema is newer than this code.
+    """
+    url = settings.display
+    try:
+        conn = psycopg.connect(settings.conninfo, autocommit=True, **settings.connect_kwargs)
+    except psycopg.Error as exc:
+        raise plans.translate(exc, url=url, action="connecting") from exc
+    try:
+        with conn:
+            _configure(conn, schema=settings.schema)
+            version = _upgrade(conn, settings)
+            _await_writes_in_flight(conn)
+            return version
+    except psycopg.Error as exc:
+        raise plans.translate(exc, url=url, action="preparing the schema") from exc
+
+
+def _await_writes_in_flight(conn: Conn) -> None:
+    """Wait (briefly) until every transaction writing our tables when we opened has ended.
+
+    A worker killed just after sending COMMIT is dead, yet its commit lands a moment later, when
+    the server has flushed it. A worker restarted at once could read the state from before that
+    commit and act on it: call a finished tool "in doubt", or lose a checkpoint race against a
+    dead process. With SQLite a dead process writes nothing more; waiting here gives a freshly
+    opened store the same footing. Our transactions are short (no tool runs inside one), so
+    this returns at once unless a commit is in flight, and it gives up after
+    ``IN_FLIGHT_WAIT_S``: what takes longer is not a commit on its way (a vanished client whose
+    socket the server has not noticed yet, or someone else's long transaction).
+    """
+    found = conn.execute(plans.WRITERS_IN_FLIGHT, (list(plans.TABLES),)).fetchall()
+    pending = [row[0] for row in found]
+    deadline = time.monotonic() + IN_FLIGHT_WAIT_S
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.002)
+        pending = [row[0] for row in conn.execute(plans.STILL_RUNNING, (pending,)).fetchall()]
+
+
+def _upgrade(conn: Conn, settings: plans.Settings) -> int:
+    target = len(plans.MIGRATIONS)
+    try:
+        # The common case takes no lock and needs no DDL rights: already up to date.
+        version = _scalar(conn, plans.SELECT_VERSION)
+    except psycopg.errors.UndefinedTable:
+        version = 0
+    while True:
+        error = plans.too_new(version, settings.display)
+        if error is not None:
+            raise error
+        if version == target:
+            return version
+        with conn.transaction():
+            conn.execute(plans.LOCK_MIGRATIONS, (settings.schema,))
+            schema = settings.schema
+            if schema is not None and not _scalar(
+                conn, "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
+            ):
+                conn.execute(plans.create_schema(schema))
+            conn.execute(plans.VERSION_TABLE)
+            # Re-read under the lock: another worker may have migrated meanwhile.
+            version = _scalar(conn, plans.SELECT_VERSION)
+            if version < target:
+                conn.execute(plans.MIGRATIONS[version])
+                conn.execute(plans.INSERT_VERSION, (version + 1,))
+                version += 1
+
+
+def _scalar(conn: Conn, query: str, params: Sequence[Any] = ()) -> int:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return int(row[0])
