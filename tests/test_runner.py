@@ -550,7 +550,8 @@ def test_sync_runner_inside_an_event_loop_refuses_async_tools(ledger: tl.Ledger)
         return "x"
 
     async def main() -> None:
-        results = tl.run_tool_uses([tool_use("toolu_1", "notify")], [notify], ledger=ledger)
-        assert "arun_tool_uses" in results[0]["content"] and results[0]["is_error"]
+        with pytest.raises(tl.ConfigurationError, match="arun_tool_uses"):
+            tl.run_tool_uses([tool_use("toolu_1", "notify")], [notify], ledger=ledger)
 
     asyncio.run(main())
+    assert ledger.records() == [], "refused before anything was written"

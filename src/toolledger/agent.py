@@ -38,6 +38,7 @@ from .drivers import (
     Request,
     adrive,
     drive,
+    refuse_async_in_loop,
 )
 from .errors import ConfigurationError, LedgerWriteError, ModelCallError
 from .records import RunStatus, SessionState, StoredMessage
@@ -60,7 +61,7 @@ class Run:
 
     ``status`` says whether it finished (``completed``), needs a person (``needs_attention``,
     ``awaiting_approval``) or stopped (``max_turns``); ``reason`` says why in words.
-    ``messages`` is the whole transcript (``{"role", "content"}`` dicts); ``alerts`` the ledger
+    ``messages`` is the whole transcript in the API's own message shape; ``alerts`` the ledger
     alerts raised during this run.
     """
 
@@ -86,8 +87,11 @@ class Agent:
     """A tool-using agent whose every step is checkpointed in ``store``.
 
     ``client`` is ``anthropic.Anthropic`` (use ``run``) or ``anthropic.AsyncAnthropic`` (use
-    ``await arun``). ``approve`` is asked before high-impact calls (see ``toolledger.approvals``);
-    ``on_alert`` receives ledger alerts. ``max_turns`` bounds the model calls of one ``run``.
+    ``await arun``) — or ``openai.OpenAI`` / ``openai.AsyncOpenAI`` (Chat Completions), or
+    ``toolledger.adapters.openai.OpenAIResponses(client)`` (the Responses API): the provider is
+    picked from the client (``toolledger.adapters.provider_for``). ``approve`` is asked before
+    high-impact calls (see ``toolledger.approvals``); ``on_alert`` receives ledger alerts.
+    ``max_turns`` bounds the model calls of one ``run``.
     """
 
     def __init__(
@@ -131,6 +135,7 @@ class Agent:
         """
         if self.provider.is_async:
             raise ConfigurationError("this Agent has an async client: use `await agent.arun(...)`")
+        refuse_async_in_loop(self.tools, "Agent.run")
         return drive(self._loop(check_session_id(session), prompt), self._io(session))
 
     async def arun(self, *, session: str, prompt: str | None = None) -> Run:
@@ -364,7 +369,7 @@ class Agent:
             reason=state.reason,
             turns=state.turns,
             usage=Usage(input_tokens=state.input_tokens, output_tokens=state.output_tokens),
-            messages=[{"role": m.role, "content": m.content} for m in s.messages],
+            messages=self.provider.transcript(s.messages),
             final_text=final,
             alerts=tuple(alerts),
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
@@ -35,6 +35,7 @@ __all__ = [
     "Request",
     "adrive",
     "drive",
+    "refuse_async_in_loop",
 ]
 
 logger = logging.getLogger("toolledger")
@@ -140,6 +141,23 @@ def _call_sync(fn: Callable[[], Any]) -> Any:
             "inside a running event loop; use `await arun_tool_uses(...)` (or Agent.arun) there"
         )
     return value
+
+
+def refuse_async_in_loop(tools: Iterable[Any], where: str) -> None:
+    """The sync entry points cannot run an ``async def`` tool (or check) from inside a running
+    event loop. Say so before anything is written, rather than leave a record for a call that
+    never ran."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    names = [t.name for t in tools if t.is_async or t.check_is_async]
+    if names:
+        raise ConfigurationError(
+            f"{where} was called inside a running event loop, and {', '.join(names)} "
+            f"{'is' if len(names) == 1 else 'are'} async: use the async twin "
+            "(`await arun_tool_uses(...)` / `await agent.arun(...)`) there. Nothing was run."
+        )
 
 
 async def _await(value: Awaitable[T]) -> T:

@@ -11,6 +11,7 @@ ToolLedgerError                      base of everything below
 ├── EffectInProgressError            another worker holds the call and has not finished it
 ├── SessionConflictError             the session moved on since this worker read it
 ├── ModelCallError                   the model API failed; the session stays resumable
+├── MCPToolError (RuntimeError)      an MCP server answered a call with isError
 ├── StoreError (OSError)             a store could not be read or written
 │   ├── CorruptLedgerError           stored state is damaged; never read as empty
 │   ├── StoreUnavailableError        the database or directory went away
@@ -35,6 +36,7 @@ __all__ = [
     "InvalidSessionIdError",
     "LedgerMismatchError",
     "LedgerWriteError",
+    "MCPToolError",
     "MalformedContentError",
     "ModelCallError",
     "OutcomeUnknown",
@@ -129,6 +131,18 @@ class ModelCallError(ToolLedgerError):
     def __init__(self, message: str, *, session_id: str, status_code: int | None) -> None:
         super().__init__(message, session_id=session_id)
         self.status_code = status_code
+
+
+class MCPToolError(ToolLedgerError, RuntimeError):
+    """The MCP server answered a call with ``isError`` (or refused it): the tool failed.
+
+    Raised by the tools ``toolledger.adapters.mcp.tools_from_session`` builds; the runner turns
+    it into an error result and a ``failed`` record. ``content`` is the server's text."""
+
+    def __init__(self, message: str, *, tool: str, content: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.content = content
 
 
 class StoreError(ToolLedgerError, OSError):

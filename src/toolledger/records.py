@@ -55,12 +55,18 @@ class Status(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCall:
-    """One tool_use block, read from model output."""
+    """One tool call, read from model output.
+
+    ``problem`` says why the call cannot run as given (arguments that are not a JSON object, for
+    APIs that send them as a string); such a call is answered with an error, nothing runs and
+    nothing is recorded.
+    """
 
     tool_use_id: str
     name: str
     input: dict[str, Any]
     input_hash: str
+    problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -42,6 +42,7 @@ from .drivers import (
     Request,
     adrive,
     drive,
+    refuse_async_in_loop,
 )
 from .errors import (
     ConfigurationError,
@@ -273,8 +274,12 @@ def _one(
 ) -> Generator[Request, Any, CallOutcome]:
     tool = env.tools.get(call.name)
     kwargs: dict[str, Any] = {}
-    input_error = None
-    if tool is not None and not (record is not None and record.status.terminal):
+    input_error = call.problem
+    if (
+        input_error is None
+        and tool is not None
+        and not (record is not None and record.status.terminal)
+    ):
         try:
             kwargs = tool.validate(call.input)
         except InputError as exc:
@@ -565,6 +570,8 @@ def run_tool_uses(
     ``toolledger`` logger and ``on_alert``.
     """
     calls, shape, toolset = _prepare(content, tools, ledger)
+    named = {c.name for c in calls}
+    refuse_async_in_loop([t for t in toolset if t.name in named], "run_tool_uses")
     gen = process_batch(calls, toolset, ledger, can_ask=approve is not None)
     io = IOContext(
         store=ledger.store, session_id=ledger.session_id, approve=approve, on_alert=on_alert

@@ -20,8 +20,6 @@ from toolledger.adapters.openai import (
     ERROR_PREFIX,
     OpenAIChat,
     OpenAIResponses,
-    chat_wire,
-    responses_wire,
 )
 from toolledger.records import StoredMessage
 from toolledger.stores.base import AppendMessages, PutSession
@@ -244,7 +242,7 @@ def test_a_session_runs_to_completion(api: str, store: tl.Store, world: World) -
         call = second["messages"][2]["tool_calls"][0]
         assert second["messages"][3]["tool_call_id"] == call["id"]
         final = {"role": "assistant", "content": "Ticket open."}
-        assert chat_wire(run.messages) == [*second["messages"][1:], final]
+        assert run.messages == [*second["messages"][1:], final]
     else:
         assert m.paths == ["/v1/responses"] * 2
         assert first["instructions"] == "Be brief." and first["max_output_tokens"] == 4096
@@ -252,7 +250,7 @@ def test_a_session_runs_to_completion(api: str, store: tl.Store, world: World) -
         assert [t["name"] for t in first["tools"]] == world.toolset().names
         call = next(i for i in second["input"] if i.get("type") == "function_call")
         assert second["input"][-1]["call_id"] == call["call_id"]
-        assert responses_wire(run.messages)[: len(second["input"])] == second["input"]
+        assert run.messages[: len(second["input"])] == second["input"]
     assert verify(store) == []
 
 

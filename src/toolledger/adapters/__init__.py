@@ -87,6 +87,10 @@ class Provider(Protocol):
 
     def final_text(self, message: StoredMessage) -> str: ...
 
+    def transcript(self, messages: list[StoredMessage]) -> list[dict[str, Any]]:
+        """The stored transcript in the API's own message shape (``Run.messages``)."""
+        ...
+
     def transcript_errors(self, messages: list[StoredMessage]) -> list[str]:
         """Violations of the API's call/result pairing rule (a pending last turn allowed)."""
         ...

@@ -192,6 +192,9 @@ class AnthropicProvider:
             return content
         return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
 
+    def transcript(self, messages: list[StoredMessage]) -> list[dict[str, Any]]:
+        return [{"role": m.role, "content": m.content} for m in messages]
+
     def transcript_errors(self, messages: list[StoredMessage]) -> list[str]:
         wire = merged(messages)
         last = wire[-1] if wire else None

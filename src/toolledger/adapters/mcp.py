@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..codec import DEFAULT_MAX_RESULT_BYTES
-from ..errors import ConfigurationError, OutcomeUnknown, ToolLedgerError
+from ..errors import ConfigurationError, MCPToolError, OutcomeUnknown
 from ..records import EffectClass
 from ..tools import SchemaTool, ToolContext, ToolSet
 
@@ -63,18 +63,6 @@ KEY_META = "toolledger/idempotency-key"
 _OVERRIDE_KEYS = frozenset({"effect", "high_impact", "forwards_idempotency_key", "check"})
 # JSON-RPC codes of an MCP request whose answer never came: it may have run on the server.
 _NO_ANSWER = frozenset({-32000, -32001, 408})  # connection closed, request timeout (v2; v1)
-
-
-class MCPToolError(ToolLedgerError, RuntimeError):
-    """The MCP server answered a call with ``isError`` (or refused it): the tool failed.
-
-    Raised by the tools ``tools_from_session`` builds; the runner turns it into an error result
-    and a ``failed`` record. ``content`` is the server's text."""
-
-    def __init__(self, message: str, *, tool: str, content: str) -> None:
-        super().__init__(message)
-        self.tool = tool
-        self.content = content
 
 
 def _get(obj: Any, *names: str) -> Any:

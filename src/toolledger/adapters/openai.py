@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -55,16 +54,6 @@ __all__ = [
 
 ERROR_PREFIX = "Error: "
 """How an ``is_error`` result starts: OpenAI tool results have no error flag of their own."""
-
-# Arguments that are not a JSON object: the call's name carries the reason, so no tool matches it
-# and the runner answers it as unknown without running or recording anything; ``_clarify`` then
-# words that answer for the model.
-_INVALID = " [arguments are not a JSON object: {why}]"
-_INVALID_ANSWER = re.compile(
-    r"^unknown tool (?P<q>['\"])(?P<name>[^\[]*?) \[arguments are not a JSON object: "
-    r"(?P<why>.*)\](?P=q);"
-)
-
 
 _JSON_NAMES = {
     list: "an array",
@@ -102,24 +91,14 @@ def _plain(obj: Any) -> Any:
 
 
 def _text(content: str, is_error: bool) -> str:
-    return ERROR_PREFIX + _clarify(content) if is_error else content
-
-
-def _clarify(content: str) -> str:
-    found = _INVALID_ANSWER.match(content)
-    if found is None:
-        return content
-    return (
-        f"the arguments of {found['name']!r} are not a JSON object: {found['why']}. Not "
-        "executed; call it again with its arguments as a JSON object."
-    )
+    return ERROR_PREFIX + content if is_error else content
 
 
 def _call(call_id: Any, name: Any, arguments: Any, where: str) -> ToolCall:
     """A ``ToolCall`` from an id, a name and a JSON-string (or already parsed) ``arguments``.
 
-    Arguments that are not a JSON object become a call to a tool that cannot exist (its name
-    carries the reason), so the runner answers it with an error and records nothing.
+    Arguments that are not a JSON object make a call with a ``problem``: the runner answers it
+    with an error and runs and records nothing.
     """
     if not isinstance(call_id, str) or not call_id:
         raise MalformedContentError(f"{where} has no string id")
@@ -149,9 +128,13 @@ def _call(call_id: Any, name: Any, arguments: Any, where: str) -> ToolCall:
         bad = {"arguments": raw}
         return ToolCall(
             tool_use_id=call_id,
-            name=name + _INVALID.format(why=why),
+            name=name,
             input=bad,
             input_hash=input_hash(bad),
+            problem=(
+                f"the arguments of {name!r} are not a JSON object: {why}; call it again with "
+                "its arguments as a JSON object"
+            ),
         )
     try:
         digest = input_hash(parsed)
@@ -378,6 +361,9 @@ class OpenAIChat(_OpenAIBase):
             return str(content.get("content") or "")
         return content if isinstance(content, str) else ""
 
+    def transcript(self, messages: list[StoredMessage]) -> list[dict[str, Any]]:
+        return chat_wire(messages)
+
     def transcript_errors(self, messages: list[StoredMessage]) -> list[str]:
         wire = chat_wire(messages)
         if wire and wire[-1].get("role") == "assistant" and wire[-1].get("tool_calls"):
@@ -392,8 +378,8 @@ def _role_content(m: StoredMessage | Mapping[str, Any]) -> tuple[str, Any]:
 
 
 def chat_wire(messages: Iterable[StoredMessage | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A stored Chat Completions transcript — or ``run.messages`` — as the ``messages`` list of a
-    request."""
+    """A stored Chat Completions transcript as the ``messages`` list of a request (what
+    ``Run.messages`` holds)."""
     out: list[dict[str, Any]] = []
     for m in messages:
         role, content = _role_content(m)
@@ -536,6 +522,9 @@ class OpenAIResponses(_OpenAIBase):
                     texts.append(part.get("text", ""))
         return "\n".join(texts)
 
+    def transcript(self, messages: list[StoredMessage]) -> list[dict[str, Any]]:
+        return responses_wire(messages)
+
     def transcript_errors(self, messages: list[StoredMessage]) -> list[str]:
         if messages and self.tool_calls(messages[-1]):
             messages = messages[:-1]  # a pending turn: its results are not due yet
@@ -543,8 +532,8 @@ class OpenAIResponses(_OpenAIBase):
 
 
 def responses_wire(messages: Iterable[StoredMessage | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A stored Responses API transcript — or ``run.messages`` — as the ``input`` items of a
-    request."""
+    """A stored Responses API transcript as the ``input`` items of a request (what
+    ``Run.messages`` holds)."""
     out: list[dict[str, Any]] = []
     for m in messages:
         role, content = _role_content(m)
