@@ -12,7 +12,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 Step = Callable[[int], Any]
@@ -27,13 +27,21 @@ class Sample:
     writes: float = 0.0  # durable writes (commits) per operation, counted where known
     key: str = ""  # a stable id for reports and targets
     note: str = ""
+    # The median, over the rotations where both ran, of (this contender's median in the
+    # rotation / the floor's median in the same rotation): pairs measured ~0.1 s apart, so a
+    # neighbour's burst of I/O that lasts seconds lands on both sides of each pair.
+    paired: float | None = None
 
     def ratio(self, floor: Sample) -> float:
+        """Cost relative to the floor of the same group: the paired ratio where there is one,
+        else the ratio of the medians."""
+        if self.paired is not None and floor.paired is not None:
+            return self.paired / floor.paired
         return self.median_us / floor.median_us
 
     def per_write_ratio(self, floor: Sample) -> float:
         """Cost over (its durable writes x the floor): 1.0 means nothing but the writes."""
-        return self.median_us / (self.writes * floor.median_us) if self.writes else 0.0
+        return self.ratio(floor) / self.writes if self.writes else 0.0
 
 
 @dataclass
@@ -61,6 +69,8 @@ def interleaved(
     """Run every contender until it has ``n`` operations, ``round_size`` at a time, in
     rotation; the first ``warmup`` operations of each are not kept."""
     samples: dict[int, list[float]] = {id(c): [] for c in contenders}
+    by_round: dict[int, dict[int, list[float]]] = {id(c): {} for c in contenders}
+    rotation = 0
     counters = dict.fromkeys(samples, 0)
     start = {id(c): c.counter() if c.counter else 0 for c in contenders}
     for c in contenders:
@@ -73,9 +83,11 @@ def interleaved(
         return want - len(samples[id(c)]) * (1 if c.self_timed else c.ops_per_step)
 
     while any(missing(c) > 0 for c in contenders):
+        rotation += 1
         for c in contenders:
             if missing(c) <= 0:
                 continue
+            before = len(samples[id(c)])
             with c.around():
                 for _ in _round(c, round_size):
                     if missing(c) <= 0:
@@ -88,11 +100,28 @@ def interleaved(
                     t0 = time.perf_counter_ns()
                     c.step(i)
                     samples[id(c)].append((time.perf_counter_ns() - t0) / c.ops_per_step)
+            by_round[id(c)][rotation] = samples[id(c)][before:]
     for c in contenders:
         if c.counter is not None:
             steps = counters[id(c)] + max(1, warmup // c.ops_per_step)
             c.writes = (c.counter() - start[id(c)]) / (steps * c.ops_per_step)
-    return [summarise(c, samples[id(c)]) for c in contenders]
+    out = [summarise(c, samples[id(c)]) for c in contenders]
+    floor = contenders[0]
+    if floor.key == "floor":
+        out = [
+            replace(s, paired=_paired(by_round[id(c)], by_round[id(floor)]))
+            for c, s in zip(contenders, out, strict=True)
+        ]
+    return out
+
+
+def _paired(mine: dict[int, list[float]], floor: dict[int, list[float]]) -> float | None:
+    ratios = [
+        statistics.median(mine[r]) / statistics.median(floor[r])
+        for r in mine
+        if mine[r] and floor.get(r)
+    ]
+    return statistics.median(ratios) if ratios else None
 
 
 def _round(c: Contender, round_size: int) -> Iterator[None]:

@@ -371,10 +371,11 @@ def targets(results: Results) -> list[Target]:
 
 
 def _at_size(results: Results, key: str, size: int) -> float | None:
+    """``key``'s cost at ``size``, in floors of its own group (so two of them divide)."""
     for g in results.sizes:
         if g.size == size:
             s = _by_key(g.samples).get(key)
-            return s.median_us if s else None
+            return s.ratio(_by_key(g.samples)["floor"]) if s else None
     return None
 
 
@@ -394,6 +395,10 @@ def all_tables(results: Results) -> list[Tab]:
                 "toolledger per record, per call, per turn (interleaved with the raw floor)",
                 results.main,
                 [
+                    "- x floor: the median, over the rotations, of (this row's median / the "
+                    "floor's median in the same rotation) — pairs measured a fraction of a second "
+                    "apart, so a neighbour's burst of I/O lands on both sides. The median columns "
+                    "are over the whole run.",
                     "- writes: commits counted during the run. x (writes x floor): 1.00 means "
                     "the operation costs exactly its commits at the raw floor's price.",
                     "- Agent turn: the prompt's commit and the final status of each 20-turn run "
