@@ -179,6 +179,7 @@ def run_main(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> 
         contenders.append(core.agent_turn_sdk(store("sdk"), model, "sqlite", key="turn_sdk"))
         contenders.append(core.sdk_round_trip(model, key="sdk_rtt"))
     results.main = interleaved(contenders, plan.n_main)
+    results.turn_commits = core.turn_commits(store("count"))
 
 
 def run_sizes(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:

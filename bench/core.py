@@ -198,13 +198,13 @@ def agent_turn(
     )
 
 
-def scripted_model(stack: ExitStack, *, nodelay: bool = True) -> Any:
+def scripted_model(stack: ExitStack, *, nodelay: bool | None = None) -> Any:
     """A started ``ScriptedModel`` answering every turn with one no-op call; ``None`` when
     the ``anthropic`` SDK is missing.
 
-    ``nodelay``: its handler gets ``disable_nagle_algorithm = True`` (TCP_NODELAY). As shipped,
-    the handler writes the headers and the body in two sends, and Nagle's algorithm holds the
-    body until the client's delayed ACK — 40 ms per request on Linux (see ``hotpath``).
+    ``nodelay`` overrides the handler's ``disable_nagle_algorithm`` (``None``: as shipped).
+    Without TCP_NODELAY the handler's headers and body go out in two sends, and Nagle's
+    algorithm holds the body until the client's delayed ACK — 40 ms per request on Linux.
     """
     try:
         import anthropic  # noqa: F401
@@ -218,7 +218,8 @@ def scripted_model(stack: ExitStack, *, nodelay: bool = True) -> Any:
 
     def handler_for(m: Any) -> Any:
         handler = original(m)
-        handler.disable_nagle_algorithm = nodelay
+        if nodelay is not None:
+            handler.disable_nagle_algorithm = nodelay
         return handler
 
     scripted._handler_for = handler_for  # type: ignore[assignment]
@@ -244,7 +245,7 @@ def agent_turn_sdk(store: tl.Store, model: Any, label: str, *, key: str = "") ->
         ops_per_step=TURNS_PER_RUN,
         key=key,
         counter=counter,
-        note="includes the SDK's HTTP round trip to a local fake server; TCP_NODELAY",
+        note="includes the SDK's HTTP round trip to a local fake server",
     )
 
 
@@ -262,5 +263,21 @@ def sdk_round_trip(model: Any, *, key: str = "", label: str = "") -> Contender:
             messages=[{"role": "user", "content": "go"}],
         )
 
-    name = label or "anthropic SDK round trip to ScriptedModel alone (no toolledger; TCP_NODELAY)"
+    name = label or "anthropic SDK round trip to ScriptedModel alone (no toolledger)"
     return Contender(name, step, key=key)
+
+
+def turn_commits(store: tl.Store) -> tuple[float, float]:
+    """Setup, not timed: commits per tool turn and per run, from a 10-turn and a 20-turn run in
+    new sessions (the difference is ten turns' worth)."""
+    commits = count_commits(store)
+    counts = []
+    for turns in (10, 20):
+        agent = tl.Agent(
+            client=FakeAnthropic(), model="bench", tools=TOOLS, store=store, max_turns=turns
+        )
+        before = commits()
+        agent.run(session=f"count-{next_id()}", prompt="go")
+        counts.append(commits() - before)
+    per_turn = (counts[1] - counts[0]) / 10
+    return per_turn, counts[0] - 10 * per_turn
