@@ -15,6 +15,7 @@ import pytest
 import toolledger as tl
 
 EMBEDDED = ["memory", "json", "sqlite"]
+BACKENDS = [*EMBEDDED, "postgres"]
 
 
 def url_for(kind: str, tmp_path: Path) -> str:
@@ -27,14 +28,22 @@ def url_for(kind: str, tmp_path: Path) -> str:
     raise AssertionError(kind)
 
 
-@pytest.fixture(params=EMBEDDED)
+@pytest.fixture(params=BACKENDS)
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
-def store(store_kind: str, tmp_path: Path) -> Iterator[tl.Store]:
-    s = tl.open_store(url_for(store_kind, tmp_path))
+def store_url(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh store of every backend; PostgreSQL's in a schema of its own, dropped after."""
+    if store_kind == "postgres":
+        return str(request.getfixturevalue("postgres_store_url"))
+    return url_for(store_kind, tmp_path)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[tl.Store]:
+    s = tl.open_store(store_url)
     yield s
     s.close()
 

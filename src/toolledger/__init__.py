@@ -15,12 +15,14 @@ from .errors import (
     CorruptLedgerError,
     EffectInProgressError,
     InvalidSessionIdError,
+    LeaseLostError,
     LedgerMismatchError,
     LedgerWriteError,
     MalformedContentError,
     ModelCallError,
     OutcomeUnknown,
     SchemaVersionError,
+    SessionBusyError,
     SessionConflictError,
     StoreError,
     StoreUnavailableError,
@@ -36,6 +38,7 @@ from .records import (
     Status,
     ToolCall,
 )
+from .resume import Resumed, resume_all
 from .runner import arun_tool_uses, run_tool_uses
 from .stores import DEFAULT_STORE_URL, Ledger, Store, open_store
 from .tools import Tool, ToolContext, ToolSet, tool
@@ -56,15 +59,18 @@ __all__ = [
     "EffectInProgressError",
     "EffectRecord",
     "InvalidSessionIdError",
+    "LeaseLostError",
     "Ledger",
     "LedgerMismatchError",
     "LedgerWriteError",
     "MalformedContentError",
     "ModelCallError",
     "OutcomeUnknown",
+    "Resumed",
     "Run",
     "RunStatus",
     "SchemaVersionError",
+    "SessionBusyError",
     "SessionConflictError",
     "SessionState",
     "Status",
@@ -82,6 +88,7 @@ __all__ = [
     "arun_tool_uses",
     "keys",
     "open_store",
+    "resume_all",
     "run_tool_uses",
     "tool",
 ]

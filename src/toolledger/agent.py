@@ -21,10 +21,12 @@ first in the next user message. A call nobody can settle stops the run with ``ne
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from . import leases
 from ._crash import hit as crash_point
 from .adapters import provider_for
 from .drivers import (
@@ -32,7 +34,9 @@ from .drivers import (
     CallModel,
     Commit,
     Failure,
+    Fence,
     IOContext,
+    ReadLease,
     ReadMessages,
     ReadSession,
     Request,
@@ -41,7 +45,7 @@ from .drivers import (
     refuse_async_in_loop,
 )
 from .errors import ConfigurationError, LedgerWriteError, ModelCallError
-from .records import RunStatus, SessionState, StoredMessage
+from .records import Lease, RunStatus, SessionState, StoredMessage
 from .runner import Batch, CallOutcome, Disposition, process_batch
 from .stores.base import AppendMessages, Op, PutSession, Store, check_session_id
 from .tools import ToolSet
@@ -91,7 +95,8 @@ class Agent:
     ``toolledger.adapters.openai.OpenAIResponses(client)`` (the Responses API): the provider is
     picked from the client (``toolledger.adapters.provider_for``). ``approve`` is asked before
     high-impact calls (see ``toolledger.approvals``); ``on_alert`` receives ledger alerts.
-    ``max_turns`` bounds the model calls of one ``run``.
+    ``max_turns`` bounds the model calls of one ``run``. ``lease_ttl`` is how long a run's hold on
+    its session outlives a worker that stops renewing it (see ``toolledger.leases``).
     """
 
     def __init__(
@@ -106,11 +111,12 @@ class Agent:
         max_turns: int = 20,
         max_tokens: int = 4096,
         on_alert: AlertHook | None = None,
+        lease_ttl: float = 30.0,
     ) -> None:
         if not isinstance(store, Store):
             raise ConfigurationError("store= must be a toolledger Store (toolledger.open_store)")
-        if max_turns < 1 or max_tokens < 1:
-            raise ConfigurationError("max_turns and max_tokens must be positive")
+        if max_turns < 1 or max_tokens < 1 or lease_ttl <= 0:
+            raise ConfigurationError("max_turns, max_tokens and lease_ttl must be positive")
         self.provider = provider_for(client)
         self.model = model
         self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
@@ -120,6 +126,7 @@ class Agent:
         self.max_turns = max_turns
         self.max_tokens = max_tokens
         self.on_alert = on_alert
+        self.lease_ttl = lease_ttl
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -130,8 +137,8 @@ class Agent:
         started it, and is not appended twice). A completed one continues the conversation with
         a new ``prompt``; repeating its last prompt returns it as it is. Raises
         ``ModelCallError`` when the model API fails (the session stays resumable),
-        ``StoreError`` when the store does, ``SessionConflictError`` when another worker moved
-        the session on.
+        ``StoreError`` when the store does, ``SessionBusyError`` when another worker runs the
+        session, ``LeaseLostError`` when this run's lease was taken over.
         """
         if self.provider.is_async:
             raise ConfigurationError("this Agent has an async client: use `await agent.arun(...)`")
@@ -156,6 +163,14 @@ class Agent:
     # -- the loop, once --------------------------------------------------------------------------
 
     def _loop(self, sid: str, prompt: str | None) -> Generator[Request, Any, Run]:
+        # The lease first: nothing is read that another worker could be changing.
+        current: Lease | None = yield ReadLease()
+        owner = f"{self.store.worker_id}/{uuid.uuid4().hex[:6]}"
+        take = leases.take(
+            current, session_id=sid, owner=owner, now=self.store.clock(), ttl=self.lease_ttl
+        )
+        yield from self._commit(sid, [take])
+        yield Fence(take.lease, self.lease_ttl)
         s = yield from self._open(sid, prompt)
         if s is None:
             return (yield from self._result(sid, ()))
@@ -294,7 +309,12 @@ class Agent:
 
         ledger = self.store.ledger(s.state.session_id)
         batch: Batch = yield from process_batch(
-            calls, self.tools, ledger, can_ask=self.approve is not None, tail=checkpoint_b
+            calls,
+            self.tools,
+            ledger,
+            can_ask=self.approve is not None,
+            tail=checkpoint_b,
+            exclusive=True,
         )
         alerts.extend(batch.alerts)
         if batch.commit_error is not None:

@@ -10,16 +10,20 @@ cannot drift apart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+from . import leases
 from .approvals import ApprovalRequest, normalise
 from .errors import ConfigurationError, LedgerWriteError, SessionConflictError, StoreError
-from .stores.base import Op, Store
+from .records import Lease
+from .stores.base import DropLease, Op, Store
 
 __all__ = [
     "Alert",
@@ -27,9 +31,11 @@ __all__ = [
     "CallModel",
     "Commit",
     "Failure",
+    "Fence",
     "IOContext",
     "Invoke",
     "ReadEffects",
+    "ReadLease",
     "ReadMessages",
     "ReadSession",
     "Request",
@@ -93,13 +99,38 @@ class CallModel:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadLease:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """From now on every commit carries this lease's fence, a heartbeat renews it, and it is
+    given up when the generator ends (see ``toolledger.leases``)."""
+
+    lease: Lease
+    ttl: float
+
+
+@dataclass(frozen=True, slots=True)
 class Failure:
     """An exception raised while carrying out a request, handed back to the generator."""
 
     exc: Exception
 
 
-Request = ReadEffects | ReadSession | ReadMessages | Commit | Ask | Invoke | Alert | CallModel
+Request = (
+    ReadEffects
+    | ReadSession
+    | ReadMessages
+    | ReadLease
+    | Commit
+    | Ask
+    | Invoke
+    | Alert
+    | CallModel
+    | Fence
+)
 
 
 class ModelClient(Protocol):
@@ -117,6 +148,63 @@ class IOContext:
     approve: Any = None
     on_alert: AlertHook | None = None
     model: ModelClient | None = None
+    fence: Fence | None = None
+    keeper: Any = None  # the heartbeat: a thread (sync runs) or a task (async runs)
+
+    def fenced(self, ops: list[Op]) -> list[Op]:
+        if self.fence is None:
+            return ops
+        return [leases.fence(self.fence.lease, self.store.clock, self.fence.ttl), *ops]
+
+    def unfenced(self, flags: list[bool]) -> list[bool]:
+        return flags[1:] if self.fence is not None else flags
+
+
+class _Heartbeat:
+    """Renews the lease every third of its time to live, from a thread (sync runs)."""
+
+    def __init__(self, io: IOContext) -> None:
+        assert io.fence is not None
+        self.io = io
+        self.fence = io.fence
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True, name="toolledger-lease")
+        self.thread.start()
+
+    def _beat(self) -> None:
+        while not self.stop.wait(self.fence.ttl / 3):
+            try:
+                self.io.store.apply(self.io.session_id, self.io.fenced([]))
+            except SessionConflictError:
+                return  # taken over: the run's next commit is refused and says so
+            except Exception as exc:  # a store hiccup: the next beat (or commit) tries again
+                logger.warning(
+                    "toolledger: renewing the lease of %r failed: %s", self.io.session_id, exc
+                )
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+async def _abeat(io: IOContext, fence: Fence) -> None:
+    """The async heartbeat (a task on the run's event loop)."""
+    while True:
+        await asyncio.sleep(fence.ttl / 3)
+        try:
+            await io.store.aapply(io.session_id, io.fenced([]))
+        except SessionConflictError:
+            return
+        except Exception as exc:
+            logger.warning("toolledger: renewing the lease of %r failed: %s", io.session_id, exc)
+
+
+def _drop_lease(io: IOContext) -> list[Op]:
+    if io.fence is None:
+        return []
+    lease = io.fence.lease
+    io.fence = None
+    return [DropLease(lease.session_id, lease.token)]
 
 
 _COMMIT_ERRORS = (StoreError, SessionConflictError)
@@ -179,80 +267,124 @@ async def _acall(fn: Callable[[], Any], is_async: bool) -> Any:
 
 def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
     """Carry out the generator's requests synchronously."""
+    answer: Any = None
+    try:
+        while True:
+            try:
+                request = gen.send(answer)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            answer = _answer(request, io)
+    finally:
+        if isinstance(io.keeper, _Heartbeat):
+            io.keeper.close()
+        dropped = _drop_lease(io)
+        if dropped:
+            try:
+                io.store.apply(io.session_id, dropped)
+            except Exception as exc:  # it expires on its own
+                logger.warning(
+                    "toolledger: giving the lease of %r up failed: %s", io.session_id, exc
+                )
+
+
+def _answer(request: Request, io: IOContext) -> Any:
     backend = io.store.backend
     sid = io.session_id
-    answer: Any = None
-    while True:
+    if isinstance(request, ReadEffects):
+        return backend.read_effects(sid, request.tool_use_ids)
+    if isinstance(request, Commit):
         try:
-            request = gen.send(answer)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        if isinstance(request, ReadEffects):
-            answer = backend.read_effects(sid, request.tool_use_ids)
-        elif isinstance(request, Commit):
-            try:
-                answer = io.store.apply(sid, request.ops)
-            except _COMMIT_ERRORS as exc:
-                answer = Failure(exc)
-        elif isinstance(request, Invoke):
-            try:
-                answer = _call_sync(request.fn)
-            except Exception as exc:
-                answer = Failure(exc)
-        elif isinstance(request, Ask):
-            answer = normalise(_call_sync(partial(io.approve, request.request)), io.approve)
-        elif isinstance(request, CallModel):
-            assert io.model is not None
-            try:
-                answer = io.model.create(request.kwargs)
-            except Exception as exc:
-                answer = Failure(exc)
-        elif isinstance(request, ReadSession):
-            answer = backend.read_session(sid)
-        elif isinstance(request, ReadMessages):
-            answer = backend.read_messages(sid, request.since)
-        else:
-            _call_sync(partial(_emit, request.alert, io.on_alert))
-            answer = None
+            return io.unfenced(io.store.apply(sid, io.fenced(request.ops)))
+        except _COMMIT_ERRORS as exc:
+            return Failure(exc)
+    if isinstance(request, Invoke):
+        try:
+            return _call_sync(request.fn)
+        except Exception as exc:
+            return Failure(exc)
+    if isinstance(request, Ask):
+        return normalise(_call_sync(partial(io.approve, request.request)), io.approve)
+    if isinstance(request, CallModel):
+        assert io.model is not None
+        try:
+            return io.model.create(request.kwargs)
+        except Exception as exc:
+            return Failure(exc)
+    if isinstance(request, ReadSession):
+        return backend.read_session(sid)
+    if isinstance(request, ReadMessages):
+        return backend.read_messages(sid, request.since)
+    if isinstance(request, ReadLease):
+        return backend.read_lease(sid)
+    if isinstance(request, Fence):
+        io.fence = request
+        io.keeper = _Heartbeat(io)
+        return None
+    _call_sync(partial(_emit, request.alert, io.on_alert))
+    return None
 
 
 async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
     """Carry out the generator's requests on the event loop (the async twin of ``drive``)."""
+    answer: Any = None
+    try:
+        while True:
+            try:
+                request = gen.send(answer)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            answer = await _aanswer(request, io)
+    finally:
+        if isinstance(io.keeper, asyncio.Task):
+            io.keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await io.keeper
+        dropped = _drop_lease(io)
+        if dropped:
+            try:
+                await io.store.aapply(io.session_id, dropped)
+            except Exception as exc:  # it expires on its own
+                logger.warning(
+                    "toolledger: giving the lease of %r up failed: %s", io.session_id, exc
+                )
+
+
+async def _aanswer(request: Request, io: IOContext) -> Any:
     backend = io.store.async_backend
     sid = io.session_id
-    answer: Any = None
-    while True:
+    if isinstance(request, ReadEffects):
+        return await backend.read_effects(sid, request.tool_use_ids)
+    if isinstance(request, Commit):
         try:
-            request = gen.send(answer)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        if isinstance(request, ReadEffects):
-            answer = await backend.read_effects(sid, request.tool_use_ids)
-        elif isinstance(request, Commit):
-            try:
-                answer = await io.store.aapply(sid, request.ops)
-            except _COMMIT_ERRORS as exc:
-                answer = Failure(exc)
-        elif isinstance(request, Invoke):
-            try:
-                answer = await _acall(request.fn, request.is_async)
-            except Exception as exc:
-                answer = Failure(exc)
-        elif isinstance(request, Ask):
-            call = partial(io.approve, request.request)
-            answer = normalise(await _acall(call, _is_async(io.approve)), io.approve)
-        elif isinstance(request, CallModel):
-            assert io.model is not None
-            try:
-                answer = await io.model.acreate(request.kwargs)
-            except Exception as exc:
-                answer = Failure(exc)
-        elif isinstance(request, ReadSession):
-            answer = await backend.read_session(sid)
-        elif isinstance(request, ReadMessages):
-            answer = await backend.read_messages(sid, request.since)
-        else:
-            await _acall(partial(_emit, request.alert, io.on_alert), _is_async(io.on_alert))
-            answer = None
+            return io.unfenced(await io.store.aapply(sid, io.fenced(request.ops)))
+        except _COMMIT_ERRORS as exc:
+            return Failure(exc)
+    if isinstance(request, Invoke):
+        try:
+            return await _acall(request.fn, request.is_async)
+        except Exception as exc:
+            return Failure(exc)
+    if isinstance(request, Ask):
+        call = partial(io.approve, request.request)
+        return normalise(await _acall(call, _is_async(io.approve)), io.approve)
+    if isinstance(request, CallModel):
+        assert io.model is not None
+        try:
+            return await io.model.acreate(request.kwargs)
+        except Exception as exc:
+            return Failure(exc)
+    if isinstance(request, ReadSession):
+        return await backend.read_session(sid)
+    if isinstance(request, ReadMessages):
+        return await backend.read_messages(sid, request.since)
+    if isinstance(request, ReadLease):
+        return await backend.read_lease(sid)
+    if isinstance(request, Fence):
+        io.fence = request
+        io.keeper = asyncio.create_task(_abeat(io, request))
+        return None
+    await _acall(partial(_emit, request.alert, io.on_alert), _is_async(io.on_alert))
+    return None

@@ -10,6 +10,8 @@ ToolLedgerError                      base of everything below
 ├── LedgerMismatchError (ValueError) a tool_use id already recorded with another tool or input
 ├── EffectInProgressError            another worker holds the call and has not finished it
 ├── SessionConflictError             the session moved on since this worker read it
+│   ├── SessionBusyError             another worker holds the session's lease
+│   └── LeaseLostError               this worker's lease was taken over: its writes are refused
 ├── ModelCallError                   the model API failed; the session stays resumable
 ├── MCPToolError (RuntimeError)      an MCP server answered a call with isError
 ├── StoreError (OSError)             a store could not be read or written
@@ -34,6 +36,7 @@ __all__ = [
     "CorruptLedgerError",
     "EffectInProgressError",
     "InvalidSessionIdError",
+    "LeaseLostError",
     "LedgerMismatchError",
     "LedgerWriteError",
     "MCPToolError",
@@ -41,6 +44,7 @@ __all__ = [
     "ModelCallError",
     "OutcomeUnknown",
     "SchemaVersionError",
+    "SessionBusyError",
     "SessionConflictError",
     "StoreError",
     "StoreUnavailableError",
@@ -120,6 +124,22 @@ class EffectInProgressError(ToolLedgerError):
 class SessionConflictError(ToolLedgerError):
     """A checkpoint found the session changed since this worker read it: another worker runs it
     (or ran it meanwhile). Nothing of the checkpoint was written. Reload before going on."""
+
+
+class SessionBusyError(SessionConflictError):
+    """Another worker holds the session's lease: two workers never run one session at once.
+    ``owner`` holds it until ``expires_at`` (epoch seconds); a crashed holder's lease expires, and
+    on the same host a dead holder is noticed at once."""
+
+    def __init__(self, message: str, *, session_id: str, owner: str, expires_at: float) -> None:
+        super().__init__(message, session_id=session_id)
+        self.owner = owner
+        self.expires_at = expires_at
+
+
+class LeaseLostError(SessionConflictError):
+    """This worker's lease on the session was taken over (it expired, or the worker was thought
+    dead): the write was refused by the fencing token and nothing of it landed."""
 
 
 class ModelCallError(ToolLedgerError):

@@ -14,6 +14,7 @@ __all__ = [
     "ApprovalStatus",
     "EffectClass",
     "EffectRecord",
+    "Lease",
     "RunStatus",
     "SessionState",
     "Status",
@@ -175,3 +176,14 @@ class ApprovalRecord:
     decided_at: float | None = None
     decided_by: str | None = None
     used_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """Who runs a session now. ``token`` is the fencing token: it grows with every take-over, and
+    a write carrying an older one is refused. ``owner`` is ``host:pid:…`` of the holder."""
+
+    session_id: str
+    owner: str
+    token: int
+    expires_at: float

@@ -54,6 +54,7 @@ from .errors import (
     StoreError,
     ToolLedgerError,
 )
+from .leases import DEFAULT_CLAIM_TIMEOUT, claim_is_live, in_flight
 from .records import EffectRecord, Status, ToolCall
 from .stores.base import InsertEffect, Ledger, Op, UpdateEffect
 from .tools import InputError, Tool, ToolContext, ToolSet
@@ -124,6 +125,8 @@ class _Env:
     tools: ToolSet
     ledger: Ledger
     can_ask: bool
+    exclusive: bool = False  # the caller holds the session's lease: a started record is in doubt
+    claim_timeout: float = DEFAULT_CLAIM_TIMEOUT
 
     @property
     def session_id(self) -> str:
@@ -284,6 +287,7 @@ def _one(
             kwargs = tool.validate(call.input)
         except InputError as exc:
             input_error = str(exc)
+    yield from _refuse_live_claim(call, record, env, buf)
     action = decide.first_step(
         record,
         tool,
@@ -405,6 +409,34 @@ def _one(
         )
 
 
+def _refuse_live_claim(
+    call: ToolCall, record: EffectRecord | None, env: _Env, buf: _Buffer
+) -> Generator[Request, Any, None]:
+    """A ``started`` record whose worker may still be running the call is not in doubt: it is in
+    progress elsewhere. Say so (after making what this batch did so far durable)."""
+    if (
+        record is not None
+        and record.status is Status.STARTED
+        and not env.exclusive
+        and claim_is_live(record, now=env.clock(), claim_timeout=env.claim_timeout)
+    ):
+        if buf.items:
+            yield from _flush(buf, env, [])
+        raise _in_progress(env, call, record)
+
+
+def _in_progress(env: _Env, call: ToolCall, current: EffectRecord | None) -> EffectInProgressError:
+    holder = current.worker if current is not None else None
+    return EffectInProgressError(
+        f"{call.name!r} ({call.tool_use_id}) in session {env.session_id!r} is being run by "
+        f"{holder or 'another worker'} and has not finished; retry later to get its stored "
+        "result",
+        session_id=env.session_id,
+        tool_use_id=call.tool_use_id,
+        holder=holder,
+    )
+
+
 def _encode(value: Any, env: _Env, call: ToolCall) -> EncodedResult:
     return encode_result(value, max_bytes=env.tools.max_result_bytes, tool=call.name)
 
@@ -463,20 +495,18 @@ def _run(
             current = now_found.get(call.tool_use_id)
             if current is not None and current.status.terminal:
                 return _replayed(call, current)
-            raise EffectInProgressError(
-                f"{call.name!r} ({call.tool_use_id}) in session {env.session_id!r} was claimed "
-                f"by {current.worker if current else 'someone'} first and has not finished; "
-                "retry later to get its stored result",
-                session_id=env.session_id,
-                tool_use_id=call.tool_use_id,
-                holder=current.worker if current else None,
-            )
+            raise _in_progress(env, call, current)
         record = intent
         crash_point("after_intent")
     elif buf.urgent:
         yield from _flush(buf, env, [])
     ctx = _context(env, call, in_doubt=in_doubt, attempt=attempt)
-    answer = yield Invoke(tool.invocation(kwargs, ctx), tool.is_async)
+    key = (env.session_id, call.tool_use_id)
+    in_flight.add(key)  # so another ledger of this process sees the call as running, not in doubt
+    try:
+        answer = yield Invoke(tool.invocation(kwargs, ctx), tool.is_async)
+    finally:
+        in_flight.discard(key)
     crash_point("before_record")
     if isinstance(answer, Failure):
         exc = answer.exc
@@ -527,10 +557,20 @@ def process_batch(
     *,
     can_ask: bool,
     tail: Callable[[list[CallOutcome]], Sequence[Op]] | None = None,
+    exclusive: bool = False,
+    claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
 ) -> _Gen:
-    """The generator behind ``run_tool_uses`` (the agent drives it with a ``tail``: the
-    checkpoint that commits together with the batch's last outcome)."""
-    return _process(calls, _Env(tools=tools, ledger=ledger, can_ask=can_ask), tail)
+    """The generator behind ``run_tool_uses``. The agent drives it with a ``tail`` (the
+    checkpoint that commits together with the batch's last outcome) and ``exclusive`` (it holds
+    the session's lease, so a ``started`` record can only be a previous holder's: in doubt)."""
+    env = _Env(
+        tools=tools,
+        ledger=ledger,
+        can_ask=can_ask,
+        exclusive=exclusive,
+        claim_timeout=claim_timeout,
+    )
+    return _process(calls, env, tail)
 
 
 def _prepare(
@@ -553,6 +593,7 @@ def run_tool_uses(
     ledger: Ledger,
     approve: Any = None,
     on_alert: AlertHook | None = None,
+    claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
 ) -> list[dict[str, Any]]:
     """Run the ``tool_use`` blocks of ``content`` through the ledger; return their
     ``tool_result`` blocks, in order, ready to send as the next user message.
@@ -565,14 +606,18 @@ def run_tool_uses(
 
     Raises ``LedgerMismatchError`` (before running anything) when an id is recorded with another
     tool or input, ``MalformedContentError`` for content it cannot read, and
-    ``EffectInProgressError`` when another worker holds a call. A failed ledger write after a
+    ``EffectInProgressError`` when another worker is running a call right now (a live process of
+    this host, or another host's claim younger than ``claim_timeout`` seconds; older ones are in
+    doubt). A failed ledger write after a
     tool succeeded is *not* raised: the real result is returned and the alert goes to the
     ``toolledger`` logger and ``on_alert``.
     """
     calls, shape, toolset = _prepare(content, tools, ledger)
     named = {c.name for c in calls}
     refuse_async_in_loop([t for t in toolset if t.name in named], "run_tool_uses")
-    gen = process_batch(calls, toolset, ledger, can_ask=approve is not None)
+    gen = process_batch(
+        calls, toolset, ledger, can_ask=approve is not None, claim_timeout=claim_timeout
+    )
     io = IOContext(
         store=ledger.store, session_id=ledger.session_id, approve=approve, on_alert=on_alert
     )
@@ -586,11 +631,14 @@ async def arun_tool_uses(
     ledger: Ledger,
     approve: Any = None,
     on_alert: AlertHook | None = None,
+    claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
 ) -> list[dict[str, Any]]:
     """The async twin of ``run_tool_uses``: same rules, same results. ``async def`` tools,
     checks and approvers are awaited; plain ones run in a worker thread."""
     calls, shape, toolset = _prepare(content, tools, ledger)
-    gen = process_batch(calls, toolset, ledger, can_ask=approve is not None)
+    gen = process_batch(
+        calls, toolset, ledger, can_ask=approve is not None, claim_timeout=claim_timeout
+    )
     io = IOContext(
         store=ledger.store, session_id=ledger.session_id, approve=approve, on_alert=on_alert
     )

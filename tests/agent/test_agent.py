@@ -65,14 +65,16 @@ def test_durable_writes_per_turn(store: tl.Store, world: World) -> None:
         agent_for(m, spied, world).run(session="s", prompt="go")
     kinds = [[type(op).__name__ for op in commit] for commit in spy.commits]
     assert kinds == [
-        ["PutSession", "AppendMessages"],  # the prompt
-        ["AppendMessages", "PutSession"],  # A: non-idempotent turn
-        ["InsertEffect"],  # intent
-        ["UpdateEffect", "AppendMessages", "PutSession"],  # outcome + B
-        ["AppendMessages", "PutSession"],  # A: idempotent turn
-        ["InsertEffect", "AppendMessages", "PutSession"],  # outcome + B
-        ["AppendMessages", "PutSession"],  # A of the final turn: completed
-    ]
+        ["TakeLease"],  # the run takes the session
+        ["HoldLease", "PutSession", "AppendMessages"],  # the prompt
+        ["HoldLease", "AppendMessages", "PutSession"],  # A: non-idempotent turn
+        ["HoldLease", "InsertEffect"],  # intent
+        ["HoldLease", "UpdateEffect", "AppendMessages", "PutSession"],  # outcome + B
+        ["HoldLease", "AppendMessages", "PutSession"],  # A: idempotent turn
+        ["HoldLease", "InsertEffect", "AppendMessages", "PutSession"],  # outcome + B
+        ["HoldLease", "AppendMessages", "PutSession"],  # A of the final turn
+        ["DropLease"],  # and gives it back
+    ], "every commit is fenced; a turn costs 3 writes (non-idempotent), 2 (safe), 1 (final)"
 
 
 def test_resume_never_appends_the_prompt_twice(store: tl.Store, world: World) -> None:

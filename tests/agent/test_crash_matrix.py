@@ -29,8 +29,15 @@ def needs_intent(kind: str) -> bool:
 @pytest.mark.parametrize("calls", [1, 2])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("point", POINTS)
-@pytest.mark.parametrize("backend", ["sqlite", "json"])
-def test_crash_matrix(backend: str, point: str, kind: str, calls: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "json", "postgres"])
+def test_crash_matrix(
+    backend: str,
+    point: str,
+    kind: str,
+    calls: int,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
     world = World(tmp_path / "world")
     tool_name = TOOL_OF_KIND[kind]
     script = [
@@ -42,7 +49,11 @@ def test_crash_matrix(backend: str, point: str, kind: str, calls: int, tmp_path:
     ]
     with ScriptedModel(script) as model:
         spec = AgentSpec(
-            store_url=url_for(backend, tmp_path),
+            store_url=(
+                str(request.getfixturevalue("postgres_store_url"))
+                if backend == "postgres"
+                else url_for(backend, tmp_path)
+            ),
             base_url=model.url,
             world=str(world.path),
             session="outage-42",

@@ -26,6 +26,7 @@ COMMANDS = [
     "approve",
     "deny",
     "verify",
+    "resume-all",
     "bench",
     "audit",
 ]

@@ -61,7 +61,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         if state is None and args.session not in store.sessions():
             console.print(f"[red]no session {args.session!r} in {store.url}[/red]")
             return 1
-        events = render.timeline(store, args.session)
+        events = render.timeline(store, args.session, reveal=args.show_secrets)
     if args.json:
         _emit_json(
             {
@@ -87,9 +87,11 @@ def cmd_effects(args: argparse.Namespace, console: Console) -> int:
     with _store(args) as store:
         records = store.ledger(args.session).records()
     if args.json:
-        _emit_json([render.effect_json(r) for r in records])
+        _emit_json([render.effect_json(r, reveal=args.show_secrets) for r in records])
     else:
-        console.print(render.effects_table(records, f"effects of {args.session}"))
+        console.print(
+            render.effects_table(records, f"effects of {args.session}", reveal=args.show_secrets)
+        )
     return 0
 
 
@@ -98,7 +100,7 @@ def cmd_in_doubt(args: argparse.Namespace, console: Console) -> int:
     with _store(args) as store:
         records = store.in_doubt()
     if args.json:
-        _emit_json([render.effect_json(r) for r in records])
+        _emit_json([render.effect_json(r, reveal=args.show_secrets) for r in records])
     elif records:
         console.print(render.in_doubt_table(records))
     else:
@@ -141,9 +143,9 @@ def cmd_approvals(args: argparse.Namespace, console: Console) -> int:
         else:
             records = approvals.pending(store, args.session)
     if args.json:
-        _emit_json([render.approval_json(a) for a in records])
+        _emit_json([render.approval_json(a, reveal=args.show_secrets) for a in records])
     elif records:
-        console.print(render.approvals_table(records))
+        console.print(render.approvals_table(records, reveal=args.show_secrets))
     else:
         console.print("no approval request is waiting")
     return 0
@@ -202,6 +204,48 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
             + ("[green]ok[/green]" if not errors else f"[red]{len(errors)} error(s)[/red]")
         )
     return 1 if errors else 0
+
+
+def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
+    """Resume every unfinished session whose lease is free (after a fleet restart). --agent
+    MODULE:ATTR names your Agent, or a function taking the store and returning one."""
+    from ..agent import Agent
+    from ..resume import resume_all
+    from .loading import load_object
+
+    target = load_object(args.agent, shape="MODULE:AGENT", example="myapp.worker:make_agent")
+    if isinstance(target, Agent):
+        agent = target
+    elif callable(target):
+        agent = target(_store(args))
+        if not isinstance(agent, Agent):
+            console.print(
+                f"[red]{args.agent} returned a {type(agent).__name__}, not an Agent[/red]"
+            )
+            return 2
+    else:
+        console.print(
+            f"[red]{args.agent} is a {type(target).__name__}: name an Agent or a "
+            "function taking a store and returning one[/red]"
+        )
+        return 2
+    try:
+        done = resume_all(agent, workers=args.workers)
+    finally:
+        agent.store.close()
+    rows = [
+        {
+            "session_id": r.session_id,
+            "status": r.run.status.value if r.run else ("skipped" if r.skipped else "error"),
+            "detail": (r.run.reason if r.run else r.skipped or str(r.error)) or "",
+        }
+        for r in done
+    ]
+    if args.json:
+        _emit_json(rows)
+    else:
+        console.print(render.resumed_table(rows))
+    return 1 if any(r.error is not None for r in done) else 0
 
 
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
@@ -275,12 +319,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="keep the demo's store and world here (default: a temporary directory)",
     )
+
+    def show_secrets(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--show-secrets",
+            action="store_true",
+            help="show the values of secret-looking fields (password, token, api_key, "
+            "authorization, …) instead of ***",
+        )
+
     add("sessions", cmd_sessions)
     p = add("show", cmd_show)
     p.add_argument("session")
+    show_secrets(p)
     p = add("effects", cmd_effects)
     p.add_argument("session")
-    add("in-doubt", cmd_in_doubt)
+    show_secrets(p)
+    show_secrets(add("in-doubt", cmd_in_doubt))
     p = add("resolve", cmd_resolve)
     p.add_argument("session")
     p.add_argument("tool_use_id")
@@ -302,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("approvals", cmd_approvals)
     p.add_argument("session", nargs="?", help="only this session")
     p.add_argument("--all", action="store_true", help="decided and used requests too")
+    show_secrets(p)
     for name, handler in (("approve", cmd_approve), ("deny", cmd_deny)):
         p = add(name, handler)
         p.add_argument("session")
@@ -310,6 +366,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("verify", cmd_verify)
     p = add("audit", cmd_audit)
     p.add_argument("target", metavar="MODULE:TOOLSET", help="e.g. examples.brief_tools:TOOLS")
+    p = add("resume-all", cmd_resume_all)
+    p.add_argument(
+        "--agent",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="your Agent, or a function taking the store and returning one",
+    )
+    p.add_argument("--workers", type=int, default=1, help="sessions resumed at once")
     p = add("bench", cmd_bench)
     p.add_argument("--quick", action="store_true", help="about a minute")
     return parser

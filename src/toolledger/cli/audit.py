@@ -18,10 +18,7 @@ toolledger do about it:
 
 from __future__ import annotations
 
-import importlib
-import os
 import re
-import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -31,6 +28,7 @@ from rich.markup import escape
 from ..errors import ConfigurationError
 from ..records import EffectClass
 from ..tools import Tool, ToolSet
+from .loading import load_object
 
 __all__ = ["Audit", "AuditRow", "audit", "lines", "load_toolset"]
 
@@ -163,23 +161,7 @@ def audit(tools: ToolSet | Iterable[Any]) -> Audit:
 def load_toolset(target: str) -> ToolSet:
     """The toolset named ``MODULE:ATTRIBUTE`` (a ``ToolSet``, a list of tools, one tool, or a
     function of no arguments returning one), imported with the working directory on the path."""
-    module_name, sep, attribute = target.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ConfigurationError(
-            f"expected MODULE:TOOLSET (e.g. myapp.tools:TOOLS), got {target!r}"
-        )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
-    value: Any = module
-    for part in attribute.split("."):
-        try:
-            value = getattr(value, part)
-        except AttributeError:
-            raise ConfigurationError(f"{module_name!r} has no attribute {attribute!r}") from None
+    value = load_object(target, shape="MODULE:TOOLSET", example="myapp.tools:TOOLS")
     if callable(value) and not isinstance(value, (Tool, ToolSet)):
         value = value()
     if isinstance(value, ToolSet):

@@ -1,11 +1,22 @@
-"""Turning records into tables, timelines and JSON for the command line."""
+"""Turning records into tables, timelines and JSON for the command line.
+
+Fields marked secret are masked in everything shown (``show``, ``effects``, ``in-doubt``,
+``approvals``) unless ``--show-secrets`` is given: in any JSON object of a tool input, a tool
+result or an approval request, the value of a key whose words include ``password``, ``passwd``,
+``passphrase``, ``secret``, ``token``, ``credential(s)``, ``authorization``, ``cookie``, or that
+names an API, access, private or secret key (``api_key``, ``apiKey``, ``X-Api-Key``,
+``access_key``, ``client_secret`` …) is shown as ``***``. Words are split at ``_``, ``-``, other
+punctuation and camelCase, so ``max_tokens`` is not a secret and ``authToken`` is.
+"""
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from rich.table import Table
 from rich.text import Text
@@ -31,6 +42,65 @@ STATUS_STYLE = {
 }
 
 
+MASK = "***"
+_SECRET_WORDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "token",
+        "credential",
+        "credentials",
+        "authorization",
+        "cookie",
+        "apikey",
+        "accesskey",
+        "privatekey",
+        "secretkey",
+    }
+)
+_SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key")})
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a JSON key marks its value secret (see the module docstring)."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).lower()
+    words = [w for w in re.split(r"[^a-z0-9]+", spaced) if w]
+    return any(w in _SECRET_WORDS for w in words) or any(
+        pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
+    )
+
+
+def masked(value: Any) -> Any:
+    """A copy of a JSON value with the value of every secret key replaced by ``***``."""
+    if isinstance(value, dict):
+        return {
+            k: MASK if is_secret_key(str(k)) and v is not None else masked(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [masked(v) for v in value]
+    return value
+
+
+@overload
+def masked_text(text: str) -> str: ...
+@overload
+def masked_text(text: None) -> None: ...
+def masked_text(text: str | None) -> str | None:
+    """``text`` with its secrets masked when it is a JSON object or array; as it is otherwise."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(value, (dict, list)):
+        return text
+    return json.dumps(masked(value), ensure_ascii=False)
+
+
 def when(ts: float | None) -> str:
     if ts is None:
         return "-"
@@ -51,7 +121,8 @@ def preview(text: str | None, width: int = 60) -> str:
 # -- JSON ----------------------------------------------------------------------------------------
 
 
-def effect_json(r: EffectRecord) -> dict[str, Any]:
+def effect_json(r: EffectRecord, *, reveal: bool = False) -> dict[str, Any]:
+    result = None if r.result is None else json.loads(r.result)
     return {
         "session_id": r.session_id,
         "tool_use_id": r.tool_use_id,
@@ -59,7 +130,7 @@ def effect_json(r: EffectRecord) -> dict[str, Any]:
         "status": r.status.value,
         "attempt": r.attempt,
         "input_hash": r.input_hash,
-        "result": None if r.result is None else json.loads(r.result),
+        "result": result if reveal else masked(result),
         "error": r.error,
         "created_at": r.created_at,
         "updated_at": r.updated_at,
@@ -83,12 +154,12 @@ def session_json(s: SessionState) -> dict[str, Any]:
     }
 
 
-def approval_json(a: ApprovalRecord) -> dict[str, Any]:
+def approval_json(a: ApprovalRecord, *, reveal: bool = False) -> dict[str, Any]:
     return {
         "session_id": a.session_id,
         "tool_use_id": a.tool_use_id,
         "tool": a.tool,
-        "input": a.input,
+        "input": a.input if reveal else masked(a.input),
         "in_doubt": a.in_doubt,
         "reason": a.reason,
         "status": a.status.value,
@@ -120,7 +191,7 @@ def sessions_table(states: list[SessionState], ledger_only: list[str]) -> Table:
     return table
 
 
-def effects_table(records: list[EffectRecord], title: str) -> Table:
+def effects_table(records: list[EffectRecord], title: str, *, reveal: bool = False) -> Table:
     table = Table(title=title)
     for col in (
         "tool_use_id",
@@ -138,7 +209,11 @@ def effects_table(records: list[EffectRecord], title: str) -> Table:
             r.tool,
             styled(r.status.value),
             str(r.attempt),
-            preview(r.result if r.status is Status.SUCCEEDED else r.error),
+            preview(
+                (r.result if reveal else masked_text(r.result))
+                if r.status is Status.SUCCEEDED
+                else r.error
+            ),
             r.approved_by or "",
             when(r.updated_at),
         )
@@ -161,7 +236,7 @@ def in_doubt_table(records: list[EffectRecord]) -> Table:
     return table
 
 
-def approvals_table(records: list[ApprovalRecord]) -> Table:
+def approvals_table(records: list[ApprovalRecord], *, reveal: bool = False) -> Table:
     table = Table(title="approval requests")
     for col in (
         "session",
@@ -179,7 +254,7 @@ def approvals_table(records: list[ApprovalRecord]) -> Table:
             a.session_id,
             a.tool_use_id,
             a.tool,
-            preview(json.dumps(a.input, ensure_ascii=False), 40),
+            preview(json.dumps(a.input if reveal else masked(a.input), ensure_ascii=False), 40),
             "YES" if a.in_doubt else "",
             styled(a.status.value),
             when(a.requested_at),
@@ -200,13 +275,14 @@ class Event:
     style: str = ""
 
 
-def timeline(store: Store, session_id: str) -> list[Event]:
-    """Turns, tool calls, ledger records and approvals of a session, in time order."""
+def timeline(store: Store, session_id: str, *, reveal: bool = False) -> list[Event]:
+    """Turns, tool calls, ledger records and approvals of a session, in time order; secrets
+    masked unless ``reveal``."""
     events: list[Event] = []
     backend = store.backend
     messages: list[StoredMessage] = backend.read_messages(session_id)
     for m in messages:
-        events.extend(_message_events(m))
+        events.extend(_message_events(m, reveal))
     for r in store.ledger(session_id).records():
         if r.attempt:
             events.append(
@@ -226,6 +302,8 @@ def timeline(store: Store, session_id: str) -> list[Event]:
             )
             continue
         shown = r.result if r.status is Status.SUCCEEDED else r.error
+        if not reveal and r.status is Status.SUCCEEDED:
+            shown = masked_text(shown)
         notes = [f"attempt {r.attempt}" if r.attempt else "no intent needed"]
         if r.status is Status.SUCCEEDED and r.error:
             notes.append(r.error)
@@ -263,7 +341,7 @@ def timeline(store: Store, session_id: str) -> list[Event]:
     return sorted(events, key=lambda e: (e.at, e.order))
 
 
-def _message_events(m: StoredMessage) -> list[Event]:
+def _message_events(m: StoredMessage, reveal: bool) -> list[Event]:
     if m.role == "user":
         if isinstance(m.content, str):
             return [Event(m.created_at, 0, "user", preview(m.content, 80))]
@@ -273,6 +351,7 @@ def _message_events(m: StoredMessage) -> list[Event]:
                 flag = " (is_error)" if b.get("is_error") else ""
                 content = b.get("content")
                 text = content if isinstance(content, str) else json.dumps(content)
+                text = text if reveal else masked_text(text)
                 out.append(
                     Event(
                         m.created_at,
@@ -300,7 +379,8 @@ def _message_events(m: StoredMessage) -> list[Event]:
                     m.created_at,
                     0,
                     f"model asks: {call.name}",
-                    f"{call.tool_use_id} {preview(json.dumps(call.input), 60)}",
+                    f"{call.tool_use_id} "
+                    f"{preview(json.dumps(call.input if reveal else masked(call.input)), 60)}",
                     "cyan",
                 )
             )
@@ -320,3 +400,14 @@ def timeline_table(events: list[Event], title: str) -> Table:
 
 def timeline_json(events: list[Event]) -> list[dict[str, Any]]:
     return [{"at": e.at, "event": e.what, "detail": e.detail} for e in events]
+
+
+def resumed_table(rows: list[dict[str, str]]) -> Table:
+    table = Table(title="resumed sessions")
+    for col in ("session", "status", "detail"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["session_id"], styled(r["status"]), preview(r["detail"], 80))
+    if not rows:
+        table.caption = "no unfinished session with a free lease"
+    return table

@@ -27,9 +27,21 @@ from ..errors import (
     StoreError,
     StoreUnavailableError,
 )
-from ..records import ApprovalRecord, EffectRecord, SessionState, StoredMessage
+from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from . import _sql
-from .base import AppendMessages, InsertEffect, Op, PutSession, UpdateEffect, conflict
+from .base import (
+    AppendMessages,
+    HoldLease,
+    InsertEffect,
+    Op,
+    PutApproval,
+    PutSession,
+    TakeLease,
+    UpdateEffect,
+    busy,
+    conflict,
+    lost,
+)
 
 # -- the URL ------------------------------------------------------------------------------------
 
@@ -198,9 +210,17 @@ MIGRATIONS: list[str] = [
     -- Only in-doubt records are indexed: the CLI lists them across every session.
     CREATE INDEX effects_in_doubt ON effects (session_id) WHERE status = 'started';
     """,
+    """
+    CREATE TABLE leases (
+        session_id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+        owner      TEXT             NOT NULL,
+        token      BIGINT           NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    )
+    """,
 ]
 
-TABLES = ("effects", "sessions", "messages", "approvals")
+TABLES = ("effects", "sessions", "messages", "approvals", "leases")
 VERSION_TABLE = (
     "CREATE TABLE IF NOT EXISTS toolledger_schema ("
     "version INTEGER NOT NULL PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
@@ -316,10 +336,26 @@ def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
             if values:
                 yield Step(pg(_sql.INSERT_MESSAGE), values, many=True)
             done = Outcome(rowcount=1, rows=[])
-        elif op.expect_status is None:
-            done = yield Step(pg(_sql.INSERT_APPROVAL), _sql.approval_params(op.record))
+        elif isinstance(op, PutApproval):
+            if op.expect_status is None:
+                done = yield Step(pg(_sql.INSERT_APPROVAL), _sql.approval_params(op.record))
+            else:
+                done = yield Step(pg(_sql.UPDATE_APPROVAL), _sql.update_approval_params(op))
+        elif isinstance(op, TakeLease):
+            statement = _sql.INSERT_LEASE if op.expect_token == 0 else _sql.TAKE_LEASE
+            done = yield Step(pg(statement), _sql.take_lease_params(op))
+            if done.rowcount != 1:
+                found = yield Step(pg(_sql.SELECT_LEASE), (session_id,))
+                raise busy(session_id, _sql.row_to_lease(found.rows[0]) if found.rows else None)
+        elif isinstance(op, HoldLease):
+            # An UPDATE, so the lease row stays locked until this transaction ends: a take-over
+            # waits for our commit and then finds the token it expected — our writes land
+            # before the new holder reads anything.
+            done = yield Step(pg(_sql.HOLD_LEASE), (op.expires_at, session_id, op.token))
+            if done.rowcount != 1:
+                raise lost(session_id, op.token)
         else:
-            done = yield Step(pg(_sql.UPDATE_APPROVAL), _sql.update_approval_params(op))
+            done = yield Step(pg(_sql.DROP_LEASE), (session_id, op.token))
         out.append(done.rowcount == 1)
     return out
 
@@ -342,6 +378,10 @@ def read_approvals(session_id: str | None) -> Plan[list[ApprovalRecord]]:
     if session_id is None:
         return rows(_sql.SELECT_APPROVALS, (), _sql.row_to_approval)
     return rows(_sql.SELECT_SESSION_APPROVALS, (session_id,), _sql.row_to_approval)
+
+
+def read_lease(session_id: str) -> Plan[list[Lease]]:
+    return rows(_sql.SELECT_LEASE, (session_id,), _sql.row_to_lease)
 
 
 def list_sessions() -> Plan[list[SessionState]]:

@@ -14,12 +14,13 @@ from ..records import (
     ApprovalRecord,
     ApprovalStatus,
     EffectRecord,
+    Lease,
     RunStatus,
     SessionState,
     Status,
     StoredMessage,
 )
-from .base import InsertEffect, PutApproval, PutSession, UpdateEffect
+from .base import InsertEffect, PutApproval, PutSession, TakeLease, UpdateEffect
 
 EFFECT_COLUMNS = (
     "session_id, tool_use_id, tool, input_hash, status, attempt, result, error, "
@@ -41,7 +42,6 @@ UPDATE_EFFECT = (
 
 SELECT_EFFECTS = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ?"
 SELECT_EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ? AND tool_use_id = ?"
-SELECT_SESSION_IDS = "SELECT DISTINCT session_id FROM effects"
 
 
 def insert_params(op: InsertEffect) -> tuple[Any, ...]:
@@ -272,3 +272,29 @@ def json_text(value: Any) -> str:
     except UnicodeEncodeError:
         text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
     return text
+
+
+# -- leases --------------------------------------------------------------------------------------
+
+LEASE_COLUMNS = "session_id, owner, token, expires_at"
+SELECT_LEASE = f"SELECT {LEASE_COLUMNS} FROM leases WHERE session_id = ?"
+INSERT_LEASE = (
+    f"INSERT INTO leases ({LEASE_COLUMNS}) VALUES (?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
+)
+# Take-over and fence are compare-and-set on the token: the WHERE clause is the whole story.
+TAKE_LEASE = (
+    "UPDATE leases SET owner = ?, token = ?, expires_at = ? WHERE session_id = ? AND token = ?"
+)
+HOLD_LEASE = "UPDATE leases SET expires_at = ? WHERE session_id = ? AND token = ?"
+DROP_LEASE = "UPDATE leases SET expires_at = 0 WHERE session_id = ? AND token = ?"
+
+
+def take_lease_params(op: TakeLease) -> tuple[Any, ...]:
+    lease = op.lease
+    if op.expect_token == 0:
+        return (lease.session_id, lease.owner, lease.token, lease.expires_at)
+    return (lease.owner, lease.token, lease.expires_at, lease.session_id, op.expect_token)
+
+
+def row_to_lease(row: Sequence[Any]) -> Lease:
+    return Lease(session_id=row[0], owner=row[1], token=int(row[2]), expires_at=float(row[3]))

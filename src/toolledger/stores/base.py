@@ -17,11 +17,18 @@ from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from ..codec import encode_result
-from ..errors import InvalidSessionIdError, SessionConflictError, ToolLedgerError
+from ..errors import (
+    InvalidSessionIdError,
+    LeaseLostError,
+    SessionBusyError,
+    SessionConflictError,
+    ToolLedgerError,
+)
 from ..records import (
     ApprovalRecord,
     ApprovalStatus,
     EffectRecord,
+    Lease,
     SessionState,
     Status,
     StoredMessage,
@@ -31,17 +38,22 @@ __all__ = [
     "AppendMessages",
     "AsyncBackend",
     "Backend",
+    "DropLease",
+    "HoldLease",
     "InsertEffect",
     "Ledger",
     "Op",
     "PutApproval",
     "PutSession",
     "Store",
+    "TakeLease",
     "UpdateEffect",
     "approval_applies",
+    "busy",
     "check_session_id",
     "conflict",
     "effect_applies",
+    "lost",
 ]
 
 MAX_SESSION_ID_CHARS = 256
@@ -113,7 +125,65 @@ class PutApproval:
     expect_status: ApprovalStatus | None
 
 
-Op = InsertEffect | UpdateEffect | PutSession | AppendMessages | PutApproval
+@dataclass(frozen=True, slots=True)
+class TakeLease:
+    """Take the session's lease: insert it (``expect_token=0``: there is none) or replace the
+    one with ``expect_token`` (expired, or held by a dead worker — the caller decided). A guard:
+    if the lease moved on, the batch rolls back and ``SessionBusyError`` is raised."""
+
+    lease: Lease
+    expect_token: int
+
+
+@dataclass(frozen=True, slots=True)
+class HoldLease:
+    """The fence: the session's lease must still carry ``token``; it is renewed to
+    ``expires_at``. A guard: a taken-over lease rolls the batch back (``LeaseLostError``)."""
+
+    session_id: str
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DropLease:
+    """Give the lease up (it expires now) if it still carries ``token``. Applied → ``True``."""
+
+    session_id: str
+    token: int
+
+
+Op = (
+    InsertEffect
+    | UpdateEffect
+    | PutSession
+    | AppendMessages
+    | PutApproval
+    | TakeLease
+    | HoldLease
+    | DropLease
+)
+
+
+def busy(session_id: str, current: Lease | None) -> SessionBusyError:
+    owner = current.owner if current is not None else "another worker"
+    expires = current.expires_at if current is not None else 0.0
+    return SessionBusyError(
+        f"session {session_id!r} is being run by {owner} (its lease runs until "
+        f"{time.strftime('%H:%M:%S', time.localtime(expires))}): two workers never run one "
+        "session at once. Try again after that, or let `toolledger resume-all` pick it up.",
+        session_id=session_id,
+        owner=owner,
+        expires_at=expires,
+    )
+
+
+def lost(session_id: str, token: int) -> LeaseLostError:
+    return LeaseLostError(
+        f"this worker's lease on session {session_id!r} (token {token}) was taken over by "
+        "another worker: the write was refused and nothing of it landed. This run stops here.",
+        session_id=session_id,
+    )
 
 
 def effect_applies(op: InsertEffect | UpdateEffect, current: EffectRecord | None) -> bool:
@@ -171,6 +241,8 @@ class Backend(Protocol):
         """Approval records of one session, or of every session."""
         ...
 
+    def read_lease(self, session_id: str) -> Lease | None: ...
+
     def list_sessions(self) -> list[SessionState]:
         """Every agent session's state (sessions used only through ``run_tool_uses`` have
         effects but no state: see ``session_ids``)."""
@@ -202,6 +274,8 @@ class AsyncBackend(Protocol):
 
     async def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]: ...
 
+    async def read_lease(self, session_id: str) -> Lease | None: ...
+
     async def close(self) -> None: ...
 
 
@@ -231,6 +305,9 @@ class _InlineAsync:
 
     async def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
         return self._backend.read_approvals(session_id)
+
+    async def read_lease(self, session_id: str) -> Lease | None:
+        return self._backend.read_lease(session_id)
 
     async def close(self) -> None:
         self._backend.close()

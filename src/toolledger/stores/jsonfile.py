@@ -41,6 +41,7 @@ from ..records import (
     ApprovalRecord,
     ApprovalStatus,
     EffectRecord,
+    Lease,
     RunStatus,
     SessionState,
     Status,
@@ -158,6 +159,7 @@ class _Log:
     state: SessionState | None = None
     messages: list[StoredMessage] = field(default_factory=list)
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
+    lease: Lease | None = None
 
 
 class JSONBackend:
@@ -291,6 +293,9 @@ class JSONBackend:
     def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
         return copy.deepcopy(self._load_log(session_id).messages[since:])
 
+    def read_lease(self, session_id: str) -> Lease | None:
+        return self._load_log(session_id).lease
+
     def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
         ids = [session_id] if session_id is not None else self.session_ids()
         return [a for sid in ids for a in self._load_log(sid).approvals.values()]
@@ -354,11 +359,19 @@ class JSONBackend:
                     state=log.state,
                     messages=list(log.messages),
                     approvals=dict(log.approvals),
+                    lease=log.lease,
                 )
                 out = apply_ops(session_id, draft, ops)  # raises on a failed guard: nothing written
                 if any(ok for op, ok in zip(ops, out, strict=True) if _is_effect(op)):
                     self._write(session_id, draft.effects)
-                entry = _log_entry(session_id, ops, out, draft.state is not log.state, draft)
+                entry = _log_entry(
+                    session_id,
+                    ops,
+                    out,
+                    draft,
+                    state_changed=draft.state is not log.state,
+                    lease_changed=draft.lease is not log.lease,
+                )
                 if entry is not None:
                     self._append_log(session_id, log, entry)
         except OSError as exc:
@@ -444,13 +457,19 @@ def _session_id_inside(path: Path) -> str | None:
 
 
 def _log_entry(
-    session_id: str, ops: Sequence[Op], applied: list[bool], state_changed: bool, draft: SessionData
+    session_id: str,
+    ops: Sequence[Op],
+    applied: list[bool],
+    draft: SessionData,
+    *,
+    state_changed: bool,
+    lease_changed: bool,
 ) -> dict[str, Any] | None:
     messages = [m for op in ops if isinstance(op, AppendMessages) for m in op.messages]
     approvals = [
         op.record for op, ok in zip(ops, applied, strict=True) if isinstance(op, PutApproval) and ok
     ]
-    if not (messages or approvals or state_changed):
+    if not (messages or approvals or state_changed or lease_changed):
         return None
     entry: dict[str, Any] = {
         "session_id": session_id,
@@ -461,6 +480,13 @@ def _log_entry(
         ],
         "approvals": [_approval_json(a) for a in approvals],
     }
+    if lease_changed and draft.lease is not None:
+        lease = draft.lease
+        entry["lease"] = {
+            "owner": lease.owner,
+            "token": lease.token,
+            "expires_at": lease.expires_at,
+        }
     entry["digest"] = _digest(entry)
     return entry
 
@@ -524,6 +550,14 @@ def _apply_log_entry(log: _Log, entry: Any, session_id: str) -> None:
                 content=m["content"],
                 created_at=float(m["created_at"]),
             )
+        )
+    lease = entry.get("lease")
+    if lease is not None:
+        log.lease = Lease(
+            session_id=session_id,
+            owner=lease["owner"],
+            token=int(lease["token"]),
+            expires_at=float(lease["expires_at"]),
         )
     for a in entry["approvals"]:
         log.approvals[a["tool_use_id"]] = ApprovalRecord(

@@ -10,18 +10,23 @@ import copy
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..records import ApprovalRecord, EffectRecord, SessionState, Status, StoredMessage
+from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, Status, StoredMessage
 from .base import (
     AppendMessages,
+    HoldLease,
     InsertEffect,
     Op,
+    PutApproval,
     PutSession,
+    TakeLease,
     UpdateEffect,
     approval_applies,
+    busy,
     conflict,
     effect_applies,
+    lost,
 )
 
 __all__ = ["MemoryBackend"]
@@ -38,6 +43,7 @@ class SessionData:
     state: SessionState | None = None
     messages: list[StoredMessage] = field(default_factory=list)
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
+    lease: Lease | None = None
 
 
 def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[bool]:
@@ -68,10 +74,25 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
                     )
                 data.messages.append(message)
             applied = True
-        else:
+        elif isinstance(op, PutApproval):
             applied = approval_applies(op, data.approvals.get(op.record.tool_use_id))
             if applied:
                 data.approvals[op.record.tool_use_id] = op.record
+        elif isinstance(op, TakeLease):
+            current_token = data.lease.token if data.lease is not None else 0
+            if current_token != op.expect_token:
+                raise busy(session_id, data.lease)
+            data.lease = op.lease
+            applied = True
+        elif isinstance(op, HoldLease):
+            if data.lease is None or data.lease.token != op.token:
+                raise lost(session_id, op.token)
+            data.lease = replace(data.lease, expires_at=op.expires_at)
+            applied = True
+        else:
+            applied = data.lease is not None and data.lease.token == op.token
+            if applied and data.lease is not None:
+                data.lease = replace(data.lease, expires_at=0.0)
         out.append(applied)
     return out
 
@@ -112,6 +133,7 @@ class MemoryBackend:
                 state=current.state,
                 messages=list(current.messages),
                 approvals=dict(current.approvals),
+                lease=current.lease,
             )
             out = apply_ops(session_id, draft, ops)
             self._sessions[session_id] = draft
@@ -134,6 +156,10 @@ class MemoryBackend:
                 else list(self._sessions.values())
             )
             return [a for s in chosen for a in s.approvals.values()]
+
+    def read_lease(self, session_id: str) -> Lease | None:
+        with self._lock:
+            return self._sessions.get(session_id, SessionData()).lease
 
     def list_sessions(self) -> list[SessionState]:
         with self._lock:

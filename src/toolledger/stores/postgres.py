@@ -37,7 +37,7 @@ except ImportError as exc:  # the optional driver is missing or broken
         "pip install 'toolledger[postgres]'"
     ) from exc
 
-from ..records import ApprovalRecord, EffectRecord, SessionState, StoredMessage
+from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from . import _postgres as plans
 from .base import Op
 
@@ -138,6 +138,10 @@ class PostgresBackend:
 
     def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
         return self._run("reading approvals", partial(plans.read_approvals, session_id))
+
+    def read_lease(self, session_id: str) -> Lease | None:
+        found = self._run("reading a lease", partial(plans.read_lease, session_id))
+        return found[0] if found else None
 
     def list_sessions(self) -> list[SessionState]:
         return self._run("listing sessions", plans.list_sessions)
@@ -319,6 +323,10 @@ class AsyncPostgresBackend:
 
     async def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
         return await self._run("reading approvals", partial(plans.read_approvals, session_id))
+
+    async def read_lease(self, session_id: str) -> Lease | None:
+        found = await self._run("reading a lease", partial(plans.read_lease, session_id))
+        return found[0] if found else None
 
     async def close(self) -> None:
         """Close the pool, and the sync twin's (idempotent)."""

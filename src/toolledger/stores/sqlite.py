@@ -21,15 +21,20 @@ from ..errors import (
     StoreError,
     StoreUnavailableError,
 )
-from ..records import ApprovalRecord, EffectRecord, SessionState, StoredMessage
+from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from . import _sql
 from .base import (
     AppendMessages,
+    HoldLease,
     InsertEffect,
     Op,
+    PutApproval,
     PutSession,
+    TakeLease,
     UpdateEffect,
+    busy,
     conflict,
+    lost,
 )
 
 __all__ = ["SQLiteBackend"]
@@ -92,6 +97,14 @@ MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     -- Only in-doubt records are indexed: the CLI lists them across every session.
     CREATE INDEX effects_in_doubt ON effects (session_id) WHERE status = 'started';
+    """,
+    """
+    CREATE TABLE leases (
+        session_id TEXT    NOT NULL PRIMARY KEY,
+        owner      TEXT    NOT NULL,
+        token      INTEGER NOT NULL,
+        expires_at REAL    NOT NULL
+    ) WITHOUT ROWID;
     """,
 ]
 
@@ -259,9 +272,24 @@ class SQLiteBackend:
             except sqlite3.IntegrityError:
                 raise conflict(session_id, "a message with that seq exists") from None
             return True
-        if op.expect_status is None:
-            return c.execute(_sql.INSERT_APPROVAL, _sql.approval_params(op.record)).rowcount == 1
-        return c.execute(_sql.UPDATE_APPROVAL, _sql.update_approval_params(op)).rowcount == 1
+        if isinstance(op, PutApproval):
+            if op.expect_status is None:
+                return (
+                    c.execute(_sql.INSERT_APPROVAL, _sql.approval_params(op.record)).rowcount == 1
+                )
+            return c.execute(_sql.UPDATE_APPROVAL, _sql.update_approval_params(op)).rowcount == 1
+        if isinstance(op, TakeLease):
+            statement = _sql.INSERT_LEASE if op.expect_token == 0 else _sql.TAKE_LEASE
+            if c.execute(statement, _sql.take_lease_params(op)).rowcount != 1:
+                found = c.execute(_sql.SELECT_LEASE, (session_id,)).fetchall()
+                raise busy(session_id, _sql.row_to_lease(found[0]) if found else None)
+            return True
+        if isinstance(op, HoldLease):
+            done = c.execute(_sql.HOLD_LEASE, (op.expires_at, session_id, op.token)).rowcount
+            if done != 1:
+                raise lost(session_id, op.token)
+            return True
+        return c.execute(_sql.DROP_LEASE, (session_id, op.token)).rowcount == 1
 
     def _query(self, action: str, sql: str, params: tuple[object, ...] = ()) -> list[Any]:
         try:
@@ -284,6 +312,10 @@ class SQLiteBackend:
         else:
             rows = self._query("reading approvals", _sql.SELECT_SESSION_APPROVALS, (session_id,))
         return [_sql.row_to_approval(r) for r in rows]
+
+    def read_lease(self, session_id: str) -> Lease | None:
+        rows = self._query("reading a lease", _sql.SELECT_LEASE, (session_id,))
+        return _sql.row_to_lease(rows[0]) if rows else None
 
     def list_sessions(self) -> list[SessionState]:
         return [_sql.row_to_session(r) for r in self._query("listing", _sql.SELECT_SESSIONS)]

@@ -19,11 +19,18 @@ from typing import Any
 import pytest
 
 from ..codec import encode_result, input_hash
-from ..errors import InvalidSessionIdError, SessionConflictError, ToolLedgerError
+from ..errors import (
+    InvalidSessionIdError,
+    LeaseLostError,
+    SessionBusyError,
+    SessionConflictError,
+    ToolLedgerError,
+)
 from ..records import (
     ApprovalRecord,
     ApprovalStatus,
     EffectRecord,
+    Lease,
     RunStatus,
     SessionState,
     Status,
@@ -33,10 +40,13 @@ from ..runner import run_tool_uses
 from ..stores import Store, open_store
 from ..stores.base import (
     AppendMessages,
+    DropLease,
+    HoldLease,
     InsertEffect,
     Op,
     PutApproval,
     PutSession,
+    TakeLease,
     UpdateEffect,
 )
 from ..tools import ToolSet, tool
@@ -467,3 +477,49 @@ class StoreConformance:
             ("a", "t1"),
             ("c", "t3"),
         ]
+
+    # -- session leases ---------------------------------------------------------------------------
+
+    def test_a_lease_is_taken_once_and_fences_every_write(self, store: Store) -> None:
+        backend = store.backend
+        assert backend.read_lease("s") is None
+        mine = Lease(session_id="s", owner="host:1:a", token=1, expires_at=100.0)
+        assert backend.apply("s", [TakeLease(mine, expect_token=0)]) == [True]
+        assert backend.read_lease("s") == mine
+        theirs = Lease(session_id="s", owner="host:2:b", token=1, expires_at=200.0)
+        with pytest.raises(SessionBusyError) as info:
+            backend.apply("s", [TakeLease(theirs, expect_token=0)])
+        assert info.value.owner == "host:1:a"
+        # The fence renews and lets the batch through…
+        effect = make_record()
+        assert backend.apply("s", [HoldLease("s", 1, 150.0), InsertEffect(effect)]) == [True, True]
+        assert backend.read_lease("s") == Lease(
+            session_id="s", owner="host:1:a", token=1, expires_at=150.0
+        )
+        # …until someone takes the lease over: then the whole batch is refused.
+        takeover = Lease(session_id="s", owner="host:2:b", token=2, expires_at=300.0)
+        assert backend.apply("s", [TakeLease(takeover, expect_token=1)]) == [True]
+        stale: list[Op] = [HoldLease("s", 1, 400.0), InsertEffect(make_record(tool_use_id="t2"))]
+        with pytest.raises(LeaseLostError):
+            backend.apply("s", stale)
+        assert store.ledger("s").get("t2") is None
+        assert backend.read_lease("s") == takeover
+        with pytest.raises(SessionBusyError):  # expect_token 1 is stale now
+            backend.apply("s", [TakeLease(theirs, expect_token=1)])
+
+    def test_a_dropped_lease_expires_now_and_keeps_its_token(self, store: Store) -> None:
+        backend = store.backend
+        backend.apply(
+            "s",
+            [
+                TakeLease(
+                    Lease(session_id="s", owner="o", token=1, expires_at=100.0), expect_token=0
+                )
+            ],
+        )
+        assert backend.apply("s", [DropLease("s", 7)]) == [False]
+        assert backend.apply("s", [DropLease("s", 1)]) == [True]
+        dropped = backend.read_lease("s")
+        assert dropped is not None and dropped.expires_at == 0.0 and dropped.token == 1
+        again = Lease(session_id="s", owner="p", token=2, expires_at=50.0)
+        assert backend.apply("s", [TakeLease(again, expect_token=1)]) == [True]

@@ -1,0 +1,31 @@
+"""Importing what a command names as ``MODULE:ATTRIBUTE``."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+from ..errors import ConfigurationError
+
+
+def load_object(target: str, *, shape: str = "MODULE:ATTRIBUTE", example: str) -> Any:
+    """The object ``MODULE:ATTRIBUTE`` names (dots walk attributes), imported with the working
+    directory on the path. Raises ``ConfigurationError`` saying what was expected."""
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigurationError(f"expected {shape} (e.g. {example}), got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    value: Any = module
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise ConfigurationError(f"{module_name!r} has no attribute {attribute!r}") from None
+    return value

@@ -1,0 +1,88 @@
+"""resume_all / `toolledger resume-all`: after a fleet restart, every unfinished session with a
+free lease is run again — once — and the rest are left alone."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+import toolledger as tl
+from toolledger.cli.app import main
+from toolledger.records import Lease
+from toolledger.stores.base import TakeLease
+from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+from toolledger.testing.world import AgentSpec, World, run_agent
+
+AGENT_MODULE = """
+import anthropic
+import toolledger as tl
+from toolledger.testing.world import World
+
+def make_agent(store):
+    client = anthropic.Anthropic(base_url="{base_url}", api_key="x", max_retries=0)
+    return tl.Agent(client=client, model="x", tools=World("{world}").toolset(), store=store)
+"""
+
+
+def test_resume_all_after_a_fleet_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = World(tmp_path / "world")
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    script = [Reply(tool_uses=[ToolUse("ensure_ticket", {"title": "t"})]), Reply(text="done")]
+    with ScriptedModel(script) as model:
+        for n, point in enumerate(["after_checkpoint_a", "before_record", "after_checkpoint_b"]):
+            spec = AgentSpec(
+                store_url=url, base_url=model.url, world=str(world.path), session=f"crashed-{n}"
+            )
+            assert run_agent(spec, crash_at=point)[0] == -9
+        done = AgentSpec(store_url=url, base_url=model.url, world=str(world.path), session="done")
+        assert run_agent(done)[1] == {
+            "status": "completed",
+            "reason": None,
+            "turns": 2,
+            "alerts": 0,
+        }
+        with tl.open_store(url) as store:
+            busy = Lease(
+                session_id="crashed-2",
+                owner="other-host:1:x",
+                token=9,
+                expires_at=time.time() + 600,
+            )
+            store.backend.apply("crashed-2", [TakeLease(busy, expect_token=1)])
+        (tmp_path / "fleet_agent.py").write_text(
+            AGENT_MODULE.format(base_url=model.url, world=world.path)
+        )
+        monkeypatch.chdir(tmp_path)
+        code = main(
+            [
+                "resume-all",
+                "--agent",
+                "fleet_agent:make_agent",
+                "--store",
+                url,
+                "--workers",
+                "2",
+                "--json",
+            ]
+        )
+        rows = json.loads(capsys.readouterr().out)
+        assert model.rejected == []
+    assert code == 0
+    assert sorted((r["session_id"], r["status"]) for r in rows) == [
+        ("crashed-0", "completed"),
+        ("crashed-1", "completed"),
+    ], "crashed-2's lease is held elsewhere; 'done' was finished"
+    with tl.open_store(url) as store:
+        states = {s.session_id: s.status for s in store.backend.list_sessions()}
+    assert states == {
+        "crashed-0": tl.RunStatus.COMPLETED,
+        "crashed-1": tl.RunStatus.COMPLETED,
+        "crashed-2": tl.RunStatus.RUNNING,
+        "done": tl.RunStatus.COMPLETED,
+    }
+    assert sorted(t["title"] for t in world.tickets()) == ["t"], "ensure_ticket: one ticket"
