@@ -28,8 +28,12 @@ pytest: $(STAMP)
 
 test: lint typecheck pytest
 
+# 10,000 SIGKILLs at random instants, every session checked against the world (about 15 minutes
+# on 2 cores). BACKEND=json|postgres, KILLS=N and SEED=S vary it; `make test` runs a few hundred.
+KILLS   ?= 10000
+BACKEND ?= sqlite
 torture: $(STAMP)
-	$(BIN)/python -m toolledger.testing.torture --kills 10000
+	$(BIN)/python -m toolledger.testing.torture --kills $(KILLS) --backend $(BACKEND) $(if $(SEED),--seed $(SEED))
 
 BENCH_STAMP := $(VENV)/.bench-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 

@@ -7,6 +7,9 @@
 * ``World``, ``AgentSpec``, ``run_agent`` — tools whose effects are files, and an agent run in a
   forked process a test can kill.
 * ``Counter`` — a thread-safe count of real executions, per tool.
+* ``run_torture(kills=..., backend=...)`` → ``TortureReport`` — agent sessions ``SIGKILL``ed at
+  random instants and resumed until they finish, every invariant checked against the world after
+  each (``python -m toolledger.testing.torture``; see ``toolledger.testing.torture``).
 * ``toolledger.testing.conformance.StoreConformance`` — the contract every store backend passes
   (a plain pytest class; imported on its own, as it needs pytest).
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 from .._crash import POINTS as CRASH_POINTS
 from .._crash import arm as arm_crash
+from ._torture import TortureReport, run_torture
 from .fakes import Counter
 from .scripted import Flaky, Reply, ScriptedModel, ToolUse
 from .world import AgentSpec, World, run_agent
@@ -27,7 +31,9 @@ __all__ = [
     "Reply",
     "ScriptedModel",
     "ToolUse",
+    "TortureReport",
     "World",
     "arm_crash",
     "run_agent",
+    "run_torture",
 ]

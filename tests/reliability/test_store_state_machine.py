@@ -1,0 +1,257 @@
+"""The store contract as a state machine (hypothesis ``RuleBasedStateMachine``).
+
+Hypothesis interleaves intents, outcomes, resolutions, approvals, checkpoints (some with a stale
+version, which must roll back their whole batch), and reopenings, each through one of two handles
+open on the same store at once. After every step, both handles must read back exactly what a
+plain-Python model of the contract says: every record, every in-doubt call, every approval,
+every session state and transcript.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+import toolledger as tl
+from toolledger.codec import encode_result
+from toolledger.records import (
+    ApprovalRecord,
+    ApprovalStatus,
+    EffectRecord,
+    SessionState,
+    Status,
+    StoredMessage,
+)
+from toolledger.stores.base import (
+    AppendMessages,
+    InsertEffect,
+    Op,
+    PutApproval,
+    PutSession,
+    UpdateEffect,
+)
+from toolledger.testing.conformance import make_approval, make_message, make_record, make_state
+
+from ..conftest import drop_schema, with_params
+
+SESSIONS = ["s1", "s/2 '; --"]
+CALLS = ["toolu_a", "toolu_b", "toolu_c"]
+HANDLES = st.integers(0, 1)
+STATUSES = st.sampled_from(list(Status))
+Key = tuple[str, str]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def machine_for(open_url: Callable[[], tuple[str, Callable[[], None]]]) -> type[Any]:
+    """A state machine class over fresh stores made by ``open_url`` (url, cleanup)."""
+
+    class StoreMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.url, self.cleanup = open_url()
+            self.clock = Clock()
+            self.handles = [self.open(), self.open()]
+            self.effects: dict[Key, EffectRecord] = {}
+            self.approvals: dict[Key, ApprovalRecord] = {}
+            self.states: dict[str, SessionState] = {}
+            self.messages: dict[str, list[StoredMessage]] = {s: [] for s in SESSIONS}
+
+        def open(self) -> tl.Store:
+            return tl.open_store(self.url, clock=self.clock)
+
+        def teardown(self) -> None:
+            for h in self.handles:
+                h.close()
+            self.cleanup()
+
+        # -- effects ----------------------------------------------------------------------------
+
+        @rule(h=HANDLES, sid=st.sampled_from(SESSIONS), tid=st.sampled_from(CALLS))
+        def intent(self, h: int, sid: str, tid: str) -> None:
+            """Insert-if-absent of a ``started`` record (the intent)."""
+            record = make_record(sid, tid, status=Status.STARTED, at=self.clock())
+            (applied,) = self.handles[h].apply(sid, [InsertEffect(record)])
+            assert applied == ((sid, tid) not in self.effects)
+            if applied:
+                self.effects[(sid, tid)] = record
+
+        @rule(
+            h=HANDLES,
+            sid=st.sampled_from(SESSIONS),
+            tid=st.sampled_from(CALLS),
+            new=STATUSES,
+            stale=st.booleans(),
+            result=st.one_of(st.none(), st.text(max_size=20), st.integers()),
+        )
+        def outcome(
+            self, h: int, sid: str, tid: str, new: Status, stale: bool, result: Any
+        ) -> None:
+            """Compare-and-set from what we believe the record is (or a stale belief)."""
+            current = self.effects.get((sid, tid))
+            base = current or make_record(sid, tid)
+            attempt = base.attempt + (1 if stale else 0)
+            record = replace(
+                base,
+                status=new,
+                attempt=base.attempt if new is not Status.STARTED else base.attempt + 1,
+                result=None if result is None else encode_result(result).stored,
+                updated_at=self.clock(),
+            )
+            op = UpdateEffect(record, expect_status=base.status, expect_attempt=attempt)
+            (applied,) = self.handles[h].apply(sid, [op])
+            assert applied == (current is not None and not stale)
+            if applied:
+                self.effects[(sid, tid)] = record
+
+        @rule(
+            h=HANDLES,
+            sid=st.sampled_from(SESSIONS),
+            tid=st.sampled_from(CALLS),
+            happened=st.booleans(),
+        )
+        def resolve(self, h: int, sid: str, tid: str, happened: bool) -> None:
+            current = self.effects.get((sid, tid))
+            ledger = self.handles[h].ledger(sid)
+            if current is None or current.status is not Status.STARTED:
+                with pytest.raises(tl.ToolLedgerError, match="only an in-doubt"):
+                    ledger.resolve(tid, happened=happened, by="ana")
+                return
+            new = ledger.resolve(tid, happened=happened, by="ana")
+            assert new.status is (Status.SUCCEEDED if happened else Status.NOT_HAPPENED)
+            self.effects[(sid, tid)] = new
+
+        # -- approvals --------------------------------------------------------------------------
+
+        @rule(h=HANDLES, sid=st.sampled_from(SESSIONS), tid=st.sampled_from(CALLS))
+        def ask(self, h: int, sid: str, tid: str) -> None:
+            record = replace(make_approval(sid, tid), requested_at=self.clock())
+            (applied,) = self.handles[h].apply(sid, [PutApproval(record, expect_status=None)])
+            assert applied == ((sid, tid) not in self.approvals)
+            if applied:
+                self.approvals[(sid, tid)] = record
+
+        @rule(
+            h=HANDLES,
+            sid=st.sampled_from(SESSIONS),
+            tid=st.sampled_from(CALLS),
+            expect=st.sampled_from(list(ApprovalStatus)),
+            to=st.sampled_from(list(ApprovalStatus)),
+        )
+        def decide(
+            self, h: int, sid: str, tid: str, expect: ApprovalStatus, to: ApprovalStatus
+        ) -> None:
+            current = self.approvals.get((sid, tid))
+            base = current or make_approval(sid, tid)
+            record = replace(base, status=to, decided_at=self.clock(), decided_by="ana")
+            (applied,) = self.handles[h].apply(sid, [PutApproval(record, expect_status=expect)])
+            assert applied == (current is not None and current.status is expect)
+            if applied:
+                self.approvals[(sid, tid)] = record
+
+        # -- checkpoints ------------------------------------------------------------------------
+
+        @rule(
+            h=HANDLES,
+            sid=st.sampled_from(SESSIONS),
+            stale=st.booleans(),
+            n=st.integers(0, 2),
+            tid=st.sampled_from(CALLS),
+        )
+        def checkpoint(self, h: int, sid: str, stale: bool, n: int, tid: str) -> None:
+            """An outcome, messages and the state in one batch; a stale version rolls it all
+            back."""
+            state = self.states.get(sid)
+            version = state.version if state else 0
+            seen = self.messages[sid]
+            new_state = replace(
+                make_state(sid, version=version + 1, messages=len(seen) + n),
+                updated_at=self.clock(),
+            )
+            appended = tuple(
+                make_message(len(seen) + i, content=[{"type": "text", "text": "é"}])
+                for i in range(n)
+            )
+            record = make_record(sid, tid, status=Status.SUCCEEDED, result="x", at=self.clock())
+            expect = (version + 7 if stale else version) if state else (7 if stale else None)
+            ops: list[Op] = [InsertEffect(record), AppendMessages(appended)]
+            ops.append(PutSession(new_state, expect))
+            if stale:
+                with pytest.raises(tl.SessionConflictError):
+                    self.handles[h].apply(sid, ops)
+                return
+            applied = self.handles[h].apply(sid, ops)
+            assert applied[0] == ((sid, tid) not in self.effects)
+            if applied[0]:
+                self.effects[(sid, tid)] = record
+            self.states[sid] = new_state
+            self.messages[sid] = [*seen, *appended]
+
+        @rule(h=HANDLES)
+        def reopen(self, h: int) -> None:
+            self.handles[h].close()
+            self.handles[h] = self.open()
+
+        # -- what every handle reads ------------------------------------------------------------
+
+        @invariant()
+        def both_handles_read_the_model(self) -> None:
+            for store in self.handles:
+                for sid in SESSIONS:
+                    want = {t: r for (s, t), r in self.effects.items() if s == sid}
+                    assert store.backend.read_effects(sid) == want
+                    assert store.backend.read_session(sid) == self.states.get(sid)
+                    assert store.backend.read_messages(sid) == self.messages[sid]
+                    approvals = store.backend.read_approvals(sid)
+                    assert {a.tool_use_id: a for a in approvals} == {
+                        t: a for (s, t), a in self.approvals.items() if s == sid
+                    }
+                doubts = {(r.session_id, r.tool_use_id) for r in store.in_doubt()}
+                assert doubts == {k for k, r in self.effects.items() if r.status is Status.STARTED}
+
+    return StoreMachine
+
+
+SETTINGS = settings(
+    max_examples=40,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "json"])
+def test_the_store_contract_holds_under_any_interleaving(kind: str) -> None:
+    def fresh() -> tuple[str, Callable[[], None]]:
+        if kind == "memory":
+            return f"memory://{uuid.uuid4().hex}", lambda: None
+        root = tempfile.mkdtemp(prefix="tl-sm-")
+        url = {"sqlite": f"sqlite:///{root}/l.db", "json": f"json:///{root}/l"}[kind]
+        return url, lambda: shutil.rmtree(root, ignore_errors=True)
+
+    run_state_machine_as_test(machine_for(fresh), settings=SETTINGS)
+
+
+@pytest.mark.postgres
+def test_the_store_contract_holds_on_postgres(postgres_url: str) -> None:
+    def fresh() -> tuple[str, Callable[[], None]]:
+        schema = f"tl_sm_{uuid.uuid4().hex[:16]}"
+        return with_params(postgres_url, schema=schema), lambda: drop_schema(postgres_url, schema)
+
+    run_state_machine_as_test(machine_for(fresh), settings=settings(SETTINGS, max_examples=15))
