@@ -200,7 +200,9 @@ def scripted_rows(stack: ExitStack, n: int) -> list[Sample]:
         model = core.scripted_model(stack, nodelay=nodelay)
         if model is None:
             return []
-        label = "ScriptedModel round trip, " + ("patched: TCP_NODELAY" if nodelay else "as shipped")
+        label = "ScriptedModel round trip, " + (
+            "TCP_NODELAY (as src now sets)" if nodelay else "Nagle on (as before)"
+        )
         key = f"scripted_{'nodelay' if nodelay else 'stock'}"
         rows.append(core.sdk_round_trip(model, key=key, label=label))
     return interleaved(rows, n, round_size=5, warmup=2)

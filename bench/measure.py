@@ -33,10 +33,7 @@ class Sample:
     paired: float | None = None
 
     def ratio(self, floor: Sample) -> float:
-        """Cost relative to the floor of the same group: the paired ratio where there is one,
-        else the ratio of the medians."""
-        if self.paired is not None and floor.paired is not None:
-            return self.paired / floor.paired
+        """Cost relative to the floor of the same group: the ratio of the medians."""
         return self.median_us / floor.median_us
 
     def per_write_ratio(self, floor: Sample) -> float:

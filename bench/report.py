@@ -167,9 +167,19 @@ def sample_table(title: str, samples: list[Sample], notes: list[str] | None = No
                 f"{s.writes:.3g}" if s.writes else "",
                 ratio(s.ratio(raw)),
                 per_write,
+                ratio(s.paired) if s.paired is not None else "",
             ]
         )
-    headers = ["measurement", "N", "median µs", "p99 µs", "writes", "x floor", "x (writes x floor)"]
+    headers = [
+        "measurement",
+        "N",
+        "median µs",
+        "p99 µs",
+        "writes",
+        "x floor",
+        "x (writes x floor)",
+        "paired x floor",
+    ]
     return Tab(title, headers, rows, notes or [])
 
 
@@ -397,10 +407,10 @@ def all_tables(results: Results) -> list[Tab]:
                 "toolledger per record, per call, per turn (interleaved with the raw floor)",
                 results.main,
                 [
-                    "- x floor: the median, over the rotations, of (this row's median / the "
-                    "floor's median in the same rotation) — pairs measured a fraction of a second "
-                    "apart, so a neighbour's burst of I/O lands on both sides. The median columns "
-                    "are over the whole run.",
+                    "- x floor: this row's median over the floor's median (the targets use it). "
+                    "paired x floor: the median, over the rotations, of (this row's median / the "
+                    "floor's median in the same rotation) — a cross-check against bursts from "
+                    "neighbours; noisier for rows that take one sample per rotation.",
                     "- writes: commits counted during the run. x (writes x floor): 1.00 means "
                     "the operation costs exactly its commits at the raw floor's price.",
                     "- Agent turn: the prompt's commit and the final status of each 20-turn run "
