@@ -176,6 +176,8 @@ class JSONBackend:
         # Parsed ledgers by path, valid while (inode, mtime, size) is unchanged.
         self._cache: dict[Path, tuple[tuple[int, int, int], dict[str, EffectRecord]]] = {}
         self._logs: dict[Path, _Log] = {}
+        # Encoded lines of the last write, by path: (record, its line).
+        self._lines: dict[Path, dict[str, tuple[EffectRecord, bytes]]] = {}
 
     def path_of(self, session_id: str) -> Path:
         return self.dir / (file_stem(session_id) + SUFFIX)
@@ -384,8 +386,17 @@ class JSONBackend:
 
     def _write(self, session_id: str, records: dict[str, EffectRecord]) -> None:
         path = self.path_of(session_id)
-        body = {tid: _to_json(r) for tid, r in records.items()}
-        data = _dumps_file(body)
+        # One record per line, each encoded once: a record that did not change since the last
+        # write is the same object, and its line is reused. The whole file is still rewritten
+        # (the brief's design), but not re-encoded.
+        old = self._lines.get(path, {})
+        lines = {
+            tid: cached[1]
+            if (cached := old.get(tid)) is not None and cached[0] is r
+            else _record_line(tid, r)
+            for tid, r in records.items()
+        }
+        data = b"{\n" + b",\n".join(line for line in lines.values()) + b"\n}\n"
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         try:
@@ -402,6 +413,7 @@ class JSONBackend:
         self._fsync_dir()  # make the rename itself durable
         st = os.stat(path)
         self._cache[path] = ((st.st_ino, st.st_mtime_ns, st.st_size), records)
+        self._lines[path] = {tid: (records[tid], line) for tid, line in lines.items()}
 
     def _append_log(self, session_id: str, log: _Log, entry: dict[str, Any]) -> None:
         path = self.log_path_of(session_id)
@@ -430,6 +442,7 @@ class JSONBackend:
     def close(self) -> None:
         self._cache.clear()
         self._logs.clear()
+        self._lines.clear()
 
 
 def _is_effect(op: Op) -> bool:
@@ -576,9 +589,14 @@ def _apply_log_entry(log: _Log, entry: Any, session_id: str) -> None:
         )
 
 
-def _dumps_file(body: dict[str, Any]) -> bytes:
-    text = json.dumps(body, ensure_ascii=False, allow_nan=False, indent=2) + "\n"
+def _record_line(tool_use_id: str, record: EffectRecord) -> bytes:
+    """``"tool_use_id": {record}`` on one line, UTF-8 (ASCII-escaped only if it must be)."""
+    pair = (tool_use_id, _to_json(record))
     try:
+        text = f"{json.dumps(pair[0], ensure_ascii=False)}: " + json.dumps(
+            pair[1], ensure_ascii=False, allow_nan=False
+        )
         return text.encode("utf-8")
     except UnicodeEncodeError:
-        return (json.dumps(body, ensure_ascii=True, allow_nan=False, indent=2) + "\n").encode()
+        text = f"{json.dumps(pair[0])}: " + json.dumps(pair[1], allow_nan=False)
+        return text.encode("ascii")
