@@ -28,7 +28,7 @@ pytest: $(STAMP)
 
 test: lint typecheck pytest
 
-# 10,000 SIGKILLs at random instants, every session checked against the world (about 15 minutes
+# 10,000 SIGKILLs at random instants, every session checked against the world (about 12 minutes
 # on 2 cores). BACKEND=json|postgres, KILLS=N and SEED=S vary it; `make test` runs a few hundred.
 KILLS   ?= 10000
 BACKEND ?= sqlite
