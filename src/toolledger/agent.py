@@ -45,7 +45,7 @@ from .drivers import (
     refuse_async_in_loop,
 )
 from .errors import ConfigurationError, LedgerWriteError, ModelCallError
-from .records import Lease, RunStatus, SessionState, StoredMessage
+from .records import Lease, RunStatus, SessionState, StoredMessage, ToolCall
 from .runner import Batch, CallOutcome, Disposition, process_batch
 from .stores.base import AppendMessages, Op, PutSession, Store, check_session_id
 from .tools import ToolSet
@@ -81,10 +81,12 @@ class Run:
 
 @dataclass(slots=True)
 class _Session:
-    """The loop's view of one session: its state and transcript, as last committed."""
+    """The loop's view of one session: its state and transcript, as last committed, and the
+    calls its last message asks for when they are already known (read once per turn)."""
 
     state: SessionState
     messages: list[StoredMessage]
+    calls: list[ToolCall] | None = None
 
 
 class Agent:
@@ -179,7 +181,9 @@ class Agent:
         while True:
             last = s.messages[-1]
             if last.role == "assistant":
-                if not self.provider.tool_calls(last):
+                if s.calls is None:
+                    s.calls = self.provider.tool_calls(last)
+                if not s.calls:
                     if s.state.status is not RunStatus.COMPLETED:
                         s = yield from self._set_status(s, RunStatus.COMPLETED, None)
                     return self._finish(s, alerts)
@@ -276,7 +280,7 @@ class Agent:
             s.state.session_id, [AppendMessages((message,)), PutSession(new, s.state.version)]
         )
         crash_point("after_checkpoint_a")
-        return _Session(new, [*s.messages, message])
+        return _Session(new, [*s.messages, message], calls=turn.calls)
 
     def _run_tools(
         self, s: _Session, alerts: list[LedgerWriteError]
@@ -284,7 +288,7 @@ class Agent:
         """Run (or reconcile) the pending calls of the last assistant message; commit
         checkpoint B with the last outcome. Returns the session and whether to stop."""
         last = s.messages[-1]
-        calls = self.provider.tool_calls(last)
+        calls = s.calls if s.calls is not None else self.provider.tool_calls(last)
         committed: list[_Session] = []
 
         def checkpoint_b(outcomes: list[CallOutcome]) -> list[Op]:

@@ -14,8 +14,9 @@ import contextlib
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Generator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
@@ -149,7 +150,10 @@ class IOContext:
     on_alert: AlertHook | None = None
     model: ModelClient | None = None
     fence: Fence | None = None
-    keeper: Any = None  # the heartbeat: a thread (sync runs) or a task (async runs)
+    keeper: Any = None  # the async run's heartbeat task
+    # Held while the heartbeat renews and while the run gives its lease up, so a renewal in
+    # flight can never land after the give-back (and keep a finished run's lease alive).
+    guard: threading.Lock = field(default_factory=threading.Lock)
 
     def fenced(self, ops: list[Op]) -> list[Op]:
         if self.fence is None:
@@ -160,31 +164,57 @@ class IOContext:
         return flags[1:] if self.fence is not None else flags
 
 
-class _Heartbeat:
-    """Renews the lease every third of its time to live, from a thread (sync runs)."""
+class _Heartbeats:
+    """One daemon thread per process renewing the leases of every sync run in flight, each every
+    third of its time to live. A run registers when it takes its lease and leaves when it ends:
+    no thread is started per run."""
 
-    def __init__(self, io: IOContext) -> None:
+    def __init__(self) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._due: dict[int, tuple[float, IOContext]] = {}  # id(io) -> (next renewal, io)
+        self._thread: threading.Thread | None = None
+
+    def add(self, io: IOContext) -> None:
         assert io.fence is not None
-        self.io = io
-        self.fence = io.fence
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._beat, daemon=True, name="toolledger-lease")
-        self.thread.start()
-
-    def _beat(self) -> None:
-        while not self.stop.wait(self.fence.ttl / 3):
-            try:
-                self.io.store.apply(self.io.session_id, self.io.fenced([]))
-            except SessionConflictError:
-                return  # taken over: the run's next commit is refused and says so
-            except Exception as exc:  # a store hiccup: the next beat (or commit) tries again
-                logger.warning(
-                    "toolledger: renewing the lease of %r failed: %s", self.io.session_id, exc
+        with self._cv:
+            self._due[id(io)] = (time.monotonic() + io.fence.ttl / 3, io)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, daemon=True, name="toolledger-leases"
                 )
+                self._thread.start()
+            self._cv.notify()
 
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
+    def remove(self, io: IOContext) -> None:
+        with self._cv:
+            self._due.pop(id(io), None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                now = time.monotonic()
+                due = [io for at, io in self._due.values() if at <= now]
+                for io in due:
+                    assert io.fence is not None
+                    self._due[id(io)] = (now + io.fence.ttl / 3, io)
+                wait = min((at for at, _ in self._due.values()), default=now + 60) - now
+            for io in due:
+                self._renew(io)
+            with self._cv:
+                self._cv.wait(timeout=max(wait, 0.01))
+
+    def _renew(self, io: IOContext) -> None:
+        try:
+            with io.guard:
+                if io.fence is not None:
+                    io.store.apply(io.session_id, io.fenced([]))
+        except SessionConflictError:
+            self.remove(io)  # taken over: the run's next commit is refused and says so
+        except Exception as exc:  # a store hiccup: the next beat (or commit) tries again
+            logger.warning("toolledger: renewing the lease of %r failed: %s", io.session_id, exc)
+
+
+_heartbeats = _Heartbeats()
 
 
 async def _abeat(io: IOContext, fence: Fence) -> None:
@@ -277,9 +307,9 @@ def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
                 return result
             answer = _answer(request, io)
     finally:
-        if isinstance(io.keeper, _Heartbeat):
-            io.keeper.close()
-        dropped = _drop_lease(io)
+        _heartbeats.remove(io)
+        with io.guard:
+            dropped = _drop_lease(io)
         if dropped:
             try:
                 io.store.apply(io.session_id, dropped)
@@ -320,7 +350,7 @@ def _answer(request: Request, io: IOContext) -> Any:
         return backend.read_lease(sid)
     if isinstance(request, Fence):
         io.fence = request
-        io.keeper = _Heartbeat(io)
+        _heartbeats.add(io)
         return None
     _call_sync(partial(_emit, request.alert, io.on_alert))
     return None

@@ -32,8 +32,13 @@ def test_concurrent_batches_share_commits_and_keep_their_conditions(tmp_path: Pa
             assert backend.apply(f"s{n}", [InsertEffect(make_record(f"s{n}", f"t{i}"))]) == [True]
         won.append(backend.apply("shared", [InsertEffect(make_record("shared", "contested"))])[0])
         try:  # every thread tries to create the same session: one guard holds, the rest fail
-            backend.apply("shared", [PutSession(make_state("shared"), None),
-                                     InsertEffect(make_record("shared", f"only-with-{n}"))])
+            backend.apply(
+                "shared",
+                [
+                    PutSession(make_state("shared"), None),
+                    InsertEffect(make_record("shared", f"only-with-{n}")),
+                ],
+            )
         except tl.SessionConflictError as exc:
             conflicts.append(exc)
 
@@ -53,8 +58,9 @@ def test_concurrent_batches_share_commits_and_keep_their_conditions(tmp_path: Pa
     store.close()
 
 
-def test_a_failing_commit_fails_every_batch_of_its_group(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_commit_fails_every_batch_of_its_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = tl.open_store(f"sqlite:///{tmp_path / 'g.db'}")
     backend = store.backend
     assert isinstance(backend, SQLiteBackend)
