@@ -3,13 +3,12 @@
 * Within one turn, toolledger already shares commits (runner.py): an unsafe call's outcome rides
   with the next intent, a safe outcome with whatever commits next, the last outcome with
   checkpoint B. ``within_turn`` measures that against one commit per record.
-* Across sessions of one process, the shipped SQLite backend commits each batch on its own, one
-  fsync each, one at a time. ``GroupCommitSQLiteBackend`` is a **prototype, in bench only**: a
-  leader/follower commit queue that puts the batches of concurrent sessions into one
-  transaction — one fsync — while keeping each batch atomic (a savepoint per batch: a failed
-  guard rolls back that batch alone), evaluating every conditional write in a serial order, and
-  acknowledging no batch before the shared COMMIT (and its fsync) has returned.
-  ``concurrent_sessions`` measures it against the shipped backend.
+* Across sessions of one process, the SQLite backend runs a leader/follower commit queue: the
+  batches of concurrent sessions share one transaction — one fsync — while each batch stays
+  atomic (a savepoint per batch: a failed guard rolls back that batch alone), every conditional
+  write is evaluated in a serial order, and no batch is acknowledged before the shared COMMIT
+  (and its fsync) has returned (``toolledger.stores.sqlite``). ``concurrent_sessions`` measures
+  it against ``SerialSQLiteBackend``, one commit per batch as before.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import toolledger as tl
-from toolledger.errors import SessionConflictError
 from toolledger.stores.base import InsertEffect, Op
 from toolledger.stores.sqlite import SQLiteBackend, translate
 
@@ -63,103 +61,36 @@ def within_turn(directory: Path, stack: ExitStack, n: int) -> list[Sample]:
     return interleaved(contenders, n)
 
 
-# -- across sessions: the prototype ------------------------------------------------------------
+# -- across sessions: group commit against one commit per batch ---------------------------------
 
 
-@dataclass
-class _Pending:
-    session_id: str
-    ops: list[Op]
-    flags: list[bool] | None = None
-    error: BaseException | None = None
-    done: bool = False
-
-
-class GroupCommitSQLiteBackend(SQLiteBackend):
-    """PROTOTYPE — the shipped ``SQLiteBackend`` with a leader/follower commit queue.
-
-    A thread calling ``apply`` queues its batch. If no commit is in progress it becomes the
-    leader: it takes every queued batch, applies them in one ``BEGIN IMMEDIATE`` transaction —
-    each inside its own ``SAVEPOINT``, so a failed guard (``SessionConflictError``) rolls back
-    that batch alone and is raised to its caller — and commits once. Batches queued meanwhile
-    wait for that commit to finish; then one of them leads the next group. Nobody waits on a
-    timer: a group is whatever arrived during the previous fsync, so a lone session pays
-    nothing extra.
-
-    What it keeps: every op is the same single conditional statement, evaluated in a serial
-    order (the queue's), so insert-if-absent and compare-and-set mean what they meant; a batch
-    is all or nothing; a batch is acknowledged only after the COMMIT that contains it has
-    returned (``synchronous=FULL``: the WAL is fsynced). What changes: if the COMMIT itself
-    fails (disk full, I/O error), every batch of the group gets the ``StoreError`` — none of
-    them was committed, which is the contract's "nothing committed" for each.
-    """
-
-    def __init__(self, path: str, *, url: str) -> None:
-        super().__init__(path, url=url)
-        self._queue_cv = threading.Condition(threading.Lock())
-        self._queue: list[_Pending] = []
-        self._leading = False
-        self.groups = 0  # physical commits
+class SerialSQLiteBackend(SQLiteBackend):
+    """The SQLite backend as it was before group commit: one transaction, one fsync per batch,
+    one batch at a time. Kept here as the baseline that group commit is measured against."""
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         if not ops:
             return []
-        me = _Pending(session_id, list(ops))
-        with self._queue_cv:
-            self._queue.append(me)
-            while self._leading and not me.done:
-                self._queue_cv.wait()
-            if not me.done:
-                self._leading = True
-                group, self._queue = self._queue, []
-        if not me.done:
-            try:
-                self._commit_group(group)
-            finally:
-                with self._queue_cv:
-                    self._leading = False
-                    self._queue_cv.notify_all()
-        if me.error is not None:
-            raise me.error
-        assert me.flags is not None
-        return me.flags
-
-    def _commit_group(self, group: list[_Pending]) -> None:
         try:
             with self._lock:
                 c = self._conn
+                c.execute("BEGIN IMMEDIATE")
                 try:
-                    c.execute("BEGIN IMMEDIATE")
-                    for p in group:
-                        c.execute("SAVEPOINT batch")
-                        try:
-                            p.flags = [self._apply_one(p.session_id, op) for op in p.ops]
-                        except SessionConflictError as exc:
-                            c.execute("ROLLBACK TO batch")
-                            p.error = exc
-                        c.execute("RELEASE batch")
+                    out = [self._apply_one(session_id, op) for op in ops]
                     c.execute("COMMIT")
-                    self.groups += 1
+                    self.commits += 1
                 except BaseException:
                     if c.in_transaction:
                         c.execute("ROLLBACK")
                     raise
         except sqlite3.Error as exc:
-            error = translate(exc, self.url, "writing the ledger")
-            for p in group:
-                p.flags, p.error = None, error
-        except BaseException as exc:
-            for p in group:
-                p.flags, p.error = None, exc
-            raise
-        finally:
-            for p in group:
-                p.done = True
+            raise translate(exc, self.url, "writing the ledger") from exc
+        return out
 
 
-def open_grouped(path: Path, stack: ExitStack) -> tl.Store:
+def open_serial(path: Path, stack: ExitStack) -> tl.Store:
     url = f"sqlite:///{path}"
-    return stack.enter_context(tl.Store(GroupCommitSQLiteBackend(str(path), url=url)))
+    return stack.enter_context(tl.Store(SerialSQLiteBackend(str(path), url=url)))
 
 
 @dataclass
@@ -226,8 +157,8 @@ WORKLOADS: dict[str, Workload] = {
 
 
 def _run_cell(cell: Cell, store: tl.Store, workload: Workload, per_thread: int) -> None:
-    commits = core.count_commits(store)
-    before = commits()
+    assert isinstance(store.backend, SQLiteBackend)
+    before = store.backend.commits
     barrier = threading.Barrier(cell.threads + 1)
     latencies: list[list[float]] = [[] for _ in range(cell.threads)]
     errors: list[BaseException] = []
@@ -258,11 +189,8 @@ def _run_cell(cell: Cell, store: tl.Store, workload: Workload, per_thread: int) 
     for xs in latencies:
         cell.latencies_ns.extend(xs)
     backend = store.backend
-    cell.commits += (
-        backend.groups if isinstance(backend, GroupCommitSQLiteBackend) else commits() - before
-    )
-    if isinstance(backend, GroupCommitSQLiteBackend):
-        backend.groups = 0
+    assert isinstance(backend, SQLiteBackend)
+    cell.commits += backend.commits - before
 
 
 def concurrent_sessions(
@@ -273,14 +201,16 @@ def concurrent_sessions(
     per_thread: int,
     rounds: int,
 ) -> list[Cell]:
-    """N threads, each running its own sessions on one store: the shipped backend against the
-    group-commit prototype, interleaved round by round."""
+    """N threads, each running its own sessions on one store: the shipped backend (group commit)
+    against one commit per batch, interleaved round by round."""
     cells: list[Cell] = []
     for name, workload in WORKLOADS.items():
         slug = name.split(",")[0].replace(" ", "-").replace(".", "")
         stores = {
-            "shipped": core.open_bench_store("sqlite", directory, f"conc-{slug}", stack),
-            "group commit (prototype)": open_grouped(directory / f"conc-{slug}-gc.db", stack),
+            "one commit per batch (before)": open_serial(directory / f"conc-{slug}-1.db", stack),
+            "group commit (shipped)": core.open_bench_store(
+                "sqlite", directory, f"conc-{slug}", stack
+            ),
         }
         grid = {(label, t): Cell(name, label, t) for label in stores for t in threads}
         for _ in range(rounds):

@@ -8,55 +8,23 @@ docstring.
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import toolledger as tl
 from toolledger.adapters import anthropic as anthropic_adapter
 from toolledger.codec import canonical_json, encode_result, input_hash
-from toolledger.records import StoredMessage, ToolCall
-from toolledger.stores import _sql, jsonfile
+from toolledger.records import StoredMessage
+from toolledger.stores import _sql
 
 from . import core, floor
 from .measure import Contender, Sample, interleaved
 
 Patch = Callable[[], Any]
-
-
-@contextmanager
-def memo_tool_calls() -> Iterator[None]:
-    """Parse a turn's tool_use blocks once. ``Agent`` reads the calls of the same stored
-    message three times per turn (``read_response``, ``_loop``'s "does it ask for tools?",
-    ``_run_tools``), each time re-hashing every input (canonical JSON + SHA-256).
-
-    In src: agent.py — keep ``turn.calls`` from ``read_response`` on ``_Session`` (e.g. a
-    ``pending: list[ToolCall] | None`` field) and use it in ``_loop`` and ``_run_tools``;
-    only a resumed session, whose last message was loaded from the store, parses it.
-    """
-    cls = anthropic_adapter.AnthropicProvider
-    original = cls.tool_calls
-    cache: dict[int, tuple[Any, list[ToolCall]]] = {}
-
-    def tool_calls(self: Any, message: StoredMessage) -> list[ToolCall]:
-        hit = cache.get(id(message.content))
-        if hit is not None and hit[0] is message.content:
-            return hit[1]
-        calls = original(self, message)
-        cache.clear()
-        cache[id(message.content)] = (message.content, calls)
-        return calls
-
-    cls.tool_calls = tool_calls  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        cls.tool_calls = original  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -117,13 +85,6 @@ def patched_rows(directory: Path, stack: ExitStack, n: int) -> list[Sample]:
     """Stock against patched, interleaved, on durable SQLite stores."""
     contenders: list[Contender] = [floor.append_fsync(directory, stack)]
     for patched in (False, True):
-        store = core.open_bench_store("sqlite", directory, f"hot-turn-{patched}", stack)
-        c = core.agent_turn(store, "stock" if not patched else "patched: parse tool calls once")
-        c.key = f"hot_turn_{'patched' if patched else 'stock'}"
-        if patched:
-            c.around = memo_tool_calls
-        contenders.append(c)
-    for patched in (False, True):
         store = core.open_bench_store("sqlite", directory, f"hot-call-{patched}", stack)
         if patched:
             no_in_doubt_index(store)
@@ -138,16 +99,11 @@ def cpu_rows(directory: Path, stack: ExitStack, n: int) -> list[Sample]:
     """The same code on a store with ``synchronous=OFF``: what is left is CPU, so a gain of a
     few microseconds is visible that the fsync's noise hides."""
     contenders: list[Contender] = []
-    for patched in (False, True):
-        store = core.open_bench_store("sqlite", directory, f"cpu-turn-{patched}", stack)
-        store.backend._conn.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
-        c = core.agent_turn(
-            store, "CPU only, " + ("stock" if not patched else "patched: parse tool calls once")
-        )
-        c.key = f"cpu_turn_{'patched' if patched else 'stock'}"
-        if patched:
-            c.around = memo_tool_calls
-        contenders.append(c)
+    store = core.open_bench_store("sqlite", directory, "cpu-turn", stack)
+    store.backend._conn.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
+    c = core.agent_turn(store, "CPU only")
+    c.key = "cpu_turn"
+    contenders.append(c)
     for tool in ("noop_effect", "noop_read"):
         store = core.open_bench_store("sqlite", directory, f"cpu-call-{tool}", stack)
         store.backend._conn.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
@@ -214,94 +170,13 @@ _JSON_CACHE: dict[int, tuple[Any, dict[str, Any]]] = {}
 _LINE_CACHE: dict[int, tuple[Any, str]] = {}
 
 
-@contextmanager
-def json_digest_memo() -> Iterator[None]:
-    """Encode each record once. ``JSONBackend._write`` rebuilds every record's dict and digest
-    (canonical JSON + SHA-256) on every write, though records are immutable and the parsed
-    ledger is cached: O(session) hashing per record written.
-
-    In src: stores/jsonfile.py ``_write`` — keep the encoded form (or just the digest) next to
-    each cached ``EffectRecord`` and encode only the new or changed ones.
-    """
-    original = jsonfile._to_json
-    cache = _JSON_CACHE
-
-    def to_json(record: Any) -> dict[str, Any]:
-        hit = cache.get(id(record))
-        if hit is None or hit[0] is not record:
-            hit = (record, original(record))
-            cache[id(record)] = hit
-        return hit[1]
-
-    jsonfile._to_json = to_json
-    try:
-        yield
-    finally:
-        jsonfile._to_json = original
-
-
-@contextmanager
-def json_record_lines() -> Iterator[None]:
-    """Also write the file as one compact line per record, each line encoded once.
-    ``json.dumps(..., indent=2)`` cannot use the C encoder, so the whole file goes through the
-    pure-Python one on every write.
-
-    In src: stores/jsonfile.py ``_dumps_file`` / ``_write`` — ``{\\n  "id": {...},\\n  …}``
-    joined from cached per-record lines (still valid JSON, still one record per line for the
-    eye; the digest covers the fields, not the layout).
-    """
-    original = jsonfile.JSONBackend._write
-    lines = _LINE_CACHE
-
-    def write(self: Any, session_id: str, records: dict[str, Any]) -> None:
-        parts = []
-        for tid, r in records.items():
-            hit = lines.get(id(r))
-            if hit is None or hit[0] is not r:
-                text = json.dumps(tid) + ": " + json.dumps(jsonfile._to_json(r), allow_nan=False)
-                hit = (r, text)
-                lines[id(r)] = hit
-            parts.append(hit[1])
-        data = ("{\n  " + ",\n  ".join(parts) + "\n}\n").encode("utf-8")
-        path = self.path_of(session_id)
-        tmp = path.with_name(f".{path.name}.bench.tmp")
-        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        self._fsync_dir()
-        st = os.stat(path)
-        self._cache[path] = ((st.st_ino, st.st_mtime_ns, st.st_size), records)
-
-    jsonfile.JSONBackend._write = write  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        jsonfile.JSONBackend._write = original  # type: ignore[method-assign]
-
-
 def json_rows(directory: Path, stack: ExitStack, n: int, size: int) -> list[Sample]:
-    """toolledger's ``json:///`` store at ``size`` records: stock against the two patches."""
+    """toolledger's ``json:///`` store at ``size`` records (each record's line is encoded once
+    and reused while it is unchanged; the whole file is still rewritten per record)."""
     from .rivals import grow_session
 
     contenders: list[Contender] = [floor.append_fsync(directory, stack)]
-    for key, label, around in (
-        ("stock", "stock", nullcontext),
-        ("memo", "patched: encode each record once", json_digest_memo),
-        ("lines", "patched: … and one cached line per record", _both_json_patches),
-    ):
-        store = core.open_bench_store("json", directory, f"hot-json-{key}", stack)
-        grow_session(store, size)
-        c = core.per_record(store, f"json store at {size:,} records, {label}", key=f"json_{key}")
-        c.around = around
-        contenders.append(c)
+    store = core.open_bench_store("json", directory, "hot-json", stack)
+    grow_session(store, size)
+    contenders.append(core.per_record(store, f"json store at {size:,} records", key="json_stock"))
     return interleaved(contenders, n, round_size=2, warmup=2)
-
-
-@contextmanager
-def _both_json_patches() -> Iterator[None]:
-    with json_digest_memo(), json_record_lines():
-        yield

@@ -239,7 +239,8 @@ def lookup_table(results: Results) -> Tab:
 
 def concurrency_table(results: Results) -> Tab:
     rows = []
-    shipped = {(c.workload, c.threads): c for c in results.concurrency if c.backend == "shipped"}
+    baseline = "one commit per batch (before)"
+    shipped = {(c.workload, c.threads): c for c in results.concurrency if c.backend == baseline}
     sections = []
     last = None
     for c in results.concurrency:
@@ -264,7 +265,7 @@ def concurrency_table(results: Results) -> Tab:
         "backend",
         "threads",
         "ops/s",
-        "vs shipped",
+        "vs one commit per batch",
         "median µs",
         "p99 µs",
         "commits/op",
