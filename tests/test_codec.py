@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolledger.codec import canonical_json, content_of, encode_result, input_hash
+from toolledger.codec import canonical_json, content_of, encode_result, input_hash, valid_unicode
 
 json_values = st.recursive(
     st.none()
@@ -43,3 +43,20 @@ def test_encoded_results_replay_exactly(value: object) -> None:
     assert content_of(encoded.stored) == encoded.content
     if isinstance(value, str):
         assert encoded.content == value or "\\ud" in encoded.content
+
+
+@given(json_values)
+def test_valid_unicode_leaves_clean_values_alone_and_cleans_the_rest(value: object) -> None:
+    cleaned = valid_unicode(value)
+    json.dumps(cleaned, ensure_ascii=False).encode("utf-8")  # never raises
+    if json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass") == json.dumps(
+        value, ensure_ascii=False
+    ).encode("utf-8", "replace"):
+        assert cleaned is value
+
+
+def test_valid_unicode_replaces_lone_surrogates_only() -> None:
+    value = {"a": ["ok", "bad \ud800"], "b\udc00": 1, "c": "😀"}
+    assert valid_unicode(value) == {"a": ["ok", "bad \ufffd"], "b\ufffd": 1, "c": "😀"}
+    clean = {"a": ["ok"], "c": "😀"}
+    assert valid_unicode(clean) is clean

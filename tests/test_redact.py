@@ -31,8 +31,7 @@ def stored_bytes(tmp_path: Path) -> bytes:
 
 @pytest.mark.parametrize("kind", ["sqlite", "json"])
 def test_secrets_never_reach_the_disk(kind: str, tmp_path: Path) -> None:
-    base = tl.open_store(url_for(kind, tmp_path))
-    store = tl.Store(base.backend, redact=scrub)
+    store = tl.open_store(url_for(kind, tmp_path), redact=scrub)
     script = [
         Reply(
             text=f"Charging the card {CARD}.", tool_uses=[ToolUse("charge", {"customer": "acme"})]

@@ -29,6 +29,7 @@ from typing import Any
 from . import leases
 from ._crash import hit as crash_point
 from .adapters import provider_for
+from .codec import valid_unicode
 from .drivers import (
     AlertHook,
     CallModel,
@@ -36,6 +37,7 @@ from .drivers import (
     Failure,
     Fence,
     IOContext,
+    ReadEffects,
     ReadLease,
     ReadMessages,
     ReadSession,
@@ -44,8 +46,8 @@ from .drivers import (
     drive,
     refuse_async_in_loop,
 )
-from .errors import ConfigurationError, LedgerWriteError, ModelCallError
-from .records import Lease, RunStatus, SessionState, StoredMessage, ToolCall
+from .errors import ConfigurationError, CorruptLedgerError, LedgerWriteError, ModelCallError
+from .records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage, ToolCall
 from .runner import Batch, CallOutcome, Disposition, process_batch
 from .stores.base import AppendMessages, Op, PutSession, Store, check_session_id
 from .tools import ToolSet
@@ -201,9 +203,13 @@ class Agent:
     def _open(self, sid: str, prompt: str | None) -> Generator[Request, Any, _Session | None]:
         """Load the session, creating it or appending ``prompt`` as the rules say. ``None``:
         there is nothing to do (a completed session, asked its own last prompt again)."""
+        prompt = valid_unicode(prompt)
         state: SessionState | None = yield ReadSession()
+        records: dict[str, EffectRecord] = yield ReadEffects(None)
         now = self.store.clock()
         if state is None:
+            if records:
+                raise self._behind(sid, sorted(records), "it has no checkpoint at all")
             if prompt is None:
                 raise ConfigurationError(
                     f"session {sid!r} does not exist; give a prompt to start it"
@@ -221,6 +227,16 @@ class Agent:
             yield from self._commit(sid, [PutSession(state, None), AppendMessages((first,))])
             return _Session(state, [first])
         s = _Session(state, (yield ReadMessages(0)))
+        if records:
+            called = {
+                c.tool_use_id
+                for m in s.messages
+                if m.role == "assistant"
+                for c in self.provider.tool_calls(m)
+            }
+            stray = sorted(set(records) - called)
+            if stray:
+                raise self._behind(sid, stray, "its transcript does not hold the turns")
         if prompt is None or prompt == self._last_prompt(s):
             if state.status is RunStatus.COMPLETED:
                 return None
@@ -259,12 +275,17 @@ class Agent:
                 status_code=getattr(answer.exc, "status_code", None),
             ) from answer.exc
         turn = self.provider.read_response(answer)
+        content = valid_unicode(turn.content)
         message = StoredMessage(
             seq=len(s.messages),
             role="assistant",
-            content=turn.content,
+            content=content,
             created_at=self.store.clock(),
         )
+        if content is not turn.content:
+            # Text the API cannot take back (a lone surrogate, escaped in its JSON): stored and
+            # run as U+FFFD, so every later request can carry it.
+            turn = replace(turn, content=content, calls=self.provider.tool_calls(message))
         new = self._advance(
             s.state,
             status=RunStatus.RUNNING if turn.calls else RunStatus.COMPLETED,
@@ -366,6 +387,20 @@ class Agent:
         new = self._advance(s.state, status=status, reason=reason)
         yield from self._commit(s.state.session_id, [PutSession(new, s.state.version)])
         return _Session(new, s.messages)
+
+    def _behind(self, sid: str, stray: list[str], why: str) -> CorruptLedgerError:
+        """Ledger records that no turn of the transcript asked for: the checkpoint is older than
+        the ledger (restored from a backup, or its last commits lost). Resuming would ask the
+        model again, and the lost turns' calls would run again under new ids."""
+        shown = ", ".join(stray[:5]) + (" …" if len(stray) > 5 else "")
+        return CorruptLedgerError(
+            f"session {sid!r} is behind its ledger: records for {shown} exist but {why}. "
+            "Resuming would repeat those calls under new ids, so it is refused. Restore the "
+            "session's newer checkpoint (the store as it was), or settle by hand what those "
+            "calls did; `toolledger verify` and `toolledger effects` show both sides.",
+            url=self.store.url,
+            session_id=sid,
+        )
 
     def _commit(self, sid: str, ops: list[Op]) -> Generator[Request, Any, list[bool]]:
         answer = yield Commit(ops)

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "encode_result",
     "idempotency_key",
     "input_hash",
+    "valid_unicode",
 ]
 
 logger = logging.getLogger("toolledger")
@@ -29,6 +31,28 @@ DEFAULT_MAX_RESULT_BYTES = 1 << 20
 """Results whose JSON is larger than this (1 MiB) are recorded as a note, not in full."""
 
 _PREVIEW_CHARS = 2000
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_unicode(value: Any) -> Any:
+    """``value`` with every lone surrogate (text UTF-8 cannot hold, which the model APIs refuse)
+    replaced by U+FFFD. Returns the very same object when there is none, so checking is cheap."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value) if _LONE_SURROGATE.search(value) else value
+    if isinstance(value, list):
+        items = [valid_unicode(v) for v in value]
+        changed = any(a is not b for a, b in zip(items, value, strict=True))
+        return items if changed else value
+    if isinstance(value, dict):
+        pairs = [(valid_unicode(k), valid_unicode(v)) for k, v in value.items()]
+        changed = any(
+            k2 is not k or v2 is not v
+            for (k2, v2), (k, v) in zip(pairs, value.items(), strict=True)
+        )
+        return dict(pairs) if changed else value
+    return value
 
 
 def canonical_json(value: Any) -> str:

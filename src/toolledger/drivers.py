@@ -229,11 +229,17 @@ async def _abeat(io: IOContext, fence: Fence) -> None:
             logger.warning("toolledger: renewing the lease of %r failed: %s", io.session_id, exc)
 
 
+def _hold(io: IOContext, fence: Fence) -> None:
+    io.fence = fence
+    leases.live_runs.add(fence.lease.owner)
+
+
 def _drop_lease(io: IOContext) -> list[Op]:
     if io.fence is None:
         return []
     lease = io.fence.lease
     io.fence = None
+    leases.live_runs.discard(lease.owner)
     return [DropLease(lease.session_id, lease.token)]
 
 
@@ -349,7 +355,7 @@ def _answer(request: Request, io: IOContext) -> Any:
     if isinstance(request, ReadLease):
         return backend.read_lease(sid)
     if isinstance(request, Fence):
-        io.fence = request
+        _hold(io, request)
         _heartbeats.add(io)
         return None
     _call_sync(partial(_emit, request.alert, io.on_alert))
@@ -413,7 +419,7 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
     if isinstance(request, ReadLease):
         return await backend.read_lease(sid)
     if isinstance(request, Fence):
-        io.fence = request
+        _hold(io, request)
         io.keeper = asyncio.create_task(_abeat(io, request))
         return None
     await _acall(partial(_emit, request.alert, io.on_alert), _is_async(io.on_alert))

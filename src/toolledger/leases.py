@@ -56,6 +56,11 @@ class _InFlight:
 
 in_flight = _InFlight()
 
+live_runs: set[str] = set()
+"""Owners (lease holders) of this process's runs that are still going: a lease whose holder is
+this process but not among them belongs to a run that ended without giving it back (its store
+failed) and is free."""
+
 
 def _host_pid(owner: str) -> tuple[str, int | None]:
     host, _, rest = owner.partition(":")
@@ -86,7 +91,7 @@ def holder_is_dead(owner: str) -> bool:
     if host != socket.gethostname() or pid is None:
         return False
     if pid == os.getpid():
-        return False  # another run in this very process: it releases its lease itself
+        return owner not in live_runs  # a run of this process: dead once it has ended
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

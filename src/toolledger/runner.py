@@ -29,7 +29,7 @@ from . import decide
 from ._crash import hit as crash_point
 from .adapters import ResultShape, read_calls
 from .approvals import ApprovalRequest, Decision
-from .codec import EncodedResult, content_of, encode_result, idempotency_key
+from .codec import EncodedResult, content_of, encode_result, idempotency_key, valid_unicode
 from .drivers import (
     Alert,
     AlertHook,
@@ -86,6 +86,11 @@ class CallOutcome:
     content: str
     is_error: bool
     alert: LedgerWriteError | None = None
+
+    def __post_init__(self) -> None:
+        # An error message can carry text UTF-8 cannot hold (an exception's repr); the model
+        # APIs would refuse the whole request for it.
+        self.content = valid_unicode(self.content)
 
 
 @dataclass(slots=True)
@@ -197,11 +202,16 @@ def _flush(buf: _Buffer, env: _Env, extra: list[Op]) -> Generator[Request, Any, 
         raise error
     everything: list[bool] = [False] * (len(items) + len(extra)) if error is not None else answer
     applied = everything[: len(items)]
+    if error is not None:
+        # Writes that may wait (safe calls' records, denials) go back in the queue: the next
+        # commit — checkpoint B, say — carries them, so a transcript never reports a success
+        # its ledger lacks. If that commit fails too, they are lost together.
+        buf.items = [i for i in items if not i.urgent] + buf.items
     for item, ok in zip(items, applied, strict=True):
         if ok or item.outcome is None or item.outcome.disposition is not Disposition.EXECUTED:
             continue
         if not item.urgent:
-            continue  # a safe call's record: losing it costs a harmless re-run
+            continue  # a safe call's record: requeued above, or someone else recorded it
         cause: BaseException | None = error
         why = (
             f"the ledger write failed ({error})"

@@ -154,3 +154,20 @@ def test_the_heartbeat_keeps_a_long_tool_s_lease(store: tl.Store, tmp_path: Path
     assert before is not None and after is not None
     assert after.token == before.token and after.expires_at > before.expires_at
     assert after.expires_at > time.time() - 0.1, "renewed while the tool ran"
+
+
+def test_a_run_that_could_not_give_its_lease_back_does_not_block_the_next(
+    store: tl.Store,
+) -> None:
+    """A run of this process whose store failed at the end kept its lease; it is over, so the
+    next run here takes the session at once instead of waiting the lease out."""
+    from toolledger import leases
+
+    with ScriptedModel([Reply(text="hi"), Reply(text="again")]) as m:
+        agent = tl.Agent(client=m.client(), model="x", tools=[], store=store)
+        owner = f"{store.worker_id}/ended"
+        stuck = Lease(session_id="s", owner=owner, token=1, expires_at=time.time() + 3600)
+        store.backend.apply("s", [TakeLease(stuck, expect_token=0)])
+        assert owner not in leases.live_runs
+        run = agent.run(session="s", prompt="go")
+    assert run.status is tl.RunStatus.COMPLETED

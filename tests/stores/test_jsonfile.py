@@ -115,3 +115,27 @@ def test_file_names_cannot_escape_the_directory() -> None:
         stem = file_stem(session_id)
         assert "/" not in stem and not stem.startswith(".")
     assert file_stem("x" * 256).startswith("~") and len(file_stem("x" * 256)) == 65
+
+
+def test_a_stuck_writer_is_reported_not_waited_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    from toolledger.stores import jsonfile
+
+    monkeypatch.setattr(jsonfile, "LOCK_TIMEOUT_S", 0.2)
+    url, _ = written_ledger(tmp_path, n=1)
+    holder = os.open(tmp_path / "ledger" / ".toolledger.lock", os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another process's open file description
+    try:
+        with tl.open_store(url) as store:
+            (result,) = tl.run_tool_uses(
+                [tool_use("toolu_x", "create_ticket", title="x")],
+                [create_ticket],
+                ledger=store.ledger("s"),
+            )
+        assert result["is_error"] and "stayed locked" in result["content"]
+        assert result["content"].startswith("not executed")
+    finally:
+        os.close(holder)

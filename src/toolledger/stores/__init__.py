@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigurationError
@@ -42,14 +43,18 @@ def open_store(
     *,
     clock: Callable[[], float] = time.time,
     worker_id: str | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> Store:
     """Open (creating if needed) the store named by ``url``.
 
-    ``clock`` and ``worker_id`` are injectable for tests. Raises ``ConfigurationError`` for a URL
-    we cannot use and ``StoreError`` for a store we cannot open.
+    ``redact`` scrubs every string the store would keep of results, text and approval inputs
+    before anything is written (see ``toolledger.redact``). ``clock`` and ``worker_id`` are
+    injectable for tests. Raises ``ConfigurationError`` for a URL we cannot use and
+    ``StoreError`` for a store we cannot open.
     """
     if not isinstance(url, str):
         raise ConfigurationError(f"a store URL must be a str, not {type(url).__name__}")
+    options: dict[str, Any] = {"clock": clock, "worker_id": worker_id, "redact": redact}
     scheme = urlsplit(url).scheme.lower()
     if scheme == "sqlite":
         from .sqlite import SQLiteBackend
@@ -57,22 +62,19 @@ def open_store(
         path = (
             ":memory:" if url in ("sqlite://", "sqlite:///:memory:") else _file_path(url, "sqlite")
         )
-        backend = SQLiteBackend(path, url=url)
-        return Store(backend, clock=clock, worker_id=worker_id)
+        return Store(SQLiteBackend(path, url=url), **options)
     if scheme == "json":
         from .jsonfile import JSONBackend
 
-        return Store(
-            JSONBackend(_file_path(url, "json"), url=url), clock=clock, worker_id=worker_id
-        )
+        return Store(JSONBackend(_file_path(url, "json"), url=url), **options)
     if scheme == "memory":
         from .memory import MemoryBackend
 
         name = url[len("memory://") :] if url.startswith("memory://") else ""
-        return Store(MemoryBackend.open(name), clock=clock, worker_id=worker_id)
+        return Store(MemoryBackend.open(name), **options)
     if scheme in ("postgresql", "postgres"):
         from .postgres import open_backends  # raises ConfigurationError without psycopg
 
         pg_backend, pg_async_backend = open_backends(url)
-        return Store(pg_backend, async_backend=pg_async_backend, clock=clock, worker_id=worker_id)
+        return Store(pg_backend, async_backend=pg_async_backend, **options)
     raise ConfigurationError(f"unknown store URL {url!r}; use one of {_SCHEMES}")

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from .memory import SessionData, apply_ops
 
 __all__ = ["JSONBackend"]
 
+LOCK_TIMEOUT_S = 10.0
 SUFFIX = ".effects.json"
 LOG_SUFFIX = ".session.jsonl"
 _MAX_STEM_BYTES = 180
@@ -340,11 +342,25 @@ class JSONBackend:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        """One writer at a time, across threads and processes (flock on ``.toolledger.lock``)."""
+        """One writer at a time, across threads and processes (flock on ``.toolledger.lock``).
+        A holder that keeps it past ``LOCK_TIMEOUT_S`` is reported, not waited on for ever."""
         with self._thread_lock:
             fd = os.open(self.dir / ".toolledger.lock", os.O_CREAT | os.O_RDWR, 0o600)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                deadline = time.monotonic() + LOCK_TIMEOUT_S
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            raise StoreUnavailableError(
+                                f"{self.dir / '.toolledger.lock'} stayed locked for "
+                                f"{LOCK_TIMEOUT_S:g}s: another process holds the json store's "
+                                "write lock (stuck, or stopped in a debugger)",
+                                url=self.url,
+                            ) from None
+                        time.sleep(0.002)
                 yield
             finally:
                 os.close(fd)  # closing releases the flock

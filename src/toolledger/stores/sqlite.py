@@ -174,6 +174,7 @@ class SQLiteBackend:
             )
         except sqlite3.Error as exc:
             raise translate(exc, url, "opening") from exc
+        self._identity = _identity(path)
         try:
             self._configure()
             self._migrate()
@@ -284,6 +285,7 @@ class SQLiteBackend:
         try:
             with self._lock:
                 c = self._conn
+                self._check_identity()
                 try:
                     c.execute("BEGIN IMMEDIATE")
                     for p in group:
@@ -317,6 +319,22 @@ class SQLiteBackend:
         finally:
             for p in group:
                 p.done = True
+
+    def _check_identity(self) -> None:
+        """The file we opened must still be the one at our path. SQLite writes on into a
+        deleted (or replaced) database as if nothing happened — every commit "succeeding" into
+        an inode nobody will ever open again."""
+        if self._identity is None:
+            return
+        now = _identity(self.path)
+        if now != self._identity:
+            what = "was deleted" if now is None else "was replaced by another file"
+            raise StoreUnavailableError(
+                f"{self.url}: the database file {what} while this store had it open; nothing "
+                "more is written to it. Restore it (and its -wal file) from where it went, or "
+                "open the store again knowing that what the old file held is lost.",
+                url=self.url,
+            )
 
     def _apply_one(self, session_id: str, op: Op) -> bool:
         c = self._conn
@@ -409,6 +427,17 @@ class SQLiteBackend:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the database file; ``None`` for ``:memory:`` or a missing file."""
+    if path == ":memory:":
+        return None
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _create_owner_only(path: Path) -> None:
