@@ -3,7 +3,9 @@
 Every figure is measured in one run, on one disk, interleaved with the raw floor it is compared
 to. Sections: main (toolledger per record, call and turn), sizes (every approach at N = 100, 1k,
 10k), lookups (100k and 1M records), long (turn 1 against turn 1,000), group (commit sharing
-within a turn, and across concurrent sessions), hot (profile-guided patches, bench-only).
+within a turn, and across concurrent sessions), postgres (a record next to a bare INSERT, and
+throughput with 1, 4 and 16 worker processes; skipped without a server), hot (profile-guided
+patches, bench-only).
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from rich.console import Console
 
 import toolledger as tl
 
-from . import core, floor, groupcommit, hotpath, longrun, report, rivals, scale
+from . import core, floor, groupcommit, hotpath, longrun, pg, report, rivals, scale
 from .measure import Contender, interleaved
 
-SECTIONS = ("main", "sizes", "lookups", "long", "group", "hot")
+SECTIONS = ("main", "sizes", "lookups", "long", "group", "postgres", "hot")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,9 @@ class Plan:
     rounds: int
     n_hot: int
     n_json: int
+    n_pg: int = 500
+    pg_workers: tuple[int, ...] = (1, 4, 16)
+    pg_per_worker: int = 200
 
 
 FULL = Plan(
@@ -86,6 +91,8 @@ QUICK = Plan(
     rounds=1,
     n_hot=200,
     n_json=6,
+    n_pg=150,
+    pg_per_worker=40,
 )
 
 
@@ -232,12 +239,22 @@ def run_hot(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> N
     results.json_store = hotpath.json_rows(d, stack, plan.n_json, 10_000)
 
 
+def run_postgres(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+    url, why = pg.server_url()
+    if url is None:
+        results.missing.append(why)
+        return
+    results.pg = pg.rows(url, stack, plan.n_pg)
+    results.pg_throughput = pg.throughput(url, stack, plan.pg_workers, plan.pg_per_worker)
+
+
 RUNNERS = {
     "main": run_main,
     "sizes": run_sizes,
     "lookups": run_lookups,
     "long": run_long,
     "group": run_group,
+    "postgres": run_postgres,
     "hot": run_hot,
 }
 

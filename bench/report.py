@@ -15,6 +15,7 @@ from rich.table import Table
 
 from .groupcommit import Cell
 from .measure import Sample
+from .pg import Throughput
 from .scale import Lookup, SizeGroup
 
 
@@ -140,6 +141,8 @@ class Results:
     scripted: list[Sample] = field(default_factory=list)
     json_store: list[Sample] = field(default_factory=list)
     turn_commits: tuple[float, float] = (0.0, 0.0)  # per tool turn, per run
+    pg: list[Sample] = field(default_factory=list)
+    pg_throughput: list[Throughput] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -300,6 +303,15 @@ def targets(results: Results) -> list[Target]:
         return m[key].ratio(raw) if raw and key in m else None
 
     add("sqlite: one durable record", "≤ 1.3x floor", r("tl_record"), 1.3, "{:.2f}x floor")
+    pg = _by_key(results.pg)
+    if "floor" in pg and "pg_record" in pg:
+        add(
+            "postgres: one durable record",
+            "≤ 1.3x a bare INSERT … ON CONFLICT",
+            pg["pg_record"].ratio(pg["floor"]),
+            1.3,
+            "{:.2f}x",
+        )
     add(
         "run_tool_uses, non-idempotent call", "≤ 2.5x floor", r("call_effect"), 2.5, "{:.2f}x floor"
     )
@@ -452,6 +464,32 @@ def all_tables(results: Results) -> list[Tab]:
                 "CPU only: the same code on a synchronous=OFF store",
                 ["measurement", "N", "median µs", "p99 µs", "writes"],
                 cpu_rows,
+            )
+        )
+    if results.pg:
+        tabs.append(
+            sample_table(
+                "PostgreSQL: toolledger next to a bare INSERT … ON CONFLICT autocommit round trip",
+                results.pg,
+                ["- the floor here is the bare insert: one statement, one commit (WAL flush)."],
+            )
+        )
+    if results.pg_throughput:
+        one = results.pg_throughput[0].per_s
+        tabs.append(
+            Tab(
+                "PostgreSQL: non-idempotent run_tool_uses calls per second, N worker processes",
+                ["workers", "calls", "seconds", "calls/s", "x one worker"],
+                [
+                    [
+                        str(t.workers),
+                        f"{t.calls:,}",
+                        f"{t.seconds:.2f}",
+                        f"{t.per_s:,.0f}",
+                        f"{t.per_s / one:.2f}x",
+                    ]
+                    for t in results.pg_throughput
+                ],
             )
         )
     if results.micro:

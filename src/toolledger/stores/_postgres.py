@@ -306,6 +306,13 @@ def read_effects(
     return {row[1]: _sql.row_to_record(row) for row in done.rows}
 
 
+def one_statement(ops: Sequence[Op]) -> bool:
+    """A batch whose plan writes with one statement, so autocommit makes it atomic on its own.
+    (A guard that fails in it has written nothing: its single UPDATE or INSERT matched no row.)
+    Appending messages reads the last seq first: that takes a transaction."""
+    return len(ops) == 1 and not isinstance(ops[0], AppendMessages)
+
+
 def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
     """Every op is one conditional statement; a failed guard raises and so rolls back the
     transaction the shell opened around the plan."""

@@ -87,6 +87,7 @@ class PostgresBackend:
         plan: Callable[[], plans.Plan[T]],
         *,
         write: bool = False,
+        single: bool = False,
         session_id: str | None = None,
     ) -> T:
         attempt = 0
@@ -95,6 +96,12 @@ class PostgresBackend:
             try:
                 with self._pool.connection() as conn:
                     if not write:
+                        return _drive(conn, plan())
+                    if single:
+                        # One statement in autocommit: its execution is its commit, in one
+                        # round trip instead of BEGIN, statement, COMMIT. An error from here on
+                        # may have committed it.
+                        committing = True
                         return _drive(conn, plan())
                     with conn.transaction():
                         value = _drive(conn, plan())
@@ -126,7 +133,13 @@ class PostgresBackend:
         if not ops:
             return []
         plan = partial(plans.apply, session_id, ops)
-        return self._run("writing the ledger", plan, write=True, session_id=session_id)
+        return self._run(
+            "writing the ledger",
+            plan,
+            write=True,
+            single=plans.one_statement(ops),
+            session_id=session_id,
+        )
 
     def read_session(self, session_id: str) -> SessionState | None:
         found = self._run("reading a session", partial(plans.read_session, session_id))
@@ -272,6 +285,7 @@ class AsyncPostgresBackend:
         plan: Callable[[], plans.Plan[T]],
         *,
         write: bool = False,
+        single: bool = False,
         session_id: str | None = None,
     ) -> T:
         attempt = 0
@@ -281,6 +295,9 @@ class AsyncPostgresBackend:
             try:
                 async with pool.connection() as conn:
                     if not write:
+                        return await _adrive(conn, plan())
+                    if single:
+                        committing = True  # one autocommit statement, as in the sync twin
                         return await _adrive(conn, plan())
                     async with conn.transaction():
                         value = await _adrive(conn, plan())
@@ -311,7 +328,13 @@ class AsyncPostgresBackend:
         if not ops:
             return []
         plan = partial(plans.apply, session_id, ops)
-        return await self._run("writing the ledger", plan, write=True, session_id=session_id)
+        return await self._run(
+            "writing the ledger",
+            plan,
+            write=True,
+            single=plans.one_statement(ops),
+            session_id=session_id,
+        )
 
     async def read_session(self, session_id: str) -> SessionState | None:
         found = await self._run("reading a session", partial(plans.read_session, session_id))

@@ -1,0 +1,141 @@
+"""PostgreSQL: toolledger's durable record next to a bare ``INSERT … ON CONFLICT DO NOTHING``
+autocommit round trip on the same server, and throughput with 1, 4 and 16 worker processes.
+
+The bare insert is the floor here: one statement, one round trip, one commit (the server's WAL
+flush) — what a durable record cannot be cheaper than on PostgreSQL. The server comes from
+``TOOLLEDGER_BENCH_POSTGRES_URL`` (else ``TOOLLEDGER_TEST_POSTGRES_URL``, else the local
+default); everything runs in a schema of its own, dropped at the end.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import toolledger as tl
+from toolledger.stores import _sql
+from toolledger.stores.base import InsertEffect
+
+from . import core
+from .measure import Contender, Sample, interleaved
+
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def server_url() -> tuple[str | None, str]:
+    """The server to use, or ``None`` and why not."""
+    url = (
+        os.environ.get("TOOLLEDGER_BENCH_POSTGRES_URL")
+        or os.environ.get("TOOLLEDGER_TEST_POSTGRES_URL")
+        or DEFAULT_URL
+    )
+    try:
+        import psycopg
+
+        with psycopg.connect(url, connect_timeout=3):
+            pass
+    except Exception as exc:
+        return None, f"PostgreSQL rows skipped: no server at {url} ({type(exc).__name__})"
+    return url, ""
+
+
+def _with_schema(url: str, schema: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}schema={schema}"
+
+
+def _drop(url: str, schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def bare_insert(url: str, schema: str, stack: ExitStack) -> Contender:
+    """``INSERT INTO effects … ON CONFLICT DO NOTHING``, autocommit, same row as a record."""
+    import psycopg
+    from psycopg import sql
+
+    conn = stack.enter_context(psycopg.connect(url, autocommit=True))
+    conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+    conn.execute("CREATE TABLE bare (LIKE effects INCLUDING ALL)")
+    statement = _sql.format_style(_sql.INSERT_EFFECT.replace("INTO effects", "INTO bare", 1))
+
+    def step(i: int) -> Any:
+        op = InsertEffect(core.record("bench", core.next_id()))
+        return conn.execute(statement, _sql.insert_params(op))
+
+    return Contender(
+        "bare INSERT … ON CONFLICT DO NOTHING, autocommit", step, key="floor", writes=1
+    )
+
+
+def rows(url: str, stack: ExitStack, n: int) -> list[Sample]:
+    schema = f"tl_bench_{uuid.uuid4().hex[:10]}"
+    stack.callback(_drop, url, schema)
+
+    def store() -> tl.Store:  # one per contender, so each counts its own commits
+        return stack.enter_context(tl.open_store(_with_schema(url, schema)))
+
+    contenders = [
+        core.per_record(store(), "postgres", key="pg_record"),
+        core.per_call(store(), "postgres", "noop_effect", key="pg_call_effect"),
+        core.per_call(store(), "postgres", "noop_read", key="pg_call_read"),
+    ]
+    contenders.insert(0, bare_insert(url, schema, stack))
+    return interleaved(contenders, n)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    workers: int
+    calls: int
+    seconds: float
+
+    @property
+    def per_s(self) -> float:
+        return self.calls / self.seconds
+
+
+def _worker(url: str, per_worker: int, barrier: Any) -> None:
+    with tl.open_store(url) as store:
+        ledger = store.ledger(f"w-{os.getpid()}")
+        barrier.wait()
+        for i in range(per_worker):
+            block = {
+                "type": "tool_use",
+                "id": core.next_id(),
+                "name": "noop_effect",
+                "input": {"n": i},
+            }
+            tl.run_tool_uses([block], core.TOOLS, ledger=ledger)
+
+
+def throughput(
+    url: str, stack: ExitStack, workers: tuple[int, ...], per_worker: int
+) -> list[Throughput]:
+    """Non-idempotent calls per second with N worker processes, each on its own sessions."""
+    schema = f"tl_bench_{uuid.uuid4().hex[:10]}"
+    stack.callback(_drop, url, schema)
+    target = _with_schema(url, schema)
+    tl.open_store(target).close()  # migrated once, before the clock starts
+    ctx = multiprocessing.get_context("fork")
+    out = []
+    for n in workers:
+        barrier = ctx.Barrier(n + 1)
+        procs = [ctx.Process(target=_worker, args=(target, per_worker, barrier)) for _ in range(n)]
+        for p in procs:
+            p.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for p in procs:
+            p.join()
+        out.append(Throughput(n, n * per_worker, time.perf_counter() - t0))
+        if any(p.exitcode != 0 for p in procs):
+            raise RuntimeError(f"a postgres bench worker failed (workers={n})")
+    return out
