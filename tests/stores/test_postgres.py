@@ -281,7 +281,8 @@ def test_a_connection_killed_inside_a_transaction_loses_nothing(
 def test_a_commit_sent_by_a_killed_worker_is_seen_by_the_next_store(
     postgres_store_url: str, postgres_schema: str, admin: Admin
 ) -> None:
-    """A worker sends COMMIT and is killed before the answer; the commit lands a moment later.
+    """A worker sends its commit (a COMMIT, or a one-statement write in autocommit) and is killed
+    before the answer; the commit lands a moment later.
     A store opened right after the kill must not read the state from before it (the torture
     harness saw a finished call read as in doubt that way). A deferred trigger makes the commit
     take 0.7 s, so "a moment later" is wide enough to see."""
@@ -315,7 +316,8 @@ def test_a_commit_sent_by_a_killed_worker_is_seen_by_the_next_store(
         def committing() -> bool:
             row = admin.execute(
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE application_name = %s AND state = 'active' AND query = 'COMMIT'",
+                "WHERE application_name = %s AND state = 'active' "
+                "AND (query = 'COMMIT' OR query LIKE 'UPDATE effects%%')",
                 (app,),
             ).fetchone()
             return row == (1,)
@@ -632,3 +634,33 @@ def test_integrity_check_finds_a_gap_in_a_transcript(
         in_schema(admin, postgres_schema, "DELETE FROM messages WHERE seq = 1")
         problems = pg_backend(store).integrity_check()
         assert problems == ["transcript of session 's' has gaps: 2 messages, last seq 2"]
+
+
+def test_a_resent_one_statement_write_recognises_its_own_first_send(
+    postgres_store_url: str,
+) -> None:
+    """After a lost connection a one-statement write is sent again; if the first send had
+    landed, the re-send finds its own row and reports the write applied — and only its own."""
+    from dataclasses import replace as _replace
+
+    from toolledger.records import Lease
+    from toolledger.stores import _postgres as plans
+    from toolledger.stores.base import PutSession, TakeLease
+    from toolledger.stores.postgres import _drive
+    from toolledger.testing.conformance import make_state
+
+    with tl.open_store(postgres_store_url) as store:
+        mine = make_record("s", "t1", status=Status.STARTED)
+        lease = Lease(session_id="s", owner="me", token=1, expires_at=10.0)
+        state = make_state("s")
+        writes = [InsertEffect(mine), TakeLease(lease, expect_token=0), PutSession(state, None)]
+        for op in writes:
+            assert store.backend.apply("s", [op]) == [True]  # the first send, which landed
+        with store.backend._pool.connection() as conn:  # type: ignore[attr-defined]
+            for op in writes:
+                assert _drive(conn, plans.apply_again("s", [op])) == [True]
+            other = _replace(mine, worker="someone-else")
+            assert _drive(conn, plans.apply_again("s", [InsertEffect(other)])) == [False]
+            theirs = TakeLease(_replace(lease, owner="them"), expect_token=0)
+            with pytest.raises(tl.SessionBusyError):
+                _drive(conn, plans.apply_again("s", [theirs]))

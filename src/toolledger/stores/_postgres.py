@@ -313,6 +313,52 @@ def one_statement(ops: Sequence[Op]) -> bool:
     return len(ops) == 1 and not isinstance(ops[0], AppendMessages)
 
 
+def apply_again(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
+    """A one-statement batch sent again after its connection was lost with the outcome unknown.
+
+    Every statement is conditional, so sending it twice cannot do it twice. But if the first
+    send landed, this one finds its condition gone ("not applied", or a guard's conflict): then
+    the row is read back, and if it holds exactly what this batch wrote — worker id, timestamps
+    and all — the first send landed, and the batch is reported applied.
+    """
+    (op,) = ops
+    try:
+        done: list[bool] | None = yield from apply(session_id, ops)
+    except SessionConflictError as exc:
+        refused: SessionConflictError | None = exc
+        done = None
+    else:
+        refused = None
+    if done == [True]:
+        return done
+    if (yield from _holds(session_id, op)):
+        return [True]
+    if refused is not None:
+        raise refused
+    assert done is not None
+    return done
+
+
+def _holds(session_id: str, op: Op) -> Plan[bool]:
+    """Whether the store holds exactly what ``op`` writes."""
+    if isinstance(op, (InsertEffect, UpdateEffect)):
+        found = yield from rows(
+            _sql.SELECT_EFFECT, (session_id, op.record.tool_use_id), _sql.row_to_record
+        )
+        return found == [op.record]
+    if isinstance(op, PutApproval):
+        approvals = yield from read_approvals(session_id)
+        return op.record in approvals
+    if isinstance(op, PutSession):
+        return (yield from read_session(session_id)) == [op.state]
+    if isinstance(op, TakeLease):
+        return (yield from read_lease(session_id)) == [op.lease]
+    leases = yield from read_lease(session_id)
+    if isinstance(op, HoldLease):
+        return [(x.token, x.expires_at) for x in leases] == [(op.token, op.expires_at)]
+    return False  # DropLease reports its own outcome again: it is idempotent
+
+
 def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
     """Every op is one conditional statement; a failed guard raises and so rolls back the
     transaction the shell opened around the plan."""

@@ -88,8 +88,10 @@ class PostgresBackend:
         *,
         write: bool = False,
         single: bool = False,
+        again: Callable[[], plans.Plan[T]] | None = None,
         session_id: str | None = None,
     ) -> T:
+        again = again or plan
         attempt = 0
         while True:
             committing = False
@@ -99,10 +101,9 @@ class PostgresBackend:
                         return _drive(conn, plan())
                     if single:
                         # One statement in autocommit: its execution is its commit, in one
-                        # round trip instead of BEGIN, statement, COMMIT. An error from here on
-                        # may have committed it.
-                        committing = True
-                        return _drive(conn, plan())
+                        # round trip instead of BEGIN, statement, COMMIT. Sent again after a
+                        # lost connection, it checks whether the first send landed.
+                        return _drive(conn, plan() if attempt == 0 else again())
                     with conn.transaction():
                         value = _drive(conn, plan())
                         committing = True  # an error from here on is the COMMIT's
@@ -138,6 +139,7 @@ class PostgresBackend:
             plan,
             write=True,
             single=plans.one_statement(ops),
+            again=partial(plans.apply_again, session_id, ops),
             session_id=session_id,
         )
 
@@ -286,8 +288,10 @@ class AsyncPostgresBackend:
         *,
         write: bool = False,
         single: bool = False,
+        again: Callable[[], plans.Plan[T]] | None = None,
         session_id: str | None = None,
     ) -> T:
+        again = again or plan
         attempt = 0
         while True:
             pool = await self._pool()
@@ -296,9 +300,8 @@ class AsyncPostgresBackend:
                 async with pool.connection() as conn:
                     if not write:
                         return await _adrive(conn, plan())
-                    if single:
-                        committing = True  # one autocommit statement, as in the sync twin
-                        return await _adrive(conn, plan())
+                    if single:  # one autocommit statement, as in the sync twin
+                        return await _adrive(conn, plan() if attempt == 0 else again())
                     async with conn.transaction():
                         value = await _adrive(conn, plan())
                         committing = True  # an error from here on is the COMMIT's
@@ -333,6 +336,7 @@ class AsyncPostgresBackend:
             plan,
             write=True,
             single=plans.one_statement(ops),
+            again=partial(plans.apply_again, session_id, ops),
             session_id=session_id,
         )
 
