@@ -286,6 +286,17 @@ class SQLiteBackend:
             with self._lock:
                 c = self._conn
                 self._check_identity()
+                if len(group) == 1 and _one_statement(group[0].ops):
+                    # One conditional statement is a transaction of its own (autocommit): one
+                    # call into SQLite instead of BEGIN, statement, COMMIT. A guard that fails
+                    # in it has written nothing (its statement matched no row).
+                    p = group[0]
+                    try:
+                        p.flags = [self._apply_one(p.session_id, p.ops[0])]
+                    except SessionConflictError as exc:
+                        p.flags, p.error = None, exc
+                    self.commits += 1
+                    return
                 try:
                     c.execute("BEGIN IMMEDIATE")
                     for p in group:
@@ -427,6 +438,11 @@ class SQLiteBackend:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _one_statement(ops: list[Op]) -> bool:
+    """One op that writes with one statement (appending messages reads the last seq first)."""
+    return len(ops) == 1 and not isinstance(ops[0], AppendMessages)
 
 
 def _identity(path: str) -> tuple[int, int] | None:
