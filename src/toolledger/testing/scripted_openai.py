@@ -22,16 +22,14 @@ with ScriptedOpenAI([Reply(tool_uses=[ToolUse("create_ticket", {"title": "Outage
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..adapters.openai import chat_pairing_errors, responses_pairing_errors
-from .scripted import Flaky, Reply, Step, ToolUse
+from ._server import Flaky, Reply, ScriptedServer, Step, ToolUse
 
 __all__ = ["Flaky", "RawArguments", "Reply", "ScriptedOpenAI", "ToolUse"]
 
@@ -47,47 +45,14 @@ def _arguments(use: ToolUse) -> str:
     return use.arguments if isinstance(use, RawArguments) else json.dumps(use.input)
 
 
-class ScriptedOpenAI:
+class ScriptedOpenAI(ScriptedServer):
     """A fake OpenAI API server playing ``script``; use as a context manager."""
 
+    routes = ("/v1/chat/completions", "/v1/responses")
+    base_path = "/v1"
+
     def __init__(self, script: Sequence[Step], *, model: str = "gpt-scripted") -> None:
-        self.script = list(script)
-        self.model = model
-        self.requests: list[dict[str, Any]] = []
-        self.paths: list[str] = []
-        self.rejected: list[str] = []
-        self._lock = threading.Lock()
-        self._failures: dict[int, int] = {}
-        self._server: ThreadingHTTPServer | None = None
-
-    # -- lifecycle -------------------------------------------------------------------------------
-
-    def start(self) -> ScriptedOpenAI:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> ScriptedOpenAI:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        """The ``base_url`` for the SDK (it ends in ``/v1``)."""
-        assert self._server is not None, "start() the model first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        super().__init__(script, model=model)
 
     def client(self, **kwargs: Any) -> Any:
         """An ``openai.OpenAI`` pointed at this server (no retries unless asked)."""
@@ -102,44 +67,23 @@ class ScriptedOpenAI:
         kwargs.setdefault("max_retries", 0)
         return openai.AsyncOpenAI(base_url=self.url, api_key="scripted", **kwargs)
 
-    # -- answering -------------------------------------------------------------------------------
-
-    def answer(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        with self._lock:
-            self.requests.append(body)
-            self.paths.append(path)
+    def turn_of(self, path: str, body: dict[str, Any]) -> int:
         if path == "/v1/chat/completions":
-            messages = body.get("messages") or []
-            problems = chat_pairing_errors(messages)
-            turn = sum(1 for m in messages if m.get("role") == "assistant")
-        else:
-            items = _input_items(body.get("input"))
-            problems = responses_pairing_errors(items)
-            turn = _turns(items)
-        if problems:
-            return self._reject(problems[0], problems)
-        if turn >= len(self.script):
-            message = (
-                f"the script has {len(self.script)} turns; the request asks for turn {turn + 1}"
-            )
-            return self._reject(message, [message])
-        step = self.script[turn]
-        if isinstance(step, Flaky):
-            with self._lock:
-                failed = self._failures.get(turn, 0)
-                if failed < step.times:
-                    self._failures[turn] = failed + 1
-                    return step.status, _error(step.error_type, f"scripted {step.status}")
-            step = step.then
-        reply = step if isinstance(step, Reply) else step(body)
-        if path == "/v1/chat/completions":
-            return 200, self._completion(reply, body)
-        return 200, self._response(reply, body)
+            return sum(1 for m in body.get("messages") or [] if m.get("role") == "assistant")
+        return _turns(_input_items(body.get("input")))
 
-    def _reject(self, message: str, problems: list[str]) -> tuple[int, dict[str, Any]]:
-        with self._lock:
-            self.rejected.extend(problems)
-        return 400, _error("invalid_request_error", message)
+    def problems(self, path: str, body: dict[str, Any]) -> list[str]:
+        if path == "/v1/chat/completions":
+            return chat_pairing_errors(body.get("messages") or [])
+        return responses_pairing_errors(_input_items(body.get("input")))
+
+    def reply(self, path: str, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
+        if path == "/v1/chat/completions":
+            return self._completion(reply, body)
+        return self._response(reply, body)
+
+    def error(self, kind: str, message: str) -> dict[str, Any]:
+        return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
     def _completion(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
@@ -243,45 +187,3 @@ def _turns(items: list[dict[str, Any]]) -> int:
             turns += 1
         inside = out
     return turns
-
-
-def _error(kind: str, message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
-
-
-_ROUTES = ("/v1/chat/completions", "/v1/responses")
-
-
-def _handler_for(model: ScriptedOpenAI) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # headers and body go out at once: no delayed-ACK stall
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length)
-            path = self.path.split("?")[0]
-            if path not in _ROUTES:
-                self._send(404, _error("not_found_error", f"no route {self.path}"))
-                return
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                self._send(400, _error("invalid_request_error", "body is not JSON"))
-                return
-            status, payload = model.answer(path, body)
-            self._send(status, payload)
-
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.send_header("x-request-id", "req_" + uuid.uuid4().hex[:12])
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    return Handler
