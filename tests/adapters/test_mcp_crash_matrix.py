@@ -14,72 +14,36 @@ from pathlib import Path
 
 import pytest
 
-import toolledger as tl
 from toolledger._crash import POINTS
-from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
-from toolledger.testing.world import KINDS, TOOL_OF_KIND, World
+from toolledger.testing.scripted import ScriptedModel
+from toolledger.testing.world import KINDS, World
 
 from ..conftest import url_for
+from ..crashcase import assert_one_effect_per_call, crash_and_recover, script
 from .mcp_agent import MCPSpec, run_mcp_agent
 
-KILLED = -9
 CASES = [(point, kind, 1) for point in POINTS for kind in KINDS]
-
-
-def needs_intent(kind: str) -> bool:
-    return kind in ("plain", "checked")
 
 
 @pytest.mark.parametrize(("point", "kind", "calls"), CASES)
 def test_mcp_crash_matrix(point: str, kind: str, calls: int, tmp_path: Path) -> None:
     world = World(tmp_path / "world")
-    tool_name = TOOL_OF_KIND[kind]
-    script = [
-        Reply(
-            text="Opening tickets.",
-            tool_uses=[ToolUse(tool_name, {"title": f"outage {i}"}) for i in range(calls)],
-        ),
-        Reply(text="All tickets are open."),
-    ]
-    with ScriptedModel(script) as model:
+    with ScriptedModel(script(kind, calls)) as model:
         spec = MCPSpec(
             store_url=url_for("sqlite", tmp_path), base_url=model.url, world=str(world.path)
         )
-        per_call = ("after_intent", "before_record") + (
-            ("after_record",) if needs_intent(kind) else ()
+        crash_and_recover(
+            lambda at: run_mcp_agent(spec, crash_at=at),
+            spec.store_url,
+            point=point,
+            kind=kind,
+            calls=calls,
         )
-        nth = calls if point in per_call else 1
-        code, _ = run_mcp_agent(spec, crash_at=f"{point}:{nth}")
-        reachable = point != "after_intent" or needs_intent(kind)
-        assert code == (KILLED if reachable else 0)
-
-        code, result = run_mcp_agent(spec)  # resume, no crash
-        assert code == 0 and result is not None, result
-        if kind == "plain" and point in ("after_intent", "before_record"):
-            assert result["status"] == "needs_attention", result
-            assert "in doubt" in result["reason"]
-            with tl.open_store(spec.store_url) as store:
-                (doubt,) = store.ledger("outage-42").in_doubt()
-                happened = point == "before_record"
-                store.ledger("outage-42").resolve(doubt.tool_use_id, happened=happened, by="test")
-            code, result = run_mcp_agent(spec)
-            assert code == 0 and result is not None
-        assert result["status"] == "completed", result
-
         assert model.rejected == [], "every request obeyed the pairing rule"
         final = model.requests[-1]["messages"][-1]
         results = [b for b in final["content"] if b["type"] == "tool_result"]
         assert len(results) == calls and not any(r.get("is_error") for r in results)
-
-    tickets = world.tickets()
-    assert sorted(t["title"] for t in tickets) == [f"outage {i}" for i in range(calls)], (
-        "exactly one effect per call, on the server"
-    )
-    executions = world.executions(tool_name)
-    if kind in ("plain", "checked"):
-        assert len(executions) == calls, "a non-idempotent MCP tool never ran twice"
-    else:
-        assert calls <= len(executions) <= 2 * calls, "safe tools may re-run; effects did not"
+    executions = assert_one_effect_per_call(world, kind, calls)  # counted on the server's side
     if kind in ("checked", "keyed"):
         assert all(e["key"] and e["key"].startswith("tl-") for e in executions), (
             "every call carried its idempotency key in _meta"

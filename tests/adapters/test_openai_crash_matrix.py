@@ -18,18 +18,12 @@ import pytest
 import toolledger as tl
 from toolledger._crash import POINTS
 from toolledger.adapters.openai import ERROR_PREFIX
-from toolledger.testing.scripted import Reply, ToolUse
 from toolledger.testing.scripted_openai import ScriptedOpenAI
-from toolledger.testing.world import KINDS, TOOL_OF_KIND, AgentSpec, World, run_agent
+from toolledger.testing.world import KINDS, AgentSpec, World, run_agent
 from toolledger.verify import verify
 
 from ..conftest import url_for
-
-KILLED = -9
-
-
-def needs_intent(kind: str) -> bool:
-    return kind in ("plain", "checked")
+from ..crashcase import SESSION, assert_one_effect_per_call, crash_and_recover, script
 
 
 def last_results(provider: str, body: dict[str, Any]) -> list[str]:
@@ -55,56 +49,25 @@ def test_openai_crash_matrix(
     provider: str, point: str, kind: str, calls: int, tmp_path: Path
 ) -> None:
     world = World(tmp_path / "world")
-    tool_name = TOOL_OF_KIND[kind]
-    script = [
-        Reply(
-            text="Opening tickets.",
-            tool_uses=[ToolUse(tool_name, {"title": f"outage {i}"}) for i in range(calls)],
-        ),
-        Reply(text="All tickets are open."),
-    ]
-    with ScriptedOpenAI(script) as model:
+    with ScriptedOpenAI(script(kind, calls)) as model:
         spec = AgentSpec(
             store_url=url_for("sqlite", tmp_path),
             base_url=model.url,
             world=str(world.path),
-            session="outage-42",
+            session=SESSION,
             model="gpt-scripted",
             provider=provider,
         )
-        per_call = ("after_intent", "before_record") + (
-            ("after_record",) if needs_intent(kind) else ()
+        crash_and_recover(
+            lambda at: run_agent(spec, crash_at=at),
+            spec.store_url,
+            point=point,
+            kind=kind,
+            calls=calls,
         )
-        nth = calls if point in per_call else 1
-        code, _ = run_agent(spec, crash_at=f"{point}:{nth}")
-        reachable = point != "after_intent" or needs_intent(kind)
-        assert code == (KILLED if reachable else 0)
-
-        code, result = run_agent(spec)  # resume, no crash
-        assert code == 0 and result is not None
-        if kind == "plain" and point in ("after_intent", "before_record"):
-            assert result["status"] == "needs_attention", result
-            assert "in doubt" in result["reason"]
-            with tl.open_store(spec.store_url) as store:
-                (doubt,) = store.ledger("outage-42").in_doubt()
-                happened = point == "before_record"
-                store.ledger("outage-42").resolve(doubt.tool_use_id, happened=happened, by="test")
-            code, result = run_agent(spec)
-            assert code == 0 and result is not None
-        assert result["status"] == "completed", result
-
         assert model.rejected == [], "every request obeyed the pairing rule"
         results = last_results(provider, model.requests[-1])
         assert len(results) == calls and not any(r.startswith(ERROR_PREFIX) for r in results)
         with tl.open_store(spec.store_url) as store:
             assert verify(store) == [], "the transcript agrees with the ledger"
-
-    tickets = world.tickets()
-    assert sorted(t["title"] for t in tickets) == [f"outage {i}" for i in range(calls)], (
-        "exactly one effect per call"
-    )
-    executions = world.executions(tool_name)
-    if kind in ("plain", "checked"):
-        assert len(executions) == calls, "a non-idempotent tool never ran twice"
-    else:
-        assert calls <= len(executions) <= 2 * calls, "safe tools may re-run; effects did not"
+    assert_one_effect_per_call(world, kind, calls)
