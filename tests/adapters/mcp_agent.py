@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import os
 import sys
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from toolledger.testing.world import run_forked
 
 SERVER = str(Path(__file__).with_name("mcp_ticket_server.py"))
 
@@ -92,21 +92,4 @@ def run_mcp_agent(
     import anthropic  # noqa: F401 - imported once here, inherited by every forked child
     import mcp  # noqa: F401
 
-    result = Path(spec.world) / f"result-{uuid.uuid4().hex[:8]}.json"
-    proc = multiprocessing.get_context("fork").Process(
-        target=_child, args=(spec, crash_at, str(result))
-    )
-    proc.start()
-    proc.join(timeout)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-        raise TimeoutError(f"the MCP agent did not finish in {timeout}s")
-    assert proc.exitcode is not None
-    try:
-        found: dict[str, Any] | None = json.loads(result.read_text())
-    except FileNotFoundError:
-        found = None
-    finally:
-        result.unlink(missing_ok=True)
-    return proc.exitcode, found
+    return run_forked(_child, (spec, crash_at), Path(spec.world), timeout=timeout)

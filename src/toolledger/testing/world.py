@@ -21,14 +21,15 @@ import json
 import multiprocessing
 import os
 import uuid
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..approvals import ApprovalRequest, queue
 from ..tools import Tool, ToolContext, ToolSet, tool
 
-__all__ = ["KINDS", "AgentSpec", "World", "run_agent"]
+__all__ = ["KINDS", "AgentSpec", "World", "run_agent", "run_forked"]
 
 KINDS = ("plain", "checked", "keyed", "idempotent")
 TOOL_OF_KIND = {
@@ -240,15 +241,28 @@ def run_agent(
         warm = openai.OpenAI(base_url=spec.base_url, api_key="scripted")
         _ = warm.chat.completions, warm.responses
 
-    result = Path(spec.world) / f"result-{uuid.uuid4().hex[:8]}.json"
+    return run_forked(_child, (spec, crash_at), Path(spec.world), timeout=timeout)
+
+
+def run_forked(
+    target: Callable[..., None],
+    args: tuple[Any, ...],
+    directory: Path,
+    *,
+    timeout: float = 60,
+) -> tuple[int, dict[str, Any] | None]:
+    """Run ``target(*args, result_path)`` in a forked process; it writes its JSON result there.
+    Returns the exit code (``-9`` when it was killed) and the result (``None`` when there was
+    none). Raises ``TimeoutError`` (after killing it) if it does not finish in ``timeout``."""
+    result = directory / f"result-{uuid.uuid4().hex[:8]}.json"
     ctx = multiprocessing.get_context("fork")
-    proc = ctx.Process(target=_child, args=(spec, crash_at, str(result)))
+    proc = ctx.Process(target=target, args=(*args, str(result)))
     proc.start()
     proc.join(timeout)
     if proc.is_alive():
         proc.kill()
         proc.join()
-        raise TimeoutError(f"the agent process did not finish in {timeout}s: {asdict(spec)}")
+        raise TimeoutError(f"the forked process did not finish in {timeout}s: {args!r:.300}")
     assert proc.exitcode is not None
     try:
         found: dict[str, Any] | None = json.loads(result.read_text())
