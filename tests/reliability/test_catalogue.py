@@ -154,8 +154,8 @@ def test_a_tool_use_without_input_is_read_as_an_empty_input(store: tl.Store) -> 
 class DuplicatingModel(ScriptedModel):
     """A model API that answers with one tool_use id twice."""
 
-    def _message(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
-        message = super()._message(reply, body)
+    def reply(self, path: str, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
+        message = super().reply(path, reply, body)
         uses = [b for b in message["content"] if b["type"] == "tool_use"]
         for b in uses[1:]:
             b["id"] = uses[0]["id"]
