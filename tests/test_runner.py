@@ -555,3 +555,16 @@ def test_sync_runner_inside_an_event_loop_refuses_async_tools(ledger: tl.Ledger)
 
     asyncio.run(main())
     assert ledger.records() == [], "refused before anything was written"
+
+
+def test_an_error_message_the_api_could_not_encode_is_made_valid(
+    run: Runner, ledger: tl.Ledger
+) -> None:
+    @tl.tool
+    def broken() -> str:
+        raise ValueError("bad byte \udc80 in the reply")
+
+    (result,) = run([tool_use("toolu_1", "broken")], [broken], ledger=ledger)
+    assert result["is_error"] is True
+    assert result["content"] == "'broken' failed: ValueError: bad byte \ufffd in the reply"
+    result["content"].encode("utf-8")

@@ -89,8 +89,10 @@ class CallOutcome:
 
     def __post_init__(self) -> None:
         # An error message can carry text UTF-8 cannot hold (an exception's repr); the model
-        # APIs would refuse the whole request for it.
-        self.content = valid_unicode(self.content)
+        # APIs would refuse the whole request for it. A result's content needs no check (and a
+        # 1 MiB one should not pay a scan): ``codec.content_of`` never yields a lone surrogate.
+        if self.is_error:
+            self.content = valid_unicode(self.content)
 
 
 @dataclass(slots=True)
@@ -259,7 +261,7 @@ def _record(
         status=status,
         attempt=attempt,
         result=result,
-        error=error,
+        error=valid_unicode(error),  # an exception's text may hold what no store can encode
         created_at=created_at if created_at is not None else now,
         updated_at=now,
         approved_by=approved_by,
