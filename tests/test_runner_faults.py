@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 import toolledger as tl
 from toolledger.codec import input_hash
-from toolledger.records import EffectRecord, Status
+from toolledger.records import EffectRecord, Holder, Status
 from toolledger.stores.base import InsertEffect, Op
 from toolledger.testing import Counter
 
@@ -117,6 +118,7 @@ def test_outcome_lost_with_the_next_intent_alerts_for_the_first_call(
 
 
 def _their_record(status: Status, result: str | None = None) -> EffectRecord:
+    """Worker B, on another host, wrote this a moment ago: its attempt runs until its deadline."""
     return EffectRecord(
         session_id="s",
         tool_use_id="toolu_1",
@@ -125,9 +127,11 @@ def _their_record(status: Status, result: str | None = None) -> EffectRecord:
         status=status,
         attempt=1,
         result=result,
-        created_at=1.0,
-        updated_at=1.0,
+        created_at=time.time(),
+        updated_at=time.time(),
         worker="worker-B",
+        holder=Holder(host="another-host", pidns="4026531836", pid=12, start=1),
+        deadline=time.time() + 300,
     )
 
 

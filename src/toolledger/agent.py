@@ -47,8 +47,9 @@ from .drivers import (
     refuse_async_in_loop,
 )
 from .errors import ConfigurationError, CorruptLedgerError, LedgerWriteError, ModelCallError
+from .outcomes import Batch, CallOutcome, Disposition
 from .records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage, ToolCall
-from .runner import Batch, CallOutcome, Disposition, process_batch
+from .runner import process_batch
 from .stores.base import AppendMessages, Op, PutSession, Store, check_session_id
 from .tools import ToolSet
 
@@ -171,10 +172,17 @@ class Agent:
         current: Lease | None = yield ReadLease()
         owner = f"{self.store.worker_id}/{uuid.uuid4().hex[:6]}"
         take = leases.take(
-            current, session_id=sid, owner=owner, now=self.store.clock(), ttl=self.lease_ttl
+            current,
+            session_id=sid,
+            owner=owner,
+            holder=self.store.runtime.holder,
+            now=self.store.now(),
+            ttl=self.lease_ttl,
+            runtime=self.store.runtime,
         )
         yield from self._commit(sid, [take])
         yield Fence(take.lease, self.lease_ttl)
+        token = take.lease.token
         s = yield from self._open(sid, prompt)
         if s is None:
             return (yield from self._result(sid, ()))
@@ -189,7 +197,7 @@ class Agent:
                     if s.state.status is not RunStatus.COMPLETED:
                         s = yield from self._set_status(s, RunStatus.COMPLETED, None)
                     return self._finish(s, alerts)
-                s, stop = yield from self._run_tools(s, alerts)
+                s, stop = yield from self._run_tools(s, alerts, token)
                 if stop:
                     return self._finish(s, alerts)
                 continue
@@ -304,7 +312,7 @@ class Agent:
         return _Session(new, [*s.messages, message], calls=turn.calls)
 
     def _run_tools(
-        self, s: _Session, alerts: list[LedgerWriteError]
+        self, s: _Session, alerts: list[LedgerWriteError], token: int
     ) -> Generator[Request, Any, tuple[_Session, bool]]:
         """Run (or reconcile) the pending calls of the last assistant message; commit
         checkpoint B with the last outcome. Returns the session and whether to stop."""
@@ -339,7 +347,7 @@ class Agent:
             ledger,
             can_ask=self.approve is not None,
             tail=checkpoint_b,
-            exclusive=True,
+            lease_token=token,
         )
         alerts.extend(batch.alerts)
         if batch.commit_error is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import ToolLedgerError
-from .records import ApprovalRecord, ApprovalStatus
+from .records import ApprovalRecord, ApprovalStatus, Status
 from .stores.base import PutApproval
 
 if TYPE_CHECKING:
@@ -60,11 +60,14 @@ class ApprovalRequest:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Decision:
     """An approver's answer with its author; a plain ``bool`` is accepted too. ``pending``: no
-    answer yet (the request is queued for a person)."""
+    answer yet (the request is queued for a person). ``approval``: the persisted request this
+    answers (the queue's), which the runner uses up in the same commit as what it allows — so a
+    decision is used once, and never without the call's intent."""
 
     approved: bool
     by: str | None = None
     pending: bool = False
+    approval: ApprovalRecord | None = field(default=None, repr=False, compare=False)
 
 
 PENDING = Decision(approved=False, pending=True)
@@ -130,18 +133,33 @@ class ApprovalQueue:
             and current.input_hash == request.input_hash
             and current.in_doubt == request.in_doubt
         )
+        if bound and current.status is ApprovalStatus.USED and _progressed(request):
+            # Used up by a racing worker whose intent is already in the ledger: this caller read
+            # the ledger before that commit. Its intent will meet that record and give way to
+            # it (the stored outcome, or EffectInProgressError) — nobody is asked again.
+            return Decision(approved=True, by=current.decided_by, approval=current)
         if not bound or current.status is ApprovalStatus.USED:
             # A decision about another question (other input, or a first run when this is an
-            # in-doubt re-run) or one already spent: this is a new request.
+            # in-doubt re-run), or one spent on an attempt that has since been resolved as not
+            # having happened: this is a new request.
             store.apply(request.session_id, [PutApproval(fresh, current.status)])
             return PENDING
         if current.status is ApprovalStatus.PENDING:
             return PENDING
-        used = replace(current, status=ApprovalStatus.USED, used_at=store.clock())
-        (won,) = store.apply(request.session_id, [PutApproval(used, current.status)])
-        if not won:
-            return PENDING  # decided again or used by someone else meanwhile: ask afresh
-        return Decision(approved=current.status is ApprovalStatus.APPROVED, by=current.decided_by)
+        # Not used up here: the runner does it in the commit that records the intent.
+        return Decision(
+            approved=current.status is ApprovalStatus.APPROVED,
+            by=current.decided_by,
+            approval=current,
+        )
+
+
+def _progressed(request: ApprovalRequest) -> bool:
+    """Whether the call has a record that a used approval can have led to (an attempt that has
+    started or finished, not one resolved as not having happened)."""
+    assert request.ledger is not None
+    record = request.ledger.get(request.tool_use_id)
+    return record is not None and record.status is not Status.NOT_HAPPENED
 
 
 queue = ApprovalQueue()

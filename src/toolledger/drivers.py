@@ -22,7 +22,13 @@ from typing import Any, Protocol, TypeVar
 
 from . import leases
 from .approvals import ApprovalRequest, normalise
-from .errors import ConfigurationError, LedgerWriteError, SessionConflictError, StoreError
+from .errors import (
+    ConfigurationError,
+    LedgerWriteError,
+    OutcomeUnknown,
+    SessionConflictError,
+    StoreError,
+)
 from .records import Lease
 from .stores.base import DropLease, Op, Store
 
@@ -40,6 +46,7 @@ __all__ = [
     "ReadMessages",
     "ReadSession",
     "Request",
+    "Sleep",
     "adrive",
     "drive",
     "refuse_async_in_loop",
@@ -69,9 +76,12 @@ class ReadMessages:
 @dataclass(frozen=True, slots=True)
 class Commit:
     """Commit ops in one transaction; answered with the per-op flags or a ``Failure`` holding a
-    ``StoreError`` or ``SessionConflictError``."""
+    ``StoreError`` or ``SessionConflictError``. ``fenced=False`` leaves the run's lease fence
+    out: for an attempt's outcome written after a take-over (a compare-and-set on its record
+    needs no fence)."""
 
     ops: list[Op]
+    fenced: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +91,20 @@ class Ask:
 
 @dataclass(frozen=True, slots=True)
 class Invoke:
-    """Call a tool or a check; answered with its value or a ``Failure``."""
+    """Call a tool or a check; answered with its value or a ``Failure``. An ``async def`` one is
+    cancelled after ``timeout`` seconds, answered with ``Failure(OutcomeUnknown)``; a plain
+    function cannot be stopped and runs to its end."""
 
     fn: Callable[[], Any]
     is_async: bool
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait ``seconds`` (for another attempt to finish)."""
+
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +151,7 @@ Request = (
     | Alert
     | CallModel
     | Fence
+    | Sleep
 )
 
 
@@ -155,13 +176,13 @@ class IOContext:
     # flight can never land after the give-back (and keep a finished run's lease alive).
     guard: threading.Lock = field(default_factory=threading.Lock)
 
-    def fenced(self, ops: list[Op]) -> list[Op]:
-        if self.fence is None:
+    def fenced(self, ops: list[Op], fenced: bool = True) -> list[Op]:
+        if self.fence is None or not fenced:
             return ops
-        return [leases.fence(self.fence.lease, self.store.clock, self.fence.ttl), *ops]
+        return [leases.fence(self.fence.lease, self.store.now, self.fence.ttl), *ops]
 
-    def unfenced(self, flags: list[bool]) -> list[bool]:
-        return flags[1:] if self.fence is not None else flags
+    def unfenced(self, flags: list[bool], fenced: bool = True) -> list[bool]:
+        return flags[1:] if self.fence is not None and fenced else flags
 
 
 class _Heartbeats:
@@ -231,7 +252,7 @@ async def _abeat(io: IOContext, fence: Fence) -> None:
 
 def _hold(io: IOContext, fence: Fence) -> None:
     io.fence = fence
-    leases.live_runs.add(fence.lease.owner)
+    io.store.runtime.live_runs.add(fence.lease.owner)
 
 
 def _drop_lease(io: IOContext) -> list[Op]:
@@ -239,7 +260,7 @@ def _drop_lease(io: IOContext) -> list[Op]:
         return []
     lease = io.fence.lease
     io.fence = None
-    leases.live_runs.discard(lease.owner)
+    io.store.runtime.live_runs.discard(lease.owner)
     return [DropLease(lease.session_id, lease.token)]
 
 
@@ -251,13 +272,13 @@ def _emit(alert: LedgerWriteError, on_alert: AlertHook | None) -> Any:
     return on_alert(alert) if on_alert is not None else None
 
 
-def _call_sync(fn: Callable[[], Any]) -> Any:
+def _call_sync(fn: Callable[[], Any], timeout: float | None = None) -> Any:
     value = fn()
     if inspect.isawaitable(value):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(_await(value))
+            return asyncio.run(_await(value, timeout))
         if inspect.iscoroutine(value):
             value.close()
         raise ConfigurationError(
@@ -284,8 +305,16 @@ def refuse_async_in_loop(tools: Iterable[Any], where: str) -> None:
         )
 
 
-async def _await(value: Awaitable[T]) -> T:
-    return await value
+async def _await(value: Awaitable[T], timeout: float | None = None) -> T:
+    if timeout is None:
+        return await value
+    try:
+        return await asyncio.wait_for(value, timeout)
+    except TimeoutError:
+        raise OutcomeUnknown(
+            f"it was cancelled at its deadline, {timeout:g}s after it started (raise the "
+            "tool's timeout= if it needs longer)"
+        ) from None
 
 
 def _is_async(fn: Any) -> bool:
@@ -294,10 +323,10 @@ def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 
-async def _acall(fn: Callable[[], Any], is_async: bool) -> Any:
+async def _acall(fn: Callable[[], Any], is_async: bool, timeout: float | None = None) -> Any:
     value = await asyncio.to_thread(fn) if not is_async else fn()
     if inspect.isawaitable(value):
-        value = await value
+        value = await _await(value, timeout)
     return value
 
 
@@ -332,14 +361,18 @@ def _answer(request: Request, io: IOContext) -> Any:
         return backend.read_effects(sid, request.tool_use_ids)
     if isinstance(request, Commit):
         try:
-            return io.unfenced(io.store.apply(sid, io.fenced(request.ops)))
+            ops = io.fenced(request.ops, request.fenced)
+            return io.unfenced(io.store.apply(sid, ops), request.fenced)
         except _COMMIT_ERRORS as exc:
             return Failure(exc)
     if isinstance(request, Invoke):
         try:
-            return _call_sync(request.fn)
+            return _call_sync(request.fn, request.timeout)
         except Exception as exc:
             return Failure(exc)
+    if isinstance(request, Sleep):
+        time.sleep(request.seconds)
+        return None
     if isinstance(request, Ask):
         return normalise(_call_sync(partial(io.approve, request.request)), io.approve)
     if isinstance(request, CallModel):
@@ -395,14 +428,18 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
         return await backend.read_effects(sid, request.tool_use_ids)
     if isinstance(request, Commit):
         try:
-            return io.unfenced(await io.store.aapply(sid, io.fenced(request.ops)))
+            ops = io.fenced(request.ops, request.fenced)
+            return io.unfenced(await io.store.aapply(sid, ops), request.fenced)
         except _COMMIT_ERRORS as exc:
             return Failure(exc)
     if isinstance(request, Invoke):
         try:
-            return await _acall(request.fn, request.is_async)
+            return await _acall(request.fn, request.is_async, request.timeout)
         except Exception as exc:
             return Failure(exc)
+    if isinstance(request, Sleep):
+        await asyncio.sleep(request.seconds)
+        return None
     if isinstance(request, Ask):
         call = partial(io.approve, request.request)
         return normalise(await _acall(call, _is_async(io.approve)), io.approve)

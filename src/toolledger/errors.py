@@ -8,7 +8,7 @@ ToolLedgerError                      base of everything below
 │                                    or one tool_use id twice in one message
 ├── InvalidSessionIdError (ValueError)
 ├── LedgerMismatchError (ValueError) a tool_use id already recorded with another tool or input
-├── EffectInProgressError            another worker holds the call and has not finished it
+├── EffectInProgressError            another attempt at the call may still be running
 ├── SessionConflictError             the session moved on since this worker read it
 │   ├── SessionBusyError             another worker holds the session's lease
 │   └── LeaseLostError               this worker's lease was taken over: its writes are refused
@@ -19,7 +19,9 @@ ToolLedgerError                      base of everything below
 │   ├── StoreUnavailableError        the database or directory went away
 │   ├── SchemaVersionError           the store was written by a newer toolledger
 │   └── LedgerWriteError             an effect happened but its record could not be written
-│                                    (the alert of DESIGN.md rule 4; passed to ``on_alert``)
+│       │                            (the alert of DESIGN.md rule 4; passed to ``on_alert``)
+│       └── LateOutcomeError         an attempt reported after the call was settled otherwise:
+│                                    both attempts may have taken effect
 └── OutcomeUnknown                   raised *by a tool*: "I may have done it" (leaves it in doubt)
 ```
 
@@ -36,6 +38,7 @@ __all__ = [
     "CorruptLedgerError",
     "EffectInProgressError",
     "InvalidSessionIdError",
+    "LateOutcomeError",
     "LeaseLostError",
     "LedgerMismatchError",
     "LedgerWriteError",
@@ -109,16 +112,26 @@ class LedgerMismatchError(ToolLedgerError, ValueError):
 
 
 class EffectInProgressError(ToolLedgerError):
-    """Another worker started this call and has not recorded its outcome yet.
+    """Another attempt at this call may still be running (another thread, process, worker or
+    host), so it can be neither run again nor settled now.
 
-    Retry later: you will get the stored result once it finishes. ``holder`` names the worker.
+    Retry later: you will get the stored result once it finishes. ``holder`` names the worker;
+    ``until`` is the store-clock time after which it will be judged again (``None``: for as long
+    as its process, on this host, lives).
     """
 
     def __init__(
-        self, message: str, *, session_id: str, tool_use_id: str, holder: str | None
+        self,
+        message: str,
+        *,
+        session_id: str,
+        tool_use_id: str,
+        holder: str | None,
+        until: float | None = None,
     ) -> None:
         super().__init__(message, session_id=session_id, tool_use_id=tool_use_id)
         self.holder = holder
+        self.until = until
 
 
 class SessionConflictError(ToolLedgerError):
@@ -239,6 +252,49 @@ class LedgerWriteError(StoreError):
             "tool": self.tool,
             "store": self.url,
             "cause": repr(self.cause) if self.cause is not None else None,
+        }
+
+
+class LateOutcomeError(LedgerWriteError):
+    """An attempt's outcome arrived after the call had been settled another way: a later attempt
+    replaced it, or a person resolved it. The attempt's outcome is kept in the record's
+    ``history`` (``toolledger verify`` reports it); if it succeeded, the world may hold the
+    effect twice. ``attempt`` is the late attempt, ``current`` what the record says now.
+
+    Only a process that was paused or cut off past its deadline can cause this (DESIGN.md rule
+    14): a tool that forwards ``ctx.idempotency_key`` lets the receiver refuse the repeat.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        tool_use_id: str,
+        tool: str,
+        result: str,
+        attempt: int,
+        current: str,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(
+            message,
+            session_id=session_id,
+            tool_use_id=tool_use_id,
+            tool=tool,
+            result=result,
+            cause=None,
+            url=url,
+        )
+        self.attempt = attempt
+        self.current = current
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **super().as_dict(),
+            "alert": "late_outcome",
+            "attempt": self.attempt,
+            "current": self.current,
         }
 
 

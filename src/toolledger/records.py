@@ -5,21 +5,26 @@ Everything here is an immutable value; the stores persist these and nothing else
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "SAFE_RERUN",
     "ApprovalRecord",
     "ApprovalStatus",
     "EffectClass",
     "EffectRecord",
+    "Holder",
     "Lease",
+    "PastAttempt",
     "RunStatus",
     "SessionState",
     "Status",
     "StoredMessage",
     "ToolCall",
+    "history_from_json",
+    "history_json",
 ]
 
 
@@ -71,6 +76,110 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Holder:
+    """Which process runs an attempt or holds a lease — precisely enough to tell, later and from
+    elsewhere, whether that very process still exists.
+
+    ``host`` is the host identity (``TOOLLEDGER_HOST_ID``, else the kernel's boot id) and
+    ``pidns`` the PID namespace (the inode of ``/proc/self/ns/pid``): together they name one
+    process table. ``start`` is the process's start time in clock ticks since boot, so a pid
+    reused by another process is not mistaken for the holder. An empty ``host`` or ``pidns``
+    means "unknown": such a holder is never judged by a process table, only by its lease and its
+    deadline (see ``toolledger.liveness``).
+    """
+
+    host: str
+    pidns: str
+    pid: int
+    start: int
+
+    def text(self) -> str:
+        """The stored form: ``host/pidns/pid/start``."""
+        return f"{self.host}/{self.pidns}/{self.pid}/{self.start}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> Holder | None:
+        """The holder a stored text names; ``None`` for nothing or anything unreadable."""
+        if not text:
+            return None
+        parts = text.rsplit("/", 3)
+        if len(parts) != 4 or not parts[2].isdigit() or not parts[3].isdigit():
+            return None
+        return cls(host=parts[0], pidns=parts[1], pid=int(parts[2]), start=int(parts[3]))
+
+
+SAFE_RERUN = "the tool is safe to run again"
+"""How ``PastAttempt.settled`` begins for an attempt replaced because a re-run is harmless."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PastAttempt:
+    """An earlier attempt of a call, kept in its record once a later attempt replaced it.
+
+    ``at`` is when its record was last written (its intent, or the word that settled it).
+    ``settled`` says how the attempt was judged over before the next one began (a person said it
+    did not happen, its check found nothing, the tool is safe to run again, an approver allowed
+    a re-run, a person forced it). ``late`` is what the attempt itself reported *after* it had
+    been replaced — ``succeeded`` or ``failed: …`` — and ``late_result`` its result: then both
+    attempts may have taken effect, and ``toolledger verify`` says so.
+    """
+
+    attempt: int
+    worker: str | None
+    holder: Holder | None
+    at: float
+    deadline: float | None
+    settled: str
+    late: str | None = None
+    late_result: str | None = None
+
+    @property
+    def took_effect_late(self) -> bool:
+        """It reported success after it was replaced, and nothing vouches that its effect and
+        the next attempt's are one (a tool safe to run again would)."""
+        return self.late == "succeeded" and not self.settled.startswith(SAFE_RERUN)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "worker": self.worker,
+            "holder": None if self.holder is None else self.holder.text(),
+            "at": self.at,
+            "deadline": self.deadline,
+            "settled": self.settled,
+            "late": self.late,
+            "late_result": self.late_result,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> PastAttempt:
+        """Raises ``KeyError``/``TypeError``/``ValueError`` for a damaged entry."""
+        deadline = raw["deadline"]
+        return cls(
+            attempt=int(raw["attempt"]),
+            worker=raw["worker"],
+            holder=Holder.parse(raw["holder"]),
+            at=float(raw["at"]),
+            deadline=None if deadline is None else float(deadline),
+            settled=str(raw["settled"]),
+            late=raw.get("late"),
+            late_result=raw.get("late_result"),
+        )
+
+
+def history_json(history: tuple[PastAttempt, ...]) -> list[dict[str, Any]]:
+    return [a.as_json() for a in history]
+
+
+def history_from_json(raw: Any) -> tuple[PastAttempt, ...]:
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError("an attempt history must be a list")
+    return tuple(PastAttempt.from_json(a) for a in raw)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EffectRecord:
     """The ledger's record of one ``(session_id, tool_use_id)``.
 
@@ -79,6 +188,14 @@ class EffectRecord:
     ``succeeded`` one — how it was settled (its check found it; a person resolved it).
     ``attempt`` counts executions begun (0: recorded without an intent, as safe calls are).
     ``approved_by`` names who approved a high-impact call.
+
+    An intent (``started``) names its attempt's owner: ``worker`` (``host:pid:…``, for people),
+    ``holder`` (the process, for liveness), ``lease_token`` (the session lease it ran under, if
+    any) and ``deadline`` (on the store's clock: its start plus the tool's ``timeout``). A
+    ``started`` record whose ``holder`` is ``None`` but which has a deadline was *released* by its
+    worker (it knows the attempt is over, outcome unknown); with neither it was written by
+    toolledger 0.1, before attempts had an identity, and counts as running until ``updated_at``
+    plus the default timeout. ``history`` keeps the attempts a later one replaced.
     """
 
     session_id: str
@@ -93,11 +210,26 @@ class EffectRecord:
     updated_at: float
     approved_by: str | None = None
     worker: str | None = None
+    holder: Holder | None = None
+    lease_token: int | None = None
+    deadline: float | None = None
+    history: tuple[PastAttempt, ...] = ()
 
     @property
     def in_doubt(self) -> bool:
-        """Started and never finished: nobody knows whether the effect happened."""
+        """Started and never finished. Whether its attempt may still be running is a separate
+        question (``toolledger.liveness.judge``): only a finished attempt is truly in doubt."""
         return self.status is Status.STARTED
+
+    @property
+    def released(self) -> bool:
+        """Its worker declared the attempt over, outcome unknown."""
+        return self.status is Status.STARTED and self.holder is None and self.deadline is not None
+
+    @property
+    def late_effects(self) -> list[PastAttempt]:
+        """Replaced attempts that reported success afterwards: their effect happened too."""
+        return [a for a in self.history if a.took_effect_late]
 
 
 class RunStatus(StrEnum):
@@ -177,13 +309,20 @@ class ApprovalRecord:
     decided_by: str | None = None
     used_at: float | None = None
 
+    def consumed(self, *, at: float) -> ApprovalRecord:
+        """This decision, used up by the call it decided (at ``at``)."""
+        return replace(self, status=ApprovalStatus.USED, used_at=at)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Lease:
     """Who runs a session now. ``token`` is the fencing token: it grows with every take-over, and
-    a write carrying an older one is refused. ``owner`` is ``host:pid:…`` of the holder."""
+    a write carrying an older one is refused. ``owner`` is ``host:pid:…/run`` of the holder (for
+    people), ``holder`` its process (for liveness; ``None`` in leases written by toolledger 0.1).
+    ``expires_at`` is on the store's clock; ``0`` means given back."""
 
     session_id: str
     owner: str
     token: int
     expires_at: float
+    holder: Holder | None = None

@@ -2,9 +2,10 @@
 
 Every unfinished agent session of the agent's store — ``running`` (interrupted), ``failed`` (the
 model API failed), ``needs_attention`` and ``awaiting_approval`` (which go on if a person has
-settled them since) — whose lease is free (never taken, expired, or held by a process of this
-host that no longer exists) is run again with ``agent.run(session=...)``, on ``workers``
-threads. A session another worker takes meanwhile is skipped, not fought over: the lease decides.
+settled them since) — whose lease is free (never taken, given back, expired, or held by a
+process of this host that no longer exists) is run again with ``agent.run(session=...)``, on
+``workers`` threads. A session another worker takes meanwhile is skipped, not fought over: the
+lease decides.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .agent import Agent, Run
-from .errors import SessionBusyError, ToolLedgerError
+from .errors import EffectInProgressError, SessionBusyError, ToolLedgerError
 from .leases import is_free
 from .records import RunStatus
 
@@ -42,12 +43,13 @@ class Resumed:
 def resumable(agent: Agent) -> list[str]:
     """The sessions ``resume_all`` would run now, oldest update first."""
     store = agent.store
-    now = store.clock()
+    now = store.now()
     states = sorted(store.backend.list_sessions(), key=lambda s: s.updated_at)
     return [
         s.session_id
         for s in states
-        if s.status in RESUMABLE and is_free(store.backend.read_lease(s.session_id), now)
+        if s.status in RESUMABLE
+        and is_free(store.backend.read_lease(s.session_id), now, store.runtime)
     ]
 
 
@@ -65,6 +67,8 @@ def resume_all(agent: Agent, *, workers: int = 1) -> list[Resumed]:
             return Resumed(session_id, run=agent.run(session=session_id))
         except SessionBusyError as exc:
             return Resumed(session_id, skipped=f"taken by {exc.owner}")
+        except EffectInProgressError as exc:
+            return Resumed(session_id, skipped=f"a call is still in progress: {exc.message}")
         except ToolLedgerError as exc:
             return Resumed(session_id, error=exc)
 

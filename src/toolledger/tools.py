@@ -8,6 +8,7 @@ model.
 from __future__ import annotations
 
 import inspect
+import time
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
@@ -20,7 +21,10 @@ from .codec import DEFAULT_MAX_RESULT_BYTES
 from .errors import ConfigurationError
 from .records import EffectClass
 
-__all__ = ["SchemaTool", "Tool", "ToolContext", "ToolSet", "tool"]
+__all__ = ["DEFAULT_TIMEOUT", "SchemaTool", "Tool", "ToolContext", "ToolSet", "tool"]
+
+DEFAULT_TIMEOUT = 300.0
+"""Seconds one attempt of a tool may take before it is past its deadline (``@tool(timeout=)``)."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,6 +47,17 @@ class ToolContext:
     idempotency_key: str
     in_doubt: bool = False
     attempt: int = 1
+    deadline: float | None = None
+    """When this attempt should be done, in epoch seconds on this worker's clock (``time.time``
+    unless the store was given another): the tool's ``timeout`` after it started. Past it,
+    another worker may judge the attempt over — pass what is left (``remaining()``) to your own
+    client's timeout."""
+
+    def remaining(self) -> float | None:
+        """Seconds left before ``deadline`` (never negative); ``None`` without one."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.time())
 
 
 class InputError(ValueError):
@@ -74,12 +89,14 @@ class Tool(Generic[P, R]):
         forwards_idempotency_key: bool = False,
         name: str | None = None,
         description: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         try:
             self.effect = EffectClass(effect)
         except ValueError:
             choices = ", ".join(repr(e.value) for e in EffectClass)
             raise ConfigurationError(f"effect={effect!r} is not one of {choices}") from None
+        self.timeout = _check_timeout(timeout, str(name or getattr(fn, "__name__", "?")))
         self.fn = fn
         self.name = name or fn.__name__
         if not self.name or len(self.name) > 128:
@@ -279,6 +296,18 @@ def _input_model(
     return params, context_param, typing.cast(type[pydantic.BaseModel], model)
 
 
+def _check_timeout(timeout: object, name: str) -> float:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout < float("inf")
+    ):
+        raise ConfigurationError(
+            f"tool {name!r}: timeout must be a positive, finite number of seconds, not {timeout!r}"
+        )
+    return float(timeout)
+
+
 @overload
 def tool(fn: Callable[P, R], /) -> Tool[P, R]: ...
 @overload
@@ -289,6 +318,7 @@ def tool(
     forwards_idempotency_key: bool = ...,
     name: str | None = ...,
     description: str | None = ...,
+    timeout: float = ...,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 def tool(
     fn: Callable[P, R] | None = None,
@@ -299,13 +329,17 @@ def tool(
     forwards_idempotency_key: bool = False,
     name: str | None = None,
     description: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Declare a tool: ``@tool`` or ``@tool(effect=..., high_impact=...)``.
 
     ``effect`` says what running it twice does (undeclared means ``non_idempotent``, the safe
     assumption); ``high_impact`` puts it behind the approval gate; ``forwards_idempotency_key``
     promises the tool passes ``ctx.idempotency_key`` downstream, so an in-doubt call may be re-run
-    with the same key. Raises ``ConfigurationError`` at import time for a signature the model
+    with the same key. ``timeout`` (seconds, default 300) bounds one attempt: it is the
+    attempt's deadline (``ctx.deadline``), after which another worker may judge it over if its
+    own worker's lease is gone too; an ``async def`` tool is cancelled there (and left in doubt),
+    a plain one cannot be. Raises ``ConfigurationError`` at import time for a signature the model
     could not fill.
     """
 
@@ -317,6 +351,7 @@ def tool(
             forwards_idempotency_key=forwards_idempotency_key,
             name=name,
             description=description,
+            timeout=timeout,
         )
 
     return wrap(fn) if fn is not None else wrap
@@ -454,12 +489,14 @@ class SchemaTool(Tool[..., Any]):
         effect: EffectClass | EffectName = EffectClass.NON_IDEMPOTENT,
         high_impact: bool = False,
         forwards_idempotency_key: bool = False,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         try:
             self.effect = EffectClass(effect)
         except ValueError:
             choices = ", ".join(repr(e.value) for e in EffectClass)
             raise ConfigurationError(f"effect={effect!r} is not one of {choices}") from None
+        self.timeout = _check_timeout(timeout, name)
         if not name or len(name) > 128:
             raise ConfigurationError(f"tool name {name!r} must be 1-128 characters")
         if not callable(fn):

@@ -6,12 +6,15 @@ its state says; it obeys its API's call/result pairing rule — the Messages API
 tool_use/tool_result, or OpenAI's tool_calls/tool messages and function_call/function_call_output,
 picked by the transcript's shape (a pending last turn is allowed while the session is
 unfinished); every result that reports success has a ``succeeded`` record in the ledger; every
-ledger record belongs to a call of the transcript. In-doubt calls are reported as warnings: they
-are legitimate, and they need a person.
+ledger record belongs to a call of the transcript. Started calls are reported as warnings — in
+progress, or in doubt: legitimate, and the latter need a person —, and as errors in a completed
+session. A record whose replaced attempt reported success afterwards (both may have taken effect)
+is an error; an approver's or a forced re-run of an in-doubt call is a warning.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -20,7 +23,8 @@ from typing import Any
 from .adapters import openai as _openai
 from .adapters.anthropic import merged, pairing_errors, read_tool_uses
 from .errors import ToolLedgerError
-from .records import RunStatus, Status, StoredMessage
+from .liveness import Running
+from .records import EffectRecord, Lease, RunStatus, Status, StoredMessage
 from .stores.base import Store
 
 __all__ = ["Problem", "Severity", "verify"]
@@ -59,18 +63,10 @@ def verify(store: Store) -> list[Problem]:
 def _session(store: Store, sid: str) -> list[Problem]:
     out: list[Problem] = []
     records = store.ledger(sid).records()
-    for r in records:
-        if r.status is Status.STARTED:
-            out.append(
-                Problem(
-                    Severity.WARNING,
-                    sid,
-                    f"{r.tool!r} ({r.tool_use_id}) is in doubt since attempt {r.attempt}: "
-                    f"resolve it with `toolledger resolve {sid} {r.tool_use_id} "
-                    "--happened|--not-happened`",
-                )
-            )
     state = store.backend.read_session(sid)
+    lease = store.backend.read_lease(sid) if any(r.in_doubt for r in records) else None
+    for r in records:
+        out += _attempts(store, sid, r, lease)
     if state is None:
         return out  # a ledger used through run_tool_uses alone: no transcript to compare
     messages = store.backend.read_messages(sid)
@@ -112,6 +108,19 @@ def _session(store: Store, sid: str) -> list[Problem]:
                         f"ledger has {found}: an effect the ledger cannot vouch for",
                     )
                 )
+    if state.status is RunStatus.COMPLETED:
+        for r in records:
+            if r.status is Status.STARTED and r.tool_use_id in called:
+                out.append(
+                    Problem(
+                        Severity.ERROR,
+                        sid,
+                        f"the session is completed but {r.tool!r} ({r.tool_use_id}) is still "
+                        f"started (attempt {r.attempt} by {r.worker or 'an unknown worker'}): "
+                        "its transcript has an answer the ledger does not back. Check the "
+                        "world, then resolve it.",
+                    )
+                )
     for tid in sorted(set(by_id) - called):
         out.append(
             Problem(
@@ -120,6 +129,51 @@ def _session(store: Store, sid: str) -> list[Problem]:
                 f"ledger record {tid} ({by_id[tid].tool}) matches no tool_use in the transcript",
             )
         )
+    return out
+
+
+def _attempts(store: Store, sid: str, r: EffectRecord, lease: Lease | None) -> list[Problem]:
+    """What a record's attempts say: one still running or in doubt, two that both took effect."""
+    out: list[Problem] = []
+    call = f"{r.tool!r} ({r.tool_use_id})"
+    if r.status is Status.STARTED:
+        verdict = store.judge(r, lease)
+        who = f"attempt {r.attempt} by {r.worker or 'an unknown worker'}"
+        if isinstance(verdict, Running):
+            out.append(
+                Problem(Severity.WARNING, sid, f"{call} is in progress: {who} ({verdict.why})")
+            )
+        else:
+            out.append(
+                Problem(
+                    Severity.WARNING,
+                    sid,
+                    f"{call} is in doubt since {who} ({verdict.why}): resolve it with "
+                    f"`toolledger resolve {shlex.join([sid, r.tool_use_id])} "
+                    "--happened|--not-happened`",
+                )
+            )
+    for past in r.history:
+        if past.took_effect_late:
+            out.append(
+                Problem(
+                    Severity.ERROR,
+                    sid,
+                    f"{call}: attempt {past.attempt} by {past.worker or 'an unknown worker'} "
+                    f"reported success after it was replaced ({past.settled}); the current "
+                    f"record is {r.status.value} (attempt {r.attempt}). Both may have taken "
+                    "effect: check the world.",
+                )
+            )
+        elif past.settled.startswith(("an approver", "forced")) or "forced while" in past.settled:
+            out.append(
+                Problem(
+                    Severity.WARNING,
+                    sid,
+                    f"{call}: attempt {past.attempt} may have taken effect before attempt "
+                    f"{past.attempt + 1} ran ({past.settled})",
+                )
+            )
     return out
 
 

@@ -253,7 +253,33 @@ def test_an_approval_for_other_input_is_not_honoured(store: tl.Store) -> None:
     tl.approvals.decide(store, "s", "t1", approved=True, by="ana")
     decision = tl.approvals.queue(changed)
     assert decision.approved and decision.by == "ana"
-    assert tl.approvals.queue(changed).pending, "used once: a second use needs a new decision"
+    assert decision.approval is not None, "the runner uses it up together with the intent"
+
+
+def test_an_approval_is_used_up_with_the_intent_and_only_once(store: tl.Store) -> None:
+    runs: list[int] = []
+
+    @tl.tool(effect="non_idempotent", high_impact=True)
+    def wire(amount: int) -> str:
+        runs.append(amount)
+        raise tl.OutcomeUnknown("the bank did not answer")
+
+    block = {"type": "tool_use", "id": "t1", "name": "wire", "input": {"amount": 5}}
+    ledger = store.ledger("s")
+    (first,) = tl.run_tool_uses([block], [wire], ledger=ledger, approve=tl.approvals.queue)
+    assert "awaiting approval" in first["content"] and runs == []
+    tl.approvals.decide(store, "s", "t1", approved=True, by="ana")
+    (second,) = tl.run_tool_uses([block], [wire], ledger=ledger, approve=tl.approvals.queue)
+    assert runs == [5] and "may already have happened" in second["content"]
+    (used,) = store.backend.read_approvals("s")
+    assert used.status is tl.ApprovalStatus.USED and used.used_at is not None
+    record = ledger.get("t1")
+    assert record is not None and record.approved_by == "ana"
+    # In doubt now: running it again is another question, asked afresh — never the used answer.
+    (third,) = tl.run_tool_uses([block], [wire], ledger=ledger, approve=tl.approvals.queue)
+    assert "awaiting approval" in third["content"] and runs == [5]
+    (asked,) = tl.approvals.pending(store)
+    assert asked.in_doubt
 
 
 def test_terminal_approver_shows_the_call_and_reads_the_answer(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -13,8 +14,10 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-from toolledger.records import Lease, Status
+from toolledger.liveness import this_process
+from toolledger.records import Holder, Lease, Status
 from toolledger.stores.base import TakeLease
+from toolledger.testing import elsewhere
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import World
 
@@ -56,22 +59,42 @@ def test_a_second_worker_is_refused_while_the_first_runs(store: tl.Store, tmp_pa
     assert lease is not None and lease.expires_at == 0.0, "given back at the end of the run"
 
 
-def test_a_taken_over_worker_has_its_writes_refused(store: tl.Store, tmp_path: Path) -> None:
-    """Worker A stalls inside a tool past its lease; B takes the session over. A's outcome is
-    refused by the fence (an alert: the effect happened) and B never re-runs the call."""
+def _stalled_heartbeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's lease heartbeat stops renewing: the worker stalls as a paused one does."""
+    from toolledger import drivers
+
+    monkeypatch.setattr(drivers._Heartbeats, "_renew", lambda self, io: None)
+
+
+@pytest.mark.parametrize("timeout", [300.0, 0.5])
+def test_a_taken_over_worker_s_call_is_never_run_twice(
+    store: tl.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, timeout: float
+) -> None:
+    """Worker A stalls inside a tool past its lease; B, on another host, takes the session over.
+    B finds A's call in progress (A's deadline has not passed) or, past the deadline, in doubt —
+    never runs it. A's outcome is refused by the fence for its checkpoint but still lands in the
+    record (a compare-and-set needs no fence), so the next run answers from the ledger."""
     world = World(tmp_path / "w")
     release, entered = threading.Event(), threading.Event()
-    tool = blocking_tool(world, release, entered)
+
+    @tl.tool(timeout=timeout)
+    def slow_send(to: str, ctx: tl.ToolContext) -> str:
+        """Send, slowly."""
+        world.log_execution("slow_send", ctx)
+        entered.set()
+        assert release.wait(30)
+        return "sent"
+
     alerts: list[tl.LedgerWriteError] = []
-    script = [Reply(tool_uses=[CALL]), Reply(text="done")]
-    with ScriptedModel(script) as m:
+    _stalled_heartbeats(monkeypatch)
+    with ScriptedModel([Reply(tool_uses=[CALL]), Reply(text="done")]) as m:
         a = tl.Agent(
             client=m.client(),
             model="x",
-            tools=[tool],
+            tools=[slow_send],
             store=store,
             on_alert=alerts.append,
-            lease_ttl=3600,
+            lease_ttl=0.3,
         )
         outcome: list[BaseException] = []
 
@@ -84,54 +107,128 @@ def test_a_taken_over_worker_has_its_writes_refused(store: tl.Store, tmp_path: P
         worker = threading.Thread(target=run_a)
         worker.start()
         assert entered.wait(30)
-        # B's clock is an hour and a minute ahead: A's lease has expired as far as B can tell.
-        later = tl.Store(store.backend, clock=lambda: time.time() + 3660, worker_id="b:1:x")
-        b = tl.Agent(client=m.client(), model="x", tools=[tool], store=later)
-        run_b = b.run(session="s")
+        time.sleep(0.4 if timeout > 1 else timeout + 0.1)  # past the lease (and the deadline?)
+        b = tl.Agent(
+            client=m.client(), model="x", tools=[slow_send], store=elsewhere(store, skew=3600)
+        )
+        if timeout > 1:
+            with pytest.raises(tl.EffectInProgressError) as info:
+                b.run(session="s")
+            assert info.value.until is not None
+        else:
+            run_b = b.run(session="s")
+            assert run_b.status is tl.RunStatus.NEEDS_ATTENTION, "in doubt: A is past it"
         release.set()
         worker.join()
-    assert run_b.status is tl.RunStatus.NEEDS_ATTENTION, "B found A's call in doubt"
-    (exc,) = outcome
-    assert isinstance(exc, tl.LeaseLostError)
-    (alert,) = alerts
-    assert alert.tool == "slow_send" and isinstance(alert.cause, tl.LeaseLostError)
+        (exc,) = outcome
+        assert isinstance(exc, tl.LeaseLostError)
+        assert alerts == [], "A's outcome was recorded after all"
+        record = store.ledger("s").get(world.executions()[0]["tool_use_id"])
+        assert record is not None and record.status is Status.SUCCEEDED
+        again = b.run(session="s")
+    assert again.status is tl.RunStatus.COMPLETED
     assert len(world.executions("slow_send")) == 1
-    (doubt,) = store.ledger("s").in_doubt()
-    assert doubt.status is Status.STARTED
+
+
+def test_a_live_worker_s_lease_is_not_taken_by_a_skewed_clock(store: tl.Store) -> None:
+    """A worker on another host whose clock is an hour ahead: the lease's expiry is on the
+    store's clock, so it sees the live holder's lease as held."""
+    with ScriptedModel([Reply(text="hi")]) as m:
+        agent = tl.Agent(client=m.client(), model="x", tools=[], store=store, lease_ttl=30)
+        holder = Lease(
+            session_id="s",
+            owner="a:1:x/run",
+            token=1,
+            expires_at=store.now() + 30,
+            holder=Holder(host="host-a", pidns="1", pid=1, start=1),
+        )
+        store.backend.apply("s", [TakeLease(holder, expect_token=0)])
+        ahead = tl.Agent(client=m.client(), model="x", tools=[], store=elsewhere(store, skew=3600))
+        with pytest.raises(tl.SessionBusyError):
+            ahead.run(session="s", prompt="go")
+        with pytest.raises(tl.SessionBusyError):
+            agent.run(session="s", prompt="go")
 
 
 def test_an_expired_lease_is_taken_over(store: tl.Store) -> None:
-    foreign = Lease(session_id="s", owner="elsewhere:4242:x", token=5, expires_at=time.time() + 30)
+    foreign = Lease(session_id="s", owner="elsewhere:4242:x", token=5, expires_at=store.now() + 0.3)
     store.backend.apply("s", [TakeLease(foreign, expect_token=0)])
     with ScriptedModel([Reply(text="hi")]) as m:
         agent = tl.Agent(client=m.client(), model="x", tools=[], store=store)
         with pytest.raises(tl.SessionBusyError, match="elsewhere:4242"):
             agent.run(session="s", prompt="go")
-        later = tl.Store(store.backend, clock=lambda: time.time() + 31)
-        run = tl.Agent(client=m.client(), model="x", tools=[], store=later).run(
-            session="s", prompt="go"
-        )
+        time.sleep(0.4)
+        run = agent.run(session="s", prompt="go")
     assert run.status is tl.RunStatus.COMPLETED
     lease = store.backend.read_lease("s")
     assert lease is not None and lease.token == 6
 
 
-def test_a_dead_local_holder_is_replaced_at_once(store: tl.Store) -> None:
-    child = multiprocessing.get_context("fork").Process(target=os._exit, args=(0,))
-    child.start()
-    child.join()
+def _holder_of(pid: int) -> Holder:
+    me = this_process().holder
+    assert me is not None
+    with open(f"/proc/{pid}/stat") as fh:
+        start = int(fh.read().rsplit(")", 1)[1].split()[19])
+    return Holder(host=me.host, pidns=me.pidns, pid=pid, start=start)
+
+
+@pytest.mark.parametrize("how", ["exited", "zombie"])
+def test_a_dead_local_holder_is_replaced_at_once(store: tl.Store, how: str) -> None:
+    """A holder process of this host that has ended — reaped, or a zombie nobody reaped yet
+    (``timeout -s KILL``, a container without an init) — frees the lease at once."""
+    child = subprocess.Popen(["sleep", "60"])
+    holder = _holder_of(child.pid)
+    child.kill()
+    if how == "exited":
+        child.wait()
+    else:
+        deadline = time.time() + 10
+        while _state(child.pid) != "Z" and time.time() < deadline:
+            time.sleep(0.01)
+        assert _state(child.pid) == "Z"
     dead = Lease(
         session_id="s",
         owner=f"{socket.gethostname()}:{child.pid}:x",
         token=1,
         expires_at=time.time() + 3600,
+        holder=holder,
     )
     store.backend.apply("s", [TakeLease(dead, expect_token=0)])
-    with ScriptedModel([Reply(text="hi")]) as m:
-        run = tl.Agent(client=m.client(), model="x", tools=[], store=store).run(
-            session="s", prompt="go"
+    try:
+        with ScriptedModel([Reply(text="hi")]) as m:
+            run = tl.Agent(client=m.client(), model="x", tools=[], store=store).run(
+                session="s", prompt="go"
+            )
+        assert run.status is tl.RunStatus.COMPLETED
+    finally:
+        child.wait()
+
+
+def test_a_live_local_holder_keeps_its_session_past_the_expiry(store: tl.Store) -> None:
+    """A paused worker on this host is known alive: nobody takes its session, expired or not."""
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        paused = Lease(
+            session_id="s",
+            owner=f"{socket.gethostname()}:{child.pid}:x",
+            token=1,
+            expires_at=time.time() - 10,
+            holder=_holder_of(child.pid),
         )
-    assert run.status is tl.RunStatus.COMPLETED
+        store.backend.apply("s", [TakeLease(paused, expect_token=0)])
+        with ScriptedModel([Reply(text="hi")]) as m:
+            agent = tl.Agent(client=m.client(), model="x", tools=[], store=store)
+            with pytest.raises(tl.SessionBusyError, match="is alive"):
+                agent.run(session="s", prompt="go")
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
 
 
 def test_the_heartbeat_keeps_a_long_tool_s_lease(store: tl.Store, tmp_path: Path) -> None:
@@ -161,13 +258,17 @@ def test_a_run_that_could_not_give_its_lease_back_does_not_block_the_next(
 ) -> None:
     """A run of this process whose store failed at the end kept its lease; it is over, so the
     next run here takes the session at once instead of waiting the lease out."""
-    from toolledger import leases
-
     with ScriptedModel([Reply(text="hi"), Reply(text="again")]) as m:
         agent = tl.Agent(client=m.client(), model="x", tools=[], store=store)
         owner = f"{store.worker_id}/ended"
-        stuck = Lease(session_id="s", owner=owner, token=1, expires_at=time.time() + 3600)
+        stuck = Lease(
+            session_id="s",
+            owner=owner,
+            token=1,
+            expires_at=time.time() + 3600,
+            holder=this_process().holder,
+        )
         store.backend.apply("s", [TakeLease(stuck, expect_token=0)])
-        assert owner not in leases.live_runs
+        assert owner not in store.runtime.live_runs
         run = agent.run(session="s", prompt="go")
     assert run.status is tl.RunStatus.COMPLETED

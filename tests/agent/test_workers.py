@@ -129,3 +129,61 @@ def test_sixteen_processes_on_one_session_run_it_once(shared_url: str, tmp_path:
             "user",
             "assistant",
         ]
+
+
+def _race_approval(url: str, log: str, out: str, who: int, barrier: Any) -> None:
+    @tl.tool(high_impact=True)
+    def wire(amount: int) -> str:
+        _record_execution(Path(log), who)
+        return f"wired by {who}"
+
+    block = {"type": "tool_use", "id": "toolu_wire", "name": "wire", "input": {"amount": 5}}
+    with tl.open_store(url) as store:
+        barrier.wait()
+        try:
+            (result,) = tl.run_tool_uses(
+                [block], [wire], ledger=store.ledger("race"), approve=tl.approvals.queue
+            )
+            answer = {"content": result["content"], "is_error": result.get("is_error", False)}
+        except tl.EffectInProgressError as exc:
+            answer = {"in_progress": exc.holder}
+    Path(out).write_text(json.dumps(answer))
+
+
+def test_ten_processes_consuming_one_approval_execute_once(shared_url: str, tmp_path: Path) -> None:
+    """One approved request, ten workers reaching for it at once: the call runs once, the
+    approval ends used (never a fresh pending request over it), and no worker is told that a
+    call which ran awaits approval."""
+    workers = 10
+    with tl.open_store(shared_url) as store:
+        block = {"type": "tool_use", "id": "toolu_wire", "name": "wire", "input": {"amount": 5}}
+
+        @tl.tool(high_impact=True)
+        def wire(amount: int) -> str:
+            raise AssertionError("not before the decision")
+
+        (first,) = tl.run_tool_uses(
+            [block], [wire], ledger=store.ledger("race"), approve=tl.approvals.queue
+        )
+        assert "awaiting approval" in first["content"]
+        tl.approvals.decide(store, "race", "toolu_wire", approved=True, by="ana")
+    log = tmp_path / "executions.log"
+    barrier = multiprocessing.get_context("fork").Barrier(workers)
+    outs = [tmp_path / f"out-{i}.json" for i in range(workers)]
+    codes = _start_all(
+        _race_approval, [(shared_url, str(log), str(o), i, barrier) for i, o in enumerate(outs)]
+    )
+    assert codes == [0] * workers
+    executions = log.read_text().split()
+    assert len(executions) == 1, f"executed by {executions}"
+    answers = [json.loads(o.read_text()) for o in outs]
+    for answer in answers:
+        assert answer.get("content") == f"wired by {executions[0]}" or "in_progress" in answer, (
+            answer
+        )
+    with tl.open_store(shared_url) as store:
+        (approval,) = store.backend.read_approvals("race")
+        assert approval.status is tl.ApprovalStatus.USED
+        assert tl.approvals.pending(store) == []
+        record = store.ledger("race").get("toolu_wire")
+        assert record is not None and record.approved_by == "ana"

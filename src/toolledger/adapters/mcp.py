@@ -24,7 +24,8 @@ annotations (``effect_of``):
 MCP's own default for an absent ``destructiveHint`` is *true*; toolledger does not apply it, or
 every unannotated tool would wait for a person. Annotations are hints from a server you may not
 control: ``trust_hints=False`` ignores them (everything ``non_idempotent``), and ``overrides``
-sets ``effect``, ``high_impact``, ``forwards_idempotency_key`` or a ``check`` per tool.
+sets ``effect``, ``high_impact``, ``forwards_idempotency_key``, ``timeout`` or a ``check`` per
+tool.
 
 Every call carries ``ctx.idempotency_key`` in the request's ``_meta`` under ``KEY_META``; a server
 that drops repeats by it deserves ``forwards_idempotency_key=True`` (a server reads it with
@@ -46,7 +47,7 @@ from typing import Any
 from ..codec import DEFAULT_MAX_RESULT_BYTES
 from ..errors import ConfigurationError, MCPToolError, OutcomeUnknown
 from ..records import EffectClass
-from ..tools import SchemaTool, ToolContext, ToolSet
+from ..tools import DEFAULT_TIMEOUT, SchemaTool, ToolContext, ToolSet
 
 __all__ = [
     "KEY_META",
@@ -60,7 +61,9 @@ __all__ = [
 KEY_META = "toolledger/idempotency-key"
 """The ``_meta`` key of every ``tools/call`` that carries ``ctx.idempotency_key``."""
 
-_OVERRIDE_KEYS = frozenset({"effect", "high_impact", "forwards_idempotency_key", "check"})
+_OVERRIDE_KEYS = frozenset(
+    {"effect", "high_impact", "forwards_idempotency_key", "check", "timeout"}
+)
 # JSON-RPC codes of an MCP request whose answer never came: it may have run on the server.
 _NO_ANSWER = frozenset({-32000, -32001, 408})  # connection closed, request timeout (v2; v1)
 
@@ -103,7 +106,8 @@ async def tools_from_session(
     ``ToolSet``.
 
     ``overrides`` maps a tool's MCP name to any of ``effect``, ``high_impact``,
-    ``forwards_idempotency_key`` and ``check`` (``check(arguments, ctx)``, async or not, returns
+    ``forwards_idempotency_key``, ``timeout`` and ``check`` (``check(arguments, ctx)``, async or
+    not, returns
     the existing result or ``None``); a name the server does not list raises
     ``ConfigurationError``. ``prefix`` is put before every name the model sees (the call goes to
     the MCP name).
@@ -174,6 +178,7 @@ def tools_from_list(
             effect=extra.pop("effect", effect),
             high_impact=bool(extra.pop("high_impact", high_impact)),
             forwards_idempotency_key=bool(extra.pop("forwards_idempotency_key", False)),
+            timeout=extra.pop("timeout", DEFAULT_TIMEOUT),
         )
         if check is not None:
             tool.check(check)

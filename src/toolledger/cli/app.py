@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from .. import approvals
 from ..errors import ToolLedgerError
+from ..liveness import Over
 from ..stores import DEFAULT_STORE_URL, Store, open_store
 from ..verify import Severity, verify
 from . import render
@@ -96,15 +98,24 @@ def cmd_effects(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_in_doubt(args: argparse.Namespace, console: Console) -> int:
-    """List every in-doubt call (started, no outcome) of every session."""
+    """List every call that started and has no outcome, in every session: in doubt (its attempt
+    is over: a person may settle it) or still in progress (its worker may still be running it:
+    leave it alone)."""
     with _store(args) as store:
-        records = store.in_doubt()
+        started = store.started()
     if args.json:
-        _emit_json([render.effect_json(r, reveal=args.show_secrets) for r in records])
-    elif records:
-        console.print(render.in_doubt_table(records))
-    else:
+        _emit_json([render.effect_json(r, reveal=args.show_secrets, verdict=v) for r, v in started])
+        return 0
+    doubt = [(r, v) for r, v in started if isinstance(v, Over)]
+    running = [(r, v) for r, v in started if not isinstance(v, Over)]
+    if running:
+        console.print(render.in_progress_table(running))
+    if doubt:
+        console.print(render.in_doubt_table(doubt))
+    if not started:
         console.print("no call is in doubt")
+    elif not doubt:
+        console.print("no call is in doubt (the calls above are still in progress)")
     return 0
 
 
@@ -113,23 +124,31 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
     --not-happened (it will run on the next run of the session)."""
     result = None
     if args.result is not None:
+        if not args.happened:
+            console.print(
+                "[red]--result goes with --happened (what the model is told it returned); a "
+                "call that did not happen has no result[/red]"
+            )
+            return 2
         try:
             result = json.loads(args.result)
         except ValueError as exc:
-            console.print(f"[red]--result is not JSON: {exc}[/red]")
+            console.print(f"[red]--result is not JSON: {escape(str(exc))}[/red]")
             return 2
     with _store(args) as store:
         record = store.ledger(args.session).resolve(
-            args.tool_use_id, happened=args.happened, result=result, by=args.by
+            args.tool_use_id, happened=args.happened, result=result, by=args.by, force=args.force
         )
     if args.json:
         _emit_json(render.effect_json(record))
     else:
         console.print(
-            f"{args.tool_use_id} resolved: ",
+            f"{escape(args.tool_use_id)} resolved: ",
             render.styled(record.status.value),
-            f" (by {args.by}). Run the session again to go on.",
+            f" (by {escape(args.by)}). Run the session again to go on.",
         )
+        if args.force and record.error and "forced while" in record.error:
+            console.print(f"[yellow]{escape(record.error)}[/yellow]")
     return 0
 
 
@@ -354,6 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--result", help="JSON the model is told (with --happened)")
     p.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="settle it even though its attempt may still be running (its worker is alive, its "
+        "lease held or its deadline not passed): only if you know that worker is gone for good",
+    )
     p = add("approvals", cmd_approvals)
     p.add_argument("session", nargs="?", help="only this session")
     p.add_argument("--all", action="store_true", help="decided and used requests too")

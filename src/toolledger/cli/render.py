@@ -14,6 +14,8 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, overload
@@ -22,7 +24,15 @@ from rich.table import Table
 from rich.text import Text
 
 from ..adapters.anthropic import read_tool_uses
-from ..records import ApprovalRecord, EffectRecord, SessionState, Status, StoredMessage
+from ..liveness import Running, Verdict
+from ..records import (
+    ApprovalRecord,
+    EffectRecord,
+    PastAttempt,
+    SessionState,
+    Status,
+    StoredMessage,
+)
 from ..stores.base import Store
 
 STATUS_STYLE = {
@@ -121,9 +131,11 @@ def preview(text: str | None, width: int = 60) -> str:
 # -- JSON ----------------------------------------------------------------------------------------
 
 
-def effect_json(r: EffectRecord, *, reveal: bool = False) -> dict[str, Any]:
+def effect_json(
+    r: EffectRecord, *, reveal: bool = False, verdict: Verdict | None = None
+) -> dict[str, Any]:
     result = None if r.result is None else json.loads(r.result)
-    return {
+    out = {
         "session_id": r.session_id,
         "tool_use_id": r.tool_use_id,
         "tool": r.tool,
@@ -136,7 +148,23 @@ def effect_json(r: EffectRecord, *, reveal: bool = False) -> dict[str, Any]:
         "updated_at": r.updated_at,
         "approved_by": r.approved_by,
         "worker": r.worker,
+        "holder": None if r.holder is None else r.holder.text(),
+        "lease_token": r.lease_token,
+        "deadline": r.deadline,
+        "history": [_past_json(a, reveal) for a in r.history],
     }
+    if verdict is not None:
+        out["state"] = "in_progress" if isinstance(verdict, Running) else "in_doubt"
+        out["why"] = verdict.why
+        out["until"] = verdict.until if isinstance(verdict, Running) else None
+    return out
+
+
+def _past_json(a: PastAttempt, reveal: bool) -> dict[str, Any]:
+    out = a.as_json()
+    if not reveal:
+        out["late_result"] = masked_text(a.late_result)
+    return out
 
 
 def session_json(s: SessionState) -> dict[str, Any]:
@@ -220,20 +248,54 @@ def effects_table(records: list[EffectRecord], title: str, *, reveal: bool = Fal
     return table
 
 
-def in_doubt_table(records: list[EffectRecord]) -> Table:
-    table = Table(title="in-doubt calls (the process died while they ran)")
-    for col in ("session", "tool_use_id", "tool", "attempt", "since", "settle with"):
+def in_doubt_table(records: Sequence[tuple[EffectRecord, Verdict]]) -> Table:
+    """Calls whose attempt is over and whose outcome nobody knows: a person settles them."""
+    table = Table(title="in doubt: the attempt is over, nobody knows whether it took effect")
+    for col in ("session", "tool_use_id", "tool", "attempt", "owner", "why over", "settle with"):
         table.add_column(col)
-    for r in records:
+    for r, verdict in records:
         table.add_row(
             r.session_id,
             r.tool_use_id,
             r.tool,
             str(r.attempt),
-            when(r.created_at),
-            f"toolledger resolve {r.session_id} {r.tool_use_id} --happened|--not-happened",
+            owner(r),
+            verdict.why,
+            "toolledger resolve "
+            + shlex.join([r.session_id, r.tool_use_id])
+            + " --happened|--not-happened",
         )
     return table
+
+
+def in_progress_table(records: Sequence[tuple[EffectRecord, Verdict]]) -> Table:
+    """Calls whose attempt may still take effect: nobody may settle them yet."""
+    table = Table(title="in progress: the attempt may still take effect — do not settle")
+    for col in ("session", "tool_use_id", "tool", "attempt", "owner", "deadline", "why", "until"):
+        table.add_column(col)
+    for r, verdict in records:
+        until = verdict.until if isinstance(verdict, Running) else None
+        table.add_row(
+            r.session_id,
+            r.tool_use_id,
+            r.tool,
+            str(r.attempt),
+            owner(r),
+            when(r.deadline),
+            verdict.why,
+            when(until) if until is not None else "while its process lives",
+        )
+    return table
+
+
+def owner(r: EffectRecord) -> str:
+    """Who ran an attempt, for people: the worker, and its process when known."""
+    who = r.worker or "?"
+    if r.holder is not None:
+        who += f" (pid {r.holder.pid})"
+    if r.lease_token is not None:
+        who += f", lease #{r.lease_token}"
+    return who
 
 
 def approvals_table(records: list[ApprovalRecord], *, reveal: bool = False) -> Table:

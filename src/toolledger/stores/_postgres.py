@@ -218,6 +218,15 @@ MIGRATIONS: list[str] = [
         expires_at DOUBLE PRECISION NOT NULL
     )
     """,
+    # 4: an attempt's owner and end (DESIGN.md rule 12) and the attempts it replaced; the
+    # lease holder's process. Rows written before have NULLs: see EffectRecord and Lease.
+    """
+    ALTER TABLE effects ADD COLUMN holder TEXT;
+    ALTER TABLE effects ADD COLUMN lease_token BIGINT;
+    ALTER TABLE effects ADD COLUMN deadline DOUBLE PRECISION;
+    ALTER TABLE effects ADD COLUMN history TEXT;
+    ALTER TABLE leases ADD COLUMN holder TEXT
+    """,
 ]
 
 TABLES = ("effects", "sessions", "messages", "approvals", "leases")
@@ -395,7 +404,7 @@ def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
             else:
                 done = yield Step(pg(_sql.UPDATE_APPROVAL), _sql.update_approval_params(op))
         elif isinstance(op, TakeLease):
-            statement = _sql.INSERT_LEASE if op.expect_token == 0 else _sql.TAKE_LEASE
+            statement = _sql.take_lease_statement(op)
             done = yield Step(pg(statement), _sql.take_lease_params(op))
             if done.rowcount != 1:
                 found = yield Step(pg(_sql.SELECT_LEASE), (session_id,))

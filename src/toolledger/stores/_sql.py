@@ -14,21 +14,25 @@ from ..records import (
     ApprovalRecord,
     ApprovalStatus,
     EffectRecord,
+    Holder,
     Lease,
     RunStatus,
     SessionState,
     Status,
     StoredMessage,
+    history_from_json,
+    history_json,
 )
 from .base import InsertEffect, PutApproval, PutSession, TakeLease, UpdateEffect
 
 EFFECT_COLUMNS = (
     "session_id, tool_use_id, tool, input_hash, status, attempt, result, error, "
-    "created_at, updated_at, approved_by, worker"
+    "created_at, updated_at, approved_by, worker, holder, lease_token, deadline, history"
 )
 
 INSERT_EFFECT = (
-    f"INSERT INTO effects ({EFFECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO effects ({EFFECT_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (session_id, tool_use_id) DO NOTHING"
 )
 
@@ -36,12 +40,19 @@ INSERT_EFFECT = (
 # (or a stale one) matches no row and learns it from the row count.
 UPDATE_EFFECT = (
     "UPDATE effects SET tool = ?, input_hash = ?, status = ?, attempt = ?, result = ?, "
-    "error = ?, created_at = ?, updated_at = ?, approved_by = ?, worker = ? "
+    "error = ?, created_at = ?, updated_at = ?, approved_by = ?, worker = ?, holder = ?, "
+    "lease_token = ?, deadline = ?, history = ? "
     "WHERE session_id = ? AND tool_use_id = ? AND status = ? AND attempt = ?"
 )
 
 SELECT_EFFECTS = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ?"
 SELECT_EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ? AND tool_use_id = ?"
+
+
+def _attempt_params(r: EffectRecord) -> tuple[Any, ...]:
+    history = json_text(history_json(r.history)) if r.history else None
+    holder = r.holder.text() if r.holder is not None else None
+    return (holder, r.lease_token, r.deadline, history)
 
 
 def insert_params(op: InsertEffect) -> tuple[Any, ...]:
@@ -59,6 +70,7 @@ def insert_params(op: InsertEffect) -> tuple[Any, ...]:
         r.updated_at,
         r.approved_by,
         r.worker,
+        *_attempt_params(r),
     )
 
 
@@ -75,6 +87,7 @@ def update_params(op: UpdateEffect) -> tuple[Any, ...]:
         r.updated_at,
         r.approved_by,
         r.worker,
+        *_attempt_params(r),
         r.session_id,
         r.tool_use_id,
         op.expect_status.value,
@@ -96,6 +109,10 @@ def row_to_record(row: Sequence[Any]) -> EffectRecord:
         updated_at=float(row[9]),
         approved_by=row[10],
         worker=row[11],
+        holder=Holder.parse(row[12]),
+        lease_token=None if row[13] is None else int(row[13]),
+        deadline=None if row[14] is None else float(row[14]),
+        history=history_from_json(json.loads(row[15])) if row[15] else (),
     )
 
 
@@ -276,25 +293,50 @@ def json_text(value: Any) -> str:
 
 # -- leases --------------------------------------------------------------------------------------
 
-LEASE_COLUMNS = "session_id, owner, token, expires_at"
+LEASE_COLUMNS = "session_id, owner, token, expires_at, holder"
 SELECT_LEASE = f"SELECT {LEASE_COLUMNS} FROM leases WHERE session_id = ?"
 INSERT_LEASE = (
-    f"INSERT INTO leases ({LEASE_COLUMNS}) VALUES (?, ?, ?, ?) ON CONFLICT (session_id) DO NOTHING"
+    f"INSERT INTO leases ({LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO NOTHING"
 )
-# Take-over and fence are compare-and-set on the token: the WHERE clause is the whole story.
+# Take-over and fence are compare-and-set on the token (and, for a take-over, on the expiry the
+# taker judged, which a renewal changes): the WHERE clause is the whole story.
 TAKE_LEASE = (
-    "UPDATE leases SET owner = ?, token = ?, expires_at = ? WHERE session_id = ? AND token = ?"
+    "UPDATE leases SET owner = ?, token = ?, expires_at = ?, holder = ? "
+    "WHERE session_id = ? AND token = ? AND expires_at = ?"
 )
+TAKE_LEASE_ANY_EXPIRY = (
+    "UPDATE leases SET owner = ?, token = ?, expires_at = ?, holder = ? "
+    "WHERE session_id = ? AND token = ?"
+)
+
+
+def take_lease_statement(op: TakeLease) -> str:
+    if op.expect_token == 0:
+        return INSERT_LEASE
+    return TAKE_LEASE_ANY_EXPIRY if op.expect_expires_at is None else TAKE_LEASE
+
+
 HOLD_LEASE = "UPDATE leases SET expires_at = ? WHERE session_id = ? AND token = ?"
 DROP_LEASE = "UPDATE leases SET expires_at = 0 WHERE session_id = ? AND token = ?"
 
 
 def take_lease_params(op: TakeLease) -> tuple[Any, ...]:
     lease = op.lease
+    holder = lease.holder.text() if lease.holder is not None else None
     if op.expect_token == 0:
-        return (lease.session_id, lease.owner, lease.token, lease.expires_at)
-    return (lease.owner, lease.token, lease.expires_at, lease.session_id, op.expect_token)
+        return (lease.session_id, lease.owner, lease.token, lease.expires_at, holder)
+    params = (lease.owner, lease.token, lease.expires_at, holder, lease.session_id)
+    if op.expect_expires_at is None:
+        return (*params, op.expect_token)
+    return (*params, op.expect_token, op.expect_expires_at)
 
 
 def row_to_lease(row: Sequence[Any]) -> Lease:
-    return Lease(session_id=row[0], owner=row[1], token=int(row[2]), expires_at=float(row[3]))
+    return Lease(
+        session_id=row[0],
+        owner=row[1],
+        token=int(row[2]),
+        expires_at=float(row[3]),
+        holder=Holder.parse(row[4]),
+    )

@@ -18,12 +18,14 @@ from typing import Protocol, runtime_checkable
 
 from ..codec import encode_result
 from ..errors import (
+    EffectInProgressError,
     InvalidSessionIdError,
     LeaseLostError,
     SessionBusyError,
     SessionConflictError,
     ToolLedgerError,
 )
+from ..liveness import Over, Running, Runtime, Verdict, judge, this_process
 from ..records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -53,6 +55,7 @@ __all__ = [
     "check_session_id",
     "conflict",
     "effect_applies",
+    "in_progress_error",
     "lost",
 ]
 
@@ -128,11 +131,14 @@ class PutApproval:
 @dataclass(frozen=True, slots=True)
 class TakeLease:
     """Take the session's lease: insert it (``expect_token=0``: there is none) or replace the
-    one with ``expect_token`` (expired, or held by a dead worker — the caller decided). A guard:
-    if the lease moved on, the batch rolls back and ``SessionBusyError`` is raised."""
+    one with ``expect_token`` and ``expect_expires_at`` (expired, given back, or held by a dead
+    worker — the caller judged it, ``toolledger.liveness.lease_state``). Comparing the expiry too
+    means a renewal that lands between the judgement and the take-over makes it fail. A guard: if
+    the lease moved on, the batch rolls back and ``SessionBusyError`` is raised."""
 
     lease: Lease
     expect_token: int
+    expect_expires_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,13 +171,13 @@ Op = (
 )
 
 
-def busy(session_id: str, current: Lease | None) -> SessionBusyError:
+def busy(session_id: str, current: Lease | None, why: str | None = None) -> SessionBusyError:
     owner = current.owner if current is not None else "another worker"
     expires = current.expires_at if current is not None else 0.0
+    held = why or (f"its lease runs until {time.strftime('%H:%M:%S', time.localtime(expires))}")
     return SessionBusyError(
-        f"session {session_id!r} is being run by {owner} (its lease runs until "
-        f"{time.strftime('%H:%M:%S', time.localtime(expires))}): two workers never run one "
-        "session at once. Try again after that, or let `toolledger resume-all` pick it up.",
+        f"session {session_id!r} is being run by {owner} ({held}): two workers never run one "
+        "session at once. Try again later, or let `toolledger resume-all` pick it up.",
         session_id=session_id,
         owner=owner,
         expires_at=expires,
@@ -201,6 +207,29 @@ def approval_applies(op: PutApproval, current: ApprovalRecord | None) -> bool:
     if op.expect_status is None:
         return current is None
     return current is not None and current.status is op.expect_status
+
+
+def in_progress_error(
+    record: EffectRecord, verdict: Running, *, action: str = "run again"
+) -> EffectInProgressError:
+    """``record``'s attempt may still take effect, so it cannot be ``action`` now."""
+    holder = record.worker or "another worker"
+    until = (
+        f" until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(verdict.until))} at least"
+        if verdict.until is not None
+        else " for as long as that process lives"
+    )
+    return EffectInProgressError(
+        f"{record.tool!r} ({record.tool_use_id}) in session {record.session_id!r} is in "
+        f"progress: attempt {record.attempt} by {holder} may still take effect ({verdict.why})"
+        f"{until}. It cannot be {action} now; retry later to get its stored result"
+        + ("" if action == "run again" else ", or use --force if you know better")
+        + ".",
+        session_id=record.session_id,
+        tool_use_id=record.tool_use_id,
+        holder=record.worker,
+        until=verdict.until,
+    )
 
 
 def conflict(session_id: str, why: str) -> SessionConflictError:
@@ -242,6 +271,12 @@ class Backend(Protocol):
         ...
 
     def read_lease(self, session_id: str) -> Lease | None: ...
+
+    def now(self) -> float:
+        """The store's clock, in epoch seconds: what lease expiries and attempt deadlines are
+        written and judged on. The machine's clock for embedded stores (every process using the
+        file shares it); the server's for PostgreSQL."""
+        ...
 
     def list_sessions(self) -> list[SessionState]:
         """Every agent session's state (sessions used only through ``run_tool_uses`` have
@@ -331,12 +366,30 @@ class Store:
         clock: Callable[[], float] = time.time,
         worker_id: str | None = None,
         redact: Callable[[str], str] | None = None,
+        runtime: Runtime | None = None,
     ) -> None:
         self.backend = backend
         self.async_backend: AsyncBackend = async_backend or _InlineAsync(backend)
         self.clock = clock
+        """This worker's clock: the timestamps people read (``created_at``, ``updated_at``).
+        Nothing that decides liveness uses it: that is ``now()``, the store's clock."""
         self.worker_id = worker_id or default_worker_id()
         self.redact = redact
+        self.runtime = runtime or this_process()
+        """This process as liveness sees it (identity, attempts in flight)."""
+
+    def now(self) -> float:
+        """The store's clock (``Backend.now``): lease expiries and deadlines are on it."""
+        return self.backend.now()
+
+    def judge(self, record: EffectRecord, lease: Lease | None = None) -> Verdict:
+        """Whether a ``started`` record's attempt may still take effect (``Running``) or is
+        over (``Over``): see ``toolledger.liveness``. Reads the session's lease unless given."""
+        if record.status is not Status.STARTED:
+            return Over(f"it is {record.status.value}")
+        if lease is None and record.lease_token is not None:
+            lease = self.backend.read_lease(record.session_id)
+        return judge(record, now=self.now(), lease=lease, runtime=self.runtime, url=self.url)
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         """Commit ``ops`` through the backend, after the ``redact`` hook (see
@@ -370,9 +423,22 @@ class Store:
         """Every session id with a ledger record or an agent state, sorted."""
         return sorted(self.backend.session_ids())
 
+    def started(self) -> list[tuple[EffectRecord, Verdict]]:
+        """Every ``started`` record of every session with its verdict, oldest first: ``Running``
+        (in progress: leave it alone) or ``Over`` (in doubt: a person may settle it)."""
+        records = sorted(self.backend.in_doubt(), key=lambda r: (r.created_at, r.session_id))
+        leases: dict[str, Lease | None] = {}
+        out: list[tuple[EffectRecord, Verdict]] = []
+        for r in records:
+            if r.session_id not in leases:
+                leases[r.session_id] = self.backend.read_lease(r.session_id)
+            out.append((r, self.judge(r, leases[r.session_id])))
+        return out
+
     def in_doubt(self) -> list[EffectRecord]:
-        """Every in-doubt call of every session, oldest first."""
-        return sorted(self.backend.in_doubt(), key=lambda r: (r.created_at, r.session_id))
+        """Every in-doubt call of every session — started, and its attempt provably over —
+        oldest first. Calls still in progress are in ``started()``."""
+        return [r for r, verdict in self.started() if isinstance(verdict, Over)]
 
     def close(self) -> None:
         self.backend.close()
@@ -419,8 +485,13 @@ class Ledger:
         return sorted(found.values(), key=lambda r: (r.created_at, r.tool_use_id))
 
     def in_doubt(self) -> list[EffectRecord]:
-        """Calls that started and never finished: someone must decide whether they happened."""
-        return [r for r in self.records() if r.in_doubt]
+        """Calls that started and whose attempt is provably over: someone must decide whether
+        they happened. (Calls still running are not listed: see ``Store.started``.)"""
+        started = [r for r in self.records() if r.in_doubt]
+        if not started:
+            return []
+        lease = self.store.backend.read_lease(self.session_id)
+        return [r for r in started if isinstance(self.store.judge(r, lease), Over)]
 
     def resolve(
         self,
@@ -429,6 +500,7 @@ class Ledger:
         happened: bool,
         result: object = None,
         by: str | None = None,
+        force: bool = False,
     ) -> EffectRecord:
         """Settle an in-doubt call by a person's word.
 
@@ -436,6 +508,12 @@ class Ledger:
         default: a note saying a person confirmed it). ``happened=False`` records
         ``not_happened``: the next run executes it (through the approval gate if high-impact).
         One compare-and-set: raises ``ToolLedgerError`` if the call is not in doubt any more.
+
+        A call whose attempt may still be running is not in doubt: it raises
+        ``EffectInProgressError`` (naming the holder and until when) unless ``force=True`` — for
+        a person who knows better (the worker's machine is gone for good). The record then says
+        what was overridden; if that attempt does report later, its outcome is kept beside the
+        person's word and raised as an alert.
         """
         record = self.get(tool_use_id)
         if record is None or not record.in_doubt:
@@ -446,6 +524,12 @@ class Ledger:
                 tool_use_id=tool_use_id,
             )
         who = by or "a person"
+        verdict = self.store.judge(record)
+        overrode = ""
+        if isinstance(verdict, Running):
+            if not force:
+                raise in_progress_error(record, verdict, action="resolved")
+            overrode = f"; forced while attempt {record.attempt} may still run ({verdict.why})"
         now = self.store.clock()
         if happened:
             value = result if result is not None else {"resolved": f"{who} confirmed it happened"}
@@ -453,14 +537,14 @@ class Ledger:
                 record,
                 status=Status.SUCCEEDED,
                 result=encode_result(value, tool=record.tool).stored,
-                error=f"resolved by {who}: happened",
+                error=f"resolved by {who}: happened{overrode}",
                 updated_at=now,
             )
         else:
             new = replace(
                 record,
                 status=Status.NOT_HAPPENED,
-                error=f"resolved by {who}: did not happen",
+                error=f"resolved by {who}: did not happen{overrode}",
                 updated_at=now,
             )
         op = UpdateEffect(new, expect_status=record.status, expect_attempt=record.attempt)

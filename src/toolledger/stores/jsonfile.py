@@ -42,11 +42,14 @@ from ..records import (
     ApprovalRecord,
     ApprovalStatus,
     EffectRecord,
+    Holder,
     Lease,
     RunStatus,
     SessionState,
     Status,
     StoredMessage,
+    history_from_json,
+    history_json,
 )
 from .base import AppendMessages, InsertEffect, Op, PutApproval, UpdateEffect
 from .memory import SessionData, apply_ops
@@ -99,6 +102,15 @@ def _to_json(record: EffectRecord) -> dict[str, Any]:
         "approved_by": record.approved_by,
         "worker": record.worker,
     }
+    # Written only when set, so a record without them reads exactly as toolledger 0.1 wrote it.
+    if record.holder is not None:
+        out["holder"] = record.holder.text()
+    if record.lease_token is not None:
+        out["lease_token"] = record.lease_token
+    if record.deadline is not None:
+        out["deadline"] = record.deadline
+    if record.history:
+        out["history"] = history_json(record.history)
     out["digest"] = _digest({**out, "tool_use_id": record.tool_use_id})
     return out
 
@@ -127,6 +139,10 @@ def _from_json(tool_use_id: str, raw: Any) -> EffectRecord:
             updated_at=float(raw["updated_at"]),
             approved_by=raw["approved_by"],
             worker=raw["worker"],
+            holder=Holder.parse(raw.get("holder")),
+            lease_token=None if raw.get("lease_token") is None else int(raw["lease_token"]),
+            deadline=None if raw.get("deadline") is None else float(raw["deadline"]),
+            history=history_from_json(raw.get("history")),
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise _Damaged(f"record {tool_use_id!r} is incomplete ({exc!r})") from exc
@@ -299,6 +315,10 @@ class JSONBackend:
 
     def read_lease(self, session_id: str) -> Lease | None:
         return self._load_log(session_id).lease
+
+    def now(self) -> float:
+        """This machine's clock: every process that opens the directory shares it."""
+        return time.time()
 
     def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
         ids = [session_id] if session_id is not None else self.session_ids()
@@ -516,6 +536,8 @@ def _log_entry(
             "token": lease.token,
             "expires_at": lease.expires_at,
         }
+        if lease.holder is not None:
+            entry["lease"]["holder"] = lease.holder.text()
     entry["digest"] = _digest(entry)
     return entry
 
@@ -587,6 +609,7 @@ def _apply_log_entry(log: _Log, entry: Any, session_id: str) -> None:
             owner=lease["owner"],
             token=int(lease["token"]),
             expires_at=float(lease["expires_at"]),
+            holder=Holder.parse(lease.get("holder")),
         )
     for a in entry["approvals"]:
         log.approvals[a["tool_use_id"]] = ApprovalRecord(

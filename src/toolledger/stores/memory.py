@@ -9,7 +9,8 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, Status, StoredMessage
@@ -80,7 +81,12 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
                 data.approvals[op.record.tool_use_id] = op.record
         elif isinstance(op, TakeLease):
             current_token = data.lease.token if data.lease is not None else 0
-            if current_token != op.expect_token:
+            moved = (
+                op.expect_expires_at is not None
+                and data.lease is not None
+                and data.lease.expires_at != op.expect_expires_at
+            )
+            if current_token != op.expect_token or moved:
                 raise busy(session_id, data.lease)
             data.lease = op.lease
             applied = True
@@ -100,8 +106,9 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
 class MemoryBackend:
     durable = False
 
-    def __init__(self, url: str = "memory://") -> None:
+    def __init__(self, url: str = "memory://", *, clock: Callable[[], float] = time.time) -> None:
         self.url = url
+        self._clock = clock
         self._lock = threading.Lock()
         self._sessions: dict[str, SessionData] = {}
 
@@ -160,6 +167,10 @@ class MemoryBackend:
     def read_lease(self, session_id: str) -> Lease | None:
         with self._lock:
             return self._sessions.get(session_id, SessionData()).lease
+
+    def now(self) -> float:
+        """This machine's clock (or the one given: the simulator's)."""
+        return self._clock()
 
     def list_sessions(self) -> list[SessionState]:
         with self._lock:

@@ -19,6 +19,7 @@ conditional write sent twice would report "someone else got there first" about o
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -53,9 +54,55 @@ def open_backends(url: str) -> tuple[PostgresBackend, AsyncPostgresBackend]:
     """The two faces of one store: closing either one (``Store.close()`` or ``aclose()``)
     releases both pools."""
     backend = PostgresBackend(url)
-    twin = AsyncPostgresBackend(url)
+    twin = AsyncPostgresBackend(url, clock=backend.server_clock)
     backend._twin, twin._twin = twin, backend
     return backend, twin
+
+
+SERVER_TIME = "SELECT extract(epoch from clock_timestamp())::float8"
+
+
+class ServerClock:
+    """The server's clock, as this process can know it: a reading of ``clock_timestamp()``
+    carried forward on this machine's monotonic clock. Readings are taken on every new
+    connection and whenever the last is older than ``RESYNC_S``; a reading is placed at the
+    middle of its round trip, so it is off by at most half of one (well under a millisecond on a
+    LAN) plus the monotonic clock's drift since. This machine's wall clock — however wrong — is
+    never used."""
+
+    RESYNC_S = 300.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._base: tuple[float, float] | None = None  # (server epoch, monotonic then)
+
+    def observe(self, server_epoch: float, sent: float, received: float) -> None:
+        with self._lock:
+            self._base = (server_epoch, (sent + received) / 2)
+
+    def estimate(self) -> float | None:
+        with self._lock:
+            base = self._base
+        if base is None:
+            return None
+        elapsed = time.monotonic() - base[1]
+        return None if elapsed > self.RESYNC_S else base[0] + elapsed
+
+    def read(self, conn: Conn) -> float:
+        sent = time.monotonic()
+        row = conn.execute(SERVER_TIME).fetchone()
+        received = time.monotonic()
+        assert row is not None
+        self.observe(float(row[0]), sent, received)
+        return float(row[0]) + (time.monotonic() - (sent + received) / 2)
+
+    async def aread(self, conn: AsyncConn) -> None:
+        sent = time.monotonic()
+        cur = await conn.execute(SERVER_TIME)
+        row = await cur.fetchone()
+        received = time.monotonic()
+        assert row is not None
+        self.observe(float(row[0]), sent, received)
 
 
 class PostgresBackend:
@@ -68,6 +115,7 @@ class PostgresBackend:
         self.settings = plans.parse_url(url)
         self.url = self.settings.display
         self._twin: AsyncPostgresBackend | None = None
+        self.server_clock = ServerClock()
         self.schema_version = migrate(self.settings)
         s = self.settings
         self._pool: ConnectionPool[Conn] = ConnectionPool(
@@ -76,7 +124,7 @@ class PostgresBackend:
             min_size=s.pool_min,
             max_size=s.pool_max,
             timeout=s.pool_timeout,
-            configure=partial(_configure, schema=s.schema),
+            configure=partial(_configure, schema=s.schema, clock=self.server_clock),
             name="toolledger",
             open=True,
         )
@@ -158,6 +206,17 @@ class PostgresBackend:
         found = self._run("reading a lease", partial(plans.read_lease, session_id))
         return found[0] if found else None
 
+    def now(self) -> float:
+        """The server's clock (``ServerClock``): no round trip unless the last reading is old."""
+        estimate = self.server_clock.estimate()
+        if estimate is not None:
+            return estimate
+        try:
+            with self._pool.connection() as conn:
+                return self.server_clock.read(conn)
+        except psycopg.Error as exc:
+            raise plans.translate(exc, url=self.url, action="reading the server's clock") from exc
+
     def list_sessions(self) -> list[SessionState]:
         return self._run("listing sessions", plans.list_sessions)
 
@@ -198,9 +257,10 @@ class AsyncPostgresBackend:
 
     durable = True
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, clock: ServerClock | None = None) -> None:
         self.settings = plans.parse_url(url)
         self.url = self.settings.display
+        self.server_clock = clock or ServerClock()
         self._twin: PostgresBackend | None = None
         self._current: _LoopPool | None = None
         self._closed = False
@@ -242,6 +302,7 @@ class AsyncPostgresBackend:
             conns.add(conn)
             if s.schema is not None:
                 await conn.execute(plans.search_path(s.schema))
+            await self.server_clock.aread(conn)
 
         pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
             s.conninfo,
@@ -425,9 +486,11 @@ async def _adrive(conn: AsyncConn, plan: plans.Plan[T]) -> T:
         return value
 
 
-def _configure(conn: Conn, *, schema: str | None) -> None:
+def _configure(conn: Conn, *, schema: str | None, clock: ServerClock | None = None) -> None:
     if schema is not None:
         conn.execute(plans.search_path(schema))
+    if clock is not None:
+        clock.read(conn)
 
 
 def migrate(settings: plans.Settings) -> int:

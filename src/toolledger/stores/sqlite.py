@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,15 @@ MIGRATIONS: list[str] = [
         token      INTEGER NOT NULL,
         expires_at REAL    NOT NULL
     ) WITHOUT ROWID;
+    """,
+    # 4: an attempt's owner and end (DESIGN.md rule 12) and the attempts it replaced; the
+    # lease holder's process. Rows written before have NULLs: see EffectRecord and Lease.
+    """
+    ALTER TABLE effects ADD COLUMN holder TEXT;
+    ALTER TABLE effects ADD COLUMN lease_token INTEGER;
+    ALTER TABLE effects ADD COLUMN deadline REAL;
+    ALTER TABLE effects ADD COLUMN history TEXT;
+    ALTER TABLE leases ADD COLUMN holder TEXT;
     """,
 ]
 
@@ -382,7 +392,7 @@ class SQLiteBackend:
                 )
             return c.execute(_sql.UPDATE_APPROVAL, _sql.update_approval_params(op)).rowcount == 1
         if isinstance(op, TakeLease):
-            statement = _sql.INSERT_LEASE if op.expect_token == 0 else _sql.TAKE_LEASE
+            statement = _sql.take_lease_statement(op)
             if c.execute(statement, _sql.take_lease_params(op)).rowcount != 1:
                 found = c.execute(_sql.SELECT_LEASE, (session_id,)).fetchall()
                 raise busy(session_id, _sql.row_to_lease(found[0]) if found else None)
@@ -419,6 +429,10 @@ class SQLiteBackend:
     def read_lease(self, session_id: str) -> Lease | None:
         rows = self._query("reading a lease", _sql.SELECT_LEASE, (session_id,))
         return _sql.row_to_lease(rows[0]) if rows else None
+
+    def now(self) -> float:
+        """This machine's clock: every process that opens the file shares it."""
+        return time.time()
 
     def list_sessions(self) -> list[SessionState]:
         return [_sql.row_to_session(r) for r in self._query("listing", _sql.SELECT_SESSIONS)]

@@ -7,6 +7,8 @@
 * ``World``, ``AgentSpec``, ``run_agent`` — tools whose effects are files, and an agent run in a
   forked process a test can kill.
 * ``Counter`` — a thread-safe count of real executions, per tool.
+* ``elsewhere(store, host)`` — the same store seen by a worker on another host (its own identity,
+  optionally a skewed clock), for tests of overlapping workers without a second machine.
 * ``run_torture(kills=..., backend=...)`` → ``TortureReport`` — agent sessions ``SIGKILL``ed at
   random instants and resumed until they finish, every invariant checked against the world after
   each (``python -m toolledger.testing.torture``; see ``toolledger.testing.torture``).
@@ -19,6 +21,7 @@ from __future__ import annotations
 from .._crash import POINTS as CRASH_POINTS
 from .._crash import arm as arm_crash
 from ._torture import TortureReport, run_torture
+from .elsewhere import elsewhere
 from .fakes import Counter
 from .scripted import Flaky, Reply, ScriptedModel, ToolUse
 from .world import AgentSpec, World, run_agent
@@ -34,6 +37,7 @@ __all__ = [
     "TortureReport",
     "World",
     "arm_crash",
+    "elsewhere",
     "run_agent",
     "run_torture",
 ]

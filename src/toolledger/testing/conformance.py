@@ -30,6 +30,7 @@ from ..records import (
     ApprovalRecord,
     ApprovalStatus,
     EffectRecord,
+    Holder,
     Lease,
     RunStatus,
     SessionState,
@@ -74,7 +75,13 @@ def make_record(
     result: Any = None,
     error: str | None = None,
     at: float = 1_700_000_000.0,
+    holder: Holder | None = None,
+    deadline: float | None = None,
 ) -> EffectRecord:
+    """A record as a worker writes it. A ``started`` one is, unless ``holder`` or ``deadline``
+    say otherwise, an attempt its worker gave up (no holder, a deadline): in doubt at once."""
+    if status is Status.STARTED and holder is None and deadline is None:
+        deadline = at
     return EffectRecord(
         session_id=session_id,
         tool_use_id=tool_use_id,
@@ -88,6 +95,8 @@ def make_record(
         updated_at=at,
         approved_by=None,
         worker="w1",
+        holder=holder,
+        deadline=deadline,
     )
 
 

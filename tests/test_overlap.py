@@ -1,0 +1,237 @@
+"""Two attempts at one call alive at once, inside one process: threads, asyncio tasks, an
+operator resolving a call that runs, a tool past its deadline. Effects are counted in the world
+(``Counter`` of real executions), never in the ledger.
+
+The same situations across processes and hosts are in ``tests/agent/test_takeover.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import toolledger as tl
+from toolledger.records import Status
+from toolledger.testing import Counter
+
+from .conftest import tool_use
+
+THREADS = 8
+CALLS = 30
+
+
+def checked_ticket(
+    counter: Counter, tickets: dict[str, int], lock: threading.Lock
+) -> tl.Tool[Any, Any]:
+    """A non-idempotent tool with a correct check: the ticket system is ``tickets`` (key → n)."""
+
+    @tl.tool(effect="non_idempotent")
+    def create_ticket(title: str, ctx: tl.ToolContext) -> str:
+        counter.hit("create_ticket")
+        time.sleep(0.002)  # the effect takes a moment, as a real API call does
+        with lock:
+            tickets[ctx.idempotency_key] = tickets.get(ctx.idempotency_key, 0) + 1
+        return f"ticket for {title}"
+
+    @create_ticket.check
+    def _(title: str, ctx: tl.ToolContext) -> str | None:
+        with lock:
+            return f"ticket for {title}" if ctx.idempotency_key in tickets else None
+
+    return create_ticket
+
+
+def _threads(n: int, target: Callable[[int], None]) -> None:
+    barrier = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        target(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive()
+
+
+@pytest.mark.parametrize("wait", [0.0, 10.0])
+def test_threads_on_one_checked_call_run_it_once(store: tl.Store, wait: float) -> None:
+    """Eight threads hand the same calls to ``run_tool_uses`` at once: each call executes once;
+    the others get its stored result (with ``wait``) or ``EffectInProgressError`` — never "in
+    doubt" about a call that is running."""
+    counter, tickets, lock = Counter(), {}, threading.Lock()
+    tool = checked_ticket(counter, tickets, lock)
+    answers: list[str] = []
+    answers_lock = threading.Lock()
+
+    def worker(i: int) -> None:
+        for n in range(CALLS):
+            block = tool_use(f"toolu_{n}", "create_ticket", title=f"t{n}")
+            try:
+                (result,) = tl.run_tool_uses([block], [tool], ledger=store.ledger("s"), wait=wait)
+                got = "error: " + result["content"] if result.get("is_error") else result["content"]
+            except tl.EffectInProgressError:
+                got = "in progress"
+            with answers_lock:
+                answers.append(got)
+
+    _threads(THREADS, worker)
+    assert counter["create_ticket"] == CALLS, "each call executed exactly once"
+    assert sorted(tickets.values()) == [1] * CALLS
+    errors = [a for a in answers if a.startswith("error")]
+    assert errors == [], errors[:3]
+    if wait:
+        assert "in progress" not in answers, "waited for the running attempt's result"
+    for record in store.ledger("s").records():
+        assert record.status is Status.SUCCEEDED and record.attempt == 1
+
+
+def test_asyncio_tasks_on_one_call_run_it_once(store: tl.Store) -> None:
+    calls = Counter()
+
+    @tl.tool
+    async def charge(amount: int) -> str:
+        calls.hit("charge")
+        await asyncio.sleep(0.01)
+        return f"charged {amount}"
+
+    async def main() -> list[Any]:
+        ledger = store.ledger("s")
+
+        async def one(n: int) -> Any:
+            block = tool_use(f"toolu_{n % 10}", "charge", amount=n % 10)
+            try:
+                return await tl.arun_tool_uses([block], [charge], ledger=ledger, wait=5)
+            except tl.EffectInProgressError as exc:
+                return exc
+
+        return await asyncio.gather(*(one(n) for n in range(100)))
+
+    answers = asyncio.run(main())
+    assert calls["charge"] == 10
+    assert all(isinstance(a, list) and not a[0].get("is_error") for a in answers), answers[:3]
+
+
+def _blocking(
+    counter: Counter, entered: threading.Event, release: threading.Event
+) -> tl.Tool[Any, Any]:
+    @tl.tool
+    def send(to: str) -> dict[str, str]:
+        counter.hit("send")
+        entered.set()
+        assert release.wait(30)
+        return {"sent_to": to}
+
+    return send
+
+
+@pytest.mark.parametrize("happened", [False, True])
+def test_a_running_call_cannot_be_resolved_unless_forced(store: tl.Store, happened: bool) -> None:
+    """An operator resolving a call that a worker is still running is refused; forced, the
+    person's word stands until the worker's real outcome arrives: then the record holds the
+    truth beside the person's word, and the alert is raised."""
+    counter, entered, release = Counter(), threading.Event(), threading.Event()
+    send = _blocking(counter, entered, release)
+    alerts: list[tl.LedgerWriteError] = []
+    results: list[Any] = []
+    block = tool_use("t", "send", to="a@b")
+    worker = threading.Thread(
+        target=lambda: results.append(
+            tl.run_tool_uses([block], [send], ledger=store.ledger("s"), on_alert=alerts.append)
+        )
+    )
+    worker.start()
+    assert entered.wait(30)
+    ledger = store.ledger("s")
+    assert ledger.in_doubt() == [], "running, not in doubt"
+    with pytest.raises(tl.EffectInProgressError, match="this process is running it"):
+        ledger.resolve("t", happened=happened, by="ana")
+    forced = ledger.resolve("t", happened=happened, by="ana", force=True)
+    assert "forced while attempt 1 may still run" in (forced.error or "")
+    release.set()
+    worker.join(30)
+    ((result,),) = results
+    assert result["content"] == '{"sent_to": "a@b"}', "the model got the real result"
+    (alert,) = alerts
+    assert isinstance(alert, tl.LateOutcomeError) and alert.attempt == 1
+    record = ledger.get("t")
+    assert record is not None
+    if happened:
+        # The person's word was already given (and may have been told to a model): it stays, and
+        # the attempt's own outcome is kept beside it.
+        assert record.status is Status.SUCCEEDED and "resolved by ana" in (record.error or "")
+        (late,) = record.late_effects
+        assert late.attempt == 1 and json.loads(late.late_result or "null") == {"sent_to": "a@b"}
+    else:
+        # "It did not happen" was wrong and nothing ran since: the record now says what did.
+        assert record.status is Status.SUCCEEDED and json.loads(record.result or "") == {
+            "sent_to": "a@b"
+        }
+    assert counter["send"] == 1
+    again = tl.run_tool_uses([block], [send], ledger=ledger)
+    assert counter["send"] == 1 and not again[0].get("is_error")
+
+
+def test_an_async_tool_is_cancelled_at_its_deadline_and_left_in_doubt(store: tl.Store) -> None:
+    started = Counter()
+
+    @tl.tool(timeout=0.2)
+    async def slow_charge(amount: int) -> str:
+        started.hit("slow_charge")
+        await asyncio.sleep(30)
+        return "charged"
+
+    block = tool_use("t", "slow_charge", amount=5)
+    t0 = time.monotonic()
+    (result,) = asyncio.run(tl.arun_tool_uses([block], [slow_charge], ledger=store.ledger("s")))
+    assert time.monotonic() - t0 < 5
+    assert result["is_error"] and "cancelled at its deadline" in result["content"]
+    record = store.ledger("s").get("t")
+    assert record is not None and record.released, "given up: in doubt for everyone at once"
+    assert [r.tool_use_id for r in store.ledger("s").in_doubt()] == ["t"]
+    (again,) = tl.run_tool_uses([block], [slow_charge], ledger=store.ledger("s"))
+    assert "may already have happened" in again["content"] and started["slow_charge"] == 1
+
+
+def test_a_sync_tool_past_its_deadline_still_records_its_outcome(
+    store: tl.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A plain function cannot be stopped: if it returns after its deadline and nobody settled
+    the call meanwhile, its outcome is recorded (nothing can have happened twice)."""
+
+    @tl.tool(timeout=0.05)
+    def slow_send(to: str) -> str:
+        time.sleep(0.2)
+        return "sent"
+
+    with caplog.at_level(logging.WARNING, logger="toolledger"):
+        (result,) = tl.run_tool_uses(
+            [tool_use("t", "slow_send", to="a")], [slow_send], ledger=store.ledger("s")
+        )
+    assert result["content"] == "sent"
+    record = store.ledger("s").get("t")
+    assert record is not None and record.status is Status.SUCCEEDED
+
+
+def test_a_call_in_flight_elsewhere_in_this_process_is_waited_for(store: tl.Store) -> None:
+    counter, entered, release = Counter(), threading.Event(), threading.Event()
+    send = _blocking(counter, entered, release)
+    block = tool_use("t", "send", to="x")
+    first = threading.Thread(
+        target=tl.run_tool_uses, args=([block], [send]), kwargs={"ledger": store.ledger("s")}
+    )
+    first.start()
+    assert entered.wait(30)
+    threading.Timer(0.2, release.set).start()
+    (result,) = tl.run_tool_uses([block], [send], ledger=store.ledger("s"), wait=10)
+    first.join(30)
+    assert result["content"] == '{"sent_to": "x"}' and counter["send"] == 1

@@ -1,0 +1,2 @@
+"""Upgrade tests: stores written by earlier releases (``fixtures/``) must open, and every session
+in them go on, with this one."""
