@@ -13,6 +13,7 @@ EXPECTED = {
     "RunStatus",
     "SessionConflictError",
     "SessionBusyError",
+    "LateOutcomeError",
     "LeaseLostError",
     "Resumed",
     "resume_all",

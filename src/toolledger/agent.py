@@ -33,7 +33,6 @@ from .codec import valid_unicode
 from .drivers import (
     AlertHook,
     CallModel,
-    Commit,
     Failure,
     Fence,
     IOContext,
@@ -46,11 +45,18 @@ from .drivers import (
     drive,
     refuse_async_in_loop,
 )
-from .errors import ConfigurationError, CorruptLedgerError, LedgerWriteError, ModelCallError
+from .errors import (
+    ConfigurationError,
+    CorruptLedgerError,
+    LedgerWriteError,
+    ModelCallError,
+    SessionConflictError,
+)
 from .outcomes import Batch, CallOutcome, Disposition
+from .reconcile import commit
 from .records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage, ToolCall
 from .runner import process_batch
-from .stores.base import AppendMessages, Op, PutSession, Store, check_session_id
+from .stores.base import AppendMessages, Op, PutSession, Store, check_session_id, lost
 from .tools import ToolSet
 
 __all__ = ["Agent", "Run", "Usage"]
@@ -143,7 +149,10 @@ class Agent:
         a new ``prompt``; repeating its last prompt returns it as it is. Raises
         ``ModelCallError`` when the model API fails (the session stays resumable),
         ``StoreError`` when the store does, ``SessionBusyError`` when another worker runs the
-        session, ``LeaseLostError`` when this run's lease was taken over.
+        session, ``LeaseLostError`` when this run's lease was taken over, and
+        ``EffectInProgressError`` when a call of its pending turn is still being run by an
+        attempt that may take effect (a worker whose session this run took over): run it again
+        after that attempt's deadline.
         """
         if self.provider.is_async:
             raise ConfigurationError("this Agent has an async client: use `await agent.arun(...)`")
@@ -183,7 +192,7 @@ class Agent:
         yield from self._commit(sid, [take])
         yield Fence(take.lease, self.lease_ttl)
         token = take.lease.token
-        s = yield from self._open(sid, prompt)
+        s = yield from self._open(sid, prompt, take.lease)
         if s is None:
             return (yield from self._result(sid, ()))
         alerts: list[LedgerWriteError] = []
@@ -208,7 +217,9 @@ class Agent:
             calls_left -= 1
             s = yield from self._call_model(s)
 
-    def _open(self, sid: str, prompt: str | None) -> Generator[Request, Any, _Session | None]:
+    def _open(
+        self, sid: str, prompt: str | None, lease: Lease
+    ) -> Generator[Request, Any, _Session | None]:
         """Load the session, creating it or appending ``prompt`` as the rules say. ``None``:
         there is nothing to do (a completed session, asked its own last prompt again)."""
         prompt = valid_unicode(prompt)
@@ -217,6 +228,7 @@ class Agent:
         now = self.store.clock()
         if state is None:
             if records:
+                yield from self._still_ours(sid, lease)
                 raise self._behind(sid, sorted(records), "it has no checkpoint at all")
             if prompt is None:
                 raise ConfigurationError(
@@ -244,6 +256,7 @@ class Agent:
             }
             stray = sorted(set(records) - called)
             if stray:
+                yield from self._still_ours(sid, lease)
                 raise self._behind(sid, stray, "its transcript does not hold the turns")
         if prompt is None or prompt == self._last_prompt(s):
             if state.status is RunStatus.COMPLETED:
@@ -350,8 +363,15 @@ class Agent:
             lease_token=token,
         )
         alerts.extend(batch.alerts)
-        if batch.commit_error is not None:
-            raise batch.commit_error
+        error = batch.commit_error
+        if error is not None:
+            if type(error) is SessionConflictError and error.tool_use_id is not None:
+                # A call's record moved on while this run ran it (another attempt, a person):
+                # checkpoint B did not land. The turn stays pending; a person looks first.
+                reason = "; ".join([error.message, *(a.message for a in batch.alerts)])
+                s = yield from self._set_status(s, RunStatus.NEEDS_ATTENTION, reason)
+                return s, True
+            raise error
         (s,) = committed
         if s.state.status is not RunStatus.RUNNING:
             return s, True
@@ -396,6 +416,14 @@ class Agent:
         yield from self._commit(s.state.session_id, [PutSession(new, s.state.version)])
         return _Session(new, s.messages)
 
+    def _still_ours(self, sid: str, lease: Lease) -> Generator[Request, Any, None]:
+        """The session's state and its ledger are read one after the other, not as one
+        snapshot: a take-over between the two reads makes them disagree. That is this worker's
+        lease lost, not a damaged store."""
+        current: Lease | None = yield ReadLease()
+        if current is None or current.token != lease.token:
+            raise lost(sid, lease.token)
+
     def _behind(self, sid: str, stray: list[str], why: str) -> CorruptLedgerError:
         """Ledger records that no turn of the transcript asked for: the checkpoint is older than
         the ledger (restored from a backup, or its last commits lost). Resuming would ask the
@@ -411,7 +439,7 @@ class Agent:
         )
 
     def _commit(self, sid: str, ops: list[Op]) -> Generator[Request, Any, list[bool]]:
-        answer = yield Commit(ops)
+        answer = yield from commit(ops)
         if isinstance(answer, Failure):
             raise answer.exc
         applied: list[bool] = answer

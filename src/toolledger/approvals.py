@@ -8,7 +8,9 @@ Built in:
 * ``terminal`` — asks on the terminal, showing the tool, its input and whether it is in doubt;
 * ``queue`` — persists the request in the store and answers "pending": an agent run stops with
   ``awaiting_approval``; a person decides with ``toolledger approve|deny`` (or ``decide``), and the
-  next run proceeds. A decision is bound to (tool_use_id, tool, input hash) and used once.
+  next run proceeds. A decision is bound to (tool_use_id, tool, input hash, whether the call is
+  in doubt); an approval is used up by the attempt it allows, in the same commit as its intent,
+  so it allows exactly one; a denial stands.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import ToolLedgerError
+from .liveness import Running
 from .records import ApprovalRecord, ApprovalStatus, Status
 from .stores.base import PutApproval
 
@@ -54,6 +57,9 @@ class ApprovalRequest:
     in_doubt: bool
     reason: str
     input_hash: str = ""
+    attempt: int = 0
+    """The attempt the question is about (0: the call never started; else the attempt in doubt,
+    or the one a person resolved as not having happened)."""
     ledger: Ledger | None = field(default=None, repr=False, compare=False)
 
 
@@ -124,6 +130,7 @@ class ApprovalQueue:
             reason=request.reason,
             status=ApprovalStatus.PENDING,
             requested_at=store.clock(),
+            attempt=request.attempt,
         )
         if current is None:
             store.apply(request.session_id, [PutApproval(fresh, None)])
@@ -132,6 +139,7 @@ class ApprovalQueue:
             current.tool == request.tool
             and current.input_hash == request.input_hash
             and current.in_doubt == request.in_doubt
+            and current.attempt == request.attempt
         )
         if bound and current.status is ApprovalStatus.USED and _progressed(request):
             # Used up by a racing worker whose intent is already in the ledger: this caller read
@@ -155,11 +163,16 @@ class ApprovalQueue:
 
 
 def _progressed(request: ApprovalRequest) -> bool:
-    """Whether the call has a record that a used approval can have led to (an attempt that has
-    started or finished, not one resolved as not having happened)."""
+    """Whether a racing worker's attempt, allowed by this (used) approval, is in the ledger:
+    running, or finished. An attempt that is over without an outcome (in doubt), or one a
+    person resolved as not having happened, used it up: a new question needs a new answer."""
     assert request.ledger is not None
     record = request.ledger.get(request.tool_use_id)
-    return record is not None and record.status is not Status.NOT_HAPPENED
+    if record is None or record.status is Status.NOT_HAPPENED:
+        return False
+    if record.status is Status.STARTED:
+        return isinstance(request.ledger.store.judge(record), Running)
+    return True
 
 
 queue = ApprovalQueue()

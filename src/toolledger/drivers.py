@@ -29,8 +29,9 @@ from .errors import (
     SessionConflictError,
     StoreError,
 )
-from .records import Lease
-from .stores.base import DropLease, Op, Store
+from .records import Lease, Status, same_write
+from .stores.base import DropLease, Op, Store, UpdateEffect
+from .tools import ToolContext
 
 __all__ = [
     "Alert",
@@ -45,6 +46,7 @@ __all__ = [
     "ReadLease",
     "ReadMessages",
     "ReadSession",
+    "Remember",
     "Request",
     "Sleep",
     "adrive",
@@ -98,6 +100,18 @@ class Invoke:
     fn: Callable[[], Any]
     is_async: bool
     timeout: float | None = None
+    ctx: ToolContext | None = None  # the call it serves (for drivers that watch, not to use)
+    check: bool = False  # the tool's ``check``, not the tool
+
+
+@dataclass(frozen=True, slots=True)
+class Remember:
+    """Writes this process must not lose — outcomes of its attempts that a failed commit left
+    unwritten: commit them (without the fence) in the background, retrying until they apply or
+    are refused, then release the calls in flight (``keys``). Answered at once with ``None``."""
+
+    ops: list[Op]
+    keys: list[tuple[str, str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +166,7 @@ Request = (
     | CallModel
     | Fence
     | Sleep
+    | Remember
 )
 
 
@@ -236,6 +251,114 @@ class _Heartbeats:
 
 
 _heartbeats = _Heartbeats()
+
+
+@dataclass
+class _Kept:
+    store: Store
+    session_id: str
+    ops: list[Op]
+    keys: list[tuple[str, str, str]]
+    due: float
+    delay: float
+
+
+class _Keeper:
+    """One daemon thread per process writing what a failed commit left unwritten (``Remember``):
+    retried with a growing pause (1 s to 30 s) until the store takes it — the writes land, or
+    their compare-and-set is refused because the record moved on — then the calls it held in
+    flight are released. A process that ends first loses them, as a crash would."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._jobs: list[_Kept] = []
+        self._thread: threading.Thread | None = None
+
+    def keep(self, store: Store, session_id: str, request: Remember) -> None:
+        job = _Kept(store, session_id, list(request.ops), list(request.keys), 0.0, 1.0)
+        job.due = time.monotonic() + job.delay
+        store.before_close(partial(self.last_try, store))
+        with self._cv:
+            self._jobs.append(job)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, daemon=True, name="toolledger-keeper"
+                )
+                self._thread.start()
+            self._cv.notify()
+
+    def last_try(self, store: Store) -> None:
+        """``store`` is being closed: one last attempt at its jobs, now; then they are given up
+        (and their calls released) whatever happens."""
+        with self._cv:
+            mine = [j for j in self._jobs if j.store is store]
+            self._jobs = [j for j in self._jobs if j.store is not store]
+        for job in mine:
+            if not self._try(job):
+                for key in job.keys:
+                    store.runtime.in_flight.discard(key)
+                logger.error(
+                    "toolledger: the outcome of %s in session %r was never written: the store "
+                    "was closed first. A resume finds the call in doubt.",
+                    ", ".join(k[2] for k in job.keys),
+                    job.session_id,
+                )
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                now = time.monotonic()
+                due = [j for j in self._jobs if j.due <= now]
+                wait = min((j.due for j in self._jobs), default=now + 60) - now
+                if not due:
+                    self._cv.wait(timeout=max(wait, 0.01))
+                    continue
+            for job in due:
+                if self._try(job):
+                    with self._cv:
+                        if job in self._jobs:
+                            self._jobs.remove(job)
+
+    def _try(self, job: _Kept) -> bool:
+        try:
+            flags = job.store.apply(job.session_id, job.ops)
+        except StoreError as exc:
+            job.delay = min(job.delay * 2, 30.0)
+            job.due = time.monotonic() + job.delay
+            logger.warning(
+                "toolledger: writing the outcome of %s in session %r failed again (%s); "
+                "retrying in %.0fs",
+                ", ".join(k[2] for k in job.keys),
+                job.session_id,
+                exc,
+                job.delay,
+            )
+            return False
+        except Exception as exc:  # refused (the session moved on) or broken: give up loudly
+            flags = [False] * len(job.ops)
+            logger.error("toolledger: the outcome of %s was not written: %s", job.keys, exc)
+        for key in job.keys:
+            job.store.runtime.in_flight.discard(key)
+        for op, ok in zip(job.ops, flags, strict=True):
+            if ok or not isinstance(op, UpdateEffect) or op.record.status is Status.NOT_HAPPENED:
+                continue  # written; or a clean-up whose intent never landed: nothing to do
+            try:
+                now = job.store.backend.read_effects(job.session_id, [op.record.tool_use_id])
+            except StoreError:
+                now = {}
+            if same_write(now.get(op.record.tool_use_id), op.record):
+                continue  # its first send had landed after all
+            logger.error(
+                "toolledger: the outcome of %r (%s) in session %r could not be written: its "
+                "record moved on meanwhile. A person must check it.",
+                op.record.tool,
+                op.record.tool_use_id,
+                job.session_id,
+            )
+        return True
+
+
+_keeper = _Keeper()
 
 
 async def _abeat(io: IOContext, fence: Fence) -> None:
@@ -331,16 +454,22 @@ async def _acall(fn: Callable[[], Any], is_async: bool, timeout: float | None = 
 
 
 def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
-    """Carry out the generator's requests synchronously."""
+    """Carry out the generator's requests synchronously. A request that raises (a read the
+    store refused, an approver that failed) raises inside the generator, which may handle it."""
     answer: Any = None
+    error: Exception | None = None
     try:
         while True:
             try:
-                request = gen.send(answer)
+                request = gen.throw(error) if error is not None else gen.send(answer)
             except StopIteration as stop:
                 result: T = stop.value
                 return result
-            answer = _answer(request, io)
+            error = None
+            try:
+                answer = _answer(request, io)
+            except Exception as exc:
+                answer, error = None, exc
     finally:
         _heartbeats.remove(io)
         with io.guard:
@@ -373,6 +502,9 @@ def _answer(request: Request, io: IOContext) -> Any:
     if isinstance(request, Sleep):
         time.sleep(request.seconds)
         return None
+    if isinstance(request, Remember):
+        _keeper.keep(io.store, sid, request)
+        return None
     if isinstance(request, Ask):
         return normalise(_call_sync(partial(io.approve, request.request)), io.approve)
     if isinstance(request, CallModel):
@@ -398,14 +530,19 @@ def _answer(request: Request, io: IOContext) -> Any:
 async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
     """Carry out the generator's requests on the event loop (the async twin of ``drive``)."""
     answer: Any = None
+    error: Exception | None = None
     try:
         while True:
             try:
-                request = gen.send(answer)
+                request = gen.throw(error) if error is not None else gen.send(answer)
             except StopIteration as stop:
                 result: T = stop.value
                 return result
-            answer = await _aanswer(request, io)
+            error = None
+            try:
+                answer = await _aanswer(request, io)
+            except Exception as exc:
+                answer, error = None, exc
     finally:
         if isinstance(io.keeper, asyncio.Task):
             io.keeper.cancel()
@@ -439,6 +576,9 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
             return Failure(exc)
     if isinstance(request, Sleep):
         await asyncio.sleep(request.seconds)
+        return None
+    if isinstance(request, Remember):
+        _keeper.keep(io.store, sid, request)
         return None
     if isinstance(request, Ask):
         call = partial(io.approve, request.request)

@@ -179,7 +179,9 @@ class MCPToolError(ToolLedgerError, RuntimeError):
 
 
 class StoreError(ToolLedgerError, OSError):
-    """A store could not be read or written. ``url`` names the store."""
+    """A store could not be read or written. ``url`` names the store. ``outcome_unknown``: a
+    write was sent but its answer lost (the connection died during COMMIT) — it may or may not
+    have landed; toolledger reads it back before going on."""
 
     def __init__(
         self,
@@ -188,9 +190,11 @@ class StoreError(ToolLedgerError, OSError):
         url: str | None = None,
         session_id: str | None = None,
         tool_use_id: str | None = None,
+        outcome_unknown: bool = False,
     ) -> None:
         super().__init__(message, session_id=session_id, tool_use_id=tool_use_id)
         self.url = url
+        self.outcome_unknown = outcome_unknown
 
 
 class CorruptLedgerError(StoreError):

@@ -32,7 +32,7 @@ from typing import Any
 from ._crash import hit as crash_point
 from .adapters import ResultShape
 from .codec import valid_unicode
-from .drivers import Alert, Commit, Failure, ReadEffects, Request
+from .drivers import Alert, Failure, ReadEffects, Remember, Request
 from .errors import (
     LateOutcomeError,
     LeaseLostError,
@@ -42,8 +42,9 @@ from .errors import (
     ToolLedgerError,
 )
 from .liveness import flight_key
+from .reconcile import commit
 from .records import EffectRecord, Holder, PastAttempt, Status, ToolCall
-from .stores.base import InsertEffect, Ledger, Op, UpdateEffect
+from .stores.base import AppendMessages, InsertEffect, Ledger, Op, PutSession, UpdateEffect
 from .tools import ToolSet
 
 __all__ = ["Batch", "Buffer", "CallOutcome", "Disposition", "Env", "flush"]
@@ -174,6 +175,7 @@ class Buffered:
     outcome: CallOutcome | None  # whose effect the op records (for alerts)
     closes: tuple[str, str, str] | None = None  # the attempt in flight this op ends
     safe: bool = False  # the tool is safe to run again: a late success duplicates nothing
+    must_land: bool = False  # an outcome others cannot recompute (a check's finding): kept
 
 
 @dataclass(slots=True)
@@ -192,11 +194,30 @@ class Flushed:
     extra_applied: list[bool]  # per op of ``extra``: did its condition hold
 
 
+def _guarded(item: Buffered) -> Op:
+    if item.closes is not None and isinstance(item.op, UpdateEffect):
+        return replace(item.op, guard=True)
+    return item.op
+
+
+def _moved(error: BaseException | None) -> bool:
+    """The commit was refused because a guarded outcome's record moved on."""
+    return (
+        isinstance(error, SessionConflictError)
+        and not isinstance(error, LeaseLostError)
+        and error.tool_use_id is not None
+    )
+
+
 def write(new: EffectRecord, old: EffectRecord | None) -> Op:
-    """Insert-if-absent for a first record, compare-and-set against what we read otherwise."""
+    """Insert-if-absent for a first record; otherwise compare-and-set against the very version
+    we read (status, attempt *and* ``updated_at``), so a note written into it meanwhile — a late
+    attempt's outcome in its history — is never overwritten unseen."""
     if old is None:
         return InsertEffect(new)
-    return UpdateEffect(new, expect_status=old.status, expect_attempt=old.attempt)
+    return UpdateEffect(
+        new, expect_status=old.status, expect_attempt=old.attempt, expect_at=old.updated_at
+    )
 
 
 def release(env: Env, key: tuple[str, str, str], buf: Buffer) -> None:
@@ -212,19 +233,28 @@ def flush(buf: Buffer, env: Env, extra: list[Op]) -> Generator[Request, Any, Flu
     person can now say so for sure.
     """
     items, buf.items = buf.items, []
-    answer = yield Commit([i.op for i in items] + extra)
+    # A checkpoint that reports an outcome never lands without it: with one in ``extra``, our
+    # attempts' outcomes are guards — if a record moved on, nothing of the commit lands.
+    checkpoint = any(isinstance(op, PutSession | AppendMessages) for op in extra)
+    answer = yield from commit([_guarded(i) if checkpoint else i.op for i in items] + extra)
     error = answer.exc if isinstance(answer, Failure) else None
     if error is not None and not isinstance(error, StoreError | SessionConflictError):
         raise error
     everything: list[bool] = [False] * (len(items) + len(extra)) if error is not None else answer
     applied = everything[: len(items)]
+    if _moved(error) and items:
+        # A record moved on while we ran the call: the checkpoint did not land. Our writes
+        # alone learn which records moved; those outcomes are kept beside them (below).
+        again = yield from commit([i.op for i in items])
+        if not isinstance(again, Failure):
+            applied = list(again)
     if isinstance(error, LeaseLostError):
         # Taken over: nothing of this commit landed, and this worker may not go on. But the
         # outcomes of its own attempts are facts; each is a compare-and-set on its record,
         # which needs no fence. Written alone, they land unless the record moved on.
         closing = [n for n, i in enumerate(items) if i.closes is not None]
         if closing:
-            again = yield Commit([items[n].op for n in closing], fenced=False)
+            again = yield from commit([items[n].op for n in closing], fenced=False)
             if not isinstance(again, Failure):
                 for n, ok in zip(closing, again, strict=True):
                     applied[n] = ok
@@ -233,24 +263,41 @@ def flush(buf: Buffer, env: Env, extra: list[Op]) -> Generator[Request, Any, Flu
         # commit — checkpoint B, say — carries them, so a transcript never reports a success
         # its ledger lacks. If that commit fails too, they are lost together.
         buf.items = [i for n, i in enumerate(items) if not i.urgent and not applied[n]]
+    held: list[Buffered] = []
+    if error is not None and not isinstance(error, SessionConflictError):
+        # The store failed: our attempts' outcomes are known here and nowhere else. Keep trying
+        # to write them, holding the calls in flight meanwhile — others in this process wait,
+        # and on this host a live process's attempt is not called over — rather than leave a
+        # record ``started`` that nobody runs any more.
+        held = [i for n, i in enumerate(items) if i.closes is not None and not applied[n]]
+        if held:
+            keys = [i.closes for i in held if i.closes is not None]
+            for key in keys:
+                buf.flights.remove(key)  # ours no more: the background writer releases them
+            yield Remember([i.op for i in held], keys)
     for item, ok in zip(items, applied, strict=True):
-        if item.closes is not None:
+        if item.closes is not None and item not in held:
             release(env, item.closes, buf)  # its outcome is written, or cannot be by us
-        if ok or not item.urgent:
+        if ok:
+            continue
+        if not item.urgent:
+            if item.must_land and error is None:
+                yield from _late(item, env, finding=True)  # a note was added: write it again
             continue
         if item.outcome is None or item.outcome.disposition is not Disposition.EXECUTED:
             late_failure = (
                 isinstance(item.op, UpdateEffect) and item.op.record.status is Status.FAILED
             )
-            if late_failure and (error is None or isinstance(error, LeaseLostError)):
+            if late_failure and (error is None or isinstance(error, SessionConflictError)):
                 yield from _late(item, env)  # kept in the history; nothing happened twice
             continue
-        if error is not None and not isinstance(error, LeaseLostError):
+        if error is not None and not isinstance(error, SessionConflictError):
             alert = LedgerWriteError(
                 f"{item.outcome.call.name!r} ({item.outcome.call.tool_use_id}) in session "
                 f"{env.session_id!r} took effect but the ledger write failed ({error}). The "
-                "model got the real result; a resume could run it again. A person must check "
-                "and resolve it.",
+                "model got the real result. This process keeps trying to write it and holds the "
+                "call meanwhile; if it ends first, a resume finds the call in doubt. A person "
+                "should check.",
                 session_id=env.session_id,
                 tool_use_id=item.outcome.call.tool_use_id,
                 tool=item.outcome.call.name,
@@ -274,10 +321,12 @@ def flush(buf: Buffer, env: Env, extra: list[Op]) -> Generator[Request, Any, Flu
 _LATE_TRIES = 5
 
 
-def _late(item: Buffered, env: Env) -> Generator[Request, Any, None]:
+def _late(item: Buffered, env: Env, *, finding: bool = False) -> Generator[Request, Any, None]:
     """Our attempt's outcome found the record moved on. Keep the outcome in the record — as the
     truth when a person had only said "it did not happen" and nobody ran it since, else in the
-    history beside the attempt that replaced ours — and raise the alert when it took effect."""
+    history beside the attempt that replaced ours — and raise the alert when it took effect.
+    ``finding``: not an attempt's outcome but what its check found, kept only while the record
+    still waits for that attempt."""
     assert isinstance(item.op, UpdateEffect)
     ours = item.op.record
     tid = ours.tool_use_id
@@ -287,9 +336,67 @@ def _late(item: Buffered, env: Env) -> Generator[Request, Any, None]:
         found: dict[str, EffectRecord] = yield ReadEffects([tid])
         current = found.get(tid)
         if current is None:
-            why = "it is gone from the ledger (deleted, or the store replaced)"
-            break
-        if current.status is Status.NOT_HAPPENED and current.attempt == ours.attempt:
+            # The ledger forgot the call (its file deleted, the store replaced): what this
+            # worker knows is all there is. Write it back, so no resume runs it again.
+            answer = yield from commit([InsertEffect(ours)], fenced=False)
+            if answer == [True] and item.outcome is not None:
+                alert = LedgerWriteError(
+                    f"{ours.tool!r} ({tid}) in session {env.session_id!r} took effect, but its "
+                    "record was changed by someone else first: it was gone from the ledger "
+                    "(deleted, or the store replaced), and has been written again from this "
+                    "worker's outcome. Whatever else the ledger held may be lost: a person "
+                    "must check the store.",
+                    session_id=env.session_id,
+                    tool_use_id=tid,
+                    tool=ours.tool,
+                    result=item.outcome.content,
+                    cause=None,
+                    url=env.url,
+                )
+                item.outcome.alert = alert
+                yield Alert(alert)
+                return
+            if answer == [True]:
+                return
+            if isinstance(answer, Failure):
+                why = "it is gone from the ledger (deleted, or the store replaced)"
+                break
+            continue
+        if current.attempt == ours.attempt and current.status is Status.SUCCEEDED:
+            # Settled as having happened (a person's word, or its check found it) while it ran:
+            # this very attempt's effect, vouched for already. Nothing happened twice.
+            logger.warning(
+                "toolledger: attempt %s of %r (%s) in session %r reported %s after it was "
+                "settled as %s (%s)",
+                ours.attempt,
+                ours.tool,
+                tid,
+                env.session_id,
+                late,
+                current.status.value,
+                current.error,
+            )
+            return
+        if finding and not (current.status is Status.STARTED and current.attempt == ours.attempt):
+            # A check's finding says the call's effect exists — not which attempt made it: a
+            # record that moved on (settled, or run again) has nothing to learn from it.
+            return
+        if current.status is Status.STARTED and current.attempt == ours.attempt:
+            # Still our attempt: someone wrote a note into it (a replaced attempt's late
+            # outcome). Write ours again over that version, keeping the note.
+            mine = replace(ours, history=current.history)
+            retry = UpdateEffect(
+                mine, Status.STARTED, current.attempt, expect_at=current.updated_at
+            )
+            again = yield from commit([retry], fenced=False)
+            if again == [True]:
+                return
+            continue
+        if (
+            current.status is Status.NOT_HAPPENED
+            and current.attempt == ours.attempt
+            and ours.status is Status.SUCCEEDED
+        ):
             new = replace(
                 ours,
                 history=current.history,
@@ -300,7 +407,11 @@ def _late(item: Buffered, env: Env) -> Generator[Request, Any, None]:
             kept = "The record now holds that outcome instead; nothing ran again since."
         else:
             past = _past(current, ours, late)
-            new = replace(current, history=past)
+            # A new version (a later ``updated_at``): the attempt still running, if any, then
+            # finds its compare-and-set refused and keeps this note when it writes again.
+            new = replace(
+                current, history=past, updated_at=max(env.clock(), current.updated_at + 1e-6)
+            )
             what = (
                 f"attempt {current.attempt} replaced it"
                 if current.attempt != ours.attempt
@@ -310,8 +421,13 @@ def _late(item: Buffered, env: Env) -> Generator[Request, Any, None]:
                 "Its outcome is kept in the record's history; the world may hold this effect "
                 "twice. A person must check it (`toolledger verify` lists such calls)."
             )
-        op = UpdateEffect(new, expect_status=current.status, expect_attempt=current.attempt)
-        answer = yield Commit([op], fenced=False)
+        op = UpdateEffect(
+            new,
+            expect_status=current.status,
+            expect_attempt=current.attempt,
+            expect_at=current.updated_at,
+        )
+        answer = yield from commit([op], fenced=False)
         if isinstance(answer, Failure):
             break
         if answer == [True]:

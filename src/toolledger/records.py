@@ -25,6 +25,7 @@ __all__ = [
     "ToolCall",
     "history_from_json",
     "history_json",
+    "same_write",
 ]
 
 
@@ -232,6 +233,18 @@ class EffectRecord:
         return [a for a in self.history if a.took_effect_late]
 
 
+def same_write(stored: EffectRecord | None, ours: EffectRecord) -> bool:
+    """Whether ``stored`` is the very record ``ours`` wrote — its status, attempt, owner and
+    timestamp — whatever a ``redact`` hook did to its text."""
+    return stored is not None and (
+        stored.status,
+        stored.attempt,
+        stored.updated_at,
+        stored.worker,
+        stored.holder,
+    ) == (ours.status, ours.attempt, ours.updated_at, ours.worker, ours.holder)
+
+
 class RunStatus(StrEnum):
     """Where an agent session stands."""
 
@@ -289,12 +302,14 @@ class ApprovalStatus(StrEnum):
     APPROVED = "approved"
     DENIED = "denied"
     USED = "used"
-    """Consumed by the call it approved (or refused): never used again."""
+    """An approval used up by the attempt it allowed (in the same commit as its intent): never
+    used again. A denial is not used up: it stands."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalRecord:
-    """A persisted approval request and its decision, bound to (tool_use_id, tool, input hash)."""
+    """A persisted approval request and its decision, bound to (tool_use_id, tool, input hash,
+    in doubt or not, attempt)."""
 
     session_id: str
     tool_use_id: str
@@ -308,6 +323,10 @@ class ApprovalRecord:
     decided_at: float | None = None
     decided_by: str | None = None
     used_at: float | None = None
+    attempt: int = 0
+    """The attempt the question is about: the call's ``attempt`` when it was asked (0 for a
+    call never started; an in-doubt re-run asks about the attempt in doubt). A later attempt is
+    another question. Requests written by toolledger 0.1 read as 0."""
 
     def consumed(self, *, at: float) -> ApprovalRecord:
         """This decision, used up by the call it decided (at ``at``)."""

@@ -31,6 +31,7 @@ from .drivers import (
     IOContext,
     ReadEffects,
     ReadLease,
+    Remember,
     Request,
     Sleep,
     adrive,
@@ -39,9 +40,11 @@ from .drivers import (
 )
 from .errors import (
     ConfigurationError,
+    EffectInProgressError,
     LeaseLostError,
     LedgerMismatchError,
     OutcomeUnknown,
+    StoreError,
 )
 from .liveness import Over, Running, judge
 from .outcomes import (
@@ -56,7 +59,7 @@ from .outcomes import (
     write,
 )
 from .records import SAFE_RERUN, ApprovalStatus, EffectRecord, Lease, PastAttempt, Status, ToolCall
-from .stores.base import Ledger, Op, PutApproval, in_progress_error
+from .stores.base import Ledger, Op, PutApproval, UpdateEffect, in_progress_error
 from .tools import InputError, Tool, ToolContext, ToolSet
 
 __all__ = ["Disposition", "arun_tool_uses", "run_tool_uses"]
@@ -108,6 +111,25 @@ def _process(
 def _one(
     call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer
 ) -> Generator[Request, Any, CallOutcome]:
+    for _ in range(_RESTARTS):
+        done = yield from _decide(call, record, env, buf)
+        if not isinstance(done, _Again):
+            return done
+        record = done.record
+    assert record is not None
+    raise EffectInProgressError(
+        f"{call.name!r} ({call.tool_use_id}) in session {env.session_id!r}: its record kept "
+        "changing while this worker tried to run it (other attempts are at it); retry later "
+        "to get its stored result",
+        session_id=env.session_id,
+        tool_use_id=call.tool_use_id,
+        holder=record.worker,
+    )
+
+
+def _decide(
+    call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer
+) -> Generator[Request, Any, CallOutcome | _Again]:
     if record is not None and record.status is Status.STARTED:
         record = yield from _settled_or_over(call, record, env, buf)
     tool = env.tools.get(call.name)
@@ -171,6 +193,16 @@ def _one(
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Again:
+    """The record changed under us: start the call over from ``record``."""
+
+    record: EffectRecord
+
+
+_RESTARTS = 5
+
+
 @dataclass(slots=True)
 class _Plan:
     """What the steps before running a call decided about its attempt."""
@@ -205,6 +237,7 @@ def _ask(
         in_doubt=action.in_doubt,
         reason=action.reason,
         input_hash=call.input_hash,
+        attempt=_attempt(record),
         ledger=env.ledger,
     )
     decision: Decision = yield Ask(request)
@@ -221,8 +254,6 @@ def _ask(
         if action.in_doubt:
             plan.settled = f"an approver ({decision.by}) allowed running it again"
         return decide.Run(in_doubt=action.in_doubt)
-    if plan.consume is not None:
-        buf.items.append(Buffered(plan.consume, urgent=False, outcome=None))
     if action.in_doubt:
         # "Do not run it again" is not "it did not happen": the call stays in doubt.
         return CallOutcome(
@@ -252,7 +283,9 @@ def _check(
     if buf.urgent:
         yield from flush(buf, env, [])
     ctx = _context(env, call, in_doubt=True, attempt=record.attempt, tool=tool)
-    answer = yield Invoke(tool.check_invocation(kwargs, ctx), tool.check_is_async)
+    answer = yield Invoke(
+        tool.check_invocation(kwargs, ctx), tool.check_is_async, ctx=ctx, check=True
+    )
     if isinstance(answer, Failure):
         return CallOutcome(
             call,
@@ -271,7 +304,7 @@ def _check(
         updated_at=env.clock(),
     )
     outcome = CallOutcome(call, Disposition.EXECUTED, encoded.content, is_error=False)
-    buf.items.append(Buffered(write(done, record), urgent=False, outcome=outcome))
+    buf.items.append(Buffered(write(done, record), urgent=False, outcome=outcome, must_land=True))
     return outcome
 
 
@@ -339,8 +372,8 @@ def _consume(env: Env, decision: Decision) -> Op | None:
     """The write that uses up a persisted approval: it rides in the commit that records what the
     decision allowed (the intent), so an approval is never used without it, nor twice."""
     approval = decision.approval
-    if approval is None or approval.status not in (ApprovalStatus.APPROVED, ApprovalStatus.DENIED):
-        return None
+    if approval is None or approval.status is not ApprovalStatus.APPROVED:
+        return None  # a denial is not used up: it stands (and is recorded with the call)
     used = approval.consumed(at=env.clock())
     return PutApproval(used, expect_status=approval.status)
 
@@ -377,15 +410,27 @@ def _created(record: EffectRecord | None) -> float | None:
 
 
 def _context(
-    env: Env, call: ToolCall, *, in_doubt: bool, attempt: int, tool: Tool[Any, Any]
+    env: Env,
+    call: ToolCall,
+    *,
+    in_doubt: bool,
+    attempt: int,
+    tool: Tool[Any, Any],
+    intent: EffectRecord | None = None,
 ) -> ToolContext:
+    """The call's context. Its deadline is the intent's (the one every other worker judges by,
+    on the store's clock) told on this worker's clock — never later than it."""
+    if intent is not None and intent.deadline is not None:
+        deadline = env.clock() + (intent.deadline - env.now())
+    else:
+        deadline = env.clock() + tool.timeout
     return ToolContext(
         session_id=env.session_id,
         tool_use_id=call.tool_use_id,
         idempotency_key=idempotency_key(env.session_id, call.tool_use_id),
         in_doubt=in_doubt,
         attempt=attempt,
-        deadline=env.clock() + tool.timeout,
+        deadline=deadline,
     )
 
 
@@ -416,73 +461,27 @@ def _run(
     plan: _Plan,
     env: Env,
     buf: Buffer,
-) -> Generator[Request, Any, CallOutcome]:
+) -> Generator[Request, Any, CallOutcome | _Again]:
     attempt = _attempt(record) + 1
     history = _history(record, plan.settled)
     approved_by, consume = plan.approved_by, plan.consume
     key = env.flight(call)
     intent: EffectRecord | None = None
     if tool.needs_intent:
-        intent = env.record(
-            call,
-            status=Status.STARTED,
-            attempt=attempt,
-            created_at=_created(record),
-            approved_by=approved_by,
-            error="in doubt: started, outcome not recorded",
-            deadline=env.now() + tool.timeout,
-            history=history,
+        intended = yield from _intend(
+            call, tool, record, attempt=attempt, history=history, plan=plan, env=env, buf=buf
         )
-        # In flight from before the intent is durable: no other thread or task of this process
-        # may ever see our ``started`` record without knowing that we are running it.
-        env.ledger.store.runtime.in_flight.add(key)
-        buf.flights.append(key)
-        extra = [write(intent, record)] + ([consume] if consume is not None else [])
-        flushed = yield from flush(buf, env, extra)
-        if flushed.error is not None:
-            release(env, key, buf)
-            if isinstance(flushed.error, LeaseLostError):
-                raise flushed.error  # taken over: this worker goes no further
-            return CallOutcome(
-                call,
-                Disposition.NOT_EXECUTED,
-                decide.intent_failed_message(call.name, flushed.error),
-                is_error=True,
-            )
-        if not flushed.extra_applied[0]:
-            # Someone else wrote this call's record since we read it: another attempt.
-            release(env, key, buf)
-            now_found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
-            current = now_found.get(call.tool_use_id)
-            assert current is not None, "a record is never deleted"
-            if current.status is Status.STARTED:
-                current = yield from _settled_or_over(call, current, env, buf)
-                if current.status is Status.STARTED:
-                    # Over already (it died, or gave up): in doubt, for a person or a resume.
-                    return CallOutcome(
-                        call,
-                        Disposition.IN_DOUBT,
-                        decide.in_doubt_message(
-                            call.name, "another attempt started it and did not finish"
-                        ),
-                        is_error=True,
-                    )
-            if current.status.terminal:
-                return _replayed(call, current)
-            return CallOutcome(
-                call,
-                Disposition.NOT_EXECUTED,
-                f"not executed: {call.name!r} was resolved by a person while this worker was "
-                "about to run it; run it again to go on.",
-                is_error=True,
-            )
-        crash_point("after_intent")
+        if isinstance(intended, CallOutcome | _Again):
+            return intended
+        intent = intended
     elif buf.urgent:
         yield from flush(buf, env, [])
     elif consume is not None:
         buf.items.append(Buffered(consume, urgent=False, outcome=None))
-    ctx = _context(env, call, in_doubt=in_doubt, attempt=attempt, tool=tool)
-    answer = yield Invoke(tool.invocation(kwargs, ctx), tool.is_async, timeout=tool.timeout)
+    ctx = _context(env, call, in_doubt=in_doubt, attempt=attempt, tool=tool, intent=intent)
+    # An async tool is cancelled when its deadline comes (what the others judge by), not later.
+    timeout = max(0.0, ctx.deadline - env.clock()) if ctx.deadline is not None else tool.timeout
+    answer = yield Invoke(tool.invocation(kwargs, ctx), tool.is_async, timeout=timeout, ctx=ctx)
     crash_point("before_record")
     closes = key if intent is not None else None
     if isinstance(answer, Failure):
@@ -549,6 +548,71 @@ def _run(
         )
     )
     return outcome
+
+
+def _intend(
+    call: ToolCall,
+    tool: Tool[Any, Any],
+    record: EffectRecord | None,
+    *,
+    attempt: int,
+    history: tuple[PastAttempt, ...],
+    plan: _Plan,
+    env: Env,
+    buf: Buffer,
+) -> Generator[Request, Any, EffectRecord | CallOutcome | _Again]:
+    """Make the intent of ``attempt`` durable (with the approval it uses up): the intent, or
+    the call's answer when it must not run (the commit failed, another attempt got there)."""
+    key = env.flight(call)
+    intent = env.record(
+        call,
+        status=Status.STARTED,
+        attempt=attempt,
+        created_at=_created(record),
+        approved_by=plan.approved_by,
+        error="in doubt: started, outcome not recorded",
+        deadline=env.now() + tool.timeout,
+        history=history,
+    )
+    # In flight from before the intent is durable: no other thread or task of this process
+    # may ever see our ``started`` record without knowing that we are running it.
+    env.ledger.store.runtime.in_flight.add(key)
+    buf.flights.append(key)
+    extra = [write(intent, record)] + ([plan.consume] if plan.consume is not None else [])
+    flushed = yield from flush(buf, env, extra)
+    if flushed.error is not None:
+        if isinstance(flushed.error, StoreError) and flushed.error.outcome_unknown:
+            # The intent may be in the store, and the tool will not run: have it say so
+            # (not happened) once the store answers again — exactly this intent, no other.
+            buf.flights.remove(key)
+            never = replace(
+                intent,
+                status=Status.NOT_HAPPENED,
+                error="its worker did not run it: the commit of its intent went unconfirmed",
+                updated_at=env.clock(),
+            )
+            op = UpdateEffect(never, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
+            yield Remember([op], [key])
+        else:
+            release(env, key, buf)
+        if isinstance(flushed.error, LeaseLostError):
+            raise flushed.error  # taken over: this worker goes no further
+        return CallOutcome(
+            call,
+            Disposition.NOT_EXECUTED,
+            decide.intent_failed_message(call.name, flushed.error),
+            is_error=True,
+        )
+    if not flushed.extra_applied[0]:
+        # Someone else wrote this call's record since we read it — another attempt, a person:
+        # decide again from what it says now.
+        release(env, key, buf)
+        now_found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+        current = now_found.get(call.tool_use_id)
+        assert current is not None, "a record is never deleted"
+        return _Again(current)
+    crash_point("after_intent")
+    return intent
 
 
 def _released(record: EffectRecord) -> EffectRecord:

@@ -7,6 +7,7 @@ world from the world's files.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -157,20 +158,34 @@ def test_async_agent(store: tl.Store, world: World) -> None:
     assert len(world.tickets()) == 1 and len(world.executions()) == 1
 
 
-def test_ledger_alert_stops_the_session_for_a_person(store: tl.Store, world: World) -> None:
-    spied, _ = spy_store(store, fail_when=writes_status(Status.SUCCEEDED))
+def test_ledger_alert_stops_the_session_and_the_outcome_lands_later(
+    store: tl.Store, world: World
+) -> None:
+    """The outcome and checkpoint B share a commit that fails: the effect happened, the alert
+    says so, the run stops. This process still knows the outcome: it keeps the call (in progress,
+    never in doubt nor run again) and writes it once the store takes writes again; the next run
+    then answers from the ledger."""
+    spied, spy = spy_store(store, fail_when=writes_status(Status.SUCCEEDED))
     alerts: list[tl.LedgerWriteError] = []
     with ScriptedModel([Reply(tool_uses=[TICKET]), Reply(text="done")]) as m:
         agent = agent_for(m, spied, world, on_alert=alerts.append)
         with pytest.raises(tl.StoreError):
             agent.run(session="s", prompt="go")
-    # The outcome and checkpoint B shared the failed commit: the effect happened, the alert
-    # says so, and the call is in doubt for the next run (never re-run silently).
-    (alert,) = alerts
-    assert alert.tool == "create_ticket"
-    assert len(world.tickets()) == 1
-    (doubt,) = store.ledger("s").in_doubt()
-    assert doubt.tool_use_id == alert.tool_use_id
+        (alert,) = alerts
+        assert alert.tool == "create_ticket"
+        ((record, verdict),) = store.started()
+        assert record.tool_use_id == alert.tool_use_id and "this process" in verdict.why
+        assert store.ledger("s").in_doubt() == []
+        with pytest.raises(tl.EffectInProgressError):
+            agent.run(session="s")
+        spy.fail_when = None  # the store takes writes again
+        deadline = time.time() + 10
+        while store.ledger("s").get(alert.tool_use_id).status is Status.STARTED:  # type: ignore[union-attr]
+            assert time.time() < deadline, "the outcome was never written"
+            time.sleep(0.05)
+        run = agent.run(session="s")
+    assert run.status is tl.RunStatus.COMPLETED
+    assert len(world.tickets()) == 1 and len(world.executions()) == 1
 
 
 def test_queued_approval_stops_then_proceeds(store: tl.Store, world: World) -> None:

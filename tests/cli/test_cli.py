@@ -180,3 +180,53 @@ def test_demo_as_a_newcomer_runs_it() -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "nothing happened twice" in proc.stdout
+
+
+def test_a_call_in_progress_is_shown_as_such_and_cannot_be_resolved_without_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker on another host is running a call (its deadline has not passed): `in-doubt`
+    lists it as in progress with its owner, lease and deadline; `resolve` refuses it and says
+    why; `--force` settles it and says what it overrode."""
+    from toolledger.codec import input_hash
+    from toolledger.records import EffectRecord, Holder, Status
+    from toolledger.stores.base import InsertEffect
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with tl.open_store(url) as store:
+        running = EffectRecord(
+            session_id="s",
+            tool_use_id="toolu_run",
+            tool="refund",
+            input_hash=input_hash({"amount": 5}),
+            status=Status.STARTED,
+            attempt=1,
+            created_at=store.clock(),
+            updated_at=store.clock(),
+            worker="host-b:77:abcd",
+            holder=Holder(host="host-b", pidns="4026531836", pid=77, start=9),
+            lease_token=3,
+            deadline=store.now() + 600,
+        )
+        store.backend.apply("s", [InsertEffect(running)])
+    code, listed = cli(capsys, "--store", url, "in-doubt", "--json")
+    assert code == 0
+    (row,) = listed
+    assert row["state"] == "in_progress" and row["worker"] == "host-b:77:abcd"
+    assert row["holder"] == "host-b/4026531836/77/9" and row["lease_token"] == 3
+    assert "deadline has not passed" in row["why"] and row["until"] == row["deadline"]
+    monkeypatch.setenv("COLUMNS", "250")
+    code, text = cli(capsys, "--store", url, "in-doubt")
+    assert "in progress" in text and "do not settle" in text and "host-b:77:abcd" in text
+    code = main(["--store", url, "resolve", "s", "toolu_run", "--not-happened", "--by", "ana"])
+    err = capsys.readouterr().err
+    assert code == 1 and "EffectInProgressError" in err and "--force" in err
+    with tl.open_store(url) as store:
+        record = store.ledger("s").get("toolu_run")
+        assert record is not None and record.status is Status.STARTED, "nothing was settled"
+    code, text = cli(
+        capsys, "--store", url, "resolve", "s", "toolu_run", "--not-happened", "--force"
+    )
+    assert code == 0 and "forced while attempt 1 may still run" in " ".join(text.split())
+    code = main(["--store", url, "resolve", "s", "x", "--not-happened", "--result", "1"])
+    assert code == 2 and "--result goes with --happened" in capsys.readouterr().out

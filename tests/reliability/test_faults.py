@@ -15,8 +15,9 @@ Each fault strikes at one of two moments. *Before the intent* (armed at the agen
 and the run ends in a clear ``StoreError`` or tells the model the call did not run and is safe to
 retry; once the fault is gone the call has run at most once. *After the effect*:
 the tool trips it after its effect happened — the outcome cannot be recorded, so the run raises an
-alert (``on_alert`` and the ``toolledger`` logger) and a ``StoreError``, and the next run stops
-``needs_attention`` with the call in doubt, never running it again. Nothing is silent, nothing is
+alert (``on_alert`` and the ``toolledger`` logger) and a ``StoreError``; the process keeps the
+outcome (the call stays in progress here, never in doubt, never run again) and writes it once the
+store takes writes again, so the next run goes on from the ledger. Nothing is silent, nothing is
 done twice. (One gap: a SQLite database file deleted under a running process is not noticed —
 SQLite writes on into the unlinked file. See "Known gaps" in the README.)
 """
@@ -42,6 +43,7 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger.records import Status
 from toolledger.stores import jsonfile
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.verify import verify
@@ -389,9 +391,13 @@ def test_a_fault_before_the_intent_runs_nothing_and_says_so(
         assert store.in_doubt() == []
 
 
-def test_an_effect_that_could_not_be_recorded_alerts_then_needs_attention(
+def test_an_effect_that_could_not_be_recorded_alerts_then_lands_once_the_store_is_back(
     setup: Setup, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The tool's effect happened and the store refused its outcome: the run alerts and stops.
+    The process still knows the outcome and keeps it — the call is in progress here, never in
+    doubt nor run again — and writes it the moment the store takes writes again (at the latest
+    when the store is closed), so the next run answers from the ledger."""
     world = World(tmp_path / "tickets", setup.fault)
     alerts: list[tl.LedgerWriteError] = []
     with ScriptedModel(SCRIPT) as model:
@@ -408,20 +414,12 @@ def test_an_effect_that_could_not_be_recorded_alerts_then_needs_attention(
         assert "took effect but the ledger write failed" in caplog.text
         assert world.tickets() == ["Outage"]
 
-        world.trip_in = None
+        with tl.open_store(setup.url) as store:  # the fault is gone; the outcome was kept
+            record = store.ledger("s").get(alert.tool_use_id)
+            assert record is not None and record.status is Status.SUCCEEDED, record
+            assert json.loads(record.result or "")["title"] == "Outage"
         run = run_once(model, setup.url, world, alerts)
-        assert run.status is tl.RunStatus.NEEDS_ATTENTION, "never silent, never re-run"
-        assert "in doubt" in (run.reason or "") and alert.tool_use_id in (run.reason or "")
-        assert world.tickets() == ["Outage"]
-
-        with tl.open_store(setup.url) as store:
-            (doubt,) = store.ledger("s").in_doubt()
-            assert doubt.tool_use_id == alert.tool_use_id
-            store.ledger("s").resolve(
-                doubt.tool_use_id, happened=True, result=json.loads(alert.result), by="ana"
-            )
-        run = run_once(model, setup.url, world, alerts)
-        assert run.status is tl.RunStatus.COMPLETED
+        assert run.status is tl.RunStatus.COMPLETED, run.reason
         assert model.rejected == []
     assert world.tickets() == ["Outage"], "exactly once"
     assert len(alerts) == 1
@@ -436,7 +434,9 @@ def test_a_json_ledger_file_deleted_mid_run_alerts_and_stops_the_session(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The effects file vanishes while the tool runs: the outcome's compare-and-set finds no
-    intent, so the effect is alerted and the session stops for a person in the same run."""
+    intent. What the worker knows is written back (so no resume runs the call again), the loss
+    is alerted, and the session stops for a person in the same run; run again, it goes on from
+    the ledger and the ticket exists once."""
     url = f"json:///{tmp_path / 'l'}"
 
     class DeleteLedgerFile(Fault):
@@ -451,13 +451,19 @@ def test_a_json_ledger_file_deleted_mid_run_alerts_and_stops_the_session(
     alerts: list[tl.LedgerWriteError] = []
     with ScriptedModel(SCRIPT) as model:
         run = run_once(model, url, world, alerts)
-    (alert,) = alerts
-    assert alert.tool == "create_ticket" and "changed by someone else" in alert.message
-    assert run.status is tl.RunStatus.NEEDS_ATTENTION
-    assert alert.tool_use_id in (run.reason or "")
+        (alert,) = alerts
+        assert alert.tool == "create_ticket" and "changed by someone else" in alert.message
+        assert "written again" in alert.message
+        assert run.status is tl.RunStatus.NEEDS_ATTENTION
+        assert alert.tool_use_id in (run.reason or "")
+        with tl.open_store(url) as store:
+            record = store.ledger("s").get(alert.tool_use_id)
+            assert record is not None and record.status is Status.SUCCEEDED
+        again = run_once(model, url, world, alerts)
+    assert again.status is tl.RunStatus.COMPLETED, again.reason
+    assert world.tickets() == ["Outage"], "never run again"
     with tl.open_store(url) as store:
-        found = [p.message for p in verify(store)]
-    assert any("the ledger has no record" in p for p in found), found
+        assert verify(store) == []
 
 
 @pytest.mark.parametrize("kind", ["json", "postgres"])

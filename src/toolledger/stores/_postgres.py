@@ -41,6 +41,7 @@ from .base import (
     busy,
     conflict,
     lost,
+    moved,
 )
 
 # -- the URL ------------------------------------------------------------------------------------
@@ -225,7 +226,8 @@ MIGRATIONS: list[str] = [
     ALTER TABLE effects ADD COLUMN lease_token BIGINT;
     ALTER TABLE effects ADD COLUMN deadline DOUBLE PRECISION;
     ALTER TABLE effects ADD COLUMN history TEXT;
-    ALTER TABLE leases ADD COLUMN holder TEXT
+    ALTER TABLE leases ADD COLUMN holder TEXT;
+    ALTER TABLE approvals ADD COLUMN attempt BIGINT NOT NULL DEFAULT 0
     """,
 ]
 
@@ -376,7 +378,9 @@ def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
         if isinstance(op, InsertEffect):
             done = yield Step(pg(_sql.INSERT_EFFECT), _sql.insert_params(op))
         elif isinstance(op, UpdateEffect):
-            done = yield Step(pg(_sql.UPDATE_EFFECT), _sql.update_params(op))
+            done = yield Step(pg(_sql.update_statement(op)), _sql.update_params(op))
+            if op.guard and done.rowcount != 1:
+                raise moved(session_id, op.record.tool_use_id)
         elif isinstance(op, PutSession):
             if op.expect_version is None:
                 done = yield Step(pg(_sql.INSERT_SESSION), _sql.session_params(op.state))
@@ -559,6 +563,7 @@ def translate(exc: psycopg.Error, *, url: str, action: str, committing: bool = F
             f"{url}: the connection to PostgreSQL was lost during COMMIT while {action} ({exc}). "
             "The write may or may not have been committed: read the ledger before going on.",
             url=url,
+            outcome_unknown=True,
         )
     if lost:
         return StoreUnavailableError(

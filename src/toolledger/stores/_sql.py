@@ -44,6 +44,12 @@ UPDATE_EFFECT = (
     "lease_token = ?, deadline = ?, history = ? "
     "WHERE session_id = ? AND tool_use_id = ? AND status = ? AND attempt = ?"
 )
+UPDATE_EFFECT_AT = UPDATE_EFFECT + " AND updated_at = ?"
+
+
+def update_statement(op: UpdateEffect) -> str:
+    return UPDATE_EFFECT if op.expect_at is None else UPDATE_EFFECT_AT
+
 
 SELECT_EFFECTS = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ?"
 SELECT_EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ? AND tool_use_id = ?"
@@ -92,6 +98,7 @@ def update_params(op: UpdateEffect) -> tuple[Any, ...]:
         r.tool_use_id,
         op.expect_status.value,
         op.expect_attempt,
+        *(() if op.expect_at is None else (op.expect_at,)),
     )
 
 
@@ -149,15 +156,16 @@ SELECT_MESSAGES = (
 
 APPROVAL_COLUMNS = (
     "session_id, tool_use_id, tool, input_hash, input, in_doubt, reason, status, "
-    "requested_at, decided_at, decided_by, used_at"
+    "requested_at, decided_at, decided_by, used_at, attempt"
 )
 INSERT_APPROVAL = (
-    f"INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO approvals ({APPROVAL_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (session_id, tool_use_id) DO NOTHING"
 )
 UPDATE_APPROVAL = (
     "UPDATE approvals SET tool = ?, input_hash = ?, input = ?, in_doubt = ?, reason = ?, "
-    "status = ?, requested_at = ?, decided_at = ?, decided_by = ?, used_at = ? "
+    "status = ?, requested_at = ?, decided_at = ?, decided_by = ?, used_at = ?, attempt = ? "
     "WHERE session_id = ? AND tool_use_id = ? AND status = ?"
 )
 SELECT_APPROVALS = f"SELECT {APPROVAL_COLUMNS} FROM approvals"
@@ -235,6 +243,7 @@ def approval_params(a: ApprovalRecord) -> tuple[Any, ...]:
         a.decided_at,
         a.decided_by,
         a.used_at,
+        a.attempt,
     )
 
 
@@ -252,6 +261,7 @@ def update_approval_params(op: PutApproval) -> tuple[Any, ...]:
         a.decided_at,
         a.decided_by,
         a.used_at,
+        a.attempt,
         a.session_id,
         a.tool_use_id,
         op.expect_status.value,
@@ -272,6 +282,7 @@ def row_to_approval(row: Sequence[Any]) -> ApprovalRecord:
         decided_at=None if row[9] is None else float(row[9]),
         decided_by=row[10],
         used_at=None if row[11] is None else float(row[11]),
+        attempt=int(row[12] or 0),
     )
 
 

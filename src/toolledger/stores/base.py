@@ -57,6 +57,7 @@ __all__ = [
     "effect_applies",
     "in_progress_error",
     "lost",
+    "moved",
 ]
 
 MAX_SESSION_ID_CHARS = 256
@@ -93,12 +94,18 @@ class InsertEffect:
 
 @dataclass(frozen=True, slots=True)
 class UpdateEffect:
-    """Replace the record if it is still ``(expect_status, expect_attempt)``: compare-and-set.
-    Applied → ``True``; someone else moved it first → ``False``."""
+    """Replace the record if it is still ``(expect_status, expect_attempt)`` — and, with
+    ``expect_at``, the very version written at that ``updated_at``: compare-and-set. Applied →
+    ``True``; someone else moved it first → ``False``."""
 
     record: EffectRecord
     expect_status: Status
     expect_attempt: int
+    expect_at: float | None = None
+    guard: bool = False
+    """A guard, like ``PutSession``: if the record moved on, the whole batch rolls back and
+    ``SessionConflictError`` (with ``tool_use_id``) is raised — a checkpoint that reports an
+    outcome never lands without it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +207,7 @@ def effect_applies(op: InsertEffect | UpdateEffect, current: EffectRecord | None
         current is not None
         and current.status is op.expect_status
         and current.attempt == op.expect_attempt
+        and (op.expect_at is None or current.updated_at == op.expect_at)
     )
 
 
@@ -229,6 +237,17 @@ def in_progress_error(
         tool_use_id=record.tool_use_id,
         holder=record.worker,
         until=verdict.until,
+    )
+
+
+def moved(session_id: str, tool_use_id: str) -> SessionConflictError:
+    """A guarded outcome found its record moved on (another attempt, a person)."""
+    return SessionConflictError(
+        f"the record of {tool_use_id!r} in session {session_id!r} moved on while this worker "
+        "ran the call (another attempt replaced it, or a person settled it): nothing of this "
+        "checkpoint was written. Run the session again: it answers from the ledger.",
+        session_id=session_id,
+        tool_use_id=tool_use_id,
     )
 
 
@@ -377,6 +396,18 @@ class Store:
         self.redact = redact
         self.runtime = runtime or this_process()
         """This process as liveness sees it (identity, attempts in flight)."""
+        self._before_close: list[Callable[[], None]] = []
+
+    def before_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when this store is closed, before its backend is (used to write what a
+        failed commit left behind one last time)."""
+        if fn not in self._before_close:
+            self._before_close.append(fn)
+
+    def _closing(self) -> None:
+        hooks, self._before_close = self._before_close, []
+        for fn in hooks:
+            fn()
 
     def now(self) -> float:
         """The store's clock (``Backend.now``): lease expiries and deadlines are on it."""
@@ -441,9 +472,11 @@ class Store:
         return [r for r, verdict in self.started() if isinstance(verdict, Over)]
 
     def close(self) -> None:
+        self._closing()
         self.backend.close()
 
     async def aclose(self) -> None:
+        self._closing()
         await self.async_backend.close()
 
     def __enter__(self) -> Store:
@@ -547,7 +580,12 @@ class Ledger:
                 error=f"resolved by {who}: did not happen{overrode}",
                 updated_at=now,
             )
-        op = UpdateEffect(new, expect_status=record.status, expect_attempt=record.attempt)
+        op = UpdateEffect(
+            new,
+            expect_status=record.status,
+            expect_attempt=record.attempt,
+            expect_at=record.updated_at,
+        )
         (applied,) = self.store.apply(self.session_id, [op])
         if not applied:
             raise ToolLedgerError(

@@ -569,6 +569,7 @@ def _approval_json(a: ApprovalRecord) -> dict[str, Any]:
         "decided_at": a.decided_at,
         "decided_by": a.decided_by,
         "used_at": a.used_at,
+        "attempt": a.attempt,
     }
 
 
@@ -625,6 +626,7 @@ def _apply_log_entry(log: _Log, entry: Any, session_id: str) -> None:
             decided_at=a["decided_at"],
             decided_by=a["decided_by"],
             used_at=a["used_at"],
+            attempt=int(a.get("attempt", 0)),
         )
 
 

@@ -28,6 +28,7 @@ from .base import (
     conflict,
     effect_applies,
     lost,
+    moved,
 )
 
 __all__ = ["MemoryBackend"]
@@ -56,6 +57,8 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
             applied = effect_applies(op, data.effects.get(op.record.tool_use_id))
             if applied:
                 data.effects[op.record.tool_use_id] = op.record
+            elif isinstance(op, UpdateEffect) and op.guard:
+                raise moved(session_id, op.record.tool_use_id)
         elif isinstance(op, PutSession):
             current = data.state
             if op.expect_version is None and current is not None:
@@ -81,12 +84,12 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
                 data.approvals[op.record.tool_use_id] = op.record
         elif isinstance(op, TakeLease):
             current_token = data.lease.token if data.lease is not None else 0
-            moved = (
+            renewed = (
                 op.expect_expires_at is not None
                 and data.lease is not None
                 and data.lease.expires_at != op.expect_expires_at
             )
-            if current_token != op.expect_token or moved:
+            if current_token != op.expect_token or renewed:
                 raise busy(session_id, data.lease)
             data.lease = op.lease
             applied = True

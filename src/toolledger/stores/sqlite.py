@@ -38,6 +38,7 @@ from .base import (
     busy,
     conflict,
     lost,
+    moved,
 )
 
 __all__ = ["SQLiteBackend"]
@@ -117,6 +118,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE effects ADD COLUMN deadline REAL;
     ALTER TABLE effects ADD COLUMN history TEXT;
     ALTER TABLE leases ADD COLUMN holder TEXT;
+    ALTER TABLE approvals ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
     """,
 ]
 
@@ -362,7 +364,10 @@ class SQLiteBackend:
         if isinstance(op, InsertEffect):
             return c.execute(_sql.INSERT_EFFECT, _sql.insert_params(op)).rowcount == 1
         if isinstance(op, UpdateEffect):
-            return c.execute(_sql.UPDATE_EFFECT, _sql.update_params(op)).rowcount == 1
+            updated = c.execute(_sql.update_statement(op), _sql.update_params(op)).rowcount == 1
+            if op.guard and not updated:
+                raise moved(session_id, op.record.tool_use_id)
+            return updated
         if isinstance(op, PutSession):
             if op.expect_version is None:
                 done = c.execute(_sql.INSERT_SESSION, _sql.session_params(op.state)).rowcount

@@ -1,0 +1,88 @@
+"""What is checked once a simulated run is over, against the world (the checks made during the
+run — nothing settled while its attempt can still take effect, no effect twice, every
+checkpoint fenced, no broken transcript sent — live in the engine, at the instant they apply)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from ...adapters.anthropic import merged, pairing_errors, read_tool_uses
+from ...records import RunStatus, Status
+from ...verify import Severity, verify
+
+if TYPE_CHECKING:
+    from ._engine import Simulation
+
+__all__ = ["final_checks"]
+
+
+def final_checks(sim: Simulation) -> None:
+    """Every session ended, every call answered exactly once, every effect recorded or alerted,
+    an approval used at most once, and nothing verify calls an error that the run did not
+    excuse."""
+    backend = sim.backend
+    alerted = {(sid, tid) for _, sid, tid in sim.alerts}
+    for sid in sim.scripts:
+        state = backend.read_session(sid)
+        if state is None or state.status is not RunStatus.COMPLETED:
+            status = state.status.value if state else "never started"
+            sim.violation(f"{sid}: ended {status} ({state.reason if state else ''})")
+            continue
+        messages = backend.read_messages(sid)
+        problems = pairing_errors(merged(messages))
+        if problems:
+            sim.violation(f"{sid}: transcript breaks the pairing rule: {problems}")
+        uses = [c for m in messages if m.role == "assistant" for c in read_tool_uses(m.content)]
+        answered: Counter[str] = Counter(
+            b.get("tool_use_id")
+            for m in messages
+            if m.role == "user" and isinstance(m.content, list)
+            for b in m.content
+            if b.get("type") == "tool_result"
+        )
+        for call in uses:
+            if answered[call.tool_use_id] != 1:
+                sim.violation(
+                    f"{sid}: {call.tool_use_id} answered {answered[call.tool_use_id]} times"
+                )
+    records = {
+        (sid, r.tool_use_id): r for sid in sim.scripts for r in backend.read_effects(sid).values()
+    }
+    for effect in sim.world.effects:
+        sid = effect.title.split("/")[0]
+        record = records.get((sid, effect.tool_use_id))
+        kept = record is not None and (
+            (record.status is Status.SUCCEEDED and record.attempt in (effect.attempt, 0))
+            or any(
+                past.attempt == effect.attempt and past.late == "succeeded"
+                for past in record.history
+            )
+            or (record.status is Status.SUCCEEDED and bool(record.error))  # settled by evidence
+        )
+        forced = (sid, effect.tool_use_id) in sim.forced  # the record says what was overridden
+        # Rule 14's limit twice over: sent past its deadline by a process that then died before
+        # it could say so. Nobody can know of it; it is counted, not excused silently.
+        unknowable = effect.past_deadline and sim.crashed(effect.process)
+        if unknowable and not kept:
+            sim.stats["late_effects_lost_with_their_process"] += 1
+        elif not kept and not forced and (sid, effect.tool_use_id) not in alerted:
+            found = "no record" if record is None else f"{record.status.value} #{record.attempt}"
+            sim.violation(
+                f"{effect.title}: attempt {effect.attempt}'s effect is neither recorded nor "
+                f"alerted ({found})"
+            )
+    high_impact = Counter(
+        (e.title.split("/")[0], e.tool_use_id) for e in sim.world.effects if e.kind == "high_impact"
+    )
+    for key, n in high_impact.items():
+        if n > max(1, sim.approved[key]) and key not in sim.limit_cases and key not in sim.forced:
+            sim.violation(f"{key[0]}/{key[1]}: ran {n} times on {sim.approved[key]} approval(s)")
+    store = sim.operator.store
+    excused = {k[1] for k in sim.limit_cases | sim.forced}
+    for problem in verify(store):
+        if problem.severity is not Severity.ERROR:
+            continue
+        if any(tid in problem.message for tid in excused):
+            continue
+        sim.violation(f"verify: {problem.message}")

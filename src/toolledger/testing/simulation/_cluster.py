@@ -1,0 +1,170 @@
+"""Simulated machines: process tables with their own clocks, processes that run, pause, crash and
+restart, and the store handle each process sees.
+
+A *process table* is one host's (or one container's) view of processes: a host identity, a PID
+namespace, a clock offset and drift. Two tables may share a host identity (containers of one
+kernel); they never share a PID namespace. A process's ``Runtime`` answers "is that process
+alive?" only for its own table, as the real one does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ...errors import StoreUnavailableError
+from ...liveness import Runtime
+from ...records import ApprovalRecord, EffectRecord, Holder, Lease, SessionState, StoredMessage
+from ...stores.base import Op, Store
+from ...stores.memory import MemoryBackend
+
+if TYPE_CHECKING:
+    from ._engine import Simulation
+
+__all__ = ["ActorBackend", "SimProcess", "SimRuntime", "Table"]
+
+
+@dataclass
+class Table:
+    """One process table: a host (or a container of one)."""
+
+    name: str
+    host: str  # host identity (what TOOLLEDGER_HOST_ID or the boot id would be)
+    pidns: str
+    offset: float  # this host's clock minus the true time, in seconds
+    drift: float  # parts of a second gained per second
+    next_pid: int = 100
+
+    def clock(self, true_time: float) -> float:
+        return true_time + self.offset + self.drift * (true_time - 1_800_000_000.0)
+
+
+@dataclass
+class SimProcess:
+    name: str
+    table: Table
+    pid: int
+    start: int
+    sim: Simulation
+    state: str = "running"  # running | paused | crashed
+    paused_until: float = 0.0
+    partitioned_until: float = 0.0
+    lose_replies_until: float = 0.0
+    sloppy: bool = False  # its tools may send after their deadline (rule 14)
+    runtime: SimRuntime = field(init=False)
+    store: Store = field(init=False)
+    workers: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.runtime = SimRuntime(self)
+        self.store = Store(
+            ActorBackend(self.sim.backend, self),
+            clock=lambda: self.table.clock(self.sim.t),
+            worker_id=f"{self.table.name}:{self.pid}:{self.name}",
+            runtime=self.runtime,
+        )
+
+    @property
+    def holder(self) -> Holder:
+        return Holder(host=self.table.host, pidns=self.table.pidns, pid=self.pid, start=self.start)
+
+    @property
+    def alive(self) -> bool:
+        return self.state != "crashed"
+
+    @property
+    def runnable(self) -> bool:
+        return self.state == "running"
+
+    def local_time(self) -> float:
+        return self.table.clock(self.sim.t)
+
+
+class SimRuntime(Runtime):
+    """A simulated process as toolledger's liveness sees it."""
+
+    def __init__(self, process: SimProcess) -> None:
+        super().__init__()
+        self.process = process
+
+    @property
+    def holder(self) -> Holder | None:
+        return self.process.holder
+
+    def process_alive(self, holder: Holder) -> bool | None:
+        for p in self.process.sim.processes:
+            if (p.table.host, p.table.pidns, p.pid) == (holder.host, holder.pidns, holder.pid):
+                return p.alive and p.start == holder.start
+        return False  # no such pid in this table: gone (and reaped)
+
+    def pid_gone(self, pid: int) -> bool:
+        mine = self.process.table
+        return not any(
+            p.table is mine and p.pid == pid and p.alive for p in self.process.sim.processes
+        )
+
+
+class ActorBackend:
+    """The store as one simulated process reaches it: through its network (which may be cut or
+    lose replies), with every write shown to the simulation's checks first."""
+
+    durable = False
+
+    def __init__(self, inner: MemoryBackend, process: SimProcess) -> None:
+        self.inner = inner
+        self.process = process
+        self.url = inner.url
+
+    def _reach(self, action: str) -> None:
+        if self.process.sim.t < self.process.partitioned_until:
+            self.process.sim.stats["store_refused"] += 1
+            raise StoreUnavailableError(
+                f"{self.url}: cannot reach the store while {action} (simulated partition)",
+                url=self.url,
+            )
+
+    def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        self._reach("writing the ledger")
+        return self.process.sim.observe_commit(self.process, session_id, ops, self.inner.apply)
+
+    def read_effects(
+        self, session_id: str, tool_use_ids: Sequence[str] | None = None
+    ) -> dict[str, EffectRecord]:
+        self._reach("reading the ledger")
+        return self.inner.read_effects(session_id, tool_use_ids)
+
+    def read_session(self, session_id: str) -> SessionState | None:
+        self._reach("reading a session")
+        return self.inner.read_session(session_id)
+
+    def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
+        self._reach("reading a transcript")
+        return self.inner.read_messages(session_id, since)
+
+    def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        self._reach("reading approvals")
+        return self.inner.read_approvals(session_id)
+
+    def read_lease(self, session_id: str) -> Lease | None:
+        self._reach("reading a lease")
+        return self.inner.read_lease(session_id)
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def list_sessions(self) -> list[SessionState]:
+        return self.inner.list_sessions()
+
+    def session_ids(self) -> list[str]:
+        return self.inner.session_ids()
+
+    def in_doubt(self) -> list[EffectRecord]:
+        self._reach("listing in-doubt calls")
+        return self.inner.in_doubt()
+
+    def close(self) -> None:
+        """The simulated store outlives every handle."""
+
+
+Clock = Callable[[], float]
