@@ -13,15 +13,15 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from . import leases
 from .approvals import ApprovalRequest, normalise
+from .background import heartbeats, keeper
 from .errors import (
     ConfigurationError,
     LedgerWriteError,
@@ -29,8 +29,8 @@ from .errors import (
     SessionConflictError,
     StoreError,
 )
-from .records import Lease, Status, same_write
-from .stores.base import DropLease, Op, Store, UpdateEffect
+from .records import Lease
+from .stores.base import DropLease, Op, Store
 from .tools import ToolContext
 
 __all__ = [
@@ -187,9 +187,7 @@ class IOContext:
     model: ModelClient | None = None
     fence: Fence | None = None
     keeper: Any = None  # the async run's heartbeat task
-    # Held while the heartbeat renews and while the run gives its lease up, so a renewal in
-    # flight can never land after the give-back (and keep a finished run's lease alive).
-    guard: threading.Lock = field(default_factory=threading.Lock)
+    busy_since: float | None = None  # monotonic time the run's store operation under way began
 
     def fenced(self, ops: list[Op], fenced: bool = True) -> list[Op]:
         if self.fence is None or not fenced:
@@ -200,177 +198,36 @@ class IOContext:
         return flags[1:] if self.fence is not None and fenced else flags
 
 
-class _Heartbeats:
-    """One daemon thread per process renewing the leases of every sync run in flight, each every
-    third of its time to live. A run registers when it takes its lease and leaves when it ends:
-    no thread is started per run."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition(threading.Lock())
-        self._due: dict[int, tuple[float, IOContext]] = {}  # id(io) -> (next renewal, io)
-        self._thread: threading.Thread | None = None
-
-    def add(self, io: IOContext) -> None:
-        assert io.fence is not None
-        with self._cv:
-            self._due[id(io)] = (time.monotonic() + io.fence.ttl / 3, io)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._loop, daemon=True, name="toolledger-leases"
-                )
-                self._thread.start()
-            self._cv.notify()
-
-    def remove(self, io: IOContext) -> None:
-        with self._cv:
-            self._due.pop(id(io), None)
-
-    def _loop(self) -> None:
-        while True:
-            with self._cv:
-                now = time.monotonic()
-                due = [io for at, io in self._due.values() if at <= now]
-                for io in due:
-                    assert io.fence is not None
-                    self._due[id(io)] = (now + io.fence.ttl / 3, io)
-                wait = min((at for at, _ in self._due.values()), default=now + 60) - now
-            for io in due:
-                self._renew(io)
-            with self._cv:
-                self._cv.wait(timeout=max(wait, 0.01))
-
-    def _renew(self, io: IOContext) -> None:
-        try:
-            with io.guard:
-                if io.fence is not None:
-                    io.store.apply(io.session_id, io.fenced([]))
-        except SessionConflictError:
-            self.remove(io)  # taken over: the run's next commit is refused and says so
-        except Exception as exc:  # a store hiccup: the next beat (or commit) tries again
-            logger.warning("toolledger: renewing the lease of %r failed: %s", io.session_id, exc)
-
-
-_heartbeats = _Heartbeats()
-
-
-@dataclass
-class _Kept:
-    store: Store
-    session_id: str
-    ops: list[Op]
-    keys: list[tuple[str, str, str]]
-    due: float
-    delay: float
-
-
-class _Keeper:
-    """One daemon thread per process writing what a failed commit left unwritten (``Remember``):
-    retried with a growing pause (1 s to 30 s) until the store takes it — the writes land, or
-    their compare-and-set is refused because the record moved on — then the calls it held in
-    flight are released. A process that ends first loses them, as a crash would."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition(threading.Lock())
-        self._jobs: list[_Kept] = []
-        self._thread: threading.Thread | None = None
-
-    def keep(self, store: Store, session_id: str, request: Remember) -> None:
-        job = _Kept(store, session_id, list(request.ops), list(request.keys), 0.0, 1.0)
-        job.due = time.monotonic() + job.delay
-        store.before_close(partial(self.last_try, store))
-        with self._cv:
-            self._jobs.append(job)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._loop, daemon=True, name="toolledger-keeper"
-                )
-                self._thread.start()
-            self._cv.notify()
-
-    def last_try(self, store: Store) -> None:
-        """``store`` is being closed: one last attempt at its jobs, now; then they are given up
-        (and their calls released) whatever happens."""
-        with self._cv:
-            mine = [j for j in self._jobs if j.store is store]
-            self._jobs = [j for j in self._jobs if j.store is not store]
-        for job in mine:
-            if not self._try(job):
-                for key in job.keys:
-                    store.runtime.in_flight.discard(key)
-                logger.error(
-                    "toolledger: the outcome of %s in session %r was never written: the store "
-                    "was closed first. A resume finds the call in doubt.",
-                    ", ".join(k[2] for k in job.keys),
-                    job.session_id,
-                )
-
-    def _loop(self) -> None:
-        while True:
-            with self._cv:
-                now = time.monotonic()
-                due = [j for j in self._jobs if j.due <= now]
-                wait = min((j.due for j in self._jobs), default=now + 60) - now
-                if not due:
-                    self._cv.wait(timeout=max(wait, 0.01))
-                    continue
-            for job in due:
-                if self._try(job):
-                    with self._cv:
-                        if job in self._jobs:
-                            self._jobs.remove(job)
-
-    def _try(self, job: _Kept) -> bool:
-        try:
-            flags = job.store.apply(job.session_id, job.ops)
-        except StoreError as exc:
-            job.delay = min(job.delay * 2, 30.0)
-            job.due = time.monotonic() + job.delay
-            logger.warning(
-                "toolledger: writing the outcome of %s in session %r failed again (%s); "
-                "retrying in %.0fs",
-                ", ".join(k[2] for k in job.keys),
-                job.session_id,
-                exc,
-                job.delay,
-            )
-            return False
-        except Exception as exc:  # refused (the session moved on) or broken: give up loudly
-            flags = [False] * len(job.ops)
-            logger.error("toolledger: the outcome of %s was not written: %s", job.keys, exc)
-        for key in job.keys:
-            job.store.runtime.in_flight.discard(key)
-        for op, ok in zip(job.ops, flags, strict=True):
-            if ok or not isinstance(op, UpdateEffect) or op.record.status is Status.NOT_HAPPENED:
-                continue  # written; or a clean-up whose intent never landed: nothing to do
-            try:
-                now = job.store.backend.read_effects(job.session_id, [op.record.tool_use_id])
-            except StoreError:
-                now = {}
-            if same_write(now.get(op.record.tool_use_id), op.record):
-                continue  # its first send had landed after all
-            logger.error(
-                "toolledger: the outcome of %r (%s) in session %r could not be written: its "
-                "record moved on meanwhile. A person must check it.",
-                op.record.tool,
-                op.record.tool_use_id,
-                job.session_id,
-            )
-        return True
-
-
-_keeper = _Keeper()
-
-
 async def _abeat(io: IOContext, fence: Fence) -> None:
-    """The async heartbeat (a task on the run's event loop)."""
+    """The async heartbeat (a task on the run's event loop): renews while the run makes
+    progress, as ``background.Heartbeats`` does for sync runs."""
     while True:
         await asyncio.sleep(fence.ttl / 3)
+        stuck = io.busy_since
+        if stuck is not None and time.monotonic() - stuck > fence.ttl / 3:
+            logger.warning(
+                "toolledger: not renewing the lease of %r: its run has waited %.1fs on the store",
+                io.session_id,
+                time.monotonic() - stuck,
+            )
+            continue
         try:
             await io.store.aapply(io.session_id, io.fenced([]))
         except SessionConflictError:
             return
         except Exception as exc:
             logger.warning("toolledger: renewing the lease of %r failed: %s", io.session_id, exc)
+
+
+def _give_back_later(io: IOContext, dropped: list[Op], exc: Exception) -> None:
+    """A lease that could not be given back: on this host a live holder keeps its session, so
+    it is given back in the background, not left to hold until this process ends."""
+    logger.warning(
+        "toolledger: giving the lease of %r up failed (%s); retrying in the background",
+        io.session_id,
+        exc,
+    )
+    keeper.keep(io.store, io.session_id, dropped, [])
 
 
 def _hold(io: IOContext, fence: Fence) -> None:
@@ -388,6 +245,8 @@ def _drop_lease(io: IOContext) -> list[Op]:
 
 
 _COMMIT_ERRORS = (StoreError, SessionConflictError)
+# What a run waits on the store for: a heartbeat stops renewing a run stuck in one too long.
+_STORE_REQUESTS = (ReadEffects, ReadSession, ReadMessages, ReadLease, Commit)
 
 
 def _emit(alert: LedgerWriteError, on_alert: AlertHook | None) -> Any:
@@ -466,21 +325,21 @@ def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
                 result: T = stop.value
                 return result
             error = None
+            io.busy_since = time.monotonic() if isinstance(request, _STORE_REQUESTS) else None
             try:
                 answer = _answer(request, io)
             except Exception as exc:
                 answer, error = None, exc
+            finally:
+                io.busy_since = None
     finally:
-        _heartbeats.remove(io)
-        with io.guard:
-            dropped = _drop_lease(io)
+        heartbeats.remove(io)
+        dropped = _drop_lease(io)
         if dropped:
             try:
                 io.store.apply(io.session_id, dropped)
-            except Exception as exc:  # it expires on its own
-                logger.warning(
-                    "toolledger: giving the lease of %r up failed: %s", io.session_id, exc
-                )
+            except Exception as exc:
+                _give_back_later(io, dropped, exc)
 
 
 def _answer(request: Request, io: IOContext) -> Any:
@@ -503,7 +362,7 @@ def _answer(request: Request, io: IOContext) -> Any:
         time.sleep(request.seconds)
         return None
     if isinstance(request, Remember):
-        _keeper.keep(io.store, sid, request)
+        keeper.keep(io.store, sid, request.ops, request.keys)
         return None
     if isinstance(request, Ask):
         return normalise(_call_sync(partial(io.approve, request.request)), io.approve)
@@ -521,7 +380,7 @@ def _answer(request: Request, io: IOContext) -> Any:
         return backend.read_lease(sid)
     if isinstance(request, Fence):
         _hold(io, request)
-        _heartbeats.add(io)
+        heartbeats.add(io)
         return None
     _call_sync(partial(_emit, request.alert, io.on_alert))
     return None
@@ -539,10 +398,13 @@ async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
                 result: T = stop.value
                 return result
             error = None
+            io.busy_since = time.monotonic() if isinstance(request, _STORE_REQUESTS) else None
             try:
                 answer = await _aanswer(request, io)
             except Exception as exc:
                 answer, error = None, exc
+            finally:
+                io.busy_since = None
     finally:
         if isinstance(io.keeper, asyncio.Task):
             io.keeper.cancel()
@@ -552,10 +414,8 @@ async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
         if dropped:
             try:
                 await io.store.aapply(io.session_id, dropped)
-            except Exception as exc:  # it expires on its own
-                logger.warning(
-                    "toolledger: giving the lease of %r up failed: %s", io.session_id, exc
-                )
+            except Exception as exc:
+                _give_back_later(io, dropped, exc)
 
 
 async def _aanswer(request: Request, io: IOContext) -> Any:
@@ -578,7 +438,7 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
         await asyncio.sleep(request.seconds)
         return None
     if isinstance(request, Remember):
-        _keeper.keep(io.store, sid, request)
+        keeper.keep(io.store, sid, request.ops, request.keys)
         return None
     if isinstance(request, Ask):
         call = partial(io.approve, request.request)

@@ -61,9 +61,9 @@ def test_a_second_worker_is_refused_while_the_first_runs(store: tl.Store, tmp_pa
 
 def _stalled_heartbeats(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process's lease heartbeat stops renewing: the worker stalls as a paused one does."""
-    from toolledger import drivers
+    from toolledger import background
 
-    monkeypatch.setattr(drivers._Heartbeats, "_renew", lambda self, io: None)
+    monkeypatch.setattr(background.Heartbeats, "_renew", lambda self, io: None)
 
 
 @pytest.mark.parametrize("timeout", [300.0, 0.5])
@@ -272,3 +272,42 @@ def test_a_run_that_could_not_give_its_lease_back_does_not_block_the_next(
         assert owner not in store.runtime.live_runs
         run = agent.run(session="s", prompt="go")
     assert run.status is tl.RunStatus.COMPLETED
+
+
+def test_a_run_stuck_on_the_store_stops_renewing_its_lease(store: tl.Store) -> None:
+    """Only a worker that makes progress keeps its lease: a run whose own store operation has
+    hung for more than a third of the lease's life is not renewed, so another worker can take
+    the session over once it expires (and the fence refuses whatever the stuck run writes)."""
+    from toolledger import background
+    from toolledger.drivers import Fence, IOContext
+
+    io = IOContext(store=store, session_id="s")
+    lease = Lease(
+        session_id="s",
+        owner="me/run",
+        token=1,
+        expires_at=store.now() + 0.3,
+        holder=this_process().holder,
+    )
+    store.backend.apply("s", [TakeLease(lease, expect_token=0)])
+    io.fence = Fence(lease, 0.3)
+    beats = background.Heartbeats()
+    beats._renew(io)
+    renewed = store.backend.read_lease("s")
+    assert renewed is not None and renewed.expires_at > lease.expires_at
+    io.busy_since = time.monotonic() - 1.0  # its store call has hung for a second
+    beats._renew(io)
+    after = store.backend.read_lease("s")
+    assert after == renewed, "not renewed while stuck"
+
+
+def test_a_renewal_never_revives_a_lease_given_back(store: tl.Store) -> None:
+    from toolledger.stores.base import DropLease, HoldLease
+
+    lease = Lease(session_id="s", owner="o", token=1, expires_at=store.now() + 30)
+    store.backend.apply("s", [TakeLease(lease, expect_token=0)])
+    store.backend.apply("s", [DropLease("s", 1)])
+    with pytest.raises(tl.LeaseLostError):
+        store.backend.apply("s", [HoldLease("s", 1, store.now() + 30)])
+    given_back = store.backend.read_lease("s")
+    assert given_back is not None and given_back.expires_at == 0.0

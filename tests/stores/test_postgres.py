@@ -586,9 +586,29 @@ def test_url_parameters_are_ours_or_libpq_s() -> None:
     assert s.schema == "Tenant A"
     assert (s.pool_min, s.pool_max, s.pool_timeout) == (0, 3, 2.5)
     assert "s3cret" not in s.display and s.display.startswith("postgres://me:***@db:5433/app")
-    assert s.connect_kwargs == {"connect_timeout": 10, "application_name": "toolledger"}
-    hidden = _postgres.parse_url("postgresql://db/app?password=pw&application_name=x")
-    assert "pw" not in hidden.display and hidden.connect_kwargs == {"connect_timeout": 10}
+    keepalives = {
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 10_000,
+    }
+    assert s.op_timeout == 10.0
+    assert s.connect_kwargs == {
+        "connect_timeout": 10,
+        "application_name": "toolledger",
+        **keepalives,
+    }
+    hidden = _postgres.parse_url(
+        "postgresql://db/app?password=pw&application_name=x&op_timeout=3&keepalives_idle=9"
+    )
+    assert "pw" not in hidden.display and hidden.op_timeout == 3.0
+    assert hidden.connect_kwargs == {
+        "connect_timeout": 10,
+        **{k: v for k, v in keepalives.items() if k != "keepalives_idle"},
+        "tcp_user_timeout": 3000,
+    }
+    assert "keepalives_idle=9" in hidden.conninfo and "op_timeout" not in hidden.conninfo
 
 
 @pytest.mark.parametrize(
@@ -598,6 +618,8 @@ def test_url_parameters_are_ours_or_libpq_s() -> None:
         "pool_max=0",
         "pool_min=5&pool_max=2",
         "pool_timeout=0",
+        "op_timeout=0",
+        "op_timeout=nan",
         "schema=",
         "schema=" + "x" * 64,
     ],

@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from .. import approvals
 from ..errors import ToolLedgerError
-from ..liveness import Over
+from ..liveness import Over, Running, lease_state
 from ..stores import DEFAULT_STORE_URL, Store, open_store
 from ..verify import Severity, verify
 from . import render
@@ -47,12 +47,46 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
         states = store.backend.list_sessions()
         with_state = {s.session_id for s in states}
         ledger_only = [sid for sid in store.sessions() if sid not in with_state]
+        now = store.now()
+        held: dict[str, dict[str, Any]] = {}
+        for s in states:
+            lease = store.backend.read_lease(s.session_id)
+            state = lease_state(lease, now=now, runtime=store.runtime)
+            if lease is not None and isinstance(state, Running):
+                held[s.session_id] = {
+                    "owner": lease.owner,
+                    "token": lease.token,
+                    "until": state.until,
+                    "why": state.why,
+                    "text": render.lease_text(lease, state),
+                }
+        calls: dict[str, list[str]] = {}
+        for record, verdict in store.started():
+            kind = "in progress" if isinstance(verdict, Running) else "in doubt"
+            calls.setdefault(record.session_id, []).append(kind)
     if args.json:
         _emit_json(
-            {"sessions": [render.session_json(s) for s in states], "ledger_only": ledger_only}
+            {
+                "sessions": [
+                    {
+                        **render.session_json(s),
+                        "lease": {k: v for k, v in held[s.session_id].items() if k != "text"}
+                        if s.session_id in held
+                        else None,
+                        "started_calls": calls.get(s.session_id, []),
+                    }
+                    for s in states
+                ],
+                "ledger_only": ledger_only,
+            }
         )
     else:
-        console.print(render.sessions_table(states, ledger_only))
+        summary = {
+            sid: ", ".join(f"{kinds.count(k)} {k}" for k in sorted(set(kinds)))
+            for sid, kinds in calls.items()
+        }
+        text = {sid: h["text"] for sid, h in held.items()}
+        console.print(render.sessions_table(states, ledger_only, text, summary))
     return 0
 
 

@@ -28,6 +28,7 @@ from ..liveness import Running, Verdict
 from ..records import (
     ApprovalRecord,
     EffectRecord,
+    Lease,
     PastAttempt,
     SessionState,
     Status,
@@ -201,10 +202,33 @@ def approval_json(a: ApprovalRecord, *, reveal: bool = False) -> dict[str, Any]:
 # -- tables --------------------------------------------------------------------------------------
 
 
-def sessions_table(states: list[SessionState], ledger_only: list[str]) -> Table:
+def lease_text(lease: Lease | None, verdict: Verdict | None) -> str:
+    """Who holds a session, for people: the owner and until when (or that nobody does)."""
+    if lease is None or verdict is None or not isinstance(verdict, Running):
+        return ""
+    until = f" until {when(verdict.until)}" if verdict.until is not None else " (alive)"
+    return f"{lease.owner}{until}"
+
+
+def sessions_table(
+    states: list[SessionState],
+    ledger_only: list[str],
+    leases: dict[str, str] | None = None,
+    started: dict[str, str] | None = None,
+) -> Table:
     table = Table(title="sessions")
-    for col in ("session", "status", "turns", "tokens in/out", "updated", "reason"):
+    for col in (
+        "session",
+        "status",
+        "turns",
+        "tokens in/out",
+        "updated",
+        "held by",
+        "started calls",
+        "reason",
+    ):
         table.add_column(col)
+    leases, started = leases or {}, started or {}
     for s in sorted(states, key=lambda s: s.updated_at, reverse=True):
         table.add_row(
             s.session_id,
@@ -212,10 +236,14 @@ def sessions_table(states: list[SessionState], ledger_only: list[str]) -> Table:
             str(s.turns),
             f"{s.input_tokens}/{s.output_tokens}",
             when(s.updated_at),
+            leases.get(s.session_id, ""),
+            started.get(s.session_id, ""),
             preview(s.reason, 50),
         )
     for sid in ledger_only:
-        table.add_row(sid, Text("ledger only", style="dim"), "-", "-", "-", "")
+        table.add_row(
+            sid, Text("ledger only", style="dim"), "-", "-", "-", "", started.get(sid, ""), ""
+        )
     return table
 
 
@@ -353,13 +381,17 @@ def timeline(store: Store, session_id: str, *, reveal: bool = False) -> list[Eve
                 )
             )
         if r.status is Status.STARTED:
+            verdict = store.judge(r)
+            running = isinstance(verdict, Running)
+            deadline = f", deadline {when(r.deadline)}" if r.deadline is not None else ""
             events.append(
                 Event(
                     r.updated_at,
                     3,
-                    f"ledger: {r.tool} IN DOUBT",
-                    f"{r.tool_use_id}: started (attempt {r.attempt}), no outcome recorded",
-                    "bold red",
+                    f"ledger: {r.tool} {'IN PROGRESS' if running else 'IN DOUBT'}",
+                    f"{r.tool_use_id}: started (attempt {r.attempt} by {owner(r)}{deadline}), "
+                    f"no outcome recorded — {verdict.why}",
+                    "bold yellow" if running else "bold red",
                 )
             )
             continue

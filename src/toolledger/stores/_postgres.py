@@ -46,13 +46,14 @@ from .base import (
 
 # -- the URL ------------------------------------------------------------------------------------
 
-OWN_PARAMS = ("schema", "pool_min", "pool_max", "pool_timeout")
+OWN_PARAMS = ("schema", "pool_min", "pool_max", "pool_timeout", "op_timeout")
+DEFAULT_OP_TIMEOUT = 10.0
 MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL silently truncates longer names
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """What ``postgresql://…?schema=&pool_min=&pool_max=&pool_timeout=`` asks for."""
+    """What ``postgresql://…?schema=&pool_min=&pool_max=&pool_timeout=&op_timeout=`` asks for."""
 
     conninfo: str
     """The URL for libpq, without toolledger's own parameters."""
@@ -62,8 +63,12 @@ class Settings:
     pool_min: int
     pool_max: int
     pool_timeout: float
+    op_timeout: float
+    """How long one store operation may wait for the server before its connection is cut and
+    discarded: a reply lost on the network never hangs a worker (DESIGN.md rule 16)."""
     connect_kwargs: dict[str, Any]
-    """Connection defaults the URL did not set (``connect_timeout``, ``application_name``)."""
+    """Connection defaults the URL did not set (``connect_timeout``, ``application_name``, TCP
+    keepalives, ``tcp_user_timeout``)."""
 
 
 def parse_url(url: str) -> Settings:
@@ -94,12 +99,19 @@ def parse_url(url: str) -> Settings:
     pool_max = _int_param(url, own, "pool_max", max(10, pool_min), low=1)
     if pool_max < pool_min:
         raise ConfigurationError(f"{_mask(url)}: pool_max={pool_max} is below pool_min={pool_min}")
-    try:
-        pool_timeout = float(own.get("pool_timeout", "10"))
-    except ValueError:
-        pool_timeout = -1.0
-    if not pool_timeout > 0:
-        raise ConfigurationError(f"{_mask(url)}: pool_timeout must be a positive number of seconds")
+    pool_timeout = _seconds_param(url, own, "pool_timeout", 10.0)
+    op_timeout = _seconds_param(url, own, "op_timeout", DEFAULT_OP_TIMEOUT)
+    # A peer that vanishes without a RST (a black hole, a half-open connection) is noticed by
+    # the kernel: keepalive probes when idle, tcp_user_timeout when sent data goes unacknowledged.
+    for option, setting in (
+        ("keepalives", 1),
+        ("keepalives_idle", 5),
+        ("keepalives_interval", 2),
+        ("keepalives_count", 3),
+        ("tcp_user_timeout", int(op_timeout * 1000)),
+    ):
+        if option not in libpq_keys:
+            defaults[option] = setting
     return Settings(
         conninfo=conninfo,
         display=_mask(url),
@@ -107,8 +119,19 @@ def parse_url(url: str) -> Settings:
         pool_min=pool_min,
         pool_max=pool_max,
         pool_timeout=pool_timeout,
+        op_timeout=op_timeout,
         connect_kwargs=defaults,
     )
+
+
+def _seconds_param(url: str, own: dict[str, str], key: str, default: float) -> float:
+    try:
+        value = float(own.get(key, default))
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ConfigurationError(f"{_mask(url)}: {key} must be a positive number of seconds")
+    return value
 
 
 def _int_param(url: str, own: dict[str, str], key: str, default: int, *, low: int) -> int:

@@ -328,7 +328,11 @@ def take_lease_statement(op: TakeLease) -> str:
     return TAKE_LEASE_ANY_EXPIRY if op.expect_expires_at is None else TAKE_LEASE
 
 
-HOLD_LEASE = "UPDATE leases SET expires_at = ? WHERE session_id = ? AND token = ?"
+# A lease given back (expires_at 0) is never renewed: a renewal that was under way when its run
+# ended cannot bring it back to life.
+HOLD_LEASE = (
+    "UPDATE leases SET expires_at = ? WHERE session_id = ? AND token = ? AND expires_at > 0"
+)
 DROP_LEASE = "UPDATE leases SET expires_at = 0 WHERE session_id = ? AND token = ?"
 
 

@@ -150,8 +150,9 @@ class TakeLease:
 
 @dataclass(frozen=True, slots=True)
 class HoldLease:
-    """The fence: the session's lease must still carry ``token``; it is renewed to
-    ``expires_at``. A guard: a taken-over lease rolls the batch back (``LeaseLostError``)."""
+    """The fence: the session's lease must still carry ``token`` (and not have been given
+    back); it is renewed to ``expires_at``. A guard: a taken-over lease rolls the batch back
+    (``LeaseLostError``)."""
 
     session_id: str
     token: int

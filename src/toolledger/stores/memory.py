@@ -94,9 +94,10 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
             data.lease = op.lease
             applied = True
         elif isinstance(op, HoldLease):
-            if data.lease is None or data.lease.token != op.token:
+            lease = data.lease
+            if lease is None or lease.token != op.token or lease.expires_at <= 0:
                 raise lost(session_id, op.token)
-            data.lease = replace(data.lease, expires_at=op.expires_at)
+            data.lease = replace(lease, expires_at=op.expires_at)
             applied = True
         else:
             applied = data.lease is not None and data.lease.token == op.token

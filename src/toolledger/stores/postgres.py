@@ -19,6 +19,11 @@ conditional write sent twice would report "someone else got there first" about o
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import socket
 import threading
 import time
 import weakref
@@ -27,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-from ..errors import ConfigurationError, StoreError
+from ..errors import ConfigurationError, StoreError, StoreUnavailableError
 
 try:
     import psycopg
@@ -46,6 +51,7 @@ __all__ = ["AsyncPostgresBackend", "PostgresBackend", "open_backends"]
 
 T = TypeVar("T")
 IN_FLIGHT_WAIT_S = 2.0
+_log = logging.getLogger("toolledger")
 Conn = psycopg.Connection[tuple[Any, ...]]
 AsyncConn = psycopg.AsyncConnection[tuple[Any, ...]]
 
@@ -60,6 +66,111 @@ def open_backends(url: str) -> tuple[PostgresBackend, AsyncPostgresBackend]:
 
 
 SERVER_TIME = "SELECT extract(epoch from clock_timestamp())::float8"
+
+
+_OUR_POOLS = ("toolledger", "toolledger-async")
+_our_conns: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+class _QuietAboutOurPools(logging.Filter):
+    """psycopg_pool logs a stack of warnings per network fault ("discarding broken
+    connection", "error connecting in …"). For our pools toolledger says it once, with the
+    session and what happens next; theirs are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not any((isinstance(a, str) and a in _OUR_POOLS) or _is_ours(a) for a in args)
+
+
+def _is_ours(value: object) -> bool:
+    try:
+        return value in _our_conns
+    except TypeError:
+        return False
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietAboutOurPools())
+
+
+def _cut(conn: Conn | AsyncConn) -> None:
+    """Shut the connection's socket down, from any thread: a call blocked on it returns with an
+    error at once, and the pool discards the connection."""
+    with contextlib.suppress(OSError, psycopg.Error):
+        sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()
+
+
+def _cut_noting(conn: AsyncConn, fired: list[bool]) -> None:
+    fired.append(True)
+    _cut(conn)
+
+
+class _Watchdog:
+    """One thread per process cutting the connections of sync store operations that outlive
+    their deadline (``?op_timeout=``). Arming and disarming cost a lock and a dict entry."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._armed: dict[int, tuple[float, Conn]] = {}
+        self._fired: set[int] = set()
+        self._tokens = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, conn: Conn, seconds: float) -> int:
+        token = next(self._tokens)
+        with self._cv:
+            self._armed[token] = (time.monotonic() + seconds, conn)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, daemon=True, name="toolledger-pg-deadlines"
+                )
+                self._thread.start()
+            self._cv.notify()
+        return token
+
+    def disarm(self, token: int) -> bool:
+        """Whether the deadline had passed and the connection was cut."""
+        with self._cv:
+            self._armed.pop(token, None)
+            if token in self._fired:
+                self._fired.discard(token)
+                return True
+            return False
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                now = time.monotonic()
+                late = [(t, c) for t, (at, c) in self._armed.items() if at <= now]
+                for token, _ in late:
+                    del self._armed[token]
+                    self._fired.add(token)
+                wait = min((at for at, _ in self._armed.values()), default=now + 3600) - now
+                if not late:
+                    self._cv.wait(timeout=max(wait, 0.001))
+                    continue
+            for _, conn in late:
+                _cut(conn)
+
+
+_watchdog = _Watchdog()
+
+
+def _timed_out(url: str, action: str, seconds: float, *, unknown: bool) -> StoreError:
+    more = (
+        " The write may or may not have landed: it is read back before the run goes on."
+        if unknown
+        else " Nothing was written."
+    )
+    return StoreUnavailableError(
+        f"{url}: PostgreSQL did not answer within {seconds:g}s while {action} (op_timeout); the "
+        f"connection was cut and discarded.{more}",
+        url=url,
+        outcome_unknown=unknown,
+    )
 
 
 class ServerClock:
@@ -143,20 +254,30 @@ class PostgresBackend:
         attempt = 0
         while True:
             committing = False
+            cut = False
             try:
                 with self._pool.connection() as conn:
-                    if not write:
-                        return _drive(conn, plan())
-                    if single:
-                        # One statement in autocommit: its execution is its commit, in one
-                        # round trip instead of BEGIN, statement, COMMIT. Sent again after a
-                        # lost connection, it checks whether the first send landed.
-                        return _drive(conn, plan() if attempt == 0 else again())
-                    with conn.transaction():
-                        value = _drive(conn, plan())
-                        committing = True  # an error from here on is the COMMIT's
-                    return value
+                    token = _watchdog.arm(conn, self.settings.op_timeout)
+                    try:
+                        if not write:
+                            return _drive(conn, plan())
+                        if single:
+                            # One statement in autocommit: its execution is its commit, in one
+                            # round trip instead of BEGIN, statement, COMMIT. Sent again after
+                            # a lost connection, it checks whether the first send landed.
+                            return _drive(conn, plan() if attempt == 0 else again())
+                        with conn.transaction():
+                            value = _drive(conn, plan())
+                            committing = True  # an error from here on is the COMMIT's
+                        return value
+                    finally:
+                        cut = _watchdog.disarm(token)
             except (psycopg.Error, UnicodeEncodeError) as exc:
+                if cut:
+                    unknown = write and (single or committing)
+                    raise _timed_out(
+                        self.url, action, self.settings.op_timeout, unknown=unknown
+                    ) from exc
                 error = plans.failure(
                     exc,
                     url=self.url,
@@ -168,6 +289,12 @@ class PostgresBackend:
                 if error is not None:
                     raise error from exc
                 if plans.connection_lost(exc):
+                    _log.warning(
+                        "toolledger: lost the connection to PostgreSQL while %s (%s); "
+                        "retrying on a fresh one",
+                        action,
+                        str(exc).strip() or type(exc).__name__,
+                    )
                     self._pool.check()  # a server restart killed its idle siblings too
             attempt += 1
 
@@ -300,6 +427,7 @@ class AsyncPostgresBackend:
 
         async def configure(conn: AsyncConn) -> None:
             conns.add(conn)
+            _our_conns.add(conn)
             if s.schema is not None:
                 await conn.execute(plans.search_path(s.schema))
             await self.server_clock.aread(conn)
@@ -357,17 +485,29 @@ class AsyncPostgresBackend:
         while True:
             pool = await self._pool()
             committing = False
+            fired: list[bool] = []
             try:
                 async with pool.connection() as conn:
-                    if not write:
-                        return await _adrive(conn, plan())
-                    if single:  # one autocommit statement, as in the sync twin
-                        return await _adrive(conn, plan() if attempt == 0 else again())
-                    async with conn.transaction():
-                        value = await _adrive(conn, plan())
-                        committing = True  # an error from here on is the COMMIT's
-                    return value
+                    timer = asyncio.get_running_loop().call_later(
+                        self.settings.op_timeout, _cut_noting, conn, fired
+                    )
+                    try:
+                        if not write:
+                            return await _adrive(conn, plan())
+                        if single:  # one autocommit statement, as in the sync twin
+                            return await _adrive(conn, plan() if attempt == 0 else again())
+                        async with conn.transaction():
+                            value = await _adrive(conn, plan())
+                            committing = True  # an error from here on is the COMMIT's
+                        return value
+                    finally:
+                        timer.cancel()
             except (psycopg.Error, UnicodeEncodeError) as exc:
+                if fired:
+                    unknown = write and (single or committing)
+                    raise _timed_out(
+                        self.url, action, self.settings.op_timeout, unknown=unknown
+                    ) from exc
                 error = plans.failure(
                     exc,
                     url=self.url,
@@ -379,6 +519,12 @@ class AsyncPostgresBackend:
                 if error is not None:
                     raise error from exc
                 if plans.connection_lost(exc):
+                    _log.warning(
+                        "toolledger: lost the connection to PostgreSQL while %s (%s); "
+                        "retrying on a fresh one",
+                        action,
+                        str(exc).strip() or type(exc).__name__,
+                    )
                     await pool.check()
             attempt += 1
 
@@ -487,6 +633,7 @@ async def _adrive(conn: AsyncConn, plan: plans.Plan[T]) -> T:
 
 
 def _configure(conn: Conn, *, schema: str | None, clock: ServerClock | None = None) -> None:
+    _our_conns.add(conn)
     if schema is not None:
         conn.execute(plans.search_path(schema))
     if clock is not None:
