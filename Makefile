@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck pytest torture bench bench-full clean
+.PHONY: demo test lint typecheck pytest torture torture-concurrent bench bench-full clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,14 @@ KILLS   ?= 10000
 BACKEND ?= sqlite
 torture: $(STAMP)
 	$(BIN)/python -m toolledger.testing.torture --kills $(KILLS) --backend $(BACKEND) $(if $(SEED),--seed $(SEED))
+
+# Workers sharing one store for SECONDS of chaos — SIGSTOPped past their leases and deadlines,
+# SIGKILLed and replaced, one acting as another host, clocks skewed, an operator approving and
+# resolving — then every session finished and checked against the world. BACKEND and SEED as above;
+# `make test` runs a few seconds of it per backend.
+SECONDS ?= 600
+torture-concurrent: $(STAMP)
+	$(BIN)/python -m toolledger.testing.concurrent_torture --seconds $(SECONDS) --backend $(BACKEND) $(if $(SEED),--seed $(SEED))
 
 BENCH_STAMP := $(VENV)/.bench-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 

@@ -220,6 +220,7 @@ def test_a_sync_tool_past_its_deadline_still_records_its_outcome(
     assert result["content"] == "sent"
     record = store.ledger("s").get("t")
     assert record is not None and record.status is Status.SUCCEEDED
+    assert "returned" in caplog.text and "after its deadline" in caplog.text, "never silently"
 
 
 def test_a_call_in_flight_elsewhere_in_this_process_is_waited_for(store: tl.Store) -> None:

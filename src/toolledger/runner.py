@@ -14,6 +14,7 @@ while it may still run — in another thread, process, worker or host — every 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -63,6 +64,8 @@ from .stores.base import Ledger, Op, PutApproval, UpdateEffect, in_progress_erro
 from .tools import InputError, Tool, ToolContext, ToolSet
 
 __all__ = ["Disposition", "arun_tool_uses", "run_tool_uses"]
+
+logger = logging.getLogger("toolledger")
 
 _Gen = Generator[Request, Any, "Batch"]
 
@@ -483,6 +486,19 @@ def _run(
     timeout = max(0.0, ctx.deadline - env.clock()) if ctx.deadline is not None else tool.timeout
     answer = yield Invoke(tool.invocation(kwargs, ctx), tool.is_async, timeout=timeout, ctx=ctx)
     crash_point("before_record")
+    if intent is not None and intent.deadline is not None and env.now() > intent.deadline:
+        # A plain function cannot be stopped at its deadline. Its outcome is still written —
+        # a compare-and-set: if nobody settled the call meanwhile nothing happened twice, and
+        # if someone did, the outcome is kept beside theirs and alerted — but never silently.
+        logger.warning(
+            "toolledger: %r (%s) in session %r returned %.1fs after its deadline (timeout=%gs): "
+            "past it, a worker elsewhere may judge the attempt over. Raise the tool's timeout.",
+            call.name,
+            call.tool_use_id,
+            env.session_id,
+            env.now() - intent.deadline,
+            tool.timeout,
+        )
     closes = key if intent is not None else None
     if isinstance(answer, Failure):
         exc = answer.exc

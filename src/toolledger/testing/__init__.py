@@ -12,6 +12,10 @@
 * ``run_torture(kills=..., backend=...)`` → ``TortureReport`` — agent sessions ``SIGKILL``ed at
   random instants and resumed until they finish, every invariant checked against the world after
   each (``python -m toolledger.testing.torture``; see ``toolledger.testing.torture``).
+* ``run_concurrent_torture(seconds=..., backend=...)`` → ``ConcurrentReport`` — worker
+  processes sharing one store, paused past their leases and deadlines, killed, some acting as
+  other hosts, while an operator approves and resolves; every invariant checked against the world
+  at the end (``python -m toolledger.testing.concurrent_torture``).
 * ``toolledger.testing.conformance.StoreConformance`` — the contract every store backend passes
   (a plain pytest class; imported on its own, as it needs pytest).
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 from .._crash import POINTS as CRASH_POINTS
 from .._crash import arm as arm_crash
+from ._concurrent import ConcurrentReport, run_concurrent_torture
 from ._torture import TortureReport, run_torture
 from .elsewhere import elsewhere
 from .fakes import Counter
@@ -29,6 +34,7 @@ from .world import AgentSpec, World, run_agent
 __all__ = [
     "CRASH_POINTS",
     "AgentSpec",
+    "ConcurrentReport",
     "Counter",
     "Flaky",
     "Reply",
@@ -39,5 +45,6 @@ __all__ = [
     "arm_crash",
     "elsewhere",
     "run_agent",
+    "run_concurrent_torture",
     "run_torture",
 ]
