@@ -96,9 +96,37 @@ QUICK = Plan(
 )
 
 
+# Seconds, not minutes: what `make test` runs so the bench never rots (no figure is published).
+SMOKE = Plan(
+    n_main=20,
+    sizes=(100,),
+    samples_at={100: 5},
+    setup_budget_s=2,
+    cheap_n=20,
+    lookup_sizes=(1_000,),
+    lookups_n=50,
+    opens_n=3,
+    json_sizes=frozenset(),
+    long_turns=30,
+    n_long=5,
+    n_group=10,
+    threads=(1, 2),
+    per_thread=5,
+    rounds=1,
+    n_hot=20,
+    n_json=2,
+    n_pg=10,
+    pg_workers=(1, 2),
+    pg_per_worker=5,
+)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer samples, about a minute")
+    parser.add_argument(
+        "--smoke", action="store_true", help="a few samples of everything, seconds (no figures)"
+    )
     parser.add_argument(
         "--dir",
         type=Path,
@@ -113,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         "(between their bench markers)",
     )
     args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
+    plan = SMOKE if args.smoke else QUICK if args.quick else FULL
     only = set(args.only or SECTIONS)
     args.dir.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -210,23 +211,23 @@ def scripted_model(stack: ExitStack, *, nodelay: bool | None = None) -> Any:
         import anthropic  # noqa: F401
     except ImportError:
         return None
-    from toolledger.testing import Reply, ScriptedModel, ToolUse, scripted
+    from toolledger.testing import Reply, ScriptedModel, ToolUse, _server
 
     script = [Reply(tool_uses=[ToolUse("noop_effect", {"n": 1})])] * (TURNS_PER_RUN + 1)
     model = ScriptedModel(script)
-    original = scripted._handler_for
+    original = _server._handler_for
 
-    def handler_for(m: Any) -> Any:
-        handler = original(m)
+    def handler_for(server: _server.ScriptedServer) -> type[BaseHTTPRequestHandler]:
+        handler = original(server)
         if nodelay is not None:
             handler.disable_nagle_algorithm = nodelay
         return handler
 
-    scripted._handler_for = handler_for  # type: ignore[assignment]
+    _server._handler_for = handler_for
     try:
         return stack.enter_context(model)
     finally:
-        scripted._handler_for = original  # type: ignore[assignment]
+        _server._handler_for = original
 
 
 def agent_turn_sdk(store: tl.Store, model: Any, label: str, *, key: str = "") -> Contender:

@@ -241,7 +241,7 @@ def lookup_table(results: Results) -> Tab:
 
 
 def concurrency_table(results: Results) -> Tab:
-    rows = []
+    rows: list[list[str]] = []
     baseline = "one commit per batch (before)"
     shipped = {(c.workload, c.threads): c for c in results.concurrency if c.backend == baseline}
     sections = []
