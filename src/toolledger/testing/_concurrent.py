@@ -1,0 +1,366 @@
+"""The concurrency torture behind ``python -m toolledger.testing.concurrent_torture``: what it does
+and checks is told there. Here: the report, the store of the run, and the run itself — the chaos
+(``_concurrent_chaos``) with the operator acting beside it (``_concurrent_operator``), the quiet
+phase, the checks (``_concurrent_checks``). The world, the tools and the model are in
+``_concurrent_world``, the worker processes in ``_concurrent_worker``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..liveness import this_process
+from ..stores import open_store
+from ..verify import Severity, verify
+from ._concurrent_chaos import Chaos
+from ._concurrent_checks import Evidence, SessionEvidence, check_run
+from ._concurrent_operator import Operator, Pool
+from ._concurrent_worker import Shared
+from ._concurrent_world import ScriptServer, SharedWorld
+from ._torture import BACKENDS, DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV
+
+__all__ = ["ConcurrentReport", "run_concurrent_torture"]
+
+MAX_TURNS = 3
+LEASE_TTLS = (0.5, 0.75, 1.0)
+TIMEOUTS = (0.5, 0.75, 1.0, 1.5, 2.0)
+QUIET_LIMIT_S = 120.0  # the quiet phase gives up after this long
+
+
+@dataclass
+class ConcurrentReport:
+    """What one concurrency torture did and found. ``violations`` is empty when the promise held.
+
+    The documented limit (DESIGN.md rule 14) — an attempt paused past its deadline on another
+    host wakes after its call was settled — is counted, not a violation, when the world shows
+    exactly that: ``late_effects``, calls done twice, each late success in its record's history
+    and alerted; ``late_outcomes``, such late successes that added nothing to the world;
+    ``cut_off``, such attempts killed between their effect and their report, which no ledger can
+    learn of (silent). ``settled_elsewhere_past_deadline``: attempts another host settled past
+    their deadline while their process was alive.
+    """
+
+    backend: str
+    seed: int
+    chaos_seconds: float
+    lease_ttl: float = 0.0
+    tool_timeouts: dict[str, float] = field(default_factory=dict)
+    workers: int = 0  # processes started, restarts included
+    other_host_workers: int = 0
+    threads: int = 0
+    clock_offsets: list[float] = field(default_factory=list)
+    sessions: int = 0
+    runs: Counter[str] = field(default_factory=Counter)  # outcome -> worker runs
+    pauses: int = 0
+    pauses_past_lease: int = 0
+    pauses_past_timeout: int = 0
+    kills: int = 0
+    kills_in_tool: int = 0
+    approvals: int = 0
+    resolves: Counter[str] = field(default_factory=Counter)  # happened | not happened | refused
+    alerts: Counter[str] = field(default_factory=Counter)
+    tool_calls: int = 0
+    executions: int = 0
+    effects_checked: int = 0
+    late_effects: int = 0
+    late_outcomes: int = 0
+    cut_off: int = 0
+    settled_elsewhere_past_deadline: int = 0
+    not_executed: list[str] = field(default_factory=list)
+    store_errors: int = 0
+    invariants_checked: int = 0
+    violations: list[str] = field(default_factory=list)
+    kept: str | None = None  # where a failed run's files (and schema) were kept
+    seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # chaos, quiet, checks: seconds
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def summary(self) -> str:
+        spread = Counter(_skew(o) for o in self.clock_offsets)
+        rows = [
+            ("backend", self.backend),
+            ("seed", str(self.seed)),
+            (
+                "workers",
+                f"{self.workers} processes ({self.other_host_workers} as another host), "
+                f"{self.threads} threads",
+            ),
+            (
+                "clock offsets",
+                ", ".join(f"{n} {k}" for k, n in spread.most_common())
+                + f" (largest {max(self.clock_offsets, key=abs, default=0.0):+,.0f} s)",
+            ),
+            (
+                "lease, timeouts",
+                f"{self.lease_ttl:g}s; "
+                + ", ".join(f"{k} {v:g}s" for k, v in sorted(self.tool_timeouts.items())),
+            ),
+            (
+                "pauses",
+                f"{self.pauses:,} ({self.pauses_past_lease:,} past the lease, "
+                f"{self.pauses_past_timeout:,} past every tool's timeout)",
+            ),
+            ("kills", f"{self.kills:,} ({self.kills_in_tool:,} inside a tool)"),
+            ("sessions", f"{self.sessions:,}"),
+            ("worker runs", ", ".join(f"{k} {n:,}" for k, n in self.runs.most_common())),
+            (
+                "operator",
+                f"{self.approvals:,} approvals; resolves: "
+                + (", ".join(f"{k} {n:,}" for k, n in sorted(self.resolves.items())) or "none"),
+            ),
+            ("alerts", ", ".join(f"{k} {n:,}" for k, n in sorted(self.alerts.items())) or "none"),
+            ("tool calls", f"{self.tool_calls:,} ({self.executions:,} executions)"),
+            ("effects checked", f"{self.effects_checked:,} (ticket files counted in the world)"),
+            (
+                "late effects",
+                f"{self.late_effects:,} duplicated, alerted (the documented limit); "
+                f"{self.late_outcomes:,} late outcomes that duplicated nothing; "
+                f"{self.cut_off:,} killed before they could report",
+            ),
+            (
+                "settled elsewhere",
+                f"{self.settled_elsewhere_past_deadline:,} attempts settled past their deadline "
+                "while alive on another host",
+            ),
+            ("answered not executed", f"{len(self.not_executed):,}"),
+            ("store errors", f"{self.store_errors:,} (a paused worker held the store's lock)"),
+            ("invariant checks", f"{self.invariants_checked:,}"),
+            ("violations", f"{len(self.violations):,}"),
+            (
+                "time",
+                f"{self.seconds:,.1f} s ("
+                + ", ".join(f"{k} {v:,.1f} s" for k, v in self.phases.items())
+                + ")",
+            ),
+        ]
+        width = max(len(k) for k, _ in rows)
+        lines = [f"toolledger concurrency torture: {'OK' if self.ok else 'VIOLATIONS FOUND'}"]
+        lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
+        lines += [f"  · {n}" for n in self.not_executed[:5]]
+        lines += [f"  ! {v}" for v in self.violations[:50]]
+        if len(self.violations) > 50:
+            lines.append(f"  ! … and {len(self.violations) - 50} more")
+        if self.kept:
+            lines.append(f"  kept for inspection: {self.kept}")
+        return "\n".join(lines)
+
+
+def _skew(offset: float) -> str:
+    if offset == 0:
+        return "on time"
+    if abs(offset) <= 5:
+        return "within 5 s"
+    return "within an hour" if abs(offset) <= 3600 else "a year behind"
+
+
+# -- the store of the run -------------------------------------------------------------------------
+
+
+class _Backend:
+    def __init__(self, kind: str, root: Path, postgres_url: str | None, seed: int) -> None:
+        if kind not in BACKENDS:
+            raise ValueError(f"unknown backend {kind!r}; one of {', '.join(BACKENDS)}")
+        self.kind = kind
+        self.admin = postgres_url or os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL)
+        self.schema = f"tl_concurrent_{seed}_{os.getpid()}"
+        if kind == "sqlite":
+            self.url = f"sqlite:///{root / 'ledger.db'}"
+        elif kind == "json":
+            self.url = f"json:///{root / 'ledger'}"
+        else:
+            sep = "&" if "?" in self.admin else "?"
+            self.url = f"{self.admin}{sep}schema={self.schema}"
+
+    def drop(self) -> None:
+        if self.kind == "postgres":
+            import psycopg
+
+            with psycopg.connect(self.admin, autocommit=True) as admin:
+                admin.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _workdir(directory: str | Path | None, report: ConcurrentReport) -> Iterator[Path]:
+    if directory is not None:
+        path = Path(directory) / f"concurrent-{report.backend}-{report.seed}"
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        yield path
+        return
+    path = Path(tempfile.mkdtemp(prefix="toolledger-concurrent-"))
+    try:
+        yield path
+    finally:
+        if report.ok:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def run_concurrent_torture(
+    *,
+    seconds: float = 30.0,
+    backend: str = "sqlite",
+    seed: int | None = None,
+    workers: int = 4,
+    other_hosts: int = 1,
+    sessions: int = 12,
+    duplicate_fraction: float = 0.2,
+    directory: str | Path | None = None,
+    postgres_url: str | None = None,
+    worker_setup: Callable[[], None] | None = None,
+    progress: Callable[[ConcurrentReport], None] | None = None,
+) -> ConcurrentReport:
+    """Run ``workers`` worker processes on one shared store for ``seconds`` of chaos, then drive
+    every session to its end and check the world; see ``toolledger.testing.concurrent_torture``.
+
+    ``other_hosts`` of the worker processes act as other hosts (a ``TOOLLEDGER_HOST_ID`` of
+    their own); ``sessions`` are kept on offer at once; ``duplicate_fraction`` of the workers'
+    turns hand a session's pending calls to ``run_tool_uses`` again instead of running it.
+    ``worker_setup`` is called in each worker process once it has forked (to patch a broken
+    build in, say). ``progress`` is called with the report every 10 s of chaos. The run's files
+    live under ``directory`` (default: a temporary directory, removed unless the run failed).
+    """
+    import anthropic  # noqa: F401 - imported once here, inherited by every forked worker
+
+    if not 0 <= other_hosts <= workers or workers < 2:
+        raise ValueError("need at least 2 workers, and at most that many as other hosts")
+    seed = random.SystemRandom().randrange(2**32) if seed is None else seed
+    rng = random.Random(seed)  # noqa: S311 - a reproducible test schedule, not a secret
+    report = ConcurrentReport(backend=backend, seed=seed, chaos_seconds=seconds)
+    started = time.perf_counter()
+    holder = this_process().holder
+    this_host = holder.host if holder else ""
+    with _workdir(directory, report) as root, ScriptServer(MAX_TURNS) as model:
+        store_of = _Backend(backend, root, postgres_url, seed)
+        world = SharedWorld(root / "world")
+        report.lease_ttl = rng.choice(LEASE_TTLS)
+        report.tool_timeouts = {
+            t: rng.choice(TIMEOUTS)
+            for t in (
+                "create_ticket",
+                "create_ticket_checked",
+                "create_ticket_keyed",
+                "ensure_ticket",
+                "open_incident",
+                "list_tickets",
+            )
+        }
+        shared = Shared(
+            store_url=store_of.url,
+            model_url=model.url,
+            world=world,
+            tools=world.toolset(report.tool_timeouts),
+            lease_ttl=report.lease_ttl,
+            duplicate_fraction=duplicate_fraction,
+            setup=worker_setup,
+        )
+        open_store(store_of.url).close()  # created (and migrated) once, before anyone races
+        pool = Pool(world, model, random.Random(rng.randrange(2**32)), target=sessions)  # noqa: S311
+        operator = Operator(shared, pool, random.Random(rng.randrange(2**32)), report)  # noqa: S311
+        try:
+            pool.fill(operator.store)
+            chaos = Chaos(
+                report,
+                rng,
+                shared,
+                workers=workers,
+                other_hosts=other_hosts,
+                max_timeout=max(report.tool_timeouts.values()),
+                this_host=this_host,
+                forking=operator.forking,
+            )
+            stop = threading.Event()
+            acting = threading.Thread(target=operator.loop, args=(stop,), daemon=True)
+            acting.start()
+            try:
+                chaos.run(seconds, progress)
+            finally:
+                stop.set()
+                chaos.stop()  # first: the operator may be waiting on a paused worker's lock
+                acting.join()
+            report.phases["chaos"] = time.perf_counter() - started
+            operator.finish(QUIET_LIMIT_S)
+            report.phases["quiet"] = time.perf_counter() - started - report.phases["chaos"]
+            _check(
+                report,
+                operator=operator,
+                chaos=chaos,
+                model=model,
+                this_host=this_host,
+                other_hosts=other_hosts,
+            )
+            report.phases["checks"] = time.perf_counter() - started - sum(report.phases.values())
+        finally:
+            operator.store.close()
+            report.seconds = time.perf_counter() - started
+            if report.ok:
+                store_of.drop()
+            else:
+                report.kept = str(root) + (
+                    f" (and schema {store_of.schema})" if backend == "postgres" else ""
+                )
+    return report
+
+
+def _check(
+    report: ConcurrentReport,
+    *,
+    operator: Operator,
+    chaos: Chaos,
+    model: ScriptServer,
+    this_host: str,
+    other_hosts: int,
+) -> None:
+    store = operator.store
+    world = operator.shared.world
+    sessions: dict[str, SessionEvidence] = {}
+    for sid in sorted(operator.pool.scripts):
+        state = store.backend.read_session(sid)
+        sessions[sid] = SessionEvidence(
+            status=state.status if state else None,
+            messages=store.backend.read_messages(sid),
+            records={r.tool_use_id: r for r in store.ledger(sid).records()},
+        )
+    events = world.events()
+    evidence = Evidence(
+        this_host=this_host,
+        other_hosts=other_hosts,
+        sessions=sessions,
+        scripts=operator.pool.scripts,
+        tickets=world.tickets(),
+        events=events,
+        workers=dict(chaos.all),
+        actions=operator.actions,
+        verify_errors=[p.message for p in verify(store) if p.severity is Severity.ERROR],
+        rejected=list(model.rejected),
+    )
+    found = check_run(evidence)
+    report.sessions = len(sessions)
+    report.runs = Counter(str(e["what"]) for e in events if e["ev"] == "run")
+    report.alerts = Counter(str(e["type"]) for e in events if e["ev"] == "alert")
+    report.store_errors += sum(1 for e in events if e["ev"] == "store_error")
+    report.tool_calls = found.tool_calls
+    report.executions = found.executions
+    report.effects_checked = found.effects
+    report.late_effects = found.late_effects
+    report.late_outcomes = found.late_outcomes
+    report.cut_off = found.cut_off
+    report.settled_elsewhere_past_deadline = found.settled_elsewhere_past_deadline
+    report.not_executed = found.not_executed
+    report.invariants_checked = found.checks.count
+    report.violations += found.checks.failed

@@ -1,0 +1,422 @@
+"""What the concurrency torture (``toolledger.testing.concurrent_torture``) checks once every worker
+is gone and every session has finished.
+
+The evidence is the world — ticket files, each process's execution log, the harness's own record
+of which process ran on which host and when it was killed, and of what its operator did when —
+and the store as any reader sees it. The ledger is read for what a person reads it for (which
+attempt a record is at, what its history says, its deadline), never trusted to say what
+happened in the world.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..adapters.anthropic import merged, pairing_errors, read_tool_uses
+from ..records import EffectRecord, PastAttempt, RunStatus, Status, StoredMessage
+from ._concurrent_world import TOOL_OF_KIND, UNSAFE_TOOLS, Call
+from ._invariants import Checks
+
+__all__ = [
+    "LOST_LATE",
+    "Action",
+    "Evidence",
+    "Findings",
+    "SessionEvidence",
+    "WorkerInfo",
+    "check_run",
+]
+
+MARGIN_S = 0.25
+"""Slack when comparing a moment seen in the world with a deadline on the store's clock."""
+
+LOST_LATE = (
+    "its late success was alerted (LateOutcomeError) but is missing from the record's history"
+)
+
+TICKET_TOOLS = frozenset(t for k, t in TOOL_OF_KIND.items() if k != "read_only")
+
+
+@dataclass(slots=True, kw_only=True)
+class WorkerInfo:
+    """One process of the run, as the harness saw it."""
+
+    serial: str
+    pid: int
+    host: str
+    offset: float
+    threads: int
+    started: float
+    ended: float | None = None  # time.time() when it was killed or found exited
+    killed: bool = False
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Action:
+    """Something the harness's operator (a person, on this host) did, between ``t0`` and ``t1``."""
+
+    kind: str  # "resolve" | "approve"
+    sid: str
+    tid: str
+    t0: float
+    t1: float
+    ok: bool
+    attempt: int | None = None  # resolve: the attempt it settled
+    happened: bool | None = None
+    in_doubt: bool | None = None  # approve: a re-run of an in-doubt call
+    error: str | None = None
+    quiet: bool = False  # after the chaos
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionEvidence:
+    status: RunStatus | None
+    messages: list[StoredMessage]
+    records: dict[str, EffectRecord]
+
+
+@dataclass(slots=True, kw_only=True)
+class Evidence:
+    this_host: str
+    other_hosts: int
+    sessions: dict[str, SessionEvidence]
+    scripts: dict[str, list[list[Call]]]
+    tickets: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    workers: dict[str, WorkerInfo]
+    actions: list[Action]
+    verify_errors: list[str]
+    rejected: list[str]
+
+
+@dataclass(slots=True, kw_only=True)
+class Findings:
+    """What the checks counted, beside the violations."""
+
+    checks: Checks = field(default_factory=Checks)
+    tool_calls: int = 0
+    executions: int = 0
+    effects: int = 0
+    late_effects: int = 0  # a second ticket from an attempt that woke past its deadline, alerted
+    late_outcomes: int = 0  # such an attempt's outcome, that added no ticket
+    cut_off: int = 0  # such an attempt killed between its effect and its report: silent
+    settled_elsewhere_past_deadline: int = 0  # settled while alive on another host, past deadline
+    not_executed: list[str] = field(default_factory=list)  # calls answered "not executed"
+
+
+@dataclass(slots=True, kw_only=True)
+class _Exec:
+    x: str
+    worker: str
+    host: str
+    tid: str
+    tool: str
+    attempt: int
+    start: float
+    end: float  # its "end" event, or when its process was killed; inf if neither
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Settle:
+    """A moment an attempt was treated as over: a resolve, a check, the next attempt's start."""
+
+    what: str
+    host: str
+    t0: float
+    t1: float
+
+
+class _Run:
+    def __init__(self, e: Evidence, f: Findings) -> None:
+        self.e = e
+        self.f = f
+        self.c = f.checks
+        self.execs: dict[tuple[str, int], list[_Exec]] = defaultdict(list)
+        starts = {ev["x"]: ev for ev in e.events if ev["ev"] == "start"}
+        ends = {ev["x"]: ev for ev in e.events if ev["ev"] == "end"}
+        for x, s in starts.items():
+            end = ends.get(x)
+            died = e.workers[s["w"]].ended if s["w"] in e.workers else None
+            stop = end["t"] if end else (died if died is not None else float("inf"))
+            ex = _Exec(
+                x=x,
+                worker=s["w"],
+                host=s["host"],
+                tid=s["tid"],
+                tool=s["tool"],
+                attempt=s["attempt"],
+                start=s["t"],
+                end=stop,
+            )
+            self.execs[(ex.tid, ex.attempt)].append(ex)
+        f.executions = len(starts)
+        self.checks = [ev for ev in e.events if ev["ev"] == "check"]
+        self.late_alerts = {
+            (ev["tid"], ev["attempt"])
+            for ev in e.events
+            if ev["ev"] == "alert" and ev["type"] == "LateOutcomeError"
+        }
+        self.tickets: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for t in e.tickets:
+            self.tickets[str(t.get("tool_use_id"))].append(t)
+        self.records = {tid: r for s in e.sessions.values() for tid, r in s.records.items()}
+        self.late_ok: set[tuple[str, int]] = set()
+
+    # -- the moments an attempt was treated as over ------------------------------------------------
+
+    def settles(self, tid: str, attempt: int) -> list[_Settle]:
+        """Who treated ``attempt`` as over, and when: a person's resolve, a check, or — unless a
+        person had said it did not happen, which needs no judgement after it — the worker that
+        started the next attempt."""
+        out = [
+            _Settle(what="a person resolved it", host=self.e.this_host, t0=a.t0, t1=a.t1)
+            for a in self.e.actions
+            if a.kind == "resolve" and a.ok and a.tid == tid and a.attempt == attempt
+        ]
+        said = min((s.t0 for s in out), default=float("inf"))
+        out += [
+            _Settle(what=f"{ev['w']} checked it", host=ev["host"], t0=ev["t"], t1=ev["t"])
+            for ev in self.checks
+            if ev["tid"] == tid and ev["attempt"] == attempt
+        ]
+        out += [
+            _Settle(
+                what=f"{ex.worker} ran attempt {attempt + 1}",
+                host=ex.host,
+                t0=ex.start,
+                t1=ex.start,
+            )
+            for ex in self.execs.get((tid, attempt + 1), [])
+            if ex.start < said
+        ]
+        return out
+
+    def deadline(self, tid: str, attempt: int) -> float | None:
+        record = self.records.get(tid)
+        if record is None:
+            return None
+        if record.attempt == attempt:
+            return record.deadline
+        past = [p for p in record.history if p.attempt == attempt]
+        return past[0].deadline if past else None
+
+    def overlaps(self) -> None:
+        """Invariant 4 (and its generalisation to workers): no attempt was treated as over while
+        it ran in a live process of the same host; elsewhere, only once its deadline passed."""
+        for (tid, attempt), execs in self.execs.items():
+            for ex in execs:
+                if ex.tool not in UNSAFE_TOOLS:
+                    continue
+                for s in self.settles(tid, attempt):
+                    if not ex.start < s.t0 or not s.t1 < ex.end:
+                        continue  # not while it ran
+                    self.c.expect(
+                        s.host != ex.host,
+                        f"{ex.tool} {tid} attempt {attempt}: {s.what} at {s.t0:.3f} while "
+                        f"{ex.worker}, alive on the same host, ran it "
+                        f"({ex.start:.3f}-{ex.end:.3f})",
+                    )
+                    deadline = self.deadline(tid, attempt)
+                    if s.host == ex.host or deadline is None:
+                        continue
+                    past = s.t1 >= deadline - MARGIN_S
+                    self.c.expect(
+                        past,
+                        f"{ex.tool} {tid} attempt {attempt}: {s.what} at {s.t1:.3f}, before its "
+                        f"deadline {deadline:.3f}, while {ex.worker} (another host) ran it",
+                    )
+                    if past:
+                        self.f.settled_elsewhere_past_deadline += 1
+
+    def limit(self, tid: str, attempt: int, past: PastAttempt) -> str | None:
+        """Why a late effect of ``attempt`` is *not* rule 14's paused process, or ``None``."""
+        if self.e.other_hosts == 0:
+            return "no worker ran as another host, so no attempt may ever be judged over alive"
+        execs = self.execs.get((tid, attempt), [])
+        if len(execs) != 1:
+            return f"the world shows {len(execs)} executions of attempt {attempt}"
+        ex = execs[0]
+        # Every settle of this attempt, whenever it came: its intent was durable before, and a
+        # pause may have fallen between the intent and the tool's "start".
+        settles = self.settles(tid, attempt)
+        if not settles:
+            return f"nothing settled attempt {attempt} while it ran"
+        for s in settles:
+            if s.host == ex.host:
+                return f"{s.what}, on the host of {ex.worker}"
+            if past.deadline is not None and s.t1 < past.deadline - MARGIN_S:
+                return f"{s.what} at {s.t1:.3f}, before its deadline {past.deadline:.3f}"
+        return None
+
+    # -- per call ----------------------------------------------------------------------------------
+
+    def call(self, sid: str, tid: str, tool: str, title: str, answered_ok: bool) -> None:
+        tickets = self.tickets.get(tid, [])
+        self.f.effects += len(tickets)
+        before = len(self.c.failed)
+        n = len(tickets)
+        where = f"{tool} {title!r} ({tid})"
+        if tool not in UNSAFE_TOOLS:  # invariant 1: key-forwarding and idempotent
+            self.c.expect(n == 1, f"{where} left {n} tickets, not 1")
+            return
+        record = self.records.get(tid)
+        history = record.history if record is not None else ()
+        late = {p.attempt: p for p in history if p.late == "succeeded"}
+        for a, p in late.items():  # the documented limit, and nothing else, may report late
+            why = self.limit(tid, a, p)
+            alerted = (tid, a) in self.late_alerts
+            self.c.expect(why is None, f"{where}: attempt {a} reported success late: {why}")
+            self.c.expect(alerted, f"{where}: attempt {a} reported success late, unalerted")
+            if why is None and alerted:
+                self.late_ok.add((tid, a))
+        attempts = Counter(int(t["attempt"]) for t in tickets)
+        twice = [a for a, k in attempts.items() if k > 1]
+        self.c.expect(not twice, f"{where}: attempt(s) {twice} made more than one ticket")
+        succeeded = record is not None and record.status is Status.SUCCEEDED
+        unrecorded = [
+            t
+            for t in tickets
+            if int(t["attempt"]) not in late
+            and not (succeeded and record is not None and int(t["attempt"]) == record.attempt)
+        ]
+        cut_off = 0
+        for t in unrecorded:
+            a = int(t["attempt"])
+            past = [p for p in history if p.attempt == a]
+            ex = self.execs.get((tid, a), [])
+            w = self.e.workers.get(ex[0].worker) if ex else None
+            # Killed after it began (before or after its "end"), it may have had no time to say
+            # so; one that did say so (the alert) must be in the history.
+            reported = (tid, a) in self.late_alerts
+            cut = bool(past and ex and w is not None and w.killed and not reported)
+            why = self.limit(tid, a, past[0]) if cut and past else None
+            if not cut:
+                why = (
+                    LOST_LATE
+                    if reported
+                    else "no late outcome was written, and its worker was not killed before it "
+                    "could report"
+                )
+            self.c.expect(
+                why is None,
+                f"{where}: the ticket of attempt {a} is neither recorded nor reported late: {why}",
+            )
+            if why is None:
+                cut_off += 1
+        extra = n - len([t for t in tickets if int(t["attempt"]) in late]) - len(unrecorded)
+        if answered_ok:
+            self.c.expect(n >= 1, f"{where} left no ticket: an effect was lost")
+            self.c.expect(succeeded, f"{where} was answered as done; its record is not succeeded")
+            self.c.expect(extra <= 1, f"{where} left {n} tickets: done twice")
+        else:
+            self.c.expect(extra == 0, f"{where} was answered 'not executed' yet left {n} tickets")
+        if len(self.c.failed) == before:
+            duplicates = max(0, n - 1 - cut_off)  # beyond the first, each one reported late
+            self.f.cut_off += cut_off
+            self.f.late_effects += duplicates
+            self.f.late_outcomes += len(late) - duplicates
+
+    def permissions(self, sid: str, tid: str, tool: str) -> None:
+        """Invariant 6 (and its kin for plain and checked calls): every execution after the
+        first — every one, for a high-impact call — had a permission of its own, given before it
+        started: an approval, a "did not happen", a check that found nothing."""
+        execs = sorted(
+            (ex for (t, _), xs in self.execs.items() if t == tid for ex in xs),
+            key=lambda ex: ex.start,
+        )
+        if tool == "open_incident":
+            grants = [a.t0 for a in self.e.actions if a.tid == tid and a.kind == "approve" and a.ok]
+            free = 0
+        else:
+            grants = [
+                a.t0
+                for a in self.e.actions
+                if a.tid == tid
+                and a.ok
+                and ((a.kind == "resolve" and a.happened is False) or a.kind == "approve")
+            ]
+            grants += [ev["t"] for ev in self.checks if ev["tid"] == tid and not ev["found"]]
+            free = 1
+        for k, ex in enumerate(execs):
+            given = free + sum(1 for t in grants if t < ex.start)
+            self.c.expect(
+                given >= k + 1,
+                f"{tool} {tid}: execution {k + 1} (attempt {ex.attempt}, {ex.worker}) had "
+                f"{given} permission(s) to run",
+            )
+
+
+def check_run(e: Evidence) -> Findings:
+    """Every invariant of a finished run; the failures are in ``findings.checks.failed``."""
+    f = Findings()
+    run = _Run(e, f)
+    c = f.checks
+    known: dict[str, tuple[str, str]] = {}  # tid -> session, title
+    for sid, s in sorted(e.sessions.items()):
+        status = s.status.value if s.status else "missing"
+        c.expect(s.status is RunStatus.COMPLETED, f"session {sid} ended {status}")
+        pairing = pairing_errors(merged(s.messages))
+        c.expect(not pairing, f"session {sid}: pairing rule: {'; '.join(pairing)}")
+        uses = [u for m in s.messages if m.role == "assistant" for u in read_tool_uses(m.content)]
+        results = [
+            b
+            for m in s.messages
+            if m.role == "user" and isinstance(m.content, list)
+            for b in m.content
+            if b.get("type") == "tool_result"
+        ]
+        answered = Counter(str(b.get("tool_use_id")) for b in results)
+        once = [u.tool_use_id for u in uses if answered[u.tool_use_id] != 1]
+        c.expect(
+            not once and len(results) == len(uses),
+            f"session {sid}: tool_uses not answered exactly once: {once}",
+        )
+        errors = {
+            str(b.get("tool_use_id")): str(b.get("content")) for b in results if b.get("is_error")
+        }
+        script = [
+            c2.title for turn in e.scripts.get(sid, []) for c2 in turn if c2.kind != "read_only"
+        ]
+        asked = [str(u.input.get("title")) for u in uses if u.name in TICKET_TOOLS]
+        c.expect(
+            sorted(asked) == sorted(script),
+            f"session {sid}: the transcript's calls {asked} are not the script's {script}",
+        )
+        for u in uses:
+            f.tool_calls += 1
+            if u.name not in TICKET_TOOLS:
+                continue
+            title = str(u.input.get("title"))
+            known[u.tool_use_id] = (sid, title)
+            if u.tool_use_id in errors:
+                f.not_executed.append(f"{sid} {u.name} {u.tool_use_id}: {errors[u.tool_use_id]}")
+            run.call(sid, u.tool_use_id, u.name, title, u.tool_use_id not in errors)
+            if u.name in UNSAFE_TOOLS:
+                run.permissions(sid, u.tool_use_id, u.name)
+    for t in e.tickets:  # invariant 3: no effect that no call of a final transcript asked for
+        tid = str(t.get("tool_use_id"))
+        c.expect(
+            known.get(tid) == (t.get("session"), t.get("title")),
+            f"ticket {t.get('id')} ({t.get('title')!r}, {tid}) belongs to no call of a transcript",
+        )
+    run.overlaps()
+    for problem in e.verify_errors:  # invariant 5: verify finds only the late effects above
+        c.expect(
+            "Both may have taken effect" in problem
+            and any(f"({tid})" in problem for tid, _ in run.late_ok),
+            f"verify: {problem}",
+        )
+    for problem in e.rejected:
+        c.expect(False, f"the model rejected a request: {problem}")
+    for ev in e.events:
+        if ev["ev"] == "crash":
+            c.expect(False, f"{ev['w']} raised {ev['type']}: {ev['msg'][-600:]}")
+    for w in e.workers.values():
+        c.expect(
+            w.killed or w.exit_code in (0, None),
+            f"{w.serial} (pid {w.pid}) exited with code {w.exit_code}",
+        )
+    return f

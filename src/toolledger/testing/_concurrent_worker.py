@@ -1,0 +1,185 @@
+"""A worker process of the concurrency torture: forked from the harness, it takes a host identity
+and a clock offset of its own, then runs 1-3 threads that pick sessions at random and run them —
+``Agent.run``, or a second delivery of a session's pending calls through ``run_tool_uses`` —
+until the world says stop. Everything it sees goes into its log (``SharedWorld.log``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..adapters.anthropic import read_tool_uses
+from ..agent import Agent
+from ..approvals import queue
+from ..errors import (
+    CorruptLedgerError,
+    EffectInProgressError,
+    LedgerWriteError,
+    SessionConflictError,
+    StoreError,
+)
+from ..liveness import HOST_ID_ENV
+from ..runner import run_tool_uses
+from ..stores import Store, open_store
+from ..tools import ToolSet
+from ._concurrent_world import SharedWorld, prompt_of
+
+__all__ = ["NORMAL", "Shared", "WorkerSpec", "alert_hook", "start_worker"]
+
+NORMAL = (SessionConflictError, EffectInProgressError)
+"""What a worker meets in the normal course of sharing sessions: the session is busy
+(``SessionBusyError``), its lease was taken over (``LeaseLostError``) or it moved on
+(``SessionConflictError``), or a call is running elsewhere (``EffectInProgressError``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shared:
+    """What every worker of a run shares, fixed before the first one forks."""
+
+    store_url: str
+    model_url: str
+    world: SharedWorld
+    tools: ToolSet
+    lease_ttl: float
+    duplicate_fraction: float
+    setup: Callable[[], None] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSpec:
+    serial: str  # "w0007": this process's name in the logs
+    host_id: str | None  # TOOLLEDGER_HOST_ID for a worker "on another host"; None: this host
+    offset: float  # its clock's offset, in seconds
+    threads: int
+    seed: int
+
+
+def start_worker(spec: WorkerSpec, shared: Shared) -> int:
+    """Fork a worker; returns its pid. The child never returns."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:
+        _worker(spec, shared)
+    except BaseException:
+        code = 70
+        with contextlib.suppress(BaseException):  # nothing left to tell it to
+            shared.world.log("crash", type="worker", msg=traceback.format_exc()[-3000:])
+    finally:
+        os._exit(code)
+
+
+def _worker(spec: WorkerSpec, shared: Shared) -> None:
+    # The identity first: toolledger reads TOOLLEDGER_HOST_ID when this process first asks who
+    # it is, and a forked child asks again (its pid is new).
+    if spec.host_id is not None:
+        os.environ[HOST_ID_ENV] = spec.host_id
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness stops its workers itself
+    err = os.open(shared.world.path / "log" / f"{spec.serial}.err", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.dup2(err, 2)  # toolledger's warnings and alerts, kept out of the harness's terminal
+    shared.world.join(spec.serial, spec.seed)
+    if shared.setup is not None:
+        shared.setup()
+    offset = spec.offset
+    with open_store(
+        shared.store_url,
+        clock=lambda: time.time() + offset,
+        worker_id=f"{spec.host_id or 'this-host'}:{os.getpid()}:{spec.serial}",
+    ) as store:
+        threads = [
+            threading.Thread(
+                target=_thread,
+                args=(shared, store, random.Random(f"{spec.seed}/{n}")),  # noqa: S311
+                name=f"{spec.serial}/{n}",
+                daemon=True,
+            )
+            for n in range(spec.threads)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def alert_hook(world: SharedWorld) -> Callable[[LedgerWriteError], None]:
+    def hook(alert: LedgerWriteError) -> None:
+        world.log(
+            "alert",
+            type=type(alert).__name__,
+            sid=alert.session_id,
+            tid=alert.tool_use_id,
+            attempt=getattr(alert, "attempt", None),
+            msg=alert.message[:500],
+        )
+
+    return hook
+
+
+def _thread(shared: Shared, store: Store, rng: random.Random) -> None:
+    import anthropic
+
+    world = shared.world
+    client = anthropic.Anthropic(
+        base_url=shared.model_url, api_key="scripted", max_retries=0, timeout=60
+    )
+    hook = alert_hook(world)
+    agent = Agent(
+        client=client,
+        model="claude-scripted",
+        tools=shared.tools,
+        store=store,
+        approve=queue,
+        lease_ttl=shared.lease_ttl,
+        on_alert=hook,
+    )
+    while not world.stopped():
+        names = world.active()
+        if not names:
+            time.sleep(0.02)
+            continue
+        name = rng.choice(names)
+        again = rng.random() < shared.duplicate_fraction
+        try:
+            if again:
+                what = _deliver_again(store, shared.tools, name, hook)
+            else:
+                what = agent.run(session=name, prompt=prompt_of(name)).status.value
+        except NORMAL as exc:
+            what = type(exc).__name__
+        except StoreError as exc:
+            if isinstance(exc, CorruptLedgerError | LedgerWriteError):
+                what = "crash"
+                world.log("crash", type=type(exc).__name__, msg=str(exc)[:1000], sid=name)
+            else:  # the store was unavailable a while (a paused worker held its lock)
+                what = "StoreError"
+                world.log("store_error", msg=str(exc)[:300], sid=name)
+        except Exception as exc:
+            what = "crash"
+            world.log(
+                "crash",
+                type=type(exc).__name__,
+                msg=traceback.format_exc()[-3000:],
+                sid=name,
+            )
+        world.log("run", sid=name, what=what, again=again)
+
+
+def _deliver_again(store: Store, tools: ToolSet, session: str, hook: Any) -> str:
+    """Hand the session's pending calls (its last turn, if it has no results yet) to
+    ``run_tool_uses`` again, as a queue that delivers a message twice would."""
+    messages = store.backend.read_messages(session)
+    last = messages[-1] if messages else None
+    if last is None or last.role != "assistant" or not read_tool_uses(last.content):
+        return "nothing pending"
+    run_tool_uses(last.content, tools, ledger=store.ledger(session), approve=queue, on_alert=hook)
+    return "delivered again"

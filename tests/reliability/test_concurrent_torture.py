@@ -1,0 +1,121 @@
+"""The concurrency torture, bounded for CI: a few seconds of chaos per backend — worker processes
+sharing one store, paused past their leases and deadlines, killed and replaced, one acting as
+another host, clocks skewed, an operator approving and resolving at random moments — then every
+session driven to its end and checked against the world (``make torture-concurrent`` runs it for
+ten minutes). A deliberately broken build proves the harness notices when the promise breaks.
+
+``TOOLLEDGER_TORTURE_SEED`` replays a schedule (the timing still varies); by default each run
+draws a new one and a failure prints it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolledger.testing import ConcurrentReport, run_concurrent_torture
+from toolledger.testing.concurrent_torture import main
+
+CHAOS_SECONDS = {"sqlite": 15.0, "json": 10.0, "postgres": 15.0}
+
+
+def seed() -> int:
+    fixed = os.environ.get("TOOLLEDGER_TORTURE_SEED")
+    return int(fixed) if fixed else random.SystemRandom().randrange(2**32)
+
+
+def assert_held(report: ConcurrentReport) -> None:
+    """The promise held, and the chaos it held under really happened."""
+    assert report.ok, report.summary()
+    assert report.pauses_past_lease > 0 and report.pauses_past_timeout > 0, report.summary()
+    assert report.kills > 0 and report.kills_in_tool > 0, report.summary()
+    assert report.resolves["happened"] + report.resolves["not happened"] > 0, report.summary()
+    assert report.approvals > 0, report.summary()
+    assert report.other_host_workers > 0 and len(set(report.clock_offsets)) > 1
+    assert report.effects_checked > report.sessions, "sessions made tickets, each one counted"
+    assert report.invariants_checked > 5 * report.sessions
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", "json"])
+def test_workers_sharing_sessions_break_no_invariant(backend: str, tmp_path: Path) -> None:
+    report = run_concurrent_torture(
+        seconds=CHAOS_SECONDS[backend], backend=backend, seed=seed(), directory=tmp_path
+    )
+    assert_held(report)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_workers_sharing_sessions_break_no_invariant_on_postgres(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    report = run_concurrent_torture(
+        seconds=CHAOS_SECONDS["postgres"],
+        backend="postgres",
+        seed=seed(),
+        directory=tmp_path,
+        postgres_url=postgres_url,
+    )
+    assert_held(report)
+
+
+@pytest.mark.slow
+def test_on_one_host_no_attempt_is_ever_settled_alive(tmp_path: Path) -> None:
+    """Every worker on this host: a paused one is known alive, however long the pause, so no
+    call is ever settled under it — not one late effect, not even a harmless late outcome."""
+    report = run_concurrent_torture(seconds=8.0, other_hosts=0, seed=seed(), directory=tmp_path)
+    assert report.ok, report.summary()
+    assert report.pauses_past_timeout > 0 and report.kills > 0, report.summary()
+    assert report.other_host_workers == 0
+    assert (report.late_effects, report.late_outcomes, report.cut_off) == (0, 0, 0)
+    assert report.settled_elsewhere_past_deadline == 0
+    assert report.alerts["LateOutcomeError"] == 0, report.summary()
+
+
+# -- the harness catches a broken build ---------------------------------------------------------
+
+
+def _judge_everything_over() -> None:
+    """In each worker: a started call is in doubt as soon as it is seen — the behaviour before
+    attempts had owners (running in another thread, process or host is ignored)."""
+    from toolledger import liveness
+
+    def over(record: Any, **kwargs: Any) -> liveness.Verdict:
+        return liveness.Over("the broken build judges every started call over")
+
+    real = liveness.judge
+    for name, module in list(sys.modules.items()):
+        if name.startswith("toolledger") and getattr(module, "judge", None) is real:
+            module.judge = over  # type: ignore[attr-defined]
+
+
+def test_settling_calls_that_still_run_is_caught(tmp_path: Path) -> None:
+    report = run_concurrent_torture(
+        seconds=8.0,
+        seed=seed(),
+        directory=tmp_path,
+        duplicate_fraction=0.4,  # second deliveries meet calls that are running
+        worker_setup=_judge_everything_over,
+    )
+    assert not report.ok
+    caught = [
+        v
+        for v in report.violations
+        if "alive on the same host" in v or "before its deadline" in v or "done twice" in v
+    ]
+    assert caught, report.summary()
+
+
+def test_the_command_line_prints_the_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--seconds", "3", "--seed", "3", "--sessions", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("toolledger concurrency torture: OK"), out
+    for figure in ("workers", "clock offsets", "pauses", "kills", "operator", "late effects"):
+        assert f"  {figure} " in out, figure
+    assert "violations             0" in out, out
