@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck pytest torture torture-concurrent bench bench-full clean
+.PHONY: demo test lint typecheck pytest torture torture-concurrent simulate bench bench-full clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ torture: $(STAMP)
 SECONDS ?= 600
 torture-concurrent: $(STAMP)
 	$(BIN)/python -m toolledger.testing.concurrent_torture --seconds $(SECONDS) --backend $(BACKEND) $(if $(SEED),--seed $(SEED))
+
+# The deterministic simulation, for MINUTES (every fault on; a failing seed replays with
+# `python -m toolledger.testing.simulation --seed N --trace`). `make test` runs a minute of it.
+MINUTES ?= 30
+simulate: $(STAMP)
+	$(BIN)/python -m toolledger.testing.simulation --minutes $(MINUTES) --first $(or $(SEED),0) --everything
 
 BENCH_STAMP := $(VENV)/.bench-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 

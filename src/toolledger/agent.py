@@ -29,7 +29,7 @@ from typing import Any
 from . import leases
 from ._crash import hit as crash_point
 from .adapters import provider_for
-from .codec import valid_unicode
+from .codec import shallow, valid_unicode
 from .drivers import (
     AlertHook,
     CallModel,
@@ -285,18 +285,25 @@ class Agent:
         )
         answer = yield CallModel(kwargs)
         if isinstance(answer, Failure):
-            if not self.provider.is_api_error(answer.exc):
+            unreadable = isinstance(answer.exc, RecursionError)  # the SDK's JSON decoder gave up
+            if not unreadable and not self.provider.is_api_error(answer.exc):
                 raise answer.exc
-            reason = f"model API error: {answer.exc}"
+            reason = (
+                "the model's response is nested too deep to read"
+                if unreadable
+                else f"model API error: {answer.exc}"
+            )
             yield from self._set_status(s, RunStatus.FAILED, reason)
             raise ModelCallError(
-                f"the model API failed for session {s.state.session_id!r}: {answer.exc}. The "
+                f"the model API failed for session {s.state.session_id!r}: {reason}. The "
                 "session is saved; run it again to retry.",
                 session_id=s.state.session_id,
                 status_code=getattr(answer.exc, "status_code", None),
             ) from answer.exc
         turn = self.provider.read_response(answer)
-        content = valid_unicode(turn.content)
+        # Content the API can take back: no lone surrogate (escaped in its JSON), no input
+        # nested deeper than anything can store (a call with one is then answered with an error).
+        content = valid_unicode(shallow(turn.content))
         message = StoredMessage(
             seq=len(s.messages),
             role="assistant",

@@ -99,10 +99,13 @@ def _name_of(approver: object) -> str:
 
 
 def terminal(request: ApprovalRequest) -> Decision:
-    """Ask on this terminal: shows the tool, its input, and whether the call is in doubt."""
+    """Ask on this terminal: shows the tool, its input, and whether the call is in doubt. With no
+    terminal to answer on (stdin closed) the call is declined, and says so."""
     from .cli.prompts import ask_approval
 
     approved = ask_approval(request)
+    if approved is None:  # no terminal: nobody said yes
+        return Decision(approved=False, by="terminal: no terminal to ask on")
     return Decision(approved=approved, by=f"terminal:{getpass.getuser()}")
 
 

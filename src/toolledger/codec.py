@@ -19,9 +19,12 @@ __all__ = [
     "EncodedResult",
     "canonical_json",
     "content_of",
+    "describe",
     "encode_result",
     "idempotency_key",
     "input_hash",
+    "nesting",
+    "shallow",
     "valid_unicode",
 ]
 
@@ -53,6 +56,49 @@ def valid_unicode(value: Any) -> Any:
         )
         return dict(pairs) if changed else value
     return value
+
+
+MAX_NESTING = 200
+"""JSON nested deeper than this (in a tool's input, a model's message) is refused or cut: no
+tool needs it, and Python's recursive encoders would fail on it with a raw ``RecursionError``."""
+
+
+def nesting(value: Any, limit: int = MAX_NESTING) -> int:
+    """How deeply lists and dicts nest in ``value`` (0 for a scalar), counted without
+    recursion; stops counting past ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth > limit:
+                return deepest
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth) for child in children)
+    return deepest
+
+
+def shallow(value: Any, limit: int = MAX_NESTING) -> Any:
+    """``value`` itself when it nests no deeper than ``limit``; else a copy cut one level below
+    it — containers deeper than ``limit + 1`` replaced by a short note — so it can be stored and
+    sent, and is still seen (``nesting``) as too deep to use."""
+    if nesting(value, limit) <= limit:
+        return value
+    note = f"(cut: nested more than {limit} levels deep)"
+
+    def cut(item: Any, depth: int) -> Any:
+        # ``depth`` is bounded by ``limit``: far below Python's recursion limit.
+        if not isinstance(item, dict | list | tuple):
+            return item
+        if depth > limit + 1:
+            return note
+        if isinstance(item, dict):
+            return {k: cut(v, depth + 1) for k, v in item.items()}
+        return [cut(v, depth + 1) for v in item]
+
+    return cut(value, 1)
 
 
 def canonical_json(value: Any) -> str:
@@ -154,8 +200,8 @@ def encode_result(
     """
     try:
         stored = _dumps(value)
-    except (TypeError, ValueError, RecursionError) as exc:
-        reason = f"the result of {tool!r} is not JSON-serialisable ({exc})"
+    except Exception as exc:  # whatever serialising raises (a property, a model's validator)
+        reason = f"the result of {tool!r} is not JSON-serialisable ({describe(exc)})"
         logger.warning("%s; recording its repr instead", reason)
         stored = _note(reason, _safe_repr(value), None, None)
         return EncodedResult(stored=stored, content=content_of(stored), note=reason)
@@ -172,8 +218,18 @@ def encode_result(
     return EncodedResult(stored=stored, content=content_of(stored))
 
 
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception — whose ``__str__`` may itself raise (a tool's own
+    exception class): never raises, so a failure is always recorded."""
+    try:
+        text = str(exc)
+    except Exception as inner:
+        text = f"(its message could not be read: {type(inner).__name__})"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _safe_repr(value: Any) -> str:
     try:
         return repr(value)[:_PREVIEW_CHARS]
     except Exception as exc:  # a broken __repr__ must not lose the record
-        return f"<{type(value).__name__} whose repr raised {exc!r}>"
+        return f"<{type(value).__name__} whose repr raised {describe(exc)}>"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .codec import describe
 from .records import EffectRecord, Status, ToolCall
 from .tools import Tool
 
@@ -181,11 +182,12 @@ def no_approver_message(tool: str) -> str:
 
 
 def failed_message(tool: str, exc: BaseException) -> str:
-    return f"{tool!r} failed: {type(exc).__name__}: {exc}"
+    return f"{tool!r} failed: {describe(exc)}"
 
 
 def intent_failed_message(tool: str, exc: BaseException) -> str:
     return (
-        f"not executed: the ledger could not record the intent to run {tool!r} ({exc}). "
+        f"not executed: the ledger could not record the intent to run {tool!r} "
+        f"({describe(exc)}). "
         "Nothing happened; it is safe to retry once the store is back."
     )

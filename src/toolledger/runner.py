@@ -23,7 +23,7 @@ from . import decide
 from ._crash import hit as crash_point
 from .adapters import ResultShape, read_calls
 from .approvals import ApprovalRequest, Decision
-from .codec import EncodedResult, content_of, encode_result, idempotency_key
+from .codec import EncodedResult, content_of, describe, encode_result, idempotency_key
 from .drivers import (
     AlertHook,
     Ask,
@@ -293,7 +293,7 @@ def _check(
         return CallOutcome(
             call,
             Disposition.IN_DOUBT,
-            decide.in_doubt_message(call.name, f"its check raised {answer.exc!r}"),
+            decide.in_doubt_message(call.name, f"its check raised {describe(answer.exc)}"),
             is_error=True,
         )
     if answer is None:
@@ -511,7 +511,7 @@ def _run(
                 attempt=attempt,
                 created_at=intent.created_at,
                 approved_by=intent.approved_by,
-                error=f"in doubt: {exc}",
+                error=f"in doubt: {describe(exc)}",
                 deadline=intent.deadline,
                 history=history,
             )
@@ -522,7 +522,7 @@ def _run(
             return CallOutcome(
                 call,
                 Disposition.IN_DOUBT,
-                decide.in_doubt_message(call.name, f"the tool could not tell: {exc}"),
+                decide.in_doubt_message(call.name, f"the tool could not tell: {describe(exc)}"),
                 is_error=True,
             )
         message = decide.failed_message(call.name, exc)

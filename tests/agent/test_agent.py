@@ -342,3 +342,23 @@ def test_verify_finds_a_transcript_that_lies(store: tl.Store, world: World) -> N
     found = [p.message for p in verify(store)]
     assert any("unexpected `tool_use_id`" in p for p in found)
     assert any("toolu_forged succeeded but the ledger has no record" in p for p in found)
+
+
+def test_the_terminal_approver_without_a_terminal_declines(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def closed(*args: Any) -> str:
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", closed)
+    request = tl.ApprovalRequest(
+        session_id="s",
+        tool_use_id="t1",
+        tool="wire[/]",  # markup in a name prints as it is
+        input={"amount": 5},
+        in_doubt=False,
+        reason="r",
+    )
+    decision = tl.approvals.terminal(request)
+    assert decision == tl.Decision(approved=False, by="terminal: no terminal to ask on")
+    assert "no terminal" in capsys.readouterr().err

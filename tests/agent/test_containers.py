@@ -51,7 +51,9 @@ WORKER = textwrap.dedent(
 
     client = anthropic.Anthropic(base_url=base_url, api_key="x", max_retries=0)
     with tl.open_store(store_url) as store:
-        agent = tl.Agent(client=client, model="x", tools=[create_ticket], store=store, lease_ttl=0.5)
+        agent = tl.Agent(
+            client=client, model="x", tools=[create_ticket], store=store, lease_ttl=0.5
+        )
         try:
             run = agent.run(session=sys.argv[5], prompt="open a ticket")
             answer = {"status": run.status.value, "pid": os.getpid()}

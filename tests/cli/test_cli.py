@@ -230,3 +230,24 @@ def test_a_call_in_progress_is_shown_as_such_and_cannot_be_resolved_without_forc
     assert code == 0 and "forced while attempt 1 may still run" in " ".join(text.split())
     code = main(["--store", url, "resolve", "s", "x", "--not-happened", "--result", "1"])
     assert code == 2 and "--result goes with --happened" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("result", "why"),
+    [
+        ("NaN", "NaN is not JSON"),
+        ('{"amount": Infinity}', "Infinity is not JSON"),
+        ("[" * 5000 + "]" * 5000, "nested too deep"),
+        ("[" * 300 + "]" * 300, "nested more than 200 levels deep"),
+        ("{oops", "Expecting property name"),
+    ],
+)
+def test_resolve_refuses_a_result_that_is_not_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], result: str, why: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    code = main(["--store", url, "resolve", "s", "t", "--happened", "--result", result])
+    out = capsys.readouterr().out
+    assert code == 2 and why in " ".join(out.split()), out
+    code = main(["--store", url, "resolve", "s", "t", "--not-happened", "--result", "1"])
+    assert code == 2 and "--result goes with --happened" in capsys.readouterr().out

@@ -56,6 +56,26 @@ SQL metacharacters in ids and session names:
     tests/reliability/test_catalogue.py::test_sql_metacharacters_in_tool_names_and_inputs_are_data
 an approval for a call whose input changed:
     tests/agent/test_agent.py::test_an_approval_for_other_input_is_not_honoured
+two sessions whose json file names were the same:
+    tests/stores/test_jsonfile.py::test_a_session_named_like_another_s_hash_has_its_own_file
+json files under their 0.1 names:
+    tests/stores/test_jsonfile.py::test_files_under_their_old_names_are_found_and_renamed
+a result whose serialisation raises (a property, a model's computed field):
+    tests/reliability/test_catalogue.py::test_a_result_that_cannot_be_serialised_keeps_its_outcome
+an exception whose message raises:
+    tests/reliability/test_catalogue.py::test_an_exception_whose_message_raises_is_recorded
+input nested thousands deep:
+    tests/reliability/test_catalogue.py::test_deeply_nested_input_is_an_error_result
+… OpenAI arguments, through the Agent:
+    tests/reliability/test_catalogue.py::test_deeply_nested_openai_arguments_are_told_to_the_model
+a lone surrogate or a control character in a tool_use id:
+    tests/reliability/test_catalogue.py::test_tool_use_ids_that_cannot_be_keys_are_refused
+a second hard link to the SQLite database:
+    tests/stores/test_sqlite.py::test_a_database_with_two_names_is_refused
+``resolve --result`` that is not JSON (NaN, nested too deep), or given with --not-happened:
+    tests/cli/test_cli.py::test_resolve_refuses_a_result_that_is_not_json
+the terminal approver with no terminal:
+    tests/agent/test_agent.py::test_the_terminal_approver_without_a_terminal_declines
 
 The conformance tests run on every backend (``TestMemory``, ``TestJSON``, ``TestSQLite``,
 ``TestPostgres``); the table names one.
@@ -69,6 +89,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 
 import toolledger as tl
@@ -380,3 +401,114 @@ def test_sql_metacharacters_in_tool_names_and_inputs_are_data(store: tl.Store) -
     assert first[1]["is_error"] and "unknown tool" in first[1]["content"]
     (record,) = store.ledger(nasty).records()
     assert record.tool_use_id == f"toolu_{nasty}" and store.sessions() == [nasty]
+
+
+# -- results, exceptions and inputs that fight back -----------------------------------------------
+
+
+class _Ticket(pydantic.BaseModel):
+    id: str
+
+    @pydantic.computed_field  # type: ignore[prop-decorator]
+    @property
+    def url(self) -> str:
+        raise KeyError("base_url")
+
+
+def test_a_result_that_cannot_be_serialised_keeps_its_outcome(store: tl.Store) -> None:
+    """A pydantic result whose computed field raises: the effect happened, so its record is
+    written all the same — a note with what could be salvaged — never a raw exception."""
+    calls = Counter()
+
+    @tl.tool
+    def create_ticket(title: str) -> Any:
+        calls.hit("create_ticket")
+        return _Ticket(id="T-1")
+
+    block = tool_use("t1", "create_ticket", title="x")
+    (result,) = tl.run_tool_uses([block], [create_ticket], ledger=store.ledger("s"))
+    assert "not JSON-serialisable" in result["content"] and "KeyError" in result["content"]
+    record = store.ledger("s").get("t1")
+    assert record is not None and record.status is Status.SUCCEEDED
+    again = tl.run_tool_uses([block], [create_ticket], ledger=store.ledger("s"))
+    assert again == [result] and calls["create_ticket"] == 1
+
+
+def test_an_exception_whose_message_raises_is_recorded(store: tl.Store) -> None:
+    class Weird(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no message for you")
+
+    @tl.tool
+    def send(to: str) -> str:
+        raise Weird()
+
+    (result,) = tl.run_tool_uses([tool_use("t1", "send", to="a")], [send], ledger=store.ledger("s"))
+    assert result["is_error"] and "Weird" in result["content"]
+    record = store.ledger("s").get("t1")
+    assert record is not None and record.status is Status.FAILED
+
+
+def _deep(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+def test_deeply_nested_input_is_an_error_result(store: tl.Store) -> None:
+    calls = Counter()
+
+    @tl.tool
+    def create_ticket(title: Any) -> str:
+        calls.hit("create_ticket")
+        return "opened"
+
+    block = tool_use("t1", "create_ticket", title=_deep(5_000))
+    (result,) = tl.run_tool_uses([block], [create_ticket], ledger=store.ledger("s"))
+    assert result["is_error"] and "nested more than 200 levels deep" in result["content"]
+    assert calls["create_ticket"] == 0 and store.ledger("s").records() == []
+
+
+def test_deeply_nested_openai_arguments_are_told_to_the_model(store: tl.Store) -> None:
+    """Arguments 3,000 deep (a JSON string the model sent): the model is told, the session goes
+    on — never a RecursionError out of every run with the model asked again each time."""
+    pytest.importorskip("openai")
+    from toolledger.testing.scripted_openai import RawArguments, ScriptedOpenAI
+
+    calls = Counter()
+
+    @tl.tool
+    def create_ticket(title: str) -> str:
+        calls.hit("create_ticket")
+        return "opened"
+
+    deep = "[" * 3000 + "]" * 3000
+    script = [
+        Reply(tool_uses=[RawArguments("create_ticket", arguments='{"title": ' + deep + "}")]),
+        Reply(text="Sorry, done."),
+    ]
+    with ScriptedOpenAI(script) as model:
+        agent = tl.Agent(
+            client=model.client(), model="gpt-test", tools=[create_ticket], store=store
+        )
+        run = agent.run(session="s", prompt="go")
+        told = model.requests[-1]["messages"][-1]
+    assert run.status is tl.RunStatus.COMPLETED
+    assert told["role"] == "tool" and "nested too deep" in told["content"]
+    assert calls["create_ticket"] == 0
+
+
+@pytest.mark.parametrize("bad", ["toolu_\ud800x", "toolu_\x00", "t" * 2000])
+def test_tool_use_ids_that_cannot_be_keys_are_refused(durable_url: str, bad: str) -> None:
+    calls = Counter()
+
+    @tl.tool
+    def send(to: str) -> str:
+        calls.hit("send")
+        return "sent"
+
+    with tl.open_store(durable_url) as store:
+        with pytest.raises(tl.MalformedContentError, match="cannot be a ledger key"):
+            tl.run_tool_uses([tool_use(bad, "send", to="a")], [send], ledger=store.ledger("s"))
+        assert store.ledger("s").records() == [] and calls["send"] == 0

@@ -9,16 +9,13 @@ import time
 
 import pytest
 
-from toolledger.testing.simulation import REGRESSIONS, SimConfig, explore, shrink, simulate
-
-EVERYTHING = SimConfig(
-    lost_reply=0.02,
-    sloppy=0.2,
-    force=0.05,
-    containers=2,
-    sessions=6,
-    threads=3,
-    processes=4,
+from toolledger.testing.simulation import (
+    EVERYTHING,
+    REGRESSIONS,
+    SimConfig,
+    explore,
+    shrink,
+    simulate,
 )
 
 

@@ -9,9 +9,13 @@ import stat
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import toolledger as tl
-from toolledger.stores.jsonfile import file_stem
+from toolledger.stores.base import check_session_id
+from toolledger.stores.jsonfile import file_stem, legacy_stem
+from toolledger.testing import Counter
 
 from ..conftest import tool_use
 
@@ -139,3 +143,76 @@ def test_a_stuck_writer_is_reported_not_waited_on(
         assert result["content"].startswith("not executed")
     finally:
         os.close(holder)
+
+
+# -- file names ---------------------------------------------------------------------------------
+
+
+SESSION_IDS = st.text(min_size=1, max_size=300).filter(
+    lambda s: (
+        all(ord(c) >= 0x20 and ord(c) != 0x7F and not 0xD800 <= ord(c) <= 0xDFFF for c in s)
+        and len(s) <= 256
+    )
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(SESSION_IDS, SESSION_IDS)
+def test_file_names_are_injective_even_where_case_is_ignored(a: str, b: str) -> None:
+    check_session_id(a), check_session_id(b)
+    stem_a, stem_b = file_stem(a), file_stem(b)
+    if a != b:
+        assert stem_a.casefold() != stem_b.casefold(), (a, b, stem_a)
+    for stem in (stem_a, stem_b):
+        assert "/" not in stem and stem not in (".", "..") and not stem.startswith(".")
+        assert len((stem + ".effects.json").encode()) <= 255
+
+
+def test_a_session_named_like_another_s_hash_has_its_own_file(tmp_path: Path) -> None:
+    """``~`` + the hash of a long id was the long id's file name, and ``~`` was left as it is:
+    two sessions shared one file, and one was answered with the other's results."""
+    import hashlib
+
+    long_id = "b" * 250
+    twin = "~" + hashlib.sha256(long_id.encode()).hexdigest()
+    assert file_stem(twin) != file_stem(long_id)
+    refunds = Counter()
+
+    @tl.tool
+    def refund(amount: int) -> str:
+        refunds.hit("refund")
+        return f"refunded {amount}"
+
+    url = f"json:///{tmp_path / 'l'}"
+    block = {"type": "tool_use", "id": "toolu_1", "name": "refund", "input": {"amount": 5}}
+    with tl.open_store(url) as store:
+        tl.run_tool_uses([block], [refund], ledger=store.ledger(twin))
+        tl.run_tool_uses([block], [refund], ledger=store.ledger(long_id))
+        assert refunds["refund"] == 2, "each session ran its own call"
+        assert {r.session_id for r in store.ledger(long_id).records()} == {long_id}
+
+
+def test_files_under_their_old_names_are_found_and_renamed(tmp_path: Path) -> None:
+    """toolledger 0.1 named files with ``~`` and upper case as they are; they are renamed to
+    the new names on first use, never taken for an empty ledger."""
+    url = f"json:///{tmp_path / 'l'}"
+    sid = "Outage~42"
+    calls = Counter()
+
+    @tl.tool
+    def create_ticket(title: str) -> str:
+        calls.hit("create_ticket")
+        return "T-1"
+
+    block = {"type": "tool_use", "id": "toolu_1", "name": "create_ticket", "input": {"title": "x"}}
+    with tl.open_store(url) as store:
+        tl.run_tool_uses([block], [create_ticket], ledger=store.ledger(sid))
+    new = tmp_path / "l" / (file_stem(sid) + ".effects.json")
+    old = tmp_path / "l" / (legacy_stem(sid) + ".effects.json")
+    assert old != new
+    new.rename(old)  # as 0.1 left it
+    with tl.open_store(url) as store:
+        (result,) = tl.run_tool_uses([block], [create_ticket], ledger=store.ledger(sid))
+        assert store.sessions() == [sid]
+    assert result["content"] == "T-1" and calls["create_ticket"] == 1
+    assert new.exists() and not old.exists()

@@ -76,3 +76,27 @@ def test_unknown_scheme_and_bad_urls(tmp_path: Path) -> None:
         tl.open_store("redis://localhost")
     with pytest.raises(tl.ConfigurationError, match="sqlite:///relative/path"):
         tl.open_store("sqlite:///")
+
+
+def test_a_database_with_two_names_is_refused(tmp_path: Path) -> None:
+    """A hard link to the database file: a process opening it by the other name does not see
+    the WAL of the first, and would run a recorded call again. Refused at open, and at the next
+    commit of a store already open when the link appears."""
+    import os
+
+    import toolledger as tl
+
+    db = tmp_path / "ledger.db"
+    with tl.open_store(f"sqlite:///{db}") as store:
+        store.ledger("s")  # created
+        os.link(db, tmp_path / "other-name.db")
+        from toolledger.stores.base import InsertEffect
+        from toolledger.testing.conformance import make_record
+
+        with pytest.raises(tl.StoreUnavailableError, match="2 names"):
+            store.backend.apply("s", [InsertEffect(make_record())])
+    for name in ("ledger.db", "other-name.db"):
+        with pytest.raises(tl.StoreUnavailableError, match="hard links"):
+            tl.open_store(f"sqlite:///{tmp_path / name}")
+    (tmp_path / "other-name.db").unlink()
+    tl.open_store(f"sqlite:///{db}").close()

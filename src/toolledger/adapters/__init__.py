@@ -21,9 +21,11 @@ if TYPE_CHECKING:
     from ..tools import ToolSet
 
 __all__ = [
+    "MAX_ID_CHARS",
     "ModelTurn",
     "Provider",
     "ResultShape",
+    "check_call_id",
     "provider_for",
     "read_calls",
 ]
@@ -98,6 +100,27 @@ class Provider(Protocol):
 
 _READERS: list[Callable[[Any], tuple[list[ToolCall], ResultShape] | None]] = []
 _PROVIDERS: list[Callable[[Any], Provider | None]] = []
+
+
+MAX_ID_CHARS = 1024
+
+
+def check_call_id(call_id: str, where: str) -> str:
+    """A call id the ledger can key on: text without control characters or lone surrogates (no
+    store could hold those, and no API sends them), at most ``MAX_ID_CHARS`` long."""
+    from ..errors import MalformedContentError
+
+    bad = len(call_id) > MAX_ID_CHARS or any(
+        ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in call_id
+    )
+    if bad:
+        shown = call_id[:60].encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise MalformedContentError(
+            f"{where} has an id that cannot be a ledger key ({shown!r}…): "
+            f"ids are at most {MAX_ID_CHARS} characters of text, without control characters "
+            "or lone surrogates. Nothing was run.",
+        )
+    return call_id
 
 
 def read_calls(content: Any) -> tuple[list[ToolCall], ResultShape]:

@@ -10,10 +10,10 @@ import inspect
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..codec import input_hash
+from ..codec import MAX_NESTING, input_hash, nesting, shallow, valid_unicode
 from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
-from . import ModelTurn
+from . import ModelTurn, check_call_id
 
 if TYPE_CHECKING:
     from ..tools import ToolSet
@@ -62,6 +62,7 @@ def read_tool_uses(content: Any) -> list[ToolCall]:
         )
         if not isinstance(tool_use_id, str) or not tool_use_id:
             raise MalformedContentError(f"tool_use block {index} has no string 'id'")
+        check_call_id(tool_use_id, f"tool_use block {index}")
         if not isinstance(name, str) or not name:
             raise MalformedContentError(
                 f"tool_use block {index} ({tool_use_id}) has no string 'name'",
@@ -81,17 +82,32 @@ def read_tool_uses(content: Any) -> list[ToolCall]:
                 tool_use_id=tool_use_id,
             )
         seen.add(tool_use_id)
-        try:
-            digest = input_hash(raw_input)
-        except (TypeError, ValueError) as exc:
-            raise MalformedContentError(
-                f"tool_use {tool_use_id!r} has an input that is not JSON: {exc}",
-                tool_use_id=tool_use_id,
-            ) from exc
-        calls.append(
-            ToolCall(tool_use_id=tool_use_id, name=name, input=raw_input, input_hash=digest)
-        )
+        calls.append(_call(tool_use_id, name, raw_input))
     return calls
+
+
+def _call(tool_use_id: str, name: str, raw_input: dict[str, Any]) -> ToolCall:
+    if nesting(raw_input) > MAX_NESTING:
+        # Answered with an error, like arguments that are not an object: nothing runs.
+        cut = {"input": f"(nested more than {MAX_NESTING} levels deep)"}
+        return ToolCall(
+            tool_use_id=tool_use_id,
+            name=name,
+            input=cut,
+            input_hash=input_hash(cut),
+            problem=(
+                f"the input of {name!r} is nested more than {MAX_NESTING} levels deep; call it "
+                "again with a flatter input"
+            ),
+        )
+    try:
+        digest = input_hash(raw_input)
+    except (TypeError, ValueError) as exc:
+        raise MalformedContentError(
+            f"tool_use {tool_use_id!r} has an input that is not JSON: {exc}",
+            tool_use_id=tool_use_id,
+        ) from exc
+    return ToolCall(tool_use_id=tool_use_id, name=name, input=raw_input, input_hash=digest)
 
 
 def tool_result(tool_use_id: str, content: str, *, is_error: bool) -> dict[str, Any]:
@@ -154,7 +170,8 @@ class AnthropicProvider:
         return kwargs
 
     def read_response(self, response: Any) -> ModelTurn:
-        content = [_plain(block) for block in _field(response, "content") or []]
+        # As stored, and as the API can take back: no lone surrogate, nothing nested too deep.
+        content = valid_unicode(shallow([_plain(b) for b in _field(response, "content") or []]))
         usage = _field(response, "usage")
         return ModelTurn(
             content=content,

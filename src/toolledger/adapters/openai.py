@@ -27,10 +27,10 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..codec import input_hash
+from ..codec import MAX_NESTING, input_hash, nesting, shallow, valid_unicode
 from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
-from . import ModelTurn, ResultShape
+from . import ModelTurn, ResultShape, check_call_id
 
 if TYPE_CHECKING:
     from ..tools import ToolSet
@@ -102,6 +102,7 @@ def _call(call_id: Any, name: Any, arguments: Any, where: str) -> ToolCall:
     """
     if not isinstance(call_id, str) or not call_id:
         raise MalformedContentError(f"{where} has no string id")
+    check_call_id(call_id, where)
     if not isinstance(name, str) or not name:
         raise MalformedContentError(f"{where} ({call_id}) has no string name", tool_use_id=call_id)
     parsed: Any
@@ -115,6 +116,8 @@ def _call(call_id: Any, name: Any, arguments: Any, where: str) -> ToolCall:
             parsed = json.loads(arguments)
         except ValueError as exc:
             parsed, why = None, f"invalid JSON ({exc})"
+        except RecursionError:
+            parsed, why = None, "nested too deep to read"
         else:
             if not isinstance(parsed, dict):
                 why = f"got {_JSON_NAMES.get(type(parsed), type(parsed).__name__)}"
@@ -123,6 +126,8 @@ def _call(call_id: Any, name: Any, arguments: Any, where: str) -> ToolCall:
             f"{where} ({call_id}) has arguments that are neither a string nor an object",
             tool_use_id=call_id,
         )
+    if why is None and isinstance(parsed, dict) and nesting(parsed) > MAX_NESTING:
+        why = f"nested more than {MAX_NESTING} levels deep"
     if why is not None:
         raw = arguments if isinstance(arguments, str) else ""
         bad = {"arguments": raw}
@@ -132,8 +137,11 @@ def _call(call_id: Any, name: Any, arguments: Any, where: str) -> ToolCall:
             input=bad,
             input_hash=input_hash(bad),
             problem=(
-                f"the arguments of {name!r} are not a JSON object: {why}; call it again with "
-                "its arguments as a JSON object"
+                f"the arguments of {name!r} cannot be used: {why}; call it again with a flatter "
+                "JSON object"
+                if why.startswith("nested")
+                else f"the arguments of {name!r} are not a JSON object: {why}; call it again "
+                "with its arguments as a JSON object"
             ),
         )
     try:
@@ -336,7 +344,7 @@ class OpenAIChat(_OpenAIBase):
         choices = _field(response, "choices") or []
         if not choices:
             raise MalformedContentError("the Chat Completions response has no choices")
-        message = _chat_message(_field(choices[0], "message"))
+        message = valid_unicode(shallow(_chat_message(_field(choices[0], "message"))))
         usage = _field(response, "usage")
         return ModelTurn(
             content=message,
@@ -489,7 +497,7 @@ class OpenAIResponses(_OpenAIBase):
         return {**kwargs, **self.options}
 
     def read_response(self, response: Any) -> ModelTurn:
-        output = [_plain(item) for item in _field(response, "output") or []]
+        output = valid_unicode(shallow([_plain(item) for item in _field(response, "output") or []]))
         usage = _field(response, "usage")
         calls = read_function_calls(output)
         return ModelTurn(

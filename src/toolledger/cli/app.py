@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .. import approvals
+from ..codec import MAX_NESTING, nesting
 from ..errors import ToolLedgerError
 from ..liveness import Over, Running, lease_state
 from ..stores import DEFAULT_STORE_URL, Store, open_store
@@ -165,9 +166,12 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
             )
             return 2
         try:
-            result = json.loads(args.result)
-        except ValueError as exc:
-            console.print(f"[red]--result is not JSON: {escape(str(exc))}[/red]")
+            result = json.loads(args.result, parse_constant=_not_json)
+            if nesting(result) > MAX_NESTING:
+                raise ValueError(f"nested more than {MAX_NESTING} levels deep")
+        except (ValueError, RecursionError) as exc:
+            why = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+            console.print(f"[red]--result is not JSON the model can be told: {escape(why)}[/red]")
             return 2
     with _store(args) as store:
         record = store.ledger(args.session).resolve(
@@ -184,6 +188,10 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
         if args.force and record.error and "forced while" in record.error:
             console.print(f"[yellow]{escape(record.error)}[/yellow]")
     return 0
+
+
+def _not_json(word: str) -> Any:
+    raise ValueError(f"{word} is not JSON (Python writes it; JSON has no such number)")
 
 
 def cmd_approvals(args: argparse.Namespace, console: Console) -> int:

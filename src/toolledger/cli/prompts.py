@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.prompt import Confirm
 from rich.syntax import Syntax
@@ -14,18 +15,23 @@ if TYPE_CHECKING:
     from ..approvals import ApprovalRequest
 
 
-def ask_approval(request: ApprovalRequest, console: Console | None = None) -> bool:
-    """Show the call and ask y/N. An in-doubt call is flagged in red: it may already have run."""
+def ask_approval(request: ApprovalRequest, console: Console | None = None) -> bool | None:
+    """Show the call and ask y/N. An in-doubt call is flagged in red: it may already have run.
+    ``None``: there is no terminal to ask on (stdin closed)."""
     console = console or Console(stderr=True)
     title = (
-        f"approve [bold]{request.tool}[/bold]? "
-        f"(session {request.session_id}, {request.tool_use_id})"
+        f"approve [bold]{escape(request.tool)}[/bold]? "
+        f"(session {escape(request.session_id)}, {escape(request.tool_use_id)})"
     )
     body = Syntax(json.dumps(request.input, indent=2, ensure_ascii=False), "json", word_wrap=True)
-    console.print(Panel(body, title=title, subtitle=request.reason))
+    console.print(Panel(body, title=title, subtitle=escape(request.reason)))
     if request.in_doubt:
         console.print(
             "[bold red]IN DOUBT:[/bold red] this call was interrupted while it ran and may "
             "already have taken effect. Approving runs it again."
         )
-    return Confirm.ask("Approve", default=False, console=console)
+    try:
+        return Confirm.ask("Approve", default=False, console=console)
+    except EOFError:
+        console.print("[yellow]no terminal to answer on (stdin is closed): declined[/yellow]")
+        return None

@@ -67,9 +67,28 @@ _RESTORE_HINT = (
 )
 
 
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
 def file_stem(session_id: str) -> str:
-    """A file name for any session id: percent-encoded (so ``../x`` or ``a/b`` stay one plain
-    name), with long names replaced by a hash. Records carry the real id."""
+    """A file name for any session id, and a different one for every other: lowercase letters,
+    digits and ``-_.`` as they are, every other character percent-encoded (``../x`` or ``a/b``
+    stay one plain name; ``A`` is ``%41``, so names differ even on a filesystem that ignores
+    case), a leading ``.`` too; a name over 180 bytes is replaced by ``~`` and the id's hash
+    (``~`` appears in no other name). Records carry the real id."""
+    stem = "".join(
+        c if c in _PLAIN else "".join(f"%{b:02X}" for b in c.encode("utf-8")) for c in session_id
+    )
+    if stem.startswith("."):
+        stem = "%2E" + stem[1:]
+    if len(stem.encode()) > _MAX_STEM_BYTES:
+        stem = "~" + hashlib.sha256(session_id.encode()).hexdigest()
+    return stem
+
+
+def legacy_stem(session_id: str) -> str:
+    """The name toolledger 0.1 gave a session's files (not injective: ``~`` and upper case were
+    left as they are). Files still under it are renamed on first use."""
     stem = quote(session_id, safe="-_.")
     if stem.startswith("."):
         stem = "%2E" + stem[1:]
@@ -191,17 +210,35 @@ class JSONBackend:
         except OSError as exc:
             raise StoreUnavailableError(f"cannot create {self.dir}: {exc}", url=url) from exc
         self._thread_lock = threading.RLock()
-        # Parsed ledgers by path, valid while (inode, mtime, size) is unchanged.
-        self._cache: dict[Path, tuple[tuple[int, int, int], dict[str, EffectRecord]]] = {}
+        self._locking = False
+        # Parsed ledgers by path, valid while (inode, mtime, size) is unchanged, with the
+        # session they were parsed for (a file is only ever read as that session's).
+        self._cache: dict[Path, tuple[tuple[int, int, int], str, dict[str, EffectRecord]]] = {}
+        self._renamed: set[tuple[str, str]] = set()
         self._logs: dict[Path, _Log] = {}
         # Encoded lines of the last write, by path: (record, its line).
         self._lines: dict[Path, dict[str, tuple[EffectRecord, bytes]]] = {}
 
     def path_of(self, session_id: str) -> Path:
-        return self.dir / (file_stem(session_id) + SUFFIX)
+        return self._named(session_id, SUFFIX)
 
     def log_path_of(self, session_id: str) -> Path:
-        return self.dir / (file_stem(session_id) + LOG_SUFFIX)
+        return self._named(session_id, LOG_SUFFIX)
+
+    def _named(self, session_id: str, suffix: str) -> Path:
+        """The session's file; one still under its 0.1 name (and holding this session, not
+        another whose old name was the same) is renamed first, under the write lock."""
+        path = self.dir / (file_stem(session_id) + suffix)
+        if (session_id, suffix) in self._renamed:
+            return path
+        old = self.dir / (legacy_stem(session_id) + suffix)
+        if old != path and not path.exists() and old.exists():
+            with self._locked():
+                if not path.exists() and _session_id_inside(old) == session_id:
+                    os.replace(old, path)
+                    self._fsync_dir()
+        self._renamed.add((session_id, suffix))
+        return path
 
     # -- reading the ledger ----------------------------------------------------------------------
 
@@ -212,15 +249,15 @@ class JSONBackend:
                 st = os.fstat(fh.fileno())
                 key = (st.st_ino, st.st_mtime_ns, st.st_size)
                 cached = self._cache.get(path)
-                if cached is not None and cached[0] == key:
-                    return cached[1]
+                if cached is not None and cached[0] == key and cached[1] == session_id:
+                    return cached[2]
                 data = fh.read()
         except FileNotFoundError:
             return {}  # a missing ledger is an empty one (DESIGN.md rule 5)
         except OSError as exc:
             raise StoreUnavailableError(f"cannot read {path}: {exc}", url=self.url) from exc
         records = self._parse(path, data, session_id)
-        self._cache[path] = (key, records)
+        self._cache[path] = (key, session_id, records)
         return records
 
     def _parse(self, path: Path, data: bytes, session_id: str) -> dict[str, EffectRecord]:
@@ -365,7 +402,11 @@ class JSONBackend:
         """One writer at a time, across threads and processes (flock on ``.toolledger.lock``).
         A holder that keeps it past ``LOCK_TIMEOUT_S`` is reported, not waited on for ever."""
         with self._thread_lock:
+            if self._locking:  # this thread holds it already (a rename inside a commit)
+                yield
+                return
             fd = os.open(self.dir / ".toolledger.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            self._locking = True
             try:
                 deadline = time.monotonic() + LOCK_TIMEOUT_S
                 while True:
@@ -383,6 +424,7 @@ class JSONBackend:
                         time.sleep(0.002)
                 yield
             finally:
+                self._locking = False
                 os.close(fd)  # closing releases the flock
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
@@ -448,7 +490,7 @@ class JSONBackend:
             raise
         self._fsync_dir()  # make the rename itself durable
         st = os.stat(path)
-        self._cache[path] = ((st.st_ino, st.st_mtime_ns, st.st_size), records)
+        self._cache[path] = ((st.st_ino, st.st_mtime_ns, st.st_size), session_id, records)
         self._lines[path] = {tid: (records[tid], line) for tid, line in lines.items()}
 
     def _append_log(self, session_id: str, log: _Log, entry: dict[str, Any]) -> None:

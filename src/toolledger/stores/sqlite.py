@@ -186,8 +186,8 @@ class SQLiteBackend:
             )
         except sqlite3.Error as exc:
             raise translate(exc, url, "opening") from exc
-        self._identity = _identity(path)
         try:
+            self._identity = _identity(path, url)
             self._configure()
             self._migrate()
         except sqlite3.Error as exc:
@@ -349,7 +349,7 @@ class SQLiteBackend:
         an inode nobody will ever open again."""
         if self._identity is None:
             return
-        now = _identity(self.path)
+        now = _identity(self.path, self.url)  # refuses a second name made meanwhile, too
         if now != self._identity:
             what = "was deleted" if now is None else "was replaced by another file"
             raise StoreUnavailableError(
@@ -464,14 +464,27 @@ def _one_statement(ops: list[Op]) -> bool:
     return len(ops) == 1 and not isinstance(ops[0], AppendMessages)
 
 
-def _identity(path: str) -> tuple[int, int] | None:
-    """(device, inode) of the database file; ``None`` for ``:memory:`` or a missing file."""
+def _identity(path: str, url: str) -> tuple[int, int] | None:
+    """(device, inode) of the database file; ``None`` for ``:memory:`` or a missing file.
+
+    A file that has another name (a hard link) is refused: SQLite keeps its WAL and lock files
+    beside the name it was opened by, so two names are two ledgers that do not see each other's
+    last commits — and a call recorded under one runs again under the other.
+    """
     if path == ":memory:":
         return None
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return None
+    if st.st_nlink > 1:
+        raise StoreUnavailableError(
+            f"{url}: the database file has {st.st_nlink} names (hard links). SQLite keeps its "
+            "write-ahead log beside the name it was opened by, so processes opening it by "
+            "different names would not see each other's latest records. Remove the extra "
+            "link and use one path (a symbolic link is fine).",
+            url=url,
+        )
     return (st.st_dev, st.st_ino)
 
 

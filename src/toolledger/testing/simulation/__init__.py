@@ -48,7 +48,7 @@ from ...liveness import Over
 from ._checks import final_checks
 from ._engine import SimConfig, Simulation
 
-__all__ = ["REGRESSIONS", "SimConfig", "SimReport", "explore", "shrink", "simulate"]
+__all__ = ["EVERYTHING", "REGRESSIONS", "SimConfig", "SimReport", "explore", "shrink", "simulate"]
 
 
 @dataclass
@@ -120,6 +120,17 @@ class SimReport:
             lines += [f"    {t}" for t in self.trace[-40:]]
         return "\n".join(lines)
 
+
+EVERYTHING = SimConfig(
+    lost_reply=0.02,
+    sloppy=0.2,
+    force=0.05,
+    containers=2,
+    sessions=6,
+    threads=3,
+    processes=4,
+)
+"""Every fault on, and a larger cast: what ``make simulate`` runs."""
 
 REGRESSIONS = ("takeover", "threads", "resolve")
 """Fixed bugs a test can switch back on, to show the simulation finds them."""

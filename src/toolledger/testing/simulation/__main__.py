@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
-from . import REGRESSIONS, SimConfig, explore, shrink, simulate
+from . import EVERYTHING, REGRESSIONS, SimConfig, explore, shrink, simulate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", type=float, default=SimConfig.force)
     parser.add_argument("--sloppy", type=float, default=SimConfig.sloppy)
     parser.add_argument("--regression", choices=REGRESSIONS, help="switch a fixed bug back on")
+    parser.add_argument(
+        "--everything",
+        action="store_true",
+        help="every fault on: lost replies, late senders, forced resolutions, containers, "
+        "more processes, threads and sessions (what make simulate runs)",
+    )
     parser.add_argument("--trace", action="store_true", help="print every step of --seed")
     parser.add_argument("--shrink", action="store_true", help="shrink a failing --seed")
     args = parser.parse_args(argv)
@@ -40,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         force=args.force,
         sloppy=args.sloppy,
     )
+    if args.everything:
+        config = replace(EVERYTHING, chaos_steps=args.steps, max_steps=config.max_steps)
     if args.seed is not None:
         sim = simulate(args.seed, config, regression=args.regression)
         if args.trace:
