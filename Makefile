@@ -2,14 +2,14 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
 .PHONY: demo test lint typecheck pytest torture torture-concurrent simulate bench bench-full clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,all]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,all,recipes]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -52,7 +52,7 @@ simulate: $(STAMP)
 BENCH_STAMP := $(VENV)/.bench-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,all,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,all,recipes,bench]'
 	rm -f $(VENV)/.bench-*
 	touch $@
 

@@ -21,6 +21,7 @@ first in the next user message. A call nobody can settle stops the run with ``ne
 
 from __future__ import annotations
 
+import shlex
 import uuid
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
@@ -56,6 +57,7 @@ from .outcomes import Batch, CallOutcome, Disposition
 from .reconcile import commit
 from .records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage, ToolCall
 from .runner import process_batch
+from .stores import DEFAULT_STORE_URL
 from .stores.base import AppendMessages, Op, PutSession, Store, check_session_id, lost
 from .tools import ToolSet
 
@@ -341,7 +343,7 @@ class Agent:
         committed: list[_Session] = []
 
         def checkpoint_b(outcomes: list[CallOutcome]) -> list[Op]:
-            stop = _stop_reason(outcomes, s.state.session_id)
+            stop = _stop_reason(outcomes, s.state.session_id, self.store.url)
             if stop is not None:
                 new = self._advance(s.state, status=stop[0], reason=stop[1])
                 committed.append(_Session(new, s.messages))
@@ -482,22 +484,31 @@ class Agent:
         return self._finish(_Session(state, messages), list(alerts))
 
 
-def _stop_reason(outcomes: list[CallOutcome], sid: str) -> tuple[RunStatus, str] | None:
-    """Why checkpoint B must not be written yet: a call is in doubt or awaits approval."""
+def _stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunStatus, str] | None:
+    """Why checkpoint B must not be written yet: a call is in doubt or awaits approval. The
+    commands to run are whole and shell-quoted, with the store when it is not the default."""
+    store = ["--store", url] if url != DEFAULT_STORE_URL else []
+
+    def cmd(*argv: str) -> str:
+        return "toolledger " + shlex.join([*store, *argv])
+
     doubt = [o for o in outcomes if o.disposition is Disposition.IN_DOUBT]
     if doubt:
         names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in doubt)
+        how = "; ".join(
+            f"`{cmd('resolve', sid, o.call.tool_use_id)} --happened|--not-happened`" for o in doubt
+        )
         return (
             RunStatus.NEEDS_ATTENTION,
-            f"in doubt: {names} may already have happened. Settle it with `toolledger resolve "
-            f"{sid} TOOL_USE_ID --happened|--not-happened`, then run the session again.",
+            f"in doubt: {names} may already have happened. Settle it with {how}, then run the "
+            "session again.",
         )
     waiting = [o for o in outcomes if o.disposition is Disposition.AWAITING_APPROVAL]
     if waiting:
         names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in waiting)
+        how = "; ".join(f"`{cmd('approve', sid, o.call.tool_use_id)}` (or deny)" for o in waiting)
         return (
             RunStatus.AWAITING_APPROVAL,
-            f"awaiting approval: {names}. Decide with `toolledger approve|deny {sid} "
-            "TOOL_USE_ID`, then run the session again.",
+            f"awaiting approval: {names}. Decide with {how}, then run the session again.",
         )
     return None

@@ -201,10 +201,21 @@ def decide(
     there is no pending request for that call."""
     current = _find(store, session_id, tool_use_id)
     if current is None or current.status is not ApprovalStatus.PENDING:
-        state = "no request" if current is None else f"a request that is {current.status.value}"
+        if current is None:
+            state = f"there is no approval request for {tool_use_id!r} in session {session_id!r}"
+        elif current.status is ApprovalStatus.USED:
+            state = (
+                f"the request for {tool_use_id!r} was approved by {current.decided_by} and that "
+                "approval has been used by the call it allowed"
+            )
+        else:
+            state = (
+                f"the request for {tool_use_id!r} was already {current.status.value} by "
+                f"{current.decided_by}"
+            )
         raise ToolLedgerError(
-            f"there is {state} for {tool_use_id!r} in session {session_id!r}; only a pending "
-            "request can be decided (see `toolledger approvals`)",
+            f"{state} (in {store.url}); only a pending request can be decided — "
+            "`toolledger approvals` lists them",
             session_id=session_id,
             tool_use_id=tool_use_id,
         )

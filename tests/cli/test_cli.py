@@ -159,8 +159,18 @@ def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFi
     bad.write_bytes(b"not a database" * 100)
     assert main(["sessions", "--store", f"sqlite:///{bad}"]) == 1
     assert "CorruptLedgerError" in capsys.readouterr().err
-    code, out = cli(capsys, "show", "nobody", "--store", f"sqlite:///{tmp_path / 'e.db'}")
-    assert code == 1 and "no session" in out
+    missing = f"sqlite:///{tmp_path / 'e.db'}"
+    for command in (["show", "nobody"], ["sessions"], ["in-doubt"], ["approve", "s", "t"]):
+        assert main([*command, "--store", missing]) == 1
+        assert "no store at" in capsys.readouterr().err
+        assert not (tmp_path / "e.db").exists(), "looking never creates a store"
+    missing_dir = tmp_path / "no-such-dir"
+    assert main(["sessions", "--store", f"json:///{missing_dir}"]) == 1
+    assert "no store at" in capsys.readouterr().err and not missing_dir.exists()
+    tl.open_store(missing).close()
+    for command in (["show", "nobody"], ["effects", "nobody"]):
+        code, out = cli(capsys, *command, "--store", missing)
+        assert code == 1 and "no session 'nobody'" in out
 
 
 def test_demo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -76,6 +76,20 @@ a second hard link to the SQLite database:
     tests/cli/test_cli.py::test_resolve_refuses_a_result_that_is_not_json
 the terminal approver with no terminal:
     tests/agent/test_agent.py::test_the_terminal_approver_without_a_terminal_declines
+rich markup, control characters and shell metacharacters in stored data, ids at 80 columns:
+    tests/cli/test_output.py::test_data_is_printed_literally_and_ids_whole
+… in a printed command a person pastes:
+    tests/cli/test_output.py::test_printed_commands_paste_whole_and_quoted
+… in ``run.reason``:
+    tests/cli/test_output.py::test_a_run_s_reason_names_the_real_call_quoted
+secrets in an OpenAI transcript, and JSON never truncated:
+    tests/cli/test_output.py::test_an_openai_session_is_shown_as_calls_and_results_with_secrets_masked
+secrets under other names, in header pairs, in URLs:
+    tests/reliability/test_security.py::test_header_pairs_url_passwords_and_credentials_in_strings_are_masked
+a store URL that names nothing (a forgotten ``--store``, a mistyped schema):
+    tests/cli/test_cli.py::test_errors_are_reported_not_raised
+… on PostgreSQL, nothing created:
+    tests/stores/test_postgres.py::test_looking_at_a_schema_never_creates_it
 
 The conformance tests run on every backend (``TestMemory``, ``TestJSON``, ``TestSQLite``,
 ``TestPostgres``); the table names one.

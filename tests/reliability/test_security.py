@@ -18,7 +18,7 @@ import pytest
 
 import toolledger as tl
 from toolledger.cli.app import main
-from toolledger.cli.render import is_secret_key, masked
+from toolledger.cli.masking import is_secret_key, masked, masked_text
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 SRC = Path(tl.__file__).parent
@@ -117,12 +117,24 @@ def test_every_file_of_a_store_is_owner_only_whatever_the_umask(kind: str, tmp_p
         ("credentials", True),
         ("Cookie", True),
         ("private_key", True),
+        ("pwd", True),
+        ("db_pwd", True),
+        ("passcode", True),
+        ("auth", True),
+        ("basic_auth", True),
+        ("bearer", True),
+        ("jwt", True),
+        ("idToken", True),
+        ("oauth_token", True),
         ("max_tokens", False),
         ("input_tokens", False),
         ("author", False),
         ("keyboard", False),
         ("title", False),
         ("monkey", False),
+        ("authority", False),
+        ("authored_by", False),
+        ("password_changed_at", True),
     ],
 )
 def test_which_fields_are_secret(key: str, secret: bool) -> None:
@@ -133,6 +145,34 @@ def test_masking_reaches_every_level_and_keeps_the_shape() -> None:
     value = {"a": [{"token": "t", "n": 1}], "password": None, "headers": {"Cookie": ["c"]}}
     assert masked(value) == {"a": [{"token": "***", "n": 1}], "password": None,
                              "headers": {"Cookie": "***"}}  # fmt: skip
+
+
+def test_header_pairs_url_passwords_and_credentials_in_strings_are_masked() -> None:
+    headers = [
+        {"name": "Authorization", "value": "Bearer abc.def-123"},
+        {"name": "Accept", "value": "text/html"},
+        {"key": "X-Api-Key", "value": "k-1"},
+        {"header": "Cookie", "value": "sid=9"},
+    ]
+    assert masked(headers) == [
+        {"name": "Authorization", "value": "***"},
+        {"name": "Accept", "value": "text/html"},
+        {"key": "X-Api-Key", "value": "***"},
+        {"header": "Cookie", "value": "***"},
+    ]
+    assert masked("postgres://app:s3cr3t@db:5432/x") == "postgres://app:***@db:5432/x"
+    assert masked({"dsn": "https://u:p%40ss@h/p", "url": "https://h/p?q=1"}) == {
+        "dsn": "https://u:***@h/p",
+        "url": "https://h/p?q=1",
+    }
+    assert masked("curl -H 'Authorization: Bearer eyJhbGciOi.J9x' x") == (
+        "curl -H 'Authorization: Bearer ***' x"
+    )
+    assert masked("Basic dXNlcjpwYXNz== then") == "Basic *** then"
+    prose = "Basic arithmetic, a Bearer of news, user@host and mailto:a@b stay as they are"
+    assert masked(prose) == prose
+    assert masked_text('"postgres://a:b@h"') == '"postgres://a:***@h"'
+    assert masked_text("not json: https://a:b@h") == "not json: https://a:***@h"
 
 
 SECRETS = ["sk-live-4f9a", "tok-7c2e", "Bearer-e81d", "hunter2-b5"]

@@ -8,6 +8,7 @@ Tests that touch a database use the server named by TOOLLEDGER_TEST_POSTGRES_URL
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
@@ -207,6 +208,28 @@ def test_schemas_keep_stores_apart(new_schema: Callable[[str], str], admin: Admi
     ).fetchone()
     assert in_odd == (len(_postgres.TABLES) + 1,)
     assert admin.execute("SELECT to_regnamespace('public') IS NOT NULL").fetchone() == (True,)
+
+
+def test_looking_at_a_schema_never_creates_it(
+    new_schema: Callable[[str], str], admin: Admin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``toolledger sessions --store …?schema=typo`` says there is no store there and leaves
+    the database as it was; once the store exists the same command reads it."""
+    from toolledger.cli.app import main
+
+    name = f"tl_test_look_{uuid.uuid4().hex[:12]}"
+    url = new_schema(name)
+    exists = "SELECT to_regnamespace(%s) IS NOT NULL"
+    with pytest.raises(tl.StoreUnavailableError, match="no store at"):
+        tl.open_store(url, create=False)
+    for command in (["sessions"], ["in-doubt"], ["show", "s"], ["approve", "s", "t"]):
+        assert main([*command, "--store", url]) == 1
+        assert "no store at" in capsys.readouterr().err
+    assert admin.execute(exists, (name,)).fetchone() == (False,), "looking created the schema"
+    tl.open_store(url).close()
+    assert admin.execute(exists, (name,)).fetchone() == (True,)
+    assert main(["sessions", "--store", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"sessions": [], "ledger_only": []}
 
 
 # -- connections that die -------------------------------------------------------------------------

@@ -23,16 +23,39 @@ from .. import approvals
 from ..codec import MAX_NESTING, nesting
 from ..errors import ToolLedgerError
 from ..liveness import Over, Running, lease_state
+from ..records import RunStatus
 from ..stores import DEFAULT_STORE_URL, Store, open_store
 from ..verify import Severity, verify
 from . import render
+from .render import safe
 
 Handler = Callable[[argparse.Namespace, Console], int]
 
 
+def _url(args: argparse.Namespace) -> str:
+    return str(args.store or os.environ.get("TOOLLEDGER_STORE") or DEFAULT_STORE_URL)
+
+
 def _store(args: argparse.Namespace) -> Store:
-    url = args.store or os.environ.get("TOOLLEDGER_STORE") or DEFAULT_STORE_URL
-    return open_store(url)
+    """The store the command looks at. It must exist: looking never creates one (a forgotten
+    ``--store`` says "no store at …", it does not leave an empty ``toolledger.db`` behind)."""
+    return open_store(_url(args), create=False)
+
+
+def _session_or_exit(store: Store, session_id: str) -> bool:
+    """Whether ``session_id`` is in ``store`` (a state or a ledger); an unknown one is an error
+    for every command that names a session."""
+    return store.backend.read_session(session_id) is not None or session_id in store.sessions()
+
+
+def _no_session(console: Console, args: argparse.Namespace, store: Store) -> int:
+    if args.json:
+        _emit_json({"error": "NoSuchSession", "message": f"no session {args.session!r}"})
+    else:
+        console.print(
+            safe(f"no session {args.session!r} in {store.url}", "red"),
+        )
+    return 1
 
 
 def _emit_json(value: Any) -> None:
@@ -75,6 +98,8 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
                         if s.session_id in held
                         else None,
                         "started_calls": calls.get(s.session_id, []),
+                        # running, and nobody holds it: its process is gone (run it again)
+                        "interrupted": s.status is RunStatus.RUNNING and s.session_id not in held,
                     }
                     for s in states
                 ],
@@ -94,10 +119,9 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
 def cmd_show(args: argparse.Namespace, console: Console) -> int:
     """Show one session: its state and a timeline of turns, tool calls, ledger and approvals."""
     with _store(args) as store:
+        if not _session_or_exit(store, args.session):
+            return _no_session(console, args, store)
         state = store.backend.read_session(args.session)
-        if state is None and args.session not in store.sessions():
-            console.print(f"[red]no session {args.session!r} in {store.url}[/red]")
-            return 1
         events = render.timeline(store, args.session, reveal=args.show_secrets)
     if args.json:
         _emit_json(
@@ -109,12 +133,13 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         return 0
     if state is not None:
         console.print(
-            f"[bold]{state.session_id}[/bold]: ",
+            safe(state.session_id, "bold"),
+            ": ",
             render.styled(state.status.value),
             f" — {state.turns} turns, {state.input_tokens}/{state.output_tokens} tokens",
         )
         if state.reason:
-            console.print(f"  {state.reason}")
+            console.print(safe(f"  {state.reason}"))
     console.print(render.timeline_table(events, f"timeline of {args.session}"))
     return 0
 
@@ -122,6 +147,8 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
 def cmd_effects(args: argparse.Namespace, console: Console) -> int:
     """List the ledger records of one session."""
     with _store(args) as store:
+        if not _session_or_exit(store, args.session):
+            return _no_session(console, args, store)
         records = store.ledger(args.session).records()
     if args.json:
         _emit_json([render.effect_json(r, reveal=args.show_secrets) for r in records])
@@ -147,6 +174,9 @@ def cmd_in_doubt(args: argparse.Namespace, console: Console) -> int:
         console.print(render.in_progress_table(running))
     if doubt:
         console.print(render.in_doubt_table(doubt))
+        console.print("settle each with one of:")
+        for line in render.settle_commands(doubt, url=_url(args)):
+            console.print(line, soft_wrap=True)  # never folded: it is pasted whole
     if not started:
         console.print("no call is in doubt")
     elif not doubt:
@@ -181,9 +211,9 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
         _emit_json(render.effect_json(record))
     else:
         console.print(
-            f"{escape(args.tool_use_id)} resolved: ",
+            safe(f"{args.tool_use_id} resolved: "),
             render.styled(record.status.value),
-            f" (by {escape(args.by)}). Run the session again to go on.",
+            safe(f" (by {args.by}). Run the session again to go on."),
         )
         if args.force and record.error and "forced while" in record.error:
             console.print(f"[yellow]{escape(record.error)}[/yellow]")
@@ -221,9 +251,9 @@ def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
         _emit_json(render.approval_json(record))
     else:
         console.print(
-            f"{record.tool} ({record.tool_use_id}): ",
+            safe(f"{record.tool} ({record.tool_use_id}): "),
             render.styled(record.status.value),
-            f" by {record.decided_by}. Run the session again to go on.",
+            safe(f" by {record.decided_by}. Run the session again to go on."),
         )
     return 0
 
@@ -259,10 +289,10 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
         for p in problems:
             style = "red" if p.severity is Severity.ERROR else "yellow"
             where = f"[{p.session_id}] " if p.session_id else ""
-            console.print(f"[{style}]{p.severity.value}[/{style}] {where}{p.message}")
+            console.print(safe(p.severity.value, style), " ", safe(f"{where}{p.message}"))
         console.print(
-            f"{url}: "
-            + ("[green]ok[/green]" if not errors else f"[red]{len(errors)} error(s)[/red]")
+            safe(f"{url}: "),
+            safe("ok", "green") if not errors else safe(f"{len(errors)} error(s)", "red"),
         )
     return 1 if errors else 0
 
@@ -346,6 +376,13 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
 # -- the parser ----------------------------------------------------------------------------------
 
 
+def _first_sentence(doc: str) -> str:
+    """A command's one-line help: its docstring's first sentence, whole."""
+    flat = " ".join(doc.split())
+    end = flat.find(". ")
+    return flat if end < 0 else flat[: end + 1]
+
+
 def build_parser() -> argparse.ArgumentParser:
     # SUPPRESS: an option given before the command must not be reset by the command's parser.
     common = argparse.ArgumentParser(add_help=False)
@@ -368,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name: str, handler: Handler, **kwargs: Any) -> argparse.ArgumentParser:
         doc = (handler.__doc__ or "").strip()
         p = sub.add_parser(
-            name, parents=[common], help=doc.split("\n")[0], description=doc, **kwargs
+            name, parents=[common], help=_first_sentence(doc), description=doc, **kwargs
         )
         p.set_defaults(handler=handler)
         return p
@@ -458,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "json", False):
             _emit_json({"error": type(exc).__name__, "message": str(exc)})
         else:
-            Console(stderr=True).print(f"[red]{type(exc).__name__}:[/red] {exc}")
+            Console(stderr=True).print(safe(f"{type(exc).__name__}:", "red"), safe(f" {exc}"))
         return 1
 
 

@@ -1,40 +1,62 @@
-"""Turning records into tables, timelines and JSON for the command line.
+"""Turning records into tables and JSON for the command line.
 
-Fields marked secret are masked in everything shown (``show``, ``effects``, ``in-doubt``,
-``approvals``) unless ``--show-secrets`` is given: in any JSON object of a tool input, a tool
-result or an approval request, the value of a key whose words include ``password``, ``passwd``,
-``passphrase``, ``secret``, ``token``, ``credential(s)``, ``authorization``, ``cookie``, or that
-names an API, access, private or secret key (``api_key``, ``apiKey``, ``X-Api-Key``,
-``access_key``, ``client_secret`` …) is shown as ``***``. Words are split at ``_``, ``-``, other
-punctuation and camelCase, so ``max_tokens`` is not a secret and ``authToken`` is.
+Everything read from a store is data: it is printed literally (rich markup in a result or a
+session id is shown, never interpreted; terminal control characters are shown escaped), ids and
+commands are never cut (they wrap), and JSON output is never truncated. Secrets are masked unless
+``--show-secrets`` (see ``toolledger.cli.masking``).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, overload
+from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
-from ..adapters.anthropic import read_tool_uses
 from ..liveness import Running, Verdict
 from ..records import (
     ApprovalRecord,
     EffectRecord,
     Lease,
     PastAttempt,
+    RunStatus,
     SessionState,
     Status,
-    StoredMessage,
 )
-from ..stores.base import Store
+from ..stores import DEFAULT_STORE_URL
+from .masking import is_secret_key, masked, masked_text
+from .timeline import Event, timeline
+
+__all__ = [
+    "STATUS_STYLE",
+    "Event",
+    "approval_json",
+    "approvals_table",
+    "command",
+    "effect_json",
+    "effects_table",
+    "in_doubt_table",
+    "in_progress_table",
+    "is_secret_key",
+    "lease_text",
+    "masked",
+    "masked_text",
+    "owner",
+    "resumed_table",
+    "safe",
+    "session_json",
+    "sessions_table",
+    "settle_commands",
+    "styled",
+    "timeline",
+    "timeline_json",
+    "timeline_table",
+    "when",
+]
 
 STATUS_STYLE = {
     "succeeded": "green",
@@ -52,64 +74,15 @@ STATUS_STYLE = {
     "used": "dim",
 }
 
-
-MASK = "***"
-_SECRET_WORDS = frozenset(
-    {
-        "password",
-        "passwd",
-        "passphrase",
-        "secret",
-        "token",
-        "credential",
-        "credentials",
-        "authorization",
-        "cookie",
-        "apikey",
-        "accesskey",
-        "privatekey",
-        "secretkey",
-    }
-)
-_SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key")})
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_CONTROL.pop(ord("\n"))
+_CONTROL.pop(ord("\t"))
 
 
-def is_secret_key(key: str) -> bool:
-    """Whether a JSON key marks its value secret (see the module docstring)."""
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).lower()
-    words = [w for w in re.split(r"[^a-z0-9]+", spaced) if w]
-    return any(w in _SECRET_WORDS for w in words) or any(
-        pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
-    )
-
-
-def masked(value: Any) -> Any:
-    """A copy of a JSON value with the value of every secret key replaced by ``***``."""
-    if isinstance(value, dict):
-        return {
-            k: MASK if is_secret_key(str(k)) and v is not None else masked(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [masked(v) for v in value]
-    return value
-
-
-@overload
-def masked_text(text: str) -> str: ...
-@overload
-def masked_text(text: None) -> None: ...
-def masked_text(text: str | None) -> str | None:
-    """``text`` with its secrets masked when it is a JSON object or array; as it is otherwise."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    if not isinstance(value, (dict, list)):
-        return text
-    return json.dumps(masked(value), ensure_ascii=False)
+def safe(text: object, style: str = "") -> Text:
+    """Data as rich will print it literally: no markup is read in it, and control characters
+    (an escape sequence in a tool result) are shown as ``\\x1b``, never sent to the terminal."""
+    return Text(str(text).translate(_CONTROL), style=style)
 
 
 def when(ts: float | None) -> str:
@@ -119,14 +92,30 @@ def when(ts: float | None) -> str:
 
 
 def styled(status: str) -> Text:
-    return Text(status, style=STATUS_STYLE.get(status, ""))
+    return safe(status, STATUS_STYLE.get(status, ""))
 
 
 def preview(text: str | None, width: int = 60) -> str:
+    """A one-line preview of *content* (a result, an input) — never of an id or a command."""
     if text is None:
         return ""
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def command(*argv: str, url: str | None = None) -> str:
+    """A ``toolledger`` command a person can paste: every argument shell-quoted, ``--store``
+    when the store is not the default."""
+    store = ["--store", url] if url is not None and url != DEFAULT_STORE_URL else []
+    return "toolledger " + shlex.join([*store, *argv])
+
+
+def _table(title: str, *columns: str, ids: Sequence[str] = ()) -> Table:
+    """A table whose id and command columns wrap rather than cut."""
+    table = Table(title=safe(title))
+    for col in columns:
+        table.add_column(col, overflow="fold", no_wrap=False, min_width=8 if col in ids else None)
+    return table
 
 
 # -- JSON ----------------------------------------------------------------------------------------
@@ -136,7 +125,8 @@ def effect_json(
     r: EffectRecord, *, reveal: bool = False, verdict: Verdict | None = None
 ) -> dict[str, Any]:
     result = None if r.result is None else json.loads(r.result)
-    out = {
+    succeeded = r.status is Status.SUCCEEDED
+    out: dict[str, Any] = {
         "session_id": r.session_id,
         "tool_use_id": r.tool_use_id,
         "tool": r.tool,
@@ -144,7 +134,9 @@ def effect_json(
         "attempt": r.attempt,
         "input_hash": r.input_hash,
         "result": result if reveal else masked(result),
-        "error": r.error,
+        # On a success the text says how it was settled: a note, not an error.
+        "error": None if succeeded else r.error,
+        "note": r.error if succeeded else None,
         "created_at": r.created_at,
         "updated_at": r.updated_at,
         "approved_by": r.approved_by,
@@ -190,6 +182,7 @@ def approval_json(a: ApprovalRecord, *, reveal: bool = False) -> dict[str, Any]:
         "tool": a.tool,
         "input": a.input if reveal else masked(a.input),
         "in_doubt": a.in_doubt,
+        "attempt": a.attempt,
         "reason": a.reason,
         "status": a.status.value,
         "requested_at": a.requested_at,
@@ -197,6 +190,14 @@ def approval_json(a: ApprovalRecord, *, reveal: bool = False) -> dict[str, Any]:
         "decided_by": a.decided_by,
         "used_at": a.used_at,
     }
+
+
+def timeline_json(events: list[Event]) -> list[dict[str, Any]]:
+    """Every event whole: JSON output is never truncated."""
+    return [
+        {"at": e.at, "event": e.what, "tool_use_id": e.ref or None, "detail": e.text}
+        for e in events
+    ]
 
 
 # -- tables --------------------------------------------------------------------------------------
@@ -216,8 +217,8 @@ def sessions_table(
     leases: dict[str, str] | None = None,
     started: dict[str, str] | None = None,
 ) -> Table:
-    table = Table(title="sessions")
-    for col in (
+    table = _table(
+        "sessions",
         "session",
         "status",
         "turns",
@@ -226,30 +227,33 @@ def sessions_table(
         "held by",
         "started calls",
         "reason",
-    ):
-        table.add_column(col)
+        ids=("session",),
+    )
     leases, started = leases or {}, started or {}
     for s in sorted(states, key=lambda s: s.updated_at, reverse=True):
+        held = leases.get(s.session_id, "")
+        if not held and s.status is RunStatus.RUNNING:
+            held = "nobody: interrupted (run it again to resume)"
         table.add_row(
-            s.session_id,
+            safe(s.session_id),
             styled(s.status.value),
             str(s.turns),
             f"{s.input_tokens}/{s.output_tokens}",
             when(s.updated_at),
-            leases.get(s.session_id, ""),
-            started.get(s.session_id, ""),
-            preview(s.reason, 50),
+            safe(held),
+            safe(started.get(s.session_id, "")),
+            safe(s.reason or ""),
         )
     for sid in ledger_only:
         table.add_row(
-            sid, Text("ledger only", style="dim"), "-", "-", "-", "", started.get(sid, ""), ""
+            safe(sid), safe("ledger only", "dim"), "-", "-", "-", "", safe(started.get(sid, "")), ""
         )
     return table
 
 
 def effects_table(records: list[EffectRecord], title: str, *, reveal: bool = False) -> Table:
-    table = Table(title=title)
-    for col in (
+    table = _table(
+        title,
         "tool_use_id",
         "tool",
         "status",
@@ -257,60 +261,84 @@ def effects_table(records: list[EffectRecord], title: str, *, reveal: bool = Fal
         "result / error",
         "approved by",
         "updated",
-    ):
-        table.add_column(col)
+        ids=("tool_use_id",),
+    )
     for r in records:
+        succeeded = r.status is Status.SUCCEEDED
+        shown = (r.result if reveal else masked_text(r.result)) if succeeded else r.error
+        note = f" ({r.error})" if succeeded and r.error else ""
         table.add_row(
-            r.tool_use_id,
-            r.tool,
+            safe(r.tool_use_id),
+            safe(r.tool),
             styled(r.status.value),
             str(r.attempt),
-            preview(
-                (r.result if reveal else masked_text(r.result))
-                if r.status is Status.SUCCEEDED
-                else r.error
-            ),
-            r.approved_by or "",
+            safe(preview(shown) + note),
+            safe(r.approved_by or ""),
             when(r.updated_at),
         )
     return table
 
 
 def in_doubt_table(records: Sequence[tuple[EffectRecord, Verdict]]) -> Table:
-    """Calls whose attempt is over and whose outcome nobody knows: a person settles them."""
-    table = Table(title="in doubt: the attempt is over, nobody knows whether it took effect")
-    for col in ("session", "tool_use_id", "tool", "attempt", "owner", "why over", "settle with"):
-        table.add_column(col)
+    """Calls whose attempt is over and whose outcome nobody knows: a person settles them (the
+    commands follow the table, one per line: see ``settle_commands``)."""
+    table = _table(
+        "in doubt: the attempt is over, nobody knows whether it took effect",
+        "session",
+        "tool_use_id",
+        "tool",
+        "attempt",
+        "owner",
+        "why over",
+        ids=("session", "tool_use_id"),
+    )
     for r, verdict in records:
         table.add_row(
-            r.session_id,
-            r.tool_use_id,
-            r.tool,
+            safe(r.session_id),
+            safe(r.tool_use_id),
+            safe(r.tool),
             str(r.attempt),
-            owner(r),
-            verdict.why,
-            "toolledger resolve "
-            + shlex.join([r.session_id, r.tool_use_id])
-            + " --happened|--not-happened",
+            safe(owner(r)),
+            safe(verdict.why),
         )
     return table
 
 
+def settle_commands(
+    records: Sequence[tuple[EffectRecord, Verdict]], url: str | None = None
+) -> list[Text]:
+    """The command that settles each call, whole and shell-quoted: one line each, to paste."""
+    return [
+        safe(command("resolve", r.session_id, r.tool_use_id, url=url) + " --happened")
+        + safe(" | --not-happened", "dim")
+        for r, _ in records
+    ]
+
+
 def in_progress_table(records: Sequence[tuple[EffectRecord, Verdict]]) -> Table:
     """Calls whose attempt may still take effect: nobody may settle them yet."""
-    table = Table(title="in progress: the attempt may still take effect — do not settle")
-    for col in ("session", "tool_use_id", "tool", "attempt", "owner", "deadline", "why", "until"):
-        table.add_column(col)
+    table = _table(
+        "in progress: the attempt may still take effect — do not settle",
+        "session",
+        "tool_use_id",
+        "tool",
+        "attempt",
+        "owner",
+        "deadline",
+        "why",
+        "until",
+        ids=("session", "tool_use_id"),
+    )
     for r, verdict in records:
         until = verdict.until if isinstance(verdict, Running) else None
         table.add_row(
-            r.session_id,
-            r.tool_use_id,
-            r.tool,
+            safe(r.session_id),
+            safe(r.tool_use_id),
+            safe(r.tool),
             str(r.attempt),
-            owner(r),
+            safe(owner(r)),
             when(r.deadline),
-            verdict.why,
+            safe(verdict.why),
             when(until) if until is not None else "while its process lives",
         )
     return table
@@ -327,8 +355,8 @@ def owner(r: EffectRecord) -> str:
 
 
 def approvals_table(records: list[ApprovalRecord], *, reveal: bool = False) -> Table:
-    table = Table(title="approval requests")
-    for col in (
+    table = _table(
+        "approval requests",
         "session",
         "tool_use_id",
         "tool",
@@ -337,171 +365,36 @@ def approvals_table(records: list[ApprovalRecord], *, reveal: bool = False) -> T
         "status",
         "requested",
         "decided by",
-    ):
-        table.add_column(col)
+        ids=("session", "tool_use_id"),
+    )
     for a in records:
         table.add_row(
-            a.session_id,
-            a.tool_use_id,
-            a.tool,
-            preview(json.dumps(a.input if reveal else masked(a.input), ensure_ascii=False), 40),
+            safe(a.session_id),
+            safe(a.tool_use_id),
+            safe(a.tool),
+            safe(preview(json.dumps(a.input if reveal else masked(a.input), ensure_ascii=False))),
             "YES" if a.in_doubt else "",
             styled(a.status.value),
             when(a.requested_at),
-            a.decided_by or "",
+            safe(a.decided_by or ""),
         )
     return table
-
-
-# -- the timeline --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    at: float
-    order: int
-    what: str
-    detail: str
-    style: str = ""
-
-
-def timeline(store: Store, session_id: str, *, reveal: bool = False) -> list[Event]:
-    """Turns, tool calls, ledger records and approvals of a session, in time order; secrets
-    masked unless ``reveal``."""
-    events: list[Event] = []
-    backend = store.backend
-    messages: list[StoredMessage] = backend.read_messages(session_id)
-    for m in messages:
-        events.extend(_message_events(m, reveal))
-    for r in store.ledger(session_id).records():
-        if r.attempt:
-            events.append(
-                Event(
-                    r.created_at, 1, f"ledger: {r.tool} intent", f"{r.tool_use_id} started", "dim"
-                )
-            )
-        if r.status is Status.STARTED:
-            verdict = store.judge(r)
-            running = isinstance(verdict, Running)
-            deadline = f", deadline {when(r.deadline)}" if r.deadline is not None else ""
-            events.append(
-                Event(
-                    r.updated_at,
-                    3,
-                    f"ledger: {r.tool} {'IN PROGRESS' if running else 'IN DOUBT'}",
-                    f"{r.tool_use_id}: started (attempt {r.attempt} by {owner(r)}{deadline}), "
-                    f"no outcome recorded — {verdict.why}",
-                    "bold yellow" if running else "bold red",
-                )
-            )
-            continue
-        shown = r.result if r.status is Status.SUCCEEDED else r.error
-        if not reveal and r.status is Status.SUCCEEDED:
-            shown = masked_text(shown)
-        notes = [f"attempt {r.attempt}" if r.attempt else "no intent needed"]
-        if r.status is Status.SUCCEEDED and r.error:
-            notes.append(r.error)
-        if r.approved_by:
-            notes.append(f"approved by {r.approved_by}")
-        events.append(
-            Event(
-                r.updated_at,
-                3,
-                f"ledger: {r.tool} → {r.status.value}",
-                f"{r.tool_use_id}: {preview(shown, 60)} ({'; '.join(notes)})",
-                STATUS_STYLE.get(r.status.value, ""),
-            )
-        )
-    for a in backend.read_approvals(session_id):
-        events.append(
-            Event(
-                a.requested_at,
-                2,
-                f"approval asked: {a.tool}",
-                f"{a.tool_use_id}{' (in doubt)' if a.in_doubt else ''}: {a.reason}",
-                "yellow",
-            )
-        )
-        if a.decided_at is not None:
-            events.append(
-                Event(
-                    a.decided_at,
-                    2,
-                    f"approval {a.status.value}: {a.tool}",
-                    f"by {a.decided_by}",
-                    STATUS_STYLE.get(a.status.value, ""),
-                )
-            )
-    return sorted(events, key=lambda e: (e.at, e.order))
-
-
-def _message_events(m: StoredMessage, reveal: bool) -> list[Event]:
-    if m.role == "user":
-        if isinstance(m.content, str):
-            return [Event(m.created_at, 0, "user", preview(m.content, 80))]
-        out = []
-        for b in m.content:
-            if b.get("type") == "tool_result":
-                flag = " (is_error)" if b.get("is_error") else ""
-                content = b.get("content")
-                text = content if isinstance(content, str) else json.dumps(content)
-                text = text if reveal else masked_text(text)
-                out.append(
-                    Event(
-                        m.created_at,
-                        4,
-                        f"→ model: tool_result{flag}",
-                        f"{b.get('tool_use_id')}: {preview(text, 70)}",
-                        "red" if flag else "",
-                    )
-                )
-            elif b.get("type") == "text":
-                out.append(Event(m.created_at, 0, "user", preview(b.get("text"), 80)))
-        return out
-    out = []
-    texts = (
-        [b.get("text", "") for b in m.content if b.get("type") == "text"]
-        if isinstance(m.content, list)
-        else [str(m.content)]
-    )
-    if any(texts):
-        out.append(Event(m.created_at, 0, "model", preview(" ".join(texts), 80), "cyan"))
-    if isinstance(m.content, list):
-        for call in read_tool_uses(m.content):
-            out.append(
-                Event(
-                    m.created_at,
-                    0,
-                    f"model asks: {call.name}",
-                    f"{call.tool_use_id} "
-                    f"{preview(json.dumps(call.input if reveal else masked(call.input)), 60)}",
-                    "cyan",
-                )
-            )
-    return out
 
 
 def timeline_table(events: list[Event], title: str) -> Table:
-    table = Table(title=title)
-    table.add_column("t (s)", justify="right")
-    table.add_column("event")
-    table.add_column("detail")
+    table = _table(title, "t (s)", "event", "tool_use_id", "detail", ids=("tool_use_id",))
     start = events[0].at if events else 0.0
     for e in events:
-        table.add_row(f"{e.at - start:.3f}", Text(e.what, style=e.style), e.detail)
+        table.add_row(
+            f"{e.at - start:.3f}", safe(e.what, e.style), safe(e.ref), safe(preview(e.text, 90))
+        )
     return table
 
 
-def timeline_json(events: list[Event]) -> list[dict[str, Any]]:
-    return [{"at": e.at, "event": e.what, "detail": e.detail} for e in events]
-
-
 def resumed_table(rows: list[dict[str, str]]) -> Table:
-    table = Table(title="resumed sessions")
-    for col in ("session", "status", "detail"):
-        table.add_column(col)
+    table = _table("resumed sessions", "session", "status", "detail", ids=("session",))
     for r in rows:
-        table.add_row(r["session_id"], styled(r["status"]), preview(r["detail"], 80))
+        table.add_row(safe(r["session_id"]), styled(r["status"]), safe(r["detail"]))
     if not rows:
         table.caption = "no unfinished session with a free lease"
     return table

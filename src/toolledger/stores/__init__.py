@@ -44,13 +44,16 @@ def open_store(
     clock: Callable[[], float] = time.time,
     worker_id: str | None = None,
     redact: Callable[[str], str] | None = None,
+    create: bool = True,
 ) -> Store:
     """Open (creating if needed) the store named by ``url``.
 
     ``redact`` scrubs every string the store would keep of results, text and approval inputs
     before anything is written (see ``toolledger.redact``). ``clock`` and ``worker_id`` are
-    injectable for tests. Raises ``ConfigurationError`` for a URL we cannot use and
-    ``StoreError`` for a store we cannot open.
+    injectable for tests. ``create=False`` opens only a store that exists (what the command
+    line's reading commands do): a missing one is ``StoreUnavailableError("no store at …")``.
+    Raises ``ConfigurationError`` for a URL we cannot use and ``StoreError`` for a store we
+    cannot open.
     """
     if not isinstance(url, str):
         raise ConfigurationError(f"a store URL must be a str, not {type(url).__name__}")
@@ -62,11 +65,11 @@ def open_store(
         path = (
             ":memory:" if url in ("sqlite://", "sqlite:///:memory:") else _file_path(url, "sqlite")
         )
-        return Store(SQLiteBackend(path, url=url), **options)
+        return Store(SQLiteBackend(path, url=url, create=create), **options)
     if scheme == "json":
         from .jsonfile import JSONBackend
 
-        return Store(JSONBackend(_file_path(url, "json"), url=url), **options)
+        return Store(JSONBackend(_file_path(url, "json"), url=url, create=create), **options)
     if scheme == "memory":
         from .memory import MemoryBackend
 
@@ -75,6 +78,6 @@ def open_store(
     if scheme in ("postgresql", "postgres"):
         from .postgres import open_backends  # raises ConfigurationError without psycopg
 
-        pg_backend, pg_async_backend = open_backends(url)
+        pg_backend, pg_async_backend = open_backends(url, create=create)
         return Store(pg_backend, async_backend=pg_async_backend, **options)
     raise ConfigurationError(f"unknown store URL {url!r}; use one of {_SCHEMES}")

@@ -202,9 +202,15 @@ class _Log:
 class JSONBackend:
     durable = True
 
-    def __init__(self, directory: str, *, url: str) -> None:
+    def __init__(self, directory: str, *, url: str, create: bool = True) -> None:
         self.url = url
         self.dir = Path(directory)
+        if not create and not self.dir.is_dir():
+            raise StoreUnavailableError(
+                f"no store at {url}: {self.dir.resolve()} does not exist. Check the URL "
+                "(json:///relative/dir, json:////absolute/dir).",
+                url=url,
+            )
         try:
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:

@@ -56,10 +56,10 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 AsyncConn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
-def open_backends(url: str) -> tuple[PostgresBackend, AsyncPostgresBackend]:
+def open_backends(url: str, *, create: bool = True) -> tuple[PostgresBackend, AsyncPostgresBackend]:
     """The two faces of one store: closing either one (``Store.close()`` or ``aclose()``)
-    releases both pools."""
-    backend = PostgresBackend(url)
+    releases both pools. ``create=False``: a schema without toolledger's tables is an error."""
+    backend = PostgresBackend(url, create=create)
     twin = AsyncPostgresBackend(url, clock=backend.server_clock)
     backend._twin, twin._twin = twin, backend
     return backend, twin
@@ -222,12 +222,12 @@ class PostgresBackend:
 
     durable = True
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self.settings = plans.parse_url(url)
         self.url = self.settings.display
         self._twin: AsyncPostgresBackend | None = None
         self.server_clock = ServerClock()
-        self.schema_version = migrate(self.settings)
+        self.schema_version = migrate(self.settings, create=create)
         s = self.settings
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             s.conninfo,
@@ -640,7 +640,7 @@ def _configure(conn: Conn, *, schema: str | None, clock: ServerClock | None = No
         clock.read(conn)
 
 
-def migrate(settings: plans.Settings) -> int:
+def migrate(settings: plans.Settings, *, create: bool = True) -> int:
     """Bring the schema up to date on a connection of its own, then wait out the writes that
     were in flight; return the schema version.
 
@@ -657,7 +657,7 @@ def migrate(settings: plans.Settings) -> int:
     try:
         with conn:
             _configure(conn, schema=settings.schema)
-            version = _upgrade(conn, settings)
+            version = _upgrade(conn, settings, create=create)
             _await_writes_in_flight(conn)
             return version
     except psycopg.Error as exc:
@@ -684,13 +684,20 @@ def _await_writes_in_flight(conn: Conn) -> None:
         pending = [row[0] for row in conn.execute(plans.STILL_RUNNING, (pending,)).fetchall()]
 
 
-def _upgrade(conn: Conn, settings: plans.Settings) -> int:
+def _upgrade(conn: Conn, settings: plans.Settings, *, create: bool = True) -> int:
     target = len(plans.MIGRATIONS)
     try:
         # The common case takes no lock and needs no DDL rights: already up to date.
         version = _scalar(conn, plans.SELECT_VERSION)
     except psycopg.errors.UndefinedTable:
         version = 0
+    if version == 0 and not create:
+        raise StoreUnavailableError(
+            f"no store at {settings.display}: "
+            + (f"schema {settings.schema!r} holds" if settings.schema else "it holds")
+            + " no toolledger tables. Check the URL (and ?schema=).",
+            url=settings.display,
+        )
     while True:
         error = plans.too_new(version, settings.display)
         if error is not None:

@@ -170,9 +170,15 @@ class _Pending:
 class SQLiteBackend:
     durable = True
 
-    def __init__(self, path: str, *, url: str) -> None:
+    def __init__(self, path: str, *, url: str, create: bool = True) -> None:
         self.url = url
         self.path = path
+        if not create and path != ":memory:" and not Path(path).is_file():
+            raise StoreUnavailableError(
+                f"no store at {url}: {Path(path).resolve()} does not exist. Check the URL "
+                "(--store or $TOOLLEDGER_STORE; sqlite:///relative.db, sqlite:////absolute.db).",
+                url=url,
+            )
         self._lock = threading.Lock()
         self._queue_cv = threading.Condition(threading.Lock())
         self._queue: list[_Pending] = []

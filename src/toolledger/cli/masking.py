@@ -1,0 +1,112 @@
+"""Secrets are masked in everything the command line shows, unless ``--show-secrets``.
+
+In any JSON value of a tool input, a tool result or an approval request:
+
+* the value of a key whose words include ``password``, ``passwd``, ``pwd``, ``passphrase``,
+  ``passcode``, ``secret``, ``token``, ``credential(s)``, ``authorization``, ``auth``,
+  ``bearer``, ``jwt``, ``cookie``, or that names an API, access, private or secret key
+  (``api_key``, ``apiKey``, ``X-Api-Key``, ``access_key``, ``client_secret`` …) is ``***``.
+  Words are split at ``_``, ``-``, other punctuation and camelCase, so ``max_tokens`` is not a
+  secret and ``authToken`` is;
+* a header given as a pair — ``{"name": "Authorization", "value": "Bearer …"}`` (or ``key`` /
+  ``header`` and ``value``) — has its value masked when the name is a secret's;
+* a password in a URL (``postgres://user:pw@host``) is ``***``, in any string;
+* ``Bearer …`` / ``Basic …`` credentials (8 or more characters, a digit or a symbol among
+  them) in any string are ``***``.
+
+Masking hides what a reader should not see at a glance; it is not redaction (the store still
+holds the values: ``open_store(..., redact=)`` keeps them out of it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from typing import Any, overload
+
+__all__ = ["MASK", "is_secret_key", "masked", "masked_text"]
+
+MASK = "***"
+_SECRET_WORDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "passcode",
+        "secret",
+        "token",
+        "credential",
+        "credentials",
+        "authorization",
+        "auth",
+        "bearer",
+        "jwt",
+        "cookie",
+        "apikey",
+        "accesskey",
+        "privatekey",
+        "secretkey",
+    }
+)
+_SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key")})
+_PAIR_NAMES = ("name", "key", "header")
+_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)[^/\s@]+(?=@)")
+# A credential has a digit or a symbol in it: "Basic arithmetic" is prose, not a credential.
+_SCHEME_CREDENTIAL = re.compile(
+    r"\b(?P<head>(?:Bearer|Basic)\s+)(?=[A-Za-z._~+/=-]*[0-9._~+/=-])[A-Za-z0-9._~+/=-]{8,}"
+)
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a JSON key marks its value secret (see the module docstring)."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).lower()
+    words = [w for w in re.split(r"[^a-z0-9]+", spaced) if w]
+    return any(w in _SECRET_WORDS for w in words) or any(
+        pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
+    )
+
+
+def _masked_string(text: str) -> str:
+    text = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK, text)
+    return _SCHEME_CREDENTIAL.sub(lambda m: m.group("head") + MASK, text)
+
+
+def masked(value: Any) -> Any:
+    """A copy of a JSON value with every secret in it replaced by ``***``."""
+    if isinstance(value, dict):
+        pair_name = next(
+            (value[k] for k in _PAIR_NAMES if isinstance(value.get(k), str) and "value" in value),
+            None,
+        )
+        out = {}
+        for k, v in value.items():
+            secret = is_secret_key(str(k)) or (
+                k == "value" and pair_name is not None and is_secret_key(pair_name)
+            )
+            out[k] = MASK if secret and v is not None else masked(v)
+        return out
+    if isinstance(value, list):
+        return [masked(v) for v in value]
+    if isinstance(value, str):
+        return _masked_string(value)
+    return value
+
+
+@overload
+def masked_text(text: str) -> str: ...
+@overload
+def masked_text(text: None) -> None: ...
+def masked_text(text: str | None) -> str | None:
+    """``text`` with its secrets masked: as JSON when it is a JSON object or array, else as a
+    string (URL passwords, bearer credentials)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return _masked_string(text)
+    if not isinstance(value, dict | list):
+        return _masked_string(text)
+    return json.dumps(masked(value), ensure_ascii=False)

@@ -1,0 +1,347 @@
+"""What the command line prints is data printed literally, whole, and safe to paste: markup and
+control characters from a store are shown, not obeyed; ids and commands are never cut; printed
+commands are shell-quoted; OpenAI transcripts are read as such and their secrets masked."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import toolledger as tl
+from toolledger.cli.app import main
+from toolledger.codec import input_hash
+from toolledger.records import EffectRecord, Status
+from toolledger.stores.base import InsertEffect
+from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+
+MARKUP = "[bold red]ALL OK[/] [/] [link=http://evil.example]click[/link]"
+CONTROL = "\x1b[31mred\x1b[0m\x07"
+EVIL_SESSION = "x; touch /tmp/PWNED # [red]"
+LONG_ID = "toolu_" + "0123456789abcdef" * 4
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def left_started(store: tl.Store, session: str, tool_use_id: str, result: str = "") -> None:
+    """A call the process died in the middle of (long ago: in doubt), one that succeeded with
+    ``result`` and one that failed with ``result`` as its error (raw text, not JSON)."""
+    started = EffectRecord(
+        session_id=session,
+        tool_use_id=tool_use_id,
+        tool="send_email",
+        input_hash=input_hash({}),
+        status=Status.STARTED,
+        attempt=1,
+        created_at=1.0,
+        updated_at=1.0,
+        worker="gone:1:x",
+    )
+    done = EffectRecord(
+        session_id=session,
+        tool_use_id=tool_use_id + "_done",
+        tool="fetch",
+        input_hash=input_hash({}),
+        status=Status.SUCCEEDED,
+        attempt=0,
+        result=json.dumps(result),
+        created_at=2.0,
+        updated_at=2.0,
+        worker="w",
+    )
+    failed = EffectRecord(
+        session_id=session,
+        tool_use_id=tool_use_id + "_failed",
+        tool="fetch",
+        input_hash=input_hash({}),
+        status=Status.FAILED,
+        attempt=0,
+        error=result,
+        created_at=3.0,
+        updated_at=3.0,
+        worker="w",
+    )
+    store.backend.apply(session, [InsertEffect(started), InsertEffect(done), InsertEffect(failed)])
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    made = f"sqlite:///{tmp_path / 'l.db'}"
+    with tl.open_store(made) as store:
+        left_started(store, EVIL_SESSION, LONG_ID, result=CONTROL + MARKUP)
+        left_started(store, MARKUP, "toolu_m", result="ok")
+    return made
+
+
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_data_is_printed_literally_and_ids_whole(
+    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, columns: str
+) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    for argv in (
+        ["sessions"],
+        ["effects", EVIL_SESSION],
+        ["show", EVIL_SESSION],
+        ["in-doubt"],
+        ["effects", MARKUP],
+    ):
+        code, out = run(capsys, *argv, "--store", url)
+        assert code == 0, (argv, out)
+        assert "\x1b" not in out and "\x07" not in out, f"{argv}: control characters obeyed"
+        flat = "".join(_cells(out).split())
+        if argv[0] in ("sessions", "in-doubt"):
+            assert "".join(MARKUP.split()) in flat, f"{argv}: markup interpreted"
+        if argv[0] in ("effects", "in-doubt") and argv[-1] != MARKUP:
+            assert LONG_ID in flat, f"{argv}: an id cut at {columns} columns"
+    monkeypatch.setenv("COLUMNS", "400")  # wide enough that the result is not elided
+    code, out = run(capsys, "effects", EVIL_SESSION, "--store", url)
+    assert "\\x1b[31m" in out, "an escape sequence is shown, escaped"
+
+
+def test_printed_commands_paste_whole_and_quoted(
+    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out = run(capsys, "in-doubt", "--store", url)
+    assert code == 0
+    lines = [line for line in out.splitlines() if line.startswith("toolledger ")]
+    expected = shlex.join(["toolledger", "--store", url, "resolve", EVIL_SESSION, LONG_ID])
+    assert any(line.startswith(expected + " --happened") for line in lines), lines
+    pasted = [shlex.split(line.split(" --happened")[0]) for line in lines]
+    assert ["toolledger", "--store", url, "resolve", EVIL_SESSION, LONG_ID] in pasted
+    assert ["toolledger", "--store", url, "resolve", MARKUP, "toolu_m"] in pasted
+
+
+def test_a_run_s_reason_names_the_real_call_quoted(tmp_path: Path) -> None:
+    """needs_attention tells the command to run, whole: the real id, the store, quoted."""
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+
+    @tl.tool
+    def send_email(to: str) -> str:
+        raise tl.OutcomeUnknown("the SMTP server hung up")
+
+    with (
+        ScriptedModel([Reply(tool_uses=[ToolUse("send_email", {"to": "a@b"})])]) as model,
+        tl.open_store(url) as store,
+    ):
+        run = tl.Agent(client=model.client(), model="x", tools=[send_email], store=store).run(
+            session=EVIL_SESSION, prompt="go"
+        )
+        (doubt,) = store.ledger(EVIL_SESSION).in_doubt()
+    assert run.status is tl.RunStatus.NEEDS_ATTENTION
+    assert run.reason is not None
+    command = re.search(r"`(toolledger resolve [^`]*|toolledger --store [^`]*)`", run.reason)
+    assert command is not None, run.reason
+    argv = shlex.split(command.group(1).replace("|--not-happened", ""))
+    assert argv == [
+        "toolledger",
+        "--store",
+        url,
+        "resolve",
+        EVIL_SESSION,
+        doubt.tool_use_id,
+        "--happened",
+    ]
+
+
+def test_an_openai_session_is_shown_as_calls_and_results_with_secrets_masked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("openai")
+    from toolledger.testing.scripted_openai import ScriptedOpenAI
+
+    @tl.tool(effect="read_only")
+    def login(user: str, password: str) -> dict[str, Any]:
+        return {"token": "tok-SECRET-1", "user": user}
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    script = [
+        Reply(tool_uses=[ToolUse("login", {"user": "ana", "password": "hunter2"})]),
+        Reply(text="Logged in."),
+    ]
+    with ScriptedOpenAI(script) as model, tl.open_store(url) as store:
+        tl.Agent(client=model.client(), model="gpt", tools=[login], store=store).run(
+            session="s", prompt="log in"
+        )
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out = run(capsys, "show", "s", "--store", url)
+    assert code == 0
+    assert "model asks: login" in out and "→ model: tool_result" in out
+    assert "tok-SECRET-1" not in out and "hunter2" not in out and "***" in out
+    assert "{'role'" not in out, "no Python reprs"
+    code, out = run(capsys, "show", "s", "--store", url, "--json")
+    shown = json.loads(out)
+    assert "tok-SECRET-1" not in out and any(
+        e["event"] == "→ model: tool_result" for e in shown["timeline"]
+    )
+    long = [e["detail"] for e in shown["timeline"]]
+    assert not any(d.endswith("…") for d in long), "JSON output is never truncated"
+
+
+def _cells(out: str) -> str:
+    """The text of a rich table, its cells' pieces joined back (a folded id is whole again)."""
+    columns: dict[int, list[str]] = {}
+    other: list[str] = []
+    for line in out.splitlines():
+        if "│" in line or "┃" in line:
+            parts = re.split("[│┃]", line)
+            for n, part in enumerate(parts):
+                columns.setdefault(n, []).append(part.strip())
+        else:
+            other.append(line)
+    joined = ["".join(cells) for cells in columns.values()]
+    return "\n".join([*other, *joined])
+
+
+KILLED_RUN = """
+import sys, time
+from pathlib import Path
+import toolledger as tl
+from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+
+@tl.tool(effect="read_only")
+def wait_forever(marker: str) -> str:
+    Path(marker).write_text("in the tool")
+    time.sleep(600)
+    return "never"
+
+with ScriptedModel([Reply(tool_uses=[ToolUse("wait_forever", {"marker": sys.argv[2]})])]) as m:
+    with tl.open_store(sys.argv[1]) as store:
+        tl.Agent(client=m.client(), model="x", tools=[wait_forever], store=store).run(
+            session="killed", prompt="go"
+        )
+"""
+
+
+def test_a_killed_session_is_listed_as_interrupted_not_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session whose process was SIGKILLed is still ``running`` in the store; the listing says
+    nobody holds it and what to do, where a live one names its holder."""
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    marker = tmp_path / "marker"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, url, str(marker)])
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never started"
+            time.sleep(0.02)
+        monkeypatch.setenv("COLUMNS", "200")
+        code, out = run(capsys, "sessions", "--store", url)
+        assert code == 0 and "nobody: interrupted" not in out, "alive: it is held"
+        code, out = run(capsys, "sessions", "--store", url, "--json")
+        (alive,) = json.loads(out)["sessions"]
+        assert alive["lease"] is not None and alive["interrupted"] is False
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    code, out = run(capsys, "sessions", "--store", url)
+    assert code == 0
+    row = next(line for line in out.splitlines() if "killed" in line)
+    assert "running" in row and "nobody: interrupted" in _cells(out)
+    code, out = run(capsys, "sessions", "--store", url, "--json")
+    (gone,) = json.loads(out)["sessions"]
+    assert gone["status"] == "running" and gone["lease"] is None and gone["interrupted"] is True
+
+
+def test_the_timeline_shows_an_intent_only_for_calls_that_write_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+
+    @tl.tool(effect="read_only")
+    def lookup(q: str) -> str:
+        return "found"
+
+    @tl.tool
+    def send_email(to: str) -> str:
+        return "sent"
+
+    script = [
+        Reply(tool_uses=[ToolUse("lookup", {"q": "a"})]),
+        Reply(tool_uses=[ToolUse("send_email", {"to": "a@b"})]),
+        Reply(text="done"),
+    ]
+    with ScriptedModel(script) as model, tl.open_store(url) as store:
+        run_ = tl.Agent(
+            client=model.client(), model="x", tools=[lookup, send_email], store=store
+        ).run(session="s", prompt="go")
+        assert run_.status is tl.RunStatus.COMPLETED
+        ids = {r.tool: r.tool_use_id for r in store.ledger("s").records()}
+    code, out = run(capsys, "show", "s", "--store", url, "--json")
+    assert code == 0
+    events = json.loads(out)["timeline"]
+    intents = [e["tool_use_id"] for e in events if "intent" in e["event"]]
+    assert intents == [ids["send_email"]], events
+    settled = {e["tool_use_id"]: e["detail"] for e in events if e["event"].startswith("ledger:")}
+    assert "no intent needed" in settled[ids["lookup"]]
+    assert "attempt 1" in settled[ids["send_email"]]
+
+
+def test_effects_json_puts_a_success_s_note_in_note_not_error(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run(
+        capsys, "resolve", EVIL_SESSION, LONG_ID, "--happened", "--by", "ana", "--store", url
+    )
+    assert code == 0, out
+    code, out = run(capsys, "effects", EVIL_SESSION, "--store", url, "--json")
+    by_id = {e["tool_use_id"]: e for e in json.loads(out)}
+    resolved = by_id[LONG_ID]
+    assert resolved["status"] == "succeeded" and resolved["error"] is None
+    assert "ana" in resolved["note"]
+    failed = by_id[LONG_ID + "_failed"]
+    assert failed["error"] == CONTROL + MARKUP and failed["note"] is None
+
+
+def test_deciding_a_used_approval_says_it_was_used_and_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+
+    @tl.tool(high_impact=True)
+    def wire(amount: int) -> str:
+        return "wired"
+
+    script = [Reply(tool_uses=[ToolUse("wire", {"amount": 3})]), Reply(text="ok")]
+    with ScriptedModel(script) as model, tl.open_store(url) as store:
+        agent = tl.Agent(
+            client=model.client(), model="x", tools=[wire], store=store, approve=tl.approvals.queue
+        )
+        agent.run(session="pay", prompt="pay")
+        (request,) = store.backend.read_approvals("pay")
+        call = request.tool_use_id
+        assert run(capsys, "approve", "pay", call, "--by", "ana", "--store", url)[0] == 0
+        assert agent.run(session="pay").status is tl.RunStatus.COMPLETED
+    code, out = run(capsys, "approve", "pay", call, "--store", url)
+    assert code == 1
+    flat = " ".join(out.split())
+    assert "approved by ana" in flat and "has been used" in flat and url in flat
+    code, out = run(capsys, "deny", "pay", "toolu_nope", "--store", url)
+    flat = " ".join(out.split())
+    assert code == 1 and "no approval request for 'toolu_nope'" in flat and url in flat
+
+
+def test_top_level_help_gives_each_command_a_whole_sentence(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for command in ("resolve", "demo", "audit", "resume-all", "in-doubt", "show"):
+        line = next(ln for ln in out.splitlines() if ln.strip().startswith(command + " "))
+        text = line.strip()[len(command) :].strip()
+        assert text.endswith("."), f"{command}: help cut mid-sentence: {text!r}"
