@@ -1,6 +1,7 @@
 """The deterministic simulation (``toolledger.testing.simulation``): bounded here, long with
 ``make simulate``. It must find no violation — and it must find the bugs it exists for: three
-fixed ones, switched back on, are each rediscovered within seconds.
+fixed ones, switched back on, are each rediscovered within the first hundred seeds (a fraction of
+a second each; the seeds are fixed, so the outcome is too — nothing here depends on timing).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from toolledger.testing.simulation import (
 
 
 def test_every_check_holds_under_every_fault() -> None:
-    report = explore(range(10_000, 10_400), EVERYTHING, budget_s=40)
+    report = explore(range(10_000, 10_400), EVERYTHING)
     print(report.summary())
     assert report.ok, report.summary()
-    assert len(report.seeds) >= 100
+    assert len(report.seeds) == 400
     faults = report.faults
     for kind in ("crashes", "pauses_past_lease", "pauses_past_deadline", "partitions"):
         assert faults[kind] > 50, (kind, faults)
@@ -33,17 +34,17 @@ def test_every_check_holds_under_every_fault() -> None:
 
 
 def test_the_default_world_holds_too() -> None:
-    report = explore(range(500), SimConfig(), budget_s=15)
+    report = explore(range(500), SimConfig())
     assert report.ok, report.summary()
 
 
 @pytest.mark.parametrize("regression", REGRESSIONS)
-def test_it_finds_each_fixed_bug_within_seconds(regression: str) -> None:
+def test_it_finds_each_fixed_bug_within_a_hundred_seeds(regression: str) -> None:
     started = time.monotonic()
     report = explore(range(2_000), SimConfig(), regression=regression)
     took = time.monotonic() - started
     assert not report.ok, f"{regression}: not found in {len(report.seeds)} seeds"
-    assert took < 30, f"{regression}: found only after {took:.1f}s"
+    assert len(report.seeds) <= 100, f"{regression}: found only after {len(report.seeds)} seeds"
     assert report.failing_seed is not None
     print(f"{regression}: seed {report.failing_seed} after {len(report.seeds)} seeds, {took:.2f}s")
     print("\n".join(report.violations[:3]))

@@ -61,6 +61,8 @@ class SimReport:
     faults: dict[str, int] = field(default_factory=dict)
     effects: int = 0
     limit_cases: int = 0
+    cast: dict[str, int] = field(default_factory=dict)  # process tables, processes, workers
+    max_offset: float = 0.0  # the largest clock offset of a host from the store's, seconds
     violations: list[str] = field(default_factory=list)
     failing_seed: int | None = None
     trace: list[str] = field(default_factory=list)
@@ -78,6 +80,13 @@ class SimReport:
         self.steps += sim.steps
         self.seconds += seconds
         self.effects += len(sim.world.effects)
+        for name, n in (
+            ("hosts and containers", len(sim.tables)),
+            ("processes (replacements included)", len(sim.processes) - 1),  # not the operator
+            ("workers", sum(len(p.workers) for p in sim.processes)),
+        ):
+            self.cast[name] = self.cast.get(name, 0) + n
+        self.max_offset = max([self.max_offset, *(abs(t.offset) for t in sim.tables)])
         self.limit_cases += sum(e.past_deadline for e in sim.world.effects)
         for name in (
             "crashes",
@@ -101,6 +110,9 @@ class SimReport:
         rows = [
             ("seeds", f"{len(self.seeds):,}"),
             ("steps", f"{self.steps:,} ({self.steps_per_second:,.0f} per second)"),
+            *((k, f"{v:,}") for k, v in self.cast.items()),
+            ("largest clock offset", f"{self.max_offset:,.0f} s"),
+            ("faults and people", ""),
             *((f"  {k}", f"{v:,}") for k, v in self.faults.items()),
             ("effects counted", f"{self.effects:,}"),
             ("effects sent past their deadline (rule 14)", f"{self.limit_cases:,}"),
