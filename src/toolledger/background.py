@@ -1,9 +1,10 @@
 """The process's background work: renewing the leases of sync runs, and writing what a failed
 commit left behind.
 
-**Heartbeats.** One scheduler thread per process; each renewal runs on a small pool of its own,
-so one renewal that hangs (a store that went silent) never delays another session's — and each
-is bounded by the store's own operation deadline. A session has at most one renewal under way.
+**Heartbeats.** One scheduler thread per process; each renewal runs on a thread of a pool that
+grows to as many renewals as are under way at once (a session has at most one), so renewals that
+hang — any number of sessions on a store that went silent — never delay another session's; each
+is bounded by the store's own operation deadline. Idle renewer threads are reused.
 A lease is renewed only while its run is making progress: a run whose own store operation has
 been stuck for more than a third of the lease's life stops being renewed, so that once its lease
 expires another worker may take over (the fence then refuses whatever the stuck run writes).
@@ -37,7 +38,7 @@ __all__ = ["heartbeats", "keeper"]
 
 logger = logging.getLogger("toolledger")
 
-RENEWERS = 4
+RENEWERS = 1024  # a bound never reached in practice: at most one renewal per sync run in flight
 
 
 class Heartbeats:

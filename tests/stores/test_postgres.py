@@ -32,6 +32,7 @@ except ImportError:  # the conformance suite's TestPostgres still fails under CI
 import toolledger as tl
 from toolledger.records import Status, StoredMessage
 from toolledger.stores import _postgres
+from toolledger.stores import postgres as postgres_module
 from toolledger.stores.base import AppendMessages, InsertEffect, PutSession, UpdateEffect
 from toolledger.stores.postgres import AsyncPostgresBackend, PostgresBackend
 from toolledger.testing import Counter
@@ -299,6 +300,63 @@ def test_a_connection_killed_inside_a_transaction_loses_nothing(
             assert result == [True, True]
             assert records == [a_done, second]
         assert result == [True, True], "nothing was committed, so it was retried transparently"
+
+
+def test_a_connection_cut_mid_write_is_ended_before_the_store_reads_again(
+    postgres_url: str, postgres_schema: str, admin: Admin
+) -> None:
+    """A connection cut in the middle of a write leaves its transaction open on the server, its
+    COMMIT perhaps still on the network. Before the store reads anything else it ends that
+    server backend, so a read-back cannot be overtaken by the commit it is looking for. Here
+    the orphan is made by hand: a transaction on one of the pool's own connections, written and
+    left open, handed to the store as cut."""
+    url = with_params(postgres_url, schema=postgres_schema, op_timeout="30")
+    with tl.open_store(url) as store:
+        backend = pg_backend(store)
+        late = make_record("s", "late")
+        with backend._pool.connection() as conn:
+            ident = postgres_module._identity[conn]
+            assert ident[0] == conn.info.backend_pid
+            conn.execute("BEGIN")
+            postgres_module._drive(conn, _postgres.apply("s", [InsertEffect(late)]))
+            backend.orphans.add(ident)  # as _run does when the watchdog cuts a write
+            assert store.ledger("s").get("late") is None  # read on another connection...
+            alive = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (ident[0],)
+            ).fetchone()
+            assert alive == (0,), "...after the open transaction's backend was ended"
+            assert backend.orphans.pending() == []
+            with pytest.raises(psycopg.OperationalError):
+                conn.execute("COMMIT")  # the late commit can never land now
+        assert store.backend.apply("s", [InsertEffect(late)]) == [True]
+    assert in_schema(admin, postgres_schema, "SELECT tool_use_id FROM effects") == [("late",)]
+
+
+def test_the_server_ends_a_transaction_whose_client_is_gone(
+    postgres_url: str, postgres_schema: str, admin: Admin
+) -> None:
+    """Our connections ask the server to end a transaction left idle longer than one operation
+    deadline: its client is gone (cut off, paused, killed), and its row locks — the lease's
+    among them — must not outlive it by hours."""
+    url = with_params(postgres_url, schema=postgres_schema, op_timeout="0.5")
+    with tl.open_store(url) as store:
+        with pg_backend(store)._pool.connection() as conn:
+            setting = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+            assert setting == ("500ms",)
+            conn.execute("BEGIN")
+            conn.execute("SELECT * FROM sessions FOR UPDATE")
+            pid = conn.info.backend_pid
+            wait_until(
+                lambda: admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
+                ).fetchone()
+                == (0,),
+                "the server ends the idle transaction",
+            )
+            with pytest.raises(psycopg.Error, match="idle-in-transaction timeout") as lost:
+                conn.execute("SELECT 1")
+            assert _postgres.connection_lost(lost.value), "a lost connection: retried if safe"
+        assert store.backend.read_session("s") is None  # the store goes on, on a new connection
 
 
 def test_a_commit_sent_by_a_killed_worker_is_seen_by_the_next_store(

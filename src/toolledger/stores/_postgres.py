@@ -519,8 +519,10 @@ def integrity() -> Plan[list[str]]:
 
 # -- errors ---------------------------------------------------------------------------------------
 
-# 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now; class 08: connection.
-_LOST_STATES = ("57P01", "57P02", "57P03")
+# 57P01 admin_shutdown (pg_terminate_backend too), 57P02 crash_shutdown, 57P03
+# cannot_connect_now, 57P05 idle_session_timeout, 25P03 idle_in_transaction_session_timeout
+# (the server ended a transaction whose client had gone quiet: a paused worker's); class 08.
+_LOST_STATES = ("57P01", "57P02", "57P03", "57P05", "25P03")
 # The server rolled the transaction back to break a tie; running it again is the remedy.
 _RETRY_STATES = ("40001", "40P01")
 RETRIES = 2
@@ -529,10 +531,12 @@ RETRIES = 2
 def connection_lost(exc: BaseException) -> bool:
     if isinstance(exc, psycopg_pool.PoolTimeout | psycopg_pool.PoolClosed):
         return False
+    state = getattr(exc, "sqlstate", None)
+    if state in _LOST_STATES:
+        return True
     if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         return False
-    state = exc.sqlstate
-    return state is None or state.startswith("08") or state in _LOST_STATES
+    return state is None or state.startswith("08")
 
 
 def failure(

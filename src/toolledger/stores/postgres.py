@@ -60,7 +60,7 @@ def open_backends(url: str, *, create: bool = True) -> tuple[PostgresBackend, As
     """The two faces of one store: closing either one (``Store.close()`` or ``aclose()``)
     releases both pools. ``create=False``: a schema without toolledger's tables is an error."""
     backend = PostgresBackend(url, create=create)
-    twin = AsyncPostgresBackend(url, clock=backend.server_clock)
+    twin = AsyncPostgresBackend(url, clock=backend.server_clock, orphans=backend.orphans)
     backend._twin, twin._twin = twin, backend
     return backend, twin
 
@@ -158,6 +158,98 @@ class _Watchdog:
 
 _watchdog = _Watchdog()
 
+# What each of our connections is on the server: (backend pid, backend start), read when it is
+# made. The start tells that backend from a later one given the same pid.
+_identity: weakref.WeakKeyDictionary[Any, tuple[int, Any]] = weakref.WeakKeyDictionary()
+
+IDENTIFY = (
+    "SELECT pid, backend_start, set_config('idle_in_transaction_session_timeout', %s, false) "
+    "FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+)
+END_BACKEND = (
+    "SELECT pg_terminate_backend(pid, %s) FROM pg_stat_activity "
+    "WHERE pid = %s AND backend_start = %s"
+)
+
+
+def _idle_ms(op_timeout: float) -> str:
+    """``idle_in_transaction_session_timeout`` for our connections: a transaction of ours is
+    never idle longer than one operation's deadline unless its client is gone (cut off, paused,
+    killed), so the server ends it then, with its row locks — the lease row among them."""
+    return str(max(1, int(op_timeout * 1000)))
+
+
+class _Orphans:
+    """Server backends of connections cut or lost in the middle of a write: their transaction
+    may still be open on the server, its COMMIT perhaps still on the network. Before the next
+    operation of the store reads or writes anything, each is ended (``pg_terminate_backend``,
+    waiting for it to exit) — so the read-back of a commit whose answer was lost is conclusive:
+    the commit has landed, or it never will (DESIGN.md rule 16). One that will not end fails the
+    operation (``StoreUnavailableError``) rather than let it read a state that may still
+    change."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: set[tuple[int, Any]] = set()
+
+    def add(self, ident: tuple[int, Any] | None) -> None:
+        if ident is not None:
+            with self._lock:
+                self._pending.add(ident)
+
+    def pending(self) -> list[tuple[int, Any]]:
+        with self._lock:
+            return list(self._pending)
+
+    def ended(self, ident: tuple[int, Any]) -> None:
+        with self._lock:
+            self._pending.discard(ident)
+
+    def wait_ms(self, op_timeout: float) -> int:
+        return max(1, int(op_timeout * 500))  # half the operation's deadline
+
+    def outcome(self, rows: list[tuple[Any, ...]], ident: tuple[int, Any], url: str) -> None:
+        """What ``END_BACKEND`` answered: no row, the backend is gone; ``true``, it ended."""
+        if rows and not rows[0][0]:
+            raise StoreUnavailableError(
+                f"{url}: a transaction of a connection cut earlier is still open on the server "
+                f"(backend {ident[0]}) and did not end when asked to; its commit may still "
+                "land, so nothing is read or written until it ends. Try again.",
+                url=url,
+            )
+        self.ended(ident)
+
+    def end(self, conn: Conn, url: str, op_timeout: float) -> None:
+        for ident in self.pending():
+            try:
+                rows = conn.execute(END_BACKEND, (self.wait_ms(op_timeout), *ident)).fetchall()
+            except psycopg.errors.InsufficientPrivilege:
+                _cannot_end(url, ident)
+                self.ended(ident)
+                continue
+            self.outcome(rows, ident, url)
+
+    async def aend(self, conn: AsyncConn, url: str, op_timeout: float) -> None:
+        for ident in self.pending():
+            try:
+                cur = await conn.execute(END_BACKEND, (self.wait_ms(op_timeout), *ident))
+                rows = await cur.fetchall()
+            except psycopg.errors.InsufficientPrivilege:
+                _cannot_end(url, ident)
+                self.ended(ident)
+                continue
+            self.outcome(rows, ident, url)
+
+
+def _cannot_end(url: str, ident: tuple[int, Any]) -> None:
+    _log.warning(
+        "toolledger: %s: not allowed to end the server backend %d of a connection cut "
+        "mid-write (grant pg_signal_backend to the store's role); a commit of its may still "
+        "land after it was read back",
+        url,
+        ident[0],
+    )
+
 
 def _timed_out(url: str, action: str, seconds: float, *, unknown: bool) -> StoreError:
     more = (
@@ -227,6 +319,7 @@ class PostgresBackend:
         self.url = self.settings.display
         self._twin: AsyncPostgresBackend | None = None
         self.server_clock = ServerClock()
+        self.orphans = _Orphans()
         self.schema_version = migrate(self.settings, create=create)
         s = self.settings
         self._pool: ConnectionPool[Conn] = ConnectionPool(
@@ -235,7 +328,9 @@ class PostgresBackend:
             min_size=s.pool_min,
             max_size=s.pool_max,
             timeout=s.pool_timeout,
-            configure=partial(_configure, schema=s.schema, clock=self.server_clock),
+            configure=partial(
+                _configure, schema=s.schema, clock=self.server_clock, idle_ms=_idle_ms(s.op_timeout)
+            ),
             name="toolledger",
             open=True,
         )
@@ -255,10 +350,15 @@ class PostgresBackend:
         while True:
             committing = False
             cut = False
+            ident = None
             try:
-                with self._pool.connection() as conn:
+                # op_timeout bounds the wait for a connection too (a pool that cannot make one
+                # would otherwise wait pool_timeout), and then the operation itself.
+                with self._pool.connection(timeout=self._wait_s) as conn:
+                    ident = _identity.get(conn)
                     token = _watchdog.arm(conn, self.settings.op_timeout)
                     try:
+                        self.orphans.end(conn, self.url, self.settings.op_timeout)
                         if not write:
                             return _drive(conn, plan())
                         if single:
@@ -273,6 +373,8 @@ class PostgresBackend:
                     finally:
                         cut = _watchdog.disarm(token)
             except (psycopg.Error, UnicodeEncodeError) as exc:
+                if write and (cut or plans.connection_lost(exc)):
+                    self.orphans.add(ident)  # its transaction may still be open on the server
                 if cut:
                     unknown = write and (single or committing)
                     raise _timed_out(
@@ -297,6 +399,10 @@ class PostgresBackend:
                     )
                     self._pool.check()  # a server restart killed its idle siblings too
             attempt += 1
+
+    @property
+    def _wait_s(self) -> float:
+        return min(self.settings.pool_timeout, self.settings.op_timeout)
 
     def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
@@ -339,7 +445,7 @@ class PostgresBackend:
         if estimate is not None:
             return estimate
         try:
-            with self._pool.connection() as conn:
+            with self._pool.connection(timeout=self._wait_s) as conn:
                 return self.server_clock.read(conn)
         except psycopg.Error as exc:
             raise plans.translate(exc, url=self.url, action="reading the server's clock") from exc
@@ -384,10 +490,13 @@ class AsyncPostgresBackend:
 
     durable = True
 
-    def __init__(self, url: str, *, clock: ServerClock | None = None) -> None:
+    def __init__(
+        self, url: str, *, clock: ServerClock | None = None, orphans: _Orphans | None = None
+    ) -> None:
         self.settings = plans.parse_url(url)
         self.url = self.settings.display
         self.server_clock = clock or ServerClock()
+        self.orphans = orphans or _Orphans()  # shared with the sync twin: one server
         self._twin: PostgresBackend | None = None
         self._current: _LoopPool | None = None
         self._closed = False
@@ -430,6 +539,10 @@ class AsyncPostgresBackend:
             _our_conns.add(conn)
             if s.schema is not None:
                 await conn.execute(plans.search_path(s.schema))
+            cur = await conn.execute(IDENTIFY, (_idle_ms(s.op_timeout),))
+            row = await cur.fetchone()
+            if row is not None:
+                _identity[conn] = (row[0], row[1])
             await self.server_clock.aread(conn)
 
         pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
@@ -486,12 +599,16 @@ class AsyncPostgresBackend:
             pool = await self._pool()
             committing = False
             fired: list[bool] = []
+            ident = None
             try:
-                async with pool.connection() as conn:
+                wait_s = min(self.settings.pool_timeout, self.settings.op_timeout)
+                async with pool.connection(timeout=wait_s) as conn:
+                    ident = _identity.get(conn)
                     timer = asyncio.get_running_loop().call_later(
                         self.settings.op_timeout, _cut_noting, conn, fired
                     )
                     try:
+                        await self.orphans.aend(conn, self.url, self.settings.op_timeout)
                         if not write:
                             return await _adrive(conn, plan())
                         if single:  # one autocommit statement, as in the sync twin
@@ -503,6 +620,8 @@ class AsyncPostgresBackend:
                     finally:
                         timer.cancel()
             except (psycopg.Error, UnicodeEncodeError) as exc:
+                if write and (fired or plans.connection_lost(exc)):
+                    self.orphans.add(ident)  # its transaction may still be open on the server
                 if fired:
                     unknown = write and (single or committing)
                     raise _timed_out(
@@ -632,10 +751,22 @@ async def _adrive(conn: AsyncConn, plan: plans.Plan[T]) -> T:
         return value
 
 
-def _configure(conn: Conn, *, schema: str | None, clock: ServerClock | None = None) -> None:
+def _configure(
+    conn: Conn,
+    *,
+    schema: str | None,
+    clock: ServerClock | None = None,
+    idle_ms: str | None = None,
+) -> None:
+    """A new connection: its search path; for the pool's, its identity on the server, its idle
+    transaction deadline (``_idle_ms``) and a reading of the server's clock."""
     _our_conns.add(conn)
     if schema is not None:
         conn.execute(plans.search_path(schema))
+    if idle_ms is not None:
+        row = conn.execute(IDENTIFY, (idle_ms,)).fetchone()
+        if row is not None:
+            _identity[conn] = (row[0], row[1])
     if clock is not None:
         clock.read(conn)
 
