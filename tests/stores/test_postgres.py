@@ -347,10 +347,12 @@ def test_the_server_ends_a_transaction_whose_client_is_gone(
             conn.execute("SELECT * FROM sessions FOR UPDATE")
             pid = conn.info.backend_pid
             wait_until(
-                lambda: admin.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
-                ).fetchone()
-                == (0,),
+                lambda: (
+                    admin.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
+                    ).fetchone()
+                    == (0,)
+                ),
                 "the server ends the idle transaction",
             )
             with pytest.raises(psycopg.Error, match="idle-in-transaction timeout") as lost:
