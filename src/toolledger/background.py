@@ -28,7 +28,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from .errors import SessionConflictError, StoreError
-from .records import Status, same_write
+from .records import Status, landed
 from .stores.base import Op, Store, UpdateEffect
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ class Keeper:
                 now = job.store.backend.read_effects(job.session_id, [op.record.tool_use_id])
             except StoreError:
                 now = {}
-            if same_write(now.get(op.record.tool_use_id), op.record):
+            if landed(now.get(op.record.tool_use_id), op.record):
                 continue  # its first send had landed after all
             logger.error(
                 "toolledger: the outcome of %r (%s) in session %r could not be written: its "

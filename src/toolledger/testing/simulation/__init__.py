@@ -15,8 +15,10 @@ Around it, all chosen by one ``random.Random(seed)``:
   simulated world that keeps its own ledger of truth;
 * **faults** — a process crashes at any yield (its memory gone, its store rows kept; its table
   sees it dead, as a reaped or zombie process), pauses for a while (past its lease, past its
-  deadline), is cut off from the store (requests refused), has a commit land with its answer lost;
-  crashed processes are replaced by new ones;
+  deadline), is cut off from the store (an operation hangs until its deadline, ``op_timeout``,
+  then fails; so do its heartbeat's renewals, and a run stuck on the store stops being renewed),
+  has a commit land with its answer lost (found out at the deadline); crashed processes are
+  replaced by new ones;
 * **people** — an operator who decides pending approvals and settles calls in doubt from the
   world's evidence (and, when configured, forces a running one).
 
@@ -65,6 +67,7 @@ class SimReport:
     max_offset: float = 0.0  # the largest clock offset of a host from the store's, seconds
     violations: list[str] = field(default_factory=list)
     failing_seed: int | None = None
+    replay_flags: str = ""  # what the replay command needs besides --seed
     trace: list[str] = field(default_factory=list)
 
     @property
@@ -96,6 +99,7 @@ class SimReport:
             "partitions",
             "store_refused",
             "lost_replies",
+            "renewals_withheld",
             "resolutions",
             "forced",
             "approvals",
@@ -126,6 +130,7 @@ class SimReport:
             lines.append(
                 f"  failing seed {self.failing_seed}: replay with "
                 f"python -m toolledger.testing.simulation --seed {self.failing_seed}"
+                f"{self.replay_flags} --trace"
             )
             lines += [f"  ! {v}" for v in self.violations[:20]]
             lines.append("  last steps:")
@@ -135,6 +140,7 @@ class SimReport:
 
 EVERYTHING = SimConfig(
     lost_reply=0.02,
+    op_timeout=0.5,  # longer than a third of the lease: stuck runs stop being renewed
     sloppy=0.2,
     force=0.05,
     containers=2,
@@ -196,6 +202,10 @@ def explore(
 ) -> SimReport:
     """Many seeds; stops at the first failing one (or when ``budget_s`` is spent)."""
     report = SimReport()
+    if config == EVERYTHING:
+        report.replay_flags += " --everything"
+    if regression is not None:
+        report.replay_flags += f" --regression {regression}"
     began = time.monotonic()
     for seed in seeds:
         start = time.perf_counter()

@@ -52,6 +52,7 @@ class SimProcess:
     partitioned_until: float = 0.0
     lose_replies_until: float = 0.0
     sloppy: bool = False  # its tools may send after their deadline (rule 14)
+    kept: int = 0  # writes its background writer still holds (lost if it crashes)
     runtime: SimRuntime = field(init=False)
     store: Store = field(init=False)
     workers: list[Any] = field(default_factory=list)

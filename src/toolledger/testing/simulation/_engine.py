@@ -72,6 +72,7 @@ class SimConfig:
     pause: float = 0.003
     partition: float = 0.002
     lost_reply: float = 0.0  # a commit lands but its answer is lost
+    op_timeout: float = 0.3  # a store operation cut off by the network hangs this long, then fails
     operator: float = 0.01
     force: float = 0.0  # an operator forcing a resolution of a running call
     sloppy: float = 0.0  # a process whose tools send past their deadline
@@ -103,6 +104,7 @@ class _Worker:
     io: IOContext | None = None
     session: str = ""
     invoking: tuple[str, str, int] | None = None  # (session, tool_use_id, attempt) running
+    busy_since: float | None = None  # when its store operation under way began
 
 
 @dataclass
@@ -236,7 +238,12 @@ class Simulation:
                 drained_at = self.t
                 self._quiet_down()
             if drained_at is not None:
-                busy = any(w.gen is not None for p in self.processes if p.alive for w in p.workers)
+                # A live process's background writer still holding an outcome counts too.
+                busy = any(
+                    p.kept or any(w.gen is not None for w in p.workers)
+                    for p in self.processes
+                    if p.alive
+                )
                 if not busy or self.t > drained_at + 60:
                     break
             elif self.steps < self.config.chaos_steps:
@@ -323,6 +330,7 @@ class Simulation:
     def _step(self, w: _Worker, answer: Any, *, throw: BaseException | None = None) -> None:
         assert w.gen is not None
         self.steps += 1
+        w.busy_since = None
         self._current = w  # whose writes these are, for the checks
         try:
             try:
@@ -361,30 +369,17 @@ class Simulation:
     def _handle(self, w: _Worker, request: Any) -> None:
         gen, io, p = w.gen, w.io, w.process
         assert io is not None
-        store = p.store
         sid = w.session
         if isinstance(request, (ReadEffects, ReadSession, ReadMessages, ReadLease)):
-            try:
-                if isinstance(request, ReadEffects):
-                    answer: Any = store.backend.read_effects(sid, request.tool_use_ids)
-                elif isinstance(request, ReadSession):
-                    answer = store.backend.read_session(sid)
-                elif isinstance(request, ReadMessages):
-                    answer = store.backend.read_messages(sid, request.since)
-                else:
-                    answer = store.backend.read_lease(sid)
-            except StoreError as exc:
-                failed: StoreError = exc
-                self._at(
-                    self.rng.uniform(0.001, 0.5),
-                    lambda: self._deliver(w, gen, None, throw=failed),
-                )
-                return
-            self._at(self._latency(), lambda: self._deliver(w, gen, answer))
+            self._read(w, request)
             return
         if isinstance(request, Commit):
-            answer = self._commit(w, request)
-            self._at(self._latency(), lambda: self._deliver(w, gen, answer))
+            w.busy_since = self.t
+            answer: Any = self._commit(w, request)
+            cut = isinstance(answer, Failure) and isinstance(answer.exc, StoreUnavailableError)
+            # A commit cut off, or whose answer was lost, hangs until its deadline cuts it.
+            delay = self.config.op_timeout if cut else self._latency()
+            self._at(delay, lambda: self._deliver(w, gen, answer))
             return
         if isinstance(request, Invoke):
             self._invoke(w, request)
@@ -422,10 +417,31 @@ class Simulation:
             self._at(request.seconds, lambda: self._deliver(w, gen, None))
             return
         if isinstance(request, Remember):
+            p.kept += 1
             self._keep(p, sid, request, 1.0)
             self._at(0, lambda: self._deliver(w, gen, None))
             return
         raise AssertionError(f"unknown request {request!r}")
+
+    def _read(
+        self, w: _Worker, request: ReadEffects | ReadSession | ReadMessages | ReadLease
+    ) -> None:
+        gen, backend, sid = w.gen, w.process.store.backend, w.session
+        w.busy_since = self.t
+        try:
+            if isinstance(request, ReadEffects):
+                answer: Any = backend.read_effects(sid, request.tool_use_ids)
+            elif isinstance(request, ReadSession):
+                answer = backend.read_session(sid)
+            elif isinstance(request, ReadMessages):
+                answer = backend.read_messages(sid, request.since)
+            else:
+                answer = backend.read_lease(sid)
+        except StoreError as exc:
+            failed: StoreError = exc  # cut off: it hangs until its deadline cuts it
+            self._at(self.config.op_timeout, lambda: self._deliver(w, gen, None, throw=failed))
+            return
+        self._at(self._latency(), lambda: self._deliver(w, gen, answer))
 
     def _commit(self, w: _Worker, request: Commit) -> Any:
         io = w.io
@@ -466,6 +482,7 @@ class Simulation:
                 return
             except SessionConflictError:
                 pass
+            p.kept -= 1
             self.stats["kept_writes"] += 1
             for key in request.keys:
                 p.runtime.in_flight.discard(key)
@@ -479,12 +496,19 @@ class Simulation:
             if not w.process.runnable:
                 self._at(w.process.paused_until - self.t + 0.001, beat)
                 return
+            stuck = w.busy_since
+            if stuck is not None and self.t - stuck > fence.ttl / 3:
+                # As background.Heartbeats: a run stuck on the store stops being renewed.
+                self.stats["renewals_withheld"] += 1
+                self._at(fence.ttl / 3, beat)
+                return
             try:
                 w.process.store.apply(io.session_id, io.fenced([]))
             except SessionConflictError:
                 return
-            except StoreError:
-                pass
+            except StoreError:  # cut off: the renewal hung until its deadline
+                self._at(max(fence.ttl / 3, self.config.op_timeout), beat)
+                return
             self._at(fence.ttl / 3, beat)
 
         self._at(fence.ttl / 3, beat)
