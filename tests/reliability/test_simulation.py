@@ -33,12 +33,13 @@ def test_every_check_holds_under_every_fault() -> None:
     assert report.effects > 1_000
 
 
-@pytest.mark.parametrize("seed", [10_229, 20_456])
+@pytest.mark.parametrize("seed", [1_892, 10_229, 20_456])
 def test_seeds_that_once_failed_hold(seed: int) -> None:
-    """10229: a session completed while a live process still held an outcome to write (the
-    simulation now waits for it, as the process does). 20456: an intent read back after a lost
-    answer was taken for not landed because a late outcome had been noted into it since
-    (``records.landed``)."""
+    """1892: a worker's own deferred write (its background writer saying "not happened" about
+    an intent it gave up) was judged as someone else's. 10229: a session completed while a live
+    process still held an outcome to write (the simulation now waits for it, as the process
+    does). 20456: an intent read back after a lost answer was taken for not landed because a
+    late outcome had been noted into it since (``records.landed``)."""
     sim = simulate(seed, EVERYTHING)
     assert sim.violations == []
 

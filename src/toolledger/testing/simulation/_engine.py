@@ -418,7 +418,7 @@ class Simulation:
             return
         if isinstance(request, Remember):
             p.kept += 1
-            self._keep(p, sid, request, 1.0)
+            self._keep(w, sid, request, 1.0)
             self._at(0, lambda: self._deliver(w, gen, None))
             return
         raise AssertionError(f"unknown request {request!r}")
@@ -465,9 +465,10 @@ class Simulation:
             )
         return io.unfenced(flags, request.fenced)
 
-    def _keep(self, p: SimProcess, sid: str, request: Remember, delay: float) -> None:
-        """The process's background writer (``drivers._Keeper``): retry until the store takes it;
-        a crash loses it."""
+    def _keep(self, w: _Worker, sid: str, request: Remember, delay: float) -> None:
+        """The process's background writer (``background.Keeper``): retry until the store takes
+        it; a crash loses it. Its writes are the worker's own, deferred (for the checks)."""
+        p = w.process
 
         def again() -> None:
             if not p.alive:
@@ -475,13 +476,16 @@ class Simulation:
             if not p.runnable:
                 self._at(p.paused_until - self.t + 0.001, again)
                 return
+            self._current = w
             try:
                 p.store.apply(sid, request.ops)
             except StoreError:
-                self._keep(p, sid, request, min(delay * 2, 30.0))
+                self._keep(w, sid, request, min(delay * 2, 30.0))
                 return
             except SessionConflictError:
                 pass
+            finally:
+                self._current = None
             p.kept -= 1
             self.stats["kept_writes"] += 1
             for key in request.keys:
