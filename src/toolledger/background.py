@@ -2,9 +2,10 @@
 commit left behind.
 
 **Heartbeats.** One scheduler thread per process; each renewal runs on a thread of a pool that
-grows to as many renewals as are under way at once (a session has at most one), so renewals that
-hang — any number of sessions on a store that went silent — never delay another session's; each
-is bounded by the store's own operation deadline. Idle renewer threads are reused.
+grows to as many renewals as are under way at once (a session has at most one; up to
+``RENEWERS``), so renewals that hang — sessions on a store that went silent — do not delay
+another session's; each is bounded by the store's own operation deadline. Idle renewer threads
+are reused.
 A lease is renewed only while its run is making progress: a run whose own store operation has
 been stuck for more than a third of the lease's life stops being renewed, so that once its lease
 expires another worker may take over (the fence then refuses whatever the stuck run writes).
@@ -28,7 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from .errors import SessionConflictError, StoreError
-from .records import Status, landed
+from .records import Status, same_write
 from .stores.base import Op, Store, UpdateEffect
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ __all__ = ["heartbeats", "keeper"]
 
 logger = logging.getLogger("toolledger")
 
-RENEWERS = 1024  # a bound never reached in practice: at most one renewal per sync run in flight
+RENEWERS = 256  # renewals under way at once (at most one per sync run); idle threads are reused
 
 
 class Heartbeats:
@@ -81,7 +82,14 @@ class Heartbeats:
                 wait = min((at for at, _ in self._due.values()), default=now + 60) - now
             assert pool is not None
             for io in due:
-                pool.submit(self._renew, io)
+                try:
+                    pool.submit(self._renew, io)
+                except RuntimeError as exc:  # no thread could be started: the next beat tries
+                    logger.warning(
+                        "toolledger: could not renew the lease of %r now (%s)", io.session_id, exc
+                    )
+                    with self._cv:
+                        self._busy.discard(id(io))
             with self._cv:
                 self._cv.wait(timeout=max(wait, 0.01))
 
@@ -201,7 +209,7 @@ class Keeper:
                 now = job.store.backend.read_effects(job.session_id, [op.record.tool_use_id])
             except StoreError:
                 now = {}
-            if landed(now.get(op.record.tool_use_id), op.record):
+            if same_write(now.get(op.record.tool_use_id), op.record):
                 continue  # its first send had landed after all
             logger.error(
                 "toolledger: the outcome of %r (%s) in session %r could not be written: its "

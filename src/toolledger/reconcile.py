@@ -18,7 +18,7 @@ from typing import Any
 
 from .drivers import Commit, Failure, ReadEffects, ReadLease, ReadSession, Request
 from .errors import StoreError
-from .records import EffectRecord, Lease, SessionState, landed
+from .records import EffectRecord, Lease, SessionState, same_write
 from .stores.base import InsertEffect, Op, PutSession, TakeLease, UpdateEffect
 
 __all__ = ["commit"]
@@ -77,7 +77,7 @@ def _landed(ops: Sequence[Op]) -> Generator[Request, Any, list[bool] | bool | No
     except StoreError:
         return None
     flags = [
-        landed(found.get(op.record.tool_use_id), op.record)
+        same_write(found.get(op.record.tool_use_id), op.record)
         if isinstance(op, InsertEffect | UpdateEffect)
         else True
         for op in ops

@@ -25,7 +25,6 @@ __all__ = [
     "ToolCall",
     "history_from_json",
     "history_json",
-    "landed",
     "same_write",
 ]
 
@@ -244,34 +243,6 @@ def same_write(stored: EffectRecord | None, ours: EffectRecord) -> bool:
         stored.worker,
         stored.holder,
     ) == (ours.status, ours.attempt, ours.updated_at, ours.worker, ours.holder)
-
-
-def landed(stored: EffectRecord | None, ours: EffectRecord) -> bool:
-    """Whether our write of ``ours`` is in ``stored``: the very record (``same_write``), or it
-    with notes added since — a replaced attempt's late outcome put into its history, which keeps
-    every other field of ours and takes a later ``updated_at``. (A sibling's write of the same
-    attempt from the same reading has our history exactly, so it is never taken for ours.)"""
-    if same_write(stored, ours):
-        return True
-    return (
-        stored is not None
-        and (stored.status, stored.attempt, stored.worker, stored.holder)
-        == (ours.status, ours.attempt, ours.worker, ours.holder)
-        and stored.updated_at > ours.updated_at
-        and _late_notes_only(stored.history, ours.history)
-    )
-
-
-def _late_notes_only(stored: tuple[PastAttempt, ...], ours: tuple[PastAttempt, ...]) -> bool:
-    """``stored`` is ``ours`` with at least one late outcome added: to an entry, or as a new
-    entry of its own."""
-    if stored == ours or len(stored) < len(ours):
-        return False
-    for now, was in zip(stored, ours, strict=False):
-        noted = was.late is None and now.late is not None
-        if now != was and not (noted and replace(now, late=None, late_result=None) == was):
-            return False
-    return all(e.late is not None for e in stored[len(ours) :])
 
 
 class RunStatus(StrEnum):

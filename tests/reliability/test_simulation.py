@@ -38,8 +38,10 @@ def test_seeds_that_once_failed_hold(seed: int) -> None:
     """1892: a worker's own deferred write (its background writer saying "not happened" about
     an intent it gave up) was judged as someone else's. 10229: a session completed while a live
     process still held an outcome to write (the simulation now waits for it, as the process
-    does). 20456: an intent read back after a lost answer was taken for not landed because a
-    late outcome had been noted into it since (``records.landed``)."""
+    does). 20456: an intent read back after a lost answer is taken for not
+    landed when a late outcome was noted into it since (only our very write is ever taken for
+    ours: a sibling's with a note would look the same), and its worker gives it up — the
+    simulation took that attempt for still running."""
     sim = simulate(seed, EVERYTHING)
     assert sim.violations == []
 

@@ -703,6 +703,7 @@ def test_url_parameters_are_ours_or_libpq_s() -> None:
         "pool_timeout=0",
         "op_timeout=0",
         "op_timeout=nan",
+        "op_timeout=2200000",  # 25 days: past the 32-bit milliseconds of the settings
         "schema=",
         "schema=" + "x" * 64,
     ],

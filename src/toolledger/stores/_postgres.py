@@ -101,6 +101,8 @@ def parse_url(url: str) -> Settings:
         raise ConfigurationError(f"{_mask(url)}: pool_max={pool_max} is below pool_min={pool_min}")
     pool_timeout = _seconds_param(url, own, "pool_timeout", 10.0)
     op_timeout = _seconds_param(url, own, "op_timeout", DEFAULT_OP_TIMEOUT)
+    if op_timeout * 1000 >= 2**31:  # libpq's and the server's settings in ms are 32-bit
+        raise ConfigurationError(f"{_mask(url)}: op_timeout must be under 24 days")
     # A peer that vanishes without a RST (a black hole, a half-open connection) is noticed by
     # the kernel: keepalive probes when idle, tcp_user_timeout when sent data goes unacknowledged.
     for option, setting in (

@@ -166,10 +166,14 @@ IDENTIFY = (
     "SELECT pid, backend_start, set_config('idle_in_transaction_session_timeout', %s, false) "
     "FROM pg_stat_activity WHERE pid = pg_backend_pid()"
 )
-END_BACKEND = (
-    "SELECT pg_terminate_backend(pid, %s) FROM pg_stat_activity "
-    "WHERE pid = %s AND backend_start = %s"
+# Signal the backend (the one-argument form: every server version), then watch it go.
+SIGNAL_BACKEND = (
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s AND backend_start = %s"
 )
+BACKEND_GONE = (
+    "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s AND backend_start = %s)"
+)
+ORPHAN_POLL_S = 0.01
 
 
 def _idle_ms(op_timeout: float) -> str:
@@ -183,10 +187,10 @@ class _Orphans:
     """Server backends of connections cut or lost in the middle of a write: their transaction
     may still be open on the server, its COMMIT perhaps still on the network. Before the next
     operation of the store reads or writes anything, each is ended (``pg_terminate_backend``,
-    waiting for it to exit) — so the read-back of a commit whose answer was lost is conclusive:
-    the commit has landed, or it never will (DESIGN.md rule 16). One that will not end fails the
-    operation (``StoreUnavailableError``) rather than let it read a state that may still
-    change."""
+    then watched until it has exited, within half the operation's deadline) — so the read-back
+    of a commit whose answer was lost is conclusive: the commit has landed, or it never will
+    (DESIGN.md rule 16). One that will not end fails the operation (``StoreUnavailableError``)
+    rather than let it read a state that may still change."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -205,40 +209,53 @@ class _Orphans:
         with self._lock:
             self._pending.discard(ident)
 
-    def wait_ms(self, op_timeout: float) -> int:
-        return max(1, int(op_timeout * 500))  # half the operation's deadline
-
-    def outcome(self, rows: list[tuple[Any, ...]], ident: tuple[int, Any], url: str) -> None:
-        """What ``END_BACKEND`` answered: no row, the backend is gone; ``true``, it ended."""
-        if rows and not rows[0][0]:
-            raise StoreUnavailableError(
-                f"{url}: a transaction of a connection cut earlier is still open on the server "
-                f"(backend {ident[0]}) and did not end when asked to; its commit may still "
-                "land, so nothing is read or written until it ends. Try again.",
-                url=url,
-            )
-        self.ended(ident)
+    def still_open(self, ident: tuple[int, Any], url: str) -> StoreError:
+        return StoreUnavailableError(
+            f"{url}: a transaction of a connection cut earlier is still open on the server "
+            f"(backend {ident[0]}) and did not end when asked to; its commit may still land, so "
+            "nothing is read or written until it ends. Try again.",
+            url=url,
+        )
 
     def end(self, conn: Conn, url: str, op_timeout: float) -> None:
         for ident in self.pending():
             try:
-                rows = conn.execute(END_BACKEND, (self.wait_ms(op_timeout), *ident)).fetchall()
+                conn.execute(SIGNAL_BACKEND, ident)
             except psycopg.errors.InsufficientPrivilege:
                 _cannot_end(url, ident)
                 self.ended(ident)
                 continue
-            self.outcome(rows, ident, url)
+            deadline = time.monotonic() + op_timeout / 2
+            while not _first(conn.execute(BACKEND_GONE, ident).fetchone()):
+                if time.monotonic() > deadline:
+                    raise self.still_open(ident, url)
+                time.sleep(ORPHAN_POLL_S)
+            self.ended(ident)
 
     async def aend(self, conn: AsyncConn, url: str, op_timeout: float) -> None:
         for ident in self.pending():
             try:
-                cur = await conn.execute(END_BACKEND, (self.wait_ms(op_timeout), *ident))
-                rows = await cur.fetchall()
+                await conn.execute(SIGNAL_BACKEND, ident)
             except psycopg.errors.InsufficientPrivilege:
                 _cannot_end(url, ident)
                 self.ended(ident)
                 continue
-            self.outcome(rows, ident, url)
+            deadline = time.monotonic() + op_timeout / 2
+            while not _first(await (await conn.execute(BACKEND_GONE, ident)).fetchone()):
+                if time.monotonic() > deadline:
+                    raise self.still_open(ident, url)
+                await asyncio.sleep(ORPHAN_POLL_S)
+            self.ended(ident)
+
+
+def _gone(conn: Conn | AsyncConn | None) -> bool:
+    """The connection is broken or closed: its server backend may be left with an open
+    transaction. (A client-side error on a sound connection leaves none: it is rolled back.)"""
+    return conn is not None and (conn.broken or conn.closed)
+
+
+def _first(row: tuple[Any, ...] | None) -> Any:
+    return None if row is None else row[0]
 
 
 def _cannot_end(url: str, ident: tuple[int, Any]) -> None:
@@ -350,12 +367,12 @@ class PostgresBackend:
         while True:
             committing = False
             cut = False
-            ident = None
+            ident, used = None, None
             try:
                 # op_timeout bounds the wait for a connection too (a pool that cannot make one
                 # would otherwise wait pool_timeout), and then the operation itself.
                 with self._pool.connection(timeout=self._wait_s) as conn:
-                    ident = _identity.get(conn)
+                    ident, used = _identity.get(conn), conn
                     token = _watchdog.arm(conn, self.settings.op_timeout)
                     try:
                         self.orphans.end(conn, self.url, self.settings.op_timeout)
@@ -373,7 +390,7 @@ class PostgresBackend:
                     finally:
                         cut = _watchdog.disarm(token)
             except (psycopg.Error, UnicodeEncodeError) as exc:
-                if write and (cut or plans.connection_lost(exc)):
+                if write and (cut or (plans.connection_lost(exc) and _gone(used))):
                     self.orphans.add(ident)  # its transaction may still be open on the server
                 if cut:
                     unknown = write and (single or committing)
@@ -516,7 +533,9 @@ class AsyncPostgresBackend:
             # empty makes it grow, and a connection still being made when the loop ends is
             # only closed by the garbage collector. Racing first callers share this one wait.
             current.opening = loop.create_task(
-                current.pool.open(wait=True, timeout=self.settings.pool_timeout)
+                current.pool.open(
+                    wait=True, timeout=min(self.settings.pool_timeout, self.settings.op_timeout)
+                )
             )
         assert current.opening is not None
         try:
@@ -599,11 +618,11 @@ class AsyncPostgresBackend:
             pool = await self._pool()
             committing = False
             fired: list[bool] = []
-            ident = None
+            ident, aused = None, None
             try:
                 wait_s = min(self.settings.pool_timeout, self.settings.op_timeout)
                 async with pool.connection(timeout=wait_s) as conn:
-                    ident = _identity.get(conn)
+                    ident, aused = _identity.get(conn), conn
                     timer = asyncio.get_running_loop().call_later(
                         self.settings.op_timeout, _cut_noting, conn, fired
                     )
@@ -620,7 +639,7 @@ class AsyncPostgresBackend:
                     finally:
                         timer.cancel()
             except (psycopg.Error, UnicodeEncodeError) as exc:
-                if write and (fired or plans.connection_lost(exc)):
+                if write and (fired or (plans.connection_lost(exc) and _gone(aused))):
                     self.orphans.add(ident)  # its transaction may still be open on the server
                 if fired:
                     unknown = write and (single or committing)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...errors import StoreUnavailableError
-from ...liveness import Runtime
+from ...liveness import InFlight, Runtime
 from ...records import ApprovalRecord, EffectRecord, Holder, Lease, SessionState, StoredMessage
 from ...stores.base import Op, Store
 from ...stores.memory import MemoryBackend
@@ -82,12 +82,26 @@ class SimProcess:
         return self.table.clock(self.sim.t)
 
 
+class _WatchedInFlight(InFlight):
+    """The process's calls in flight, telling the simulation when it lets go of one entirely."""
+
+    def __init__(self, process: SimProcess) -> None:
+        super().__init__()
+        self.process = process
+
+    def discard(self, key: tuple[str, str, str]) -> None:
+        super().discard(key)
+        if key not in self:
+            self.process.sim.let_go(self.process, key[1], key[2])
+
+
 class SimRuntime(Runtime):
     """A simulated process as toolledger's liveness sees it."""
 
     def __init__(self, process: SimProcess) -> None:
         super().__init__()
         self.process = process
+        self.in_flight = _WatchedInFlight(process)
 
     @property
     def holder(self) -> Holder | None:

@@ -134,6 +134,7 @@ class Simulation:
         self.trace: deque[str] = deque(maxlen=400)
         self.alerts: list[tuple[str, str, str]] = []  # (kind, session, tool_use_id)
         self.attempts: dict[tuple[str, str, int], _Attempt] = {}
+        self._attempt_numbers: dict[tuple[str, str], list[int]] = {}
         self.forced: set[tuple[str, str]] = set()
         self.approved: Counter[tuple[str, str]] = Counter()
         self.limit_cases: set[tuple[str, str]] = set()
@@ -647,12 +648,27 @@ class Simulation:
             if fresh and worker is not None:
                 deadline = new.deadline
                 local = None if deadline is None else deadline - self.t + process.local_time()
+                self._attempt_numbers.setdefault((session_id, new.tool_use_id), []).append(
+                    new.attempt
+                )
                 self.attempts[(session_id, new.tool_use_id, new.attempt)] = _Attempt(
                     worker, worker.gen, process, local
                 )
             if old is not None and old.status is Status.STARTED:
                 self._settled(process, worker, old, new)
         return flags
+
+    def let_go(self, process: SimProcess, session_id: str, tool_use_id: str) -> None:
+        """``process`` no longer holds the call in flight. An attempt of it that none of its
+        workers is invoking will never be invoked now: its outcome is written, or its worker
+        gave it up (an intent whose commit went unconfirmed, one read back as not landed) —
+        it is over. (A worker that invoked it all the same would make a second effect, which
+        the effect count catches.)"""
+        for n in self._attempt_numbers.get((session_id, tool_use_id), ()):
+            key = (session_id, tool_use_id, n)
+            attempt = self.attempts[key]
+            if attempt.process is process and not any(w.invoking == key for w in process.workers):
+                attempt.over = True
 
     def _settled(self, process: SimProcess, worker: _Worker | None, old: Any, new: Any) -> None:
         if (new.status, new.attempt, new.holder is None) == (
