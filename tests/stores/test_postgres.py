@@ -432,6 +432,14 @@ def test_a_connection_lost_during_commit_is_reported_not_retried() -> None:
     assert "may or may not have been committed" in str(during)
     gave_up = _postgres.failure(lost, url=url, action="writing", attempt=_postgres.RETRIES)
     assert isinstance(gave_up, tl.StoreUnavailableError) and "Nothing was written" in str(gave_up)
+    assert not gave_up.outcome_unknown
+    # One autocommit statement: sending it is committing it. It is sent again while retries
+    # last (the resend checks whether the first landed); a loss that ends them is unknown.
+    assert _postgres.failure(lost, url=url, action="writing", attempt=0, single=True) is None
+    sent = _postgres.failure(
+        lost, url=url, action="writing", attempt=_postgres.RETRIES, single=True
+    )
+    assert isinstance(sent, tl.StoreUnavailableError) and sent.outcome_unknown
     other = _postgres.failure(psycopg.errors.DivisionByZero("x"), url=url, action="x", attempt=0)
     assert type(other) is tl.StoreError
 

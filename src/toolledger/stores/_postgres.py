@@ -548,13 +548,16 @@ def failure(
     action: str,
     attempt: int,
     committing: bool = False,
+    single: bool = False,
     session_id: str | None = None,
 ) -> StoreError | SessionConflictError | None:
     """What a driver error means for a plan: ``None`` to run it again, else the error to raise.
 
     Running again is safe only when nothing can have been committed: the error came before the
     COMMIT was sent (and every statement is conditional anyway). A connection lost *during* the
-    COMMIT leaves the outcome unknown, so that is never retried blindly.
+    COMMIT leaves the outcome unknown, so that is never retried blindly. ``single``: a write of
+    one autocommit statement, whose sending is its commit — it is sent again (the resend checks
+    whether the first landed), but a loss that ends the retries leaves its outcome unknown.
     """
     if isinstance(exc, UnicodeEncodeError):
         return StoreError(
@@ -572,7 +575,7 @@ def failure(
         # Only the transcript's primary key can be violated: the other inserts are ON CONFLICT
         # DO NOTHING. A racing writer appended the same seq first.
         return conflict(session_id, "a message with that seq exists")
-    return translate(exc, url=url, action=action, committing=committing)
+    return translate(exc, url=url, action=action, committing=committing or single)
 
 
 def translate(exc: psycopg.Error, *, url: str, action: str, committing: bool = False) -> StoreError:

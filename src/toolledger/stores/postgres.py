@@ -403,6 +403,7 @@ class PostgresBackend:
                     action=action,
                     attempt=attempt,
                     committing=committing,
+                    single=write and single,
                     session_id=session_id,
                 )
                 if error is not None:
@@ -652,6 +653,7 @@ class AsyncPostgresBackend:
                     action=action,
                     attempt=attempt,
                     committing=committing,
+                    single=write and single,
                     session_id=session_id,
                 )
                 if error is not None:
