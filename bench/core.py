@@ -17,8 +17,8 @@ from typing import Any
 
 import toolledger as tl
 from toolledger.codec import input_hash
+from toolledger.ops import InsertEffect, Op, UpdateEffect
 from toolledger.records import EffectRecord, Status
-from toolledger.stores.base import InsertEffect, Op, UpdateEffect
 
 from .measure import Contender
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import toolledger as tl
-from toolledger.stores.base import InsertEffect, Op
+from toolledger.ops import InsertEffect, Op
 from toolledger.stores.sqlite import SQLiteBackend, translate
 
 from . import core, floor

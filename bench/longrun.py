@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import toolledger as tl
-from toolledger.stores.base import AppendMessages, Op
+from toolledger.ops import AppendMessages, Op
 
 from . import core
 from .hotpath import incremental_request

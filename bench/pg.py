@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import toolledger as tl
+from toolledger.ops import InsertEffect
 from toolledger.stores import _sql
-from toolledger.stores.base import InsertEffect
 
 from . import core
 from .measure import Contender, Sample, interleaved

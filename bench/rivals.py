@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import toolledger as tl
-from toolledger.stores.base import InsertEffect
+from toolledger.ops import InsertEffect
 
 from . import core
 from .measure import Contender

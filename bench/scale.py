@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import toolledger as tl
+from toolledger.ops import InsertEffect
 from toolledger.stores import _sql
-from toolledger.stores.base import InsertEffect
 
 from . import core, floor
 from .measure import Contender, Sample, interleaved

@@ -6,8 +6,9 @@ from collections.abc import Callable, Sequence
 
 import toolledger as tl
 from toolledger.errors import StoreUnavailableError
+from toolledger.ops import InsertEffect, Op, UpdateEffect
 from toolledger.records import EffectRecord, Status
-from toolledger.stores.base import Backend, InsertEffect, Op, UpdateEffect
+from toolledger.stores.base import Backend
 
 
 class SpyBackend:

@@ -14,8 +14,8 @@ import pytest
 
 import toolledger as tl
 from toolledger.codec import idempotency_key, input_hash
+from toolledger.ops import InsertEffect
 from toolledger.records import EffectRecord, Status
-from toolledger.stores.base import InsertEffect
 from toolledger.testing import Counter
 
 from .conftest import Runner, tool_use

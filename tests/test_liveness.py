@@ -23,8 +23,8 @@ from toolledger.liveness import (
     lease_state,
     this_process,
 )
+from toolledger.ops import InsertEffect
 from toolledger.records import EffectRecord, Holder, Lease, Status
-from toolledger.stores.base import InsertEffect
 from toolledger.testing import elsewhere
 from toolledger.testing.elsewhere import Elsewhere
 

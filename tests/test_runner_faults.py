@@ -13,8 +13,8 @@ import pytest
 
 import toolledger as tl
 from toolledger.codec import input_hash
+from toolledger.ops import InsertEffect, Op
 from toolledger.records import EffectRecord, Holder, Status
-from toolledger.stores.base import InsertEffect, Op
 from toolledger.testing import Counter
 
 from .conftest import Runner, tool_use

@@ -53,12 +53,13 @@ from .errors import (
     ModelCallError,
     SessionConflictError,
 )
+from .ops import AppendMessages, Op, PutSession, lost
 from .outcomes import Batch, CallOutcome, Disposition
 from .reconcile import commit
 from .records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage, ToolCall
 from .runner import process_batch
 from .stores import DEFAULT_STORE_URL
-from .stores.base import AppendMessages, Op, PutSession, Store, check_session_id, lost
+from .stores.base import Store, check_session_id
 from .tools import ToolSet
 
 __all__ = ["Agent", "Run", "Usage"]

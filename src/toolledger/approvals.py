@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ToolLedgerError
 from .liveness import Running
+from .ops import PutApproval
 from .records import ApprovalRecord, ApprovalStatus, Status
-from .stores.base import PutApproval
 
 if TYPE_CHECKING:
     from .stores.base import Ledger, Store
@@ -182,15 +182,13 @@ queue = ApprovalQueue()
 
 
 def _find(store: Store, session_id: str, tool_use_id: str) -> ApprovalRecord | None:
-    found = [a for a in store.backend.read_approvals(session_id) if a.tool_use_id == tool_use_id]
+    found = [a for a in store.approvals(session_id) if a.tool_use_id == tool_use_id]
     return found[0] if found else None
 
 
 def pending(store: Store, session_id: str | None = None) -> list[ApprovalRecord]:
     """Requests waiting for a person, oldest first."""
-    waiting = [
-        a for a in store.backend.read_approvals(session_id) if a.status is ApprovalStatus.PENDING
-    ]
+    waiting = [a for a in store.approvals(session_id) if a.status is ApprovalStatus.PENDING]
     return sorted(waiting, key=lambda a: (a.requested_at, a.session_id, a.tool_use_id))
 
 

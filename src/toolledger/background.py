@@ -29,8 +29,9 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from .errors import SessionConflictError, StoreError
+from .ops import Op, UpdateEffect
 from .records import Status, same_write
-from .stores.base import Op, Store, UpdateEffect
+from .stores.base import Store
 
 if TYPE_CHECKING:
     from .drivers import IOContext
@@ -206,10 +207,10 @@ class Keeper:
             if ok or not isinstance(op, UpdateEffect) or op.record.status is Status.NOT_HAPPENED:
                 continue  # written; or a clean-up whose intent never landed: nothing to do
             try:
-                now = job.store.backend.read_effects(job.session_id, [op.record.tool_use_id])
+                now = job.store.ledger(job.session_id).get(op.record.tool_use_id)
             except StoreError:
-                now = {}
-            if same_write(now.get(op.record.tool_use_id), op.record):
+                now = None
+            if same_write(now, op.record):
                 continue  # its first send had landed after all
             logger.error(
                 "toolledger: the outcome of %r (%s) in session %r could not be written: its "

@@ -29,8 +29,9 @@ from .errors import (
     SessionConflictError,
     StoreError,
 )
+from .ops import DropLease, Op
 from .records import Lease
-from .stores.base import DropLease, Op, Store
+from .stores.base import Store
 from .tools import ToolContext
 
 __all__ = [

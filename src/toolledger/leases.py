@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .liveness import Over, Runtime, lease_state
+from .ops import HoldLease, TakeLease, busy
 from .records import Holder, Lease
-from .stores.base import HoldLease, TakeLease, busy
 
 __all__ = ["fence", "is_free", "take"]
 

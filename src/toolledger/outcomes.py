@@ -42,9 +42,10 @@ from .errors import (
     ToolLedgerError,
 )
 from .liveness import flight_key
+from .ops import AppendMessages, InsertEffect, Op, PutSession, UpdateEffect
 from .reconcile import commit
 from .records import EffectRecord, Holder, PastAttempt, Status, ToolCall
-from .stores.base import AppendMessages, InsertEffect, Ledger, Op, PutSession, UpdateEffect
+from .stores.base import Ledger
 from .tools import ToolSet
 
 __all__ = ["Batch", "Buffer", "CallOutcome", "Disposition", "Env", "flush"]

@@ -18,8 +18,8 @@ from typing import Any
 
 from .drivers import Commit, Failure, ReadEffects, ReadLease, ReadSession, Request
 from .errors import StoreError
+from .ops import InsertEffect, Op, PutSession, TakeLease, UpdateEffect
 from .records import EffectRecord, Lease, SessionState, same_write
-from .stores.base import InsertEffect, Op, PutSession, TakeLease, UpdateEffect
 
 __all__ = ["commit"]
 

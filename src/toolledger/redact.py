@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from .ops import AppendMessages, InsertEffect, Op, PutApproval, UpdateEffect
 from .records import ApprovalRecord, EffectRecord, StoredMessage
-from .stores.base import AppendMessages, InsertEffect, Op, PutApproval, UpdateEffect
 
 __all__ = ["Redactor", "redact_ops"]
 

@@ -44,12 +44,11 @@ def resumable(agent: Agent) -> list[str]:
     """The sessions ``resume_all`` would run now, oldest update first."""
     store = agent.store
     now = store.now()
-    states = sorted(store.backend.list_sessions(), key=lambda s: s.updated_at)
+    states = sorted(store.session_states(), key=lambda s: s.updated_at)
     return [
         s.session_id
         for s in states
-        if s.status in RESUMABLE
-        and is_free(store.backend.read_lease(s.session_id), now, store.runtime)
+        if s.status in RESUMABLE and is_free(store.lease(s.session_id), now, store.runtime)
     ]
 
 

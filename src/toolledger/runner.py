@@ -48,6 +48,7 @@ from .errors import (
     StoreError,
 )
 from .liveness import Over, Running, judge
+from .ops import Op, PutApproval, UpdateEffect
 from .outcomes import (
     Batch,
     Buffer,
@@ -60,7 +61,7 @@ from .outcomes import (
     write,
 )
 from .records import SAFE_RERUN, ApprovalStatus, EffectRecord, Lease, PastAttempt, Status, ToolCall
-from .stores.base import Ledger, Op, PutApproval, UpdateEffect, in_progress_error
+from .stores.base import Ledger, in_progress_error
 from .tools import InputError, Tool, ToolContext, ToolSet
 
 __all__ = ["Disposition", "arun_tool_uses", "run_tool_uses"]

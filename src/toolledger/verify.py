@@ -45,9 +45,7 @@ class Problem:
 def verify(store: Store) -> list[Problem]:
     """Every problem found; an empty list means the store is sound."""
     problems: list[Problem] = []
-    check = getattr(store.backend, "integrity_check", None)
-    if callable(check):
-        problems += [Problem(Severity.ERROR, None, p) for p in check()]
+    problems += [Problem(Severity.ERROR, None, p) for p in store.integrity() or []]
     try:
         session_ids = store.sessions()
     except ToolLedgerError as exc:
@@ -63,13 +61,13 @@ def verify(store: Store) -> list[Problem]:
 def _session(store: Store, sid: str) -> list[Problem]:
     out: list[Problem] = []
     records = store.ledger(sid).records()
-    state = store.backend.read_session(sid)
-    lease = store.backend.read_lease(sid) if any(r.in_doubt for r in records) else None
+    state = store.session(sid)
+    lease = store.lease(sid) if any(r.in_doubt for r in records) else None
     for r in records:
         out += _attempts(store, sid, r, lease)
     if state is None:
         return out  # a ledger used through run_tool_uses alone: no transcript to compare
-    messages = store.backend.read_messages(sid)
+    messages = store.messages(sid)
     if len(messages) != state.messages or [m.seq for m in messages] != list(range(len(messages))):
         out.append(
             Problem(

@@ -21,8 +21,8 @@ from toolledger.adapters.openai import (
     OpenAIChat,
     OpenAIResponses,
 )
+from toolledger.ops import AppendMessages, PutSession
 from toolledger.records import StoredMessage
-from toolledger.stores.base import AppendMessages, PutSession
 from toolledger.testing.scripted import Flaky, Reply, ToolUse
 from toolledger.testing.scripted_openai import RawArguments, ScriptedOpenAI
 from toolledger.testing.world import World

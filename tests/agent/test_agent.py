@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger.ops import AppendMessages, PutSession
 from toolledger.records import Status
-from toolledger.stores.base import AppendMessages, PutSession
 from toolledger.testing.scripted import Flaky, Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import World
 from toolledger.verify import verify

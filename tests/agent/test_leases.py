@@ -15,8 +15,8 @@ import pytest
 
 import toolledger as tl
 from toolledger.liveness import this_process
+from toolledger.ops import TakeLease
 from toolledger.records import Holder, Lease, Status
-from toolledger.stores.base import TakeLease
 from toolledger.testing import elsewhere
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import World
@@ -302,7 +302,7 @@ def test_a_run_stuck_on_the_store_stops_renewing_its_lease(store: tl.Store) -> N
 
 
 def test_a_renewal_never_revives_a_lease_given_back(store: tl.Store) -> None:
-    from toolledger.stores.base import DropLease, HoldLease
+    from toolledger.ops import DropLease, HoldLease
 
     lease = Lease(session_id="s", owner="o", token=1, expires_at=store.now() + 30)
     store.backend.apply("s", [TakeLease(lease, expect_token=0)])

@@ -11,8 +11,8 @@ import pytest
 
 import toolledger as tl
 from toolledger.cli.app import main
+from toolledger.ops import TakeLease
 from toolledger.records import Lease
-from toolledger.stores.base import TakeLease
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import AgentSpec, World, run_agent
 

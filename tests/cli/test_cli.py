@@ -199,8 +199,8 @@ def test_a_call_in_progress_is_shown_as_such_and_cannot_be_resolved_without_forc
     lists it as in progress with its owner, lease and deadline; `resolve` refuses it and says
     why; `--force` settles it and says what it overrode."""
     from toolledger.codec import input_hash
+    from toolledger.ops import InsertEffect
     from toolledger.records import EffectRecord, Holder, Status
-    from toolledger.stores.base import InsertEffect
 
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     with tl.open_store(url) as store:

@@ -19,8 +19,8 @@ import pytest
 import toolledger as tl
 from toolledger.cli.app import main
 from toolledger.codec import input_hash
+from toolledger.ops import InsertEffect
 from toolledger.records import EffectRecord, Status
-from toolledger.stores.base import InsertEffect
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 MARKUP = "[bold red]ALL OK[/] [/] [link=http://evil.example]click[/link]"

@@ -23,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 import toolledger as tl
 from toolledger.codec import encode_result
+from toolledger.ops import AppendMessages, InsertEffect, Op, PutApproval, PutSession, UpdateEffect
 from toolledger.records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -30,14 +31,6 @@ from toolledger.records import (
     SessionState,
     Status,
     StoredMessage,
-)
-from toolledger.stores.base import (
-    AppendMessages,
-    InsertEffect,
-    Op,
-    PutApproval,
-    PutSession,
-    UpdateEffect,
 )
 from toolledger.testing.conformance import make_approval, make_message, make_record, make_state
 

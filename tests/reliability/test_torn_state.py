@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger.ops import InsertEffect
 from toolledger.records import SessionState, StoredMessage
-from toolledger.stores.base import InsertEffect
 from toolledger.testing.conformance import make_record
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.verify import Severity, verify

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import toolledger as tl
-from toolledger.stores.base import InsertEffect, PutSession
+from toolledger.ops import InsertEffect, PutSession
 from toolledger.stores.sqlite import SQLiteBackend
 from toolledger.testing.conformance import make_record, make_state
 

@@ -30,10 +30,10 @@ except ImportError:  # the conformance suite's TestPostgres still fails under CI
     )
 
 import toolledger as tl
+from toolledger.ops import AppendMessages, InsertEffect, PutSession, UpdateEffect
 from toolledger.records import Status, StoredMessage
 from toolledger.stores import _postgres
 from toolledger.stores import postgres as postgres_module
-from toolledger.stores.base import AppendMessages, InsertEffect, PutSession, UpdateEffect
 from toolledger.stores.postgres import AsyncPostgresBackend, PostgresBackend
 from toolledger.testing import Counter
 from toolledger.testing.conformance import make_record, make_state
@@ -387,7 +387,7 @@ def test_a_commit_sent_by_a_killed_worker_is_seen_by_the_next_store(
     script = (
         "import sys; from dataclasses import replace; from toolledger import open_store; "
         "from toolledger.records import Status; "
-        "from toolledger.stores.base import UpdateEffect; "
+        "from toolledger.ops import UpdateEffect; "
         "from toolledger.testing.conformance import make_record; "
         "r = make_record(); done = replace(r, status=Status.SUCCEEDED, result='1'); "
         "open_store(sys.argv[1]).backend.apply('s', [UpdateEffect(done, Status.STARTED, 1)])"
@@ -757,9 +757,9 @@ def test_a_resent_one_statement_write_recognises_its_own_first_send(
     landed, the re-send finds its own row and reports the write applied — and only its own."""
     from dataclasses import replace as _replace
 
+    from toolledger.ops import PutSession, TakeLease
     from toolledger.records import Lease
     from toolledger.stores import _postgres as plans
-    from toolledger.stores.base import PutSession, TakeLease
     from toolledger.stores.postgres import _drive
     from toolledger.testing.conformance import make_state
 

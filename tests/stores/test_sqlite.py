@@ -90,7 +90,7 @@ def test_a_database_with_two_names_is_refused(tmp_path: Path) -> None:
     with tl.open_store(f"sqlite:///{db}") as store:
         store.ledger("s")  # created
         os.link(db, tmp_path / "other-name.db")
-        from toolledger.stores.base import InsertEffect
+        from toolledger.ops import InsertEffect
         from toolledger.testing.conformance import make_record
 
         with pytest.raises(tl.StoreUnavailableError, match="2 names"):

@@ -45,7 +45,7 @@ def _store(args: argparse.Namespace) -> Store:
 def _session_or_exit(store: Store, session_id: str) -> bool:
     """Whether ``session_id`` is in ``store`` (a state or a ledger); an unknown one is an error
     for every command that names a session."""
-    return store.backend.read_session(session_id) is not None or session_id in store.sessions()
+    return store.session(session_id) is not None or session_id in store.sessions()
 
 
 def _no_session(console: Console, args: argparse.Namespace, store: Store) -> int:
@@ -68,13 +68,13 @@ def _emit_json(value: Any) -> None:
 def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
     """List sessions: agent sessions with their status, and ledgers used on their own."""
     with _store(args) as store:
-        states = store.backend.list_sessions()
+        states = store.session_states()
         with_state = {s.session_id for s in states}
         ledger_only = [sid for sid in store.sessions() if sid not in with_state]
         now = store.now()
         held: dict[str, dict[str, Any]] = {}
         for s in states:
-            lease = store.backend.read_lease(s.session_id)
+            lease = store.lease(s.session_id)
             state = lease_state(lease, now=now, runtime=store.runtime)
             if lease is not None and isinstance(state, Running):
                 held[s.session_id] = {
@@ -121,7 +121,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
     with _store(args) as store:
         if not _session_or_exit(store, args.session):
             return _no_session(console, args, store)
-        state = store.backend.read_session(args.session)
+        state = store.session(args.session)
         events = render.timeline(store, args.session, reveal=args.show_secrets)
     if args.json:
         _emit_json(
@@ -228,9 +228,7 @@ def cmd_approvals(args: argparse.Namespace, console: Console) -> int:
     """List approval requests waiting for a person (--all: every request)."""
     with _store(args) as store:
         if args.all:
-            records = sorted(
-                store.backend.read_approvals(args.session), key=lambda a: a.requested_at
-            )
+            records = sorted(store.approvals(args.session), key=lambda a: a.requested_at)
         else:
             records = approvals.pending(store, args.session)
     if args.json:

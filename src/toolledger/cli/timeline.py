@@ -46,7 +46,7 @@ def timeline(store: Store, session_id: str, *, reveal: bool = False) -> list[Eve
     from .render import STATUS_STYLE, owner, when
 
     events: list[Event] = []
-    messages: list[StoredMessage] = store.backend.read_messages(session_id)
+    messages: list[StoredMessage] = store.messages(session_id)
     kind = _openai.transcript_kind(messages)
     for m in messages:
         events.extend(_message_events(m, kind, reveal))
@@ -92,7 +92,7 @@ def timeline(store: Store, session_id: str, *, reveal: bool = False) -> list[Eve
                 STATUS_STYLE.get(r.status.value, ""),
             )
         )
-    for a in store.backend.read_approvals(session_id):
+    for a in store.approvals(session_id):
         events.append(
             Event(
                 a.requested_at,

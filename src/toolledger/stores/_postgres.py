@@ -27,9 +27,7 @@ from ..errors import (
     StoreError,
     StoreUnavailableError,
 )
-from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
-from . import _sql
-from .base import (
+from ..ops import (
     AppendMessages,
     HoldLease,
     InsertEffect,
@@ -43,6 +41,8 @@ from .base import (
     lost,
     moved,
 )
+from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
+from . import _sql
 
 # -- the URL ------------------------------------------------------------------------------------
 

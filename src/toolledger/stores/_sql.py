@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..ops import InsertEffect, PutApproval, PutSession, TakeLease, UpdateEffect
 from ..records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -23,7 +24,6 @@ from ..records import (
     history_from_json,
     history_json,
 )
-from .base import InsertEffect, PutApproval, PutSession, TakeLease, UpdateEffect
 
 EFFECT_COLUMNS = (
     "session_id, tool_use_id, tool, input_hash, status, attempt, result, error, "

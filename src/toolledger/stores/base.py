@@ -1,9 +1,7 @@
 """The store contract: a few primitives per backend, everything else written once above them.
 
-A backend implements reads and one write primitive, ``apply``: a list of conditional operations
-committed durably in one transaction. Each operation is a single conditional write —
-insert-if-absent or compare-and-set on ``(status, attempt)`` — so a crash or a racing worker can
-never leave half a state change, and a re-sent write is harmless (STYLE.md rule 3).
+A backend implements reads and one write primitive, ``apply``: a list of the conditional
+operations of ``toolledger.ops`` committed durably in one transaction.
 """
 
 from __future__ import annotations
@@ -13,51 +11,34 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 from ..codec import encode_result
 from ..errors import (
     EffectInProgressError,
     InvalidSessionIdError,
-    LeaseLostError,
-    SessionBusyError,
-    SessionConflictError,
     ToolLedgerError,
 )
 from ..liveness import Over, Running, Runtime, Verdict, judge, this_process
+from ..ops import Op, UpdateEffect
 from ..records import (
     ApprovalRecord,
-    ApprovalStatus,
     EffectRecord,
     Lease,
     SessionState,
     Status,
     StoredMessage,
 )
+from ..redact import redact_ops
 
 __all__ = [
-    "AppendMessages",
     "AsyncBackend",
     "Backend",
-    "DropLease",
-    "HoldLease",
-    "InsertEffect",
     "Ledger",
-    "Op",
-    "PutApproval",
-    "PutSession",
     "Store",
-    "TakeLease",
-    "UpdateEffect",
-    "approval_applies",
-    "busy",
     "check_session_id",
-    "conflict",
-    "effect_applies",
     "in_progress_error",
-    "lost",
-    "moved",
 ]
 
 MAX_SESSION_ID_CHARS = 256
@@ -85,139 +66,6 @@ def check_session_id(session_id: object) -> str:
     return session_id
 
 
-@dataclass(frozen=True, slots=True)
-class InsertEffect:
-    """Insert ``record`` unless its ``(session, tool_use_id)`` exists. Applied → ``True``."""
-
-    record: EffectRecord
-
-
-@dataclass(frozen=True, slots=True)
-class UpdateEffect:
-    """Replace the record if it is still ``(expect_status, expect_attempt)`` — and, with
-    ``expect_at``, the very version written at that ``updated_at``: compare-and-set. Applied →
-    ``True``; someone else moved it first → ``False``."""
-
-    record: EffectRecord
-    expect_status: Status
-    expect_attempt: int
-    expect_at: float | None = None
-    guard: bool = False
-    """A guard, like ``PutSession``: if the record moved on, the whole batch rolls back and
-    ``SessionConflictError`` (with ``tool_use_id``) is raised — a checkpoint that reports an
-    outcome never lands without it."""
-
-
-@dataclass(frozen=True, slots=True)
-class PutSession:
-    """Write a session's state: create it (``expect_version=None``) or compare-and-set on its
-    version. A *guard*: if the condition fails the whole batch is rolled back and
-    ``SessionConflictError`` raised — a checkpoint is all or nothing."""
-
-    state: SessionState
-    expect_version: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class AppendMessages:
-    """Append messages at the end of a transcript (their ``seq`` continues it). A guard, like
-    ``PutSession``: a seq already taken means another writer got there first."""
-
-    messages: tuple[StoredMessage, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PutApproval:
-    """Create an approval request (``expect_status=None``) or move one on (compare-and-set on
-    its status). Applied → ``True``."""
-
-    record: ApprovalRecord
-    expect_status: ApprovalStatus | None
-
-
-@dataclass(frozen=True, slots=True)
-class TakeLease:
-    """Take the session's lease: insert it (``expect_token=0``: there is none) or replace the
-    one with ``expect_token`` and ``expect_expires_at`` (expired, given back, or held by a dead
-    worker — the caller judged it, ``toolledger.liveness.lease_state``). Comparing the expiry too
-    means a renewal that lands between the judgement and the take-over makes it fail. A guard: if
-    the lease moved on, the batch rolls back and ``SessionBusyError`` is raised."""
-
-    lease: Lease
-    expect_token: int
-    expect_expires_at: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class HoldLease:
-    """The fence: the session's lease must still carry ``token`` (and not have been given
-    back); it is renewed to ``expires_at``. A guard: a taken-over lease rolls the batch back
-    (``LeaseLostError``)."""
-
-    session_id: str
-    token: int
-    expires_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class DropLease:
-    """Give the lease up (it expires now) if it still carries ``token``. Applied → ``True``."""
-
-    session_id: str
-    token: int
-
-
-Op = (
-    InsertEffect
-    | UpdateEffect
-    | PutSession
-    | AppendMessages
-    | PutApproval
-    | TakeLease
-    | HoldLease
-    | DropLease
-)
-
-
-def busy(session_id: str, current: Lease | None, why: str | None = None) -> SessionBusyError:
-    owner = current.owner if current is not None else "another worker"
-    expires = current.expires_at if current is not None else 0.0
-    held = why or (f"its lease runs until {time.strftime('%H:%M:%S', time.localtime(expires))}")
-    return SessionBusyError(
-        f"session {session_id!r} is being run by {owner} ({held}): two workers never run one "
-        "session at once. Try again later, or let `toolledger resume-all` pick it up.",
-        session_id=session_id,
-        owner=owner,
-        expires_at=expires,
-    )
-
-
-def lost(session_id: str, token: int) -> LeaseLostError:
-    return LeaseLostError(
-        f"this worker's lease on session {session_id!r} (token {token}) was taken over by "
-        "another worker: the write was refused and nothing of it landed. This run stops here.",
-        session_id=session_id,
-    )
-
-
-def effect_applies(op: InsertEffect | UpdateEffect, current: EffectRecord | None) -> bool:
-    """The condition of an effect operation, for backends that evaluate it in Python."""
-    if isinstance(op, InsertEffect):
-        return current is None
-    return (
-        current is not None
-        and current.status is op.expect_status
-        and current.attempt == op.expect_attempt
-        and (op.expect_at is None or current.updated_at == op.expect_at)
-    )
-
-
-def approval_applies(op: PutApproval, current: ApprovalRecord | None) -> bool:
-    if op.expect_status is None:
-        return current is None
-    return current is not None and current.status is op.expect_status
-
-
 def in_progress_error(
     record: EffectRecord, verdict: Running, *, action: str = "run again"
 ) -> EffectInProgressError:
@@ -238,25 +86,6 @@ def in_progress_error(
         tool_use_id=record.tool_use_id,
         holder=record.worker,
         until=verdict.until,
-    )
-
-
-def moved(session_id: str, tool_use_id: str) -> SessionConflictError:
-    """A guarded outcome found its record moved on (another attempt, a person)."""
-    return SessionConflictError(
-        f"the record of {tool_use_id!r} in session {session_id!r} moved on while this worker "
-        "ran the call (another attempt replaced it, or a person settled it): nothing of this "
-        "checkpoint was written. Run the session again: it answers from the ledger.",
-        session_id=session_id,
-        tool_use_id=tool_use_id,
-    )
-
-
-def conflict(session_id: str, why: str) -> SessionConflictError:
-    return SessionConflictError(
-        f"session {session_id!r} changed since it was read ({why}): another worker is running "
-        "it or ran it meanwhile. Nothing of this checkpoint was written; reload and go on.",
-        session_id=session_id,
     )
 
 
@@ -434,8 +263,6 @@ class Store:
     def _prepare(self, ops: Sequence[Op]) -> list[Op]:
         if self.redact is None:
             return list(ops)
-        from ..redact import redact_ops
-
         return redact_ops(list(ops), self.redact)
 
     @property
@@ -454,6 +281,32 @@ class Store:
     def sessions(self) -> list[str]:
         """Every session id with a ledger record or an agent state, sorted."""
         return sorted(self.backend.session_ids())
+
+    def session(self, session_id: str) -> SessionState | None:
+        """An agent session's state, or ``None``."""
+        return self.backend.read_session(session_id)
+
+    def session_states(self) -> list[SessionState]:
+        """Every agent session's state."""
+        return self.backend.list_sessions()
+
+    def messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
+        """A session's transcript, from ``seq`` ``since`` on."""
+        return self.backend.read_messages(session_id, since)
+
+    def approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        """The approval requests of one session, or of all."""
+        return self.backend.read_approvals(session_id)
+
+    def lease(self, session_id: str) -> Lease | None:
+        """A session's lease, as stored (``toolledger.liveness`` judges it)."""
+        return self.backend.read_lease(session_id)
+
+    def integrity(self) -> list[str] | None:
+        """What the backend's own check finds wrong (an empty list: sound), or ``None`` when it
+        has no such check."""
+        check = getattr(self.backend, "integrity_check", None)
+        return None if check is None else list(check())
 
     def started(self) -> list[tuple[EffectRecord, Verdict]]:
         """Every ``started`` record of every session with its verdict, oldest first: ``Running``

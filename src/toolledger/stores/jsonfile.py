@@ -38,6 +38,7 @@ from urllib.parse import quote, unquote
 
 from ..codec import canonical_json
 from ..errors import CorruptLedgerError, StoreError, StoreUnavailableError
+from ..ops import AppendMessages, InsertEffect, Op, PutApproval, UpdateEffect
 from ..records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -51,7 +52,6 @@ from ..records import (
     history_from_json,
     history_json,
 )
-from .base import AppendMessages, InsertEffect, Op, PutApproval, UpdateEffect
 from .memory import SessionData, apply_ops
 
 __all__ = ["JSONBackend"]

@@ -13,8 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, Status, StoredMessage
-from .base import (
+from ..ops import (
     AppendMessages,
     HoldLease,
     InsertEffect,
@@ -30,6 +29,7 @@ from .base import (
     lost,
     moved,
 )
+from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, Status, StoredMessage
 
 __all__ = ["MemoryBackend"]
 

@@ -43,9 +43,9 @@ except ImportError as exc:  # the optional driver is missing or broken
         "pip install 'toolledger[postgres]'"
     ) from exc
 
+from ..ops import Op
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from . import _postgres as plans
-from .base import Op
 
 __all__ = ["AsyncPostgresBackend", "PostgresBackend", "open_backends"]
 

@@ -24,9 +24,7 @@ from ..errors import (
     StoreError,
     StoreUnavailableError,
 )
-from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
-from . import _sql
-from .base import (
+from ..ops import (
     AppendMessages,
     HoldLease,
     InsertEffect,
@@ -40,6 +38,8 @@ from .base import (
     lost,
     moved,
 )
+from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
+from . import _sql
 
 __all__ = ["SQLiteBackend"]
 

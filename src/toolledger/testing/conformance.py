@@ -26,6 +26,17 @@ from ..errors import (
     SessionConflictError,
     ToolLedgerError,
 )
+from ..ops import (
+    AppendMessages,
+    DropLease,
+    HoldLease,
+    InsertEffect,
+    Op,
+    PutApproval,
+    PutSession,
+    TakeLease,
+    UpdateEffect,
+)
 from ..records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -39,17 +50,6 @@ from ..records import (
 )
 from ..runner import run_tool_uses
 from ..stores import Store, open_store
-from ..stores.base import (
-    AppendMessages,
-    DropLease,
-    HoldLease,
-    InsertEffect,
-    Op,
-    PutApproval,
-    PutSession,
-    TakeLease,
-    UpdateEffect,
-)
 from ..tools import ToolSet, tool
 from .fakes import Counter
 
@@ -304,7 +304,7 @@ class StoreConformance:
             pytest.skip("this backend keeps nothing beyond its process, by design")
         script = (
             "import sys; from toolledger import open_store; "
-            "from toolledger.stores.base import InsertEffect; "
+            "from toolledger.ops import InsertEffect; "
             "from toolledger.testing.conformance import make_record; "
             "from toolledger.records import Status; "
             "s = open_store(sys.argv[1]); "

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import StoreUnavailableError
 from ...liveness import InFlight, Runtime
+from ...ops import Op
 from ...records import ApprovalRecord, EffectRecord, Holder, Lease, SessionState, StoredMessage
-from ...stores.base import Op, Store
+from ...stores.base import Store
 from ...stores.memory import MemoryBackend
 
 if TYPE_CHECKING:

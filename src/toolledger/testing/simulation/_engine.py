@@ -41,9 +41,9 @@ from ...drivers import (
 )
 from ...errors import SessionConflictError, StoreError, StoreUnavailableError, ToolLedgerError
 from ...liveness import Over
+from ...ops import DropLease, HoldLease, InsertEffect, Op, UpdateEffect
 from ...records import RunStatus, Status
 from ...runner import process_batch
-from ...stores.base import DropLease, HoldLease, InsertEffect, Op, UpdateEffect
 from ...stores.memory import MemoryBackend
 from ._cluster import SimProcess, Table
 from ._world import KIND_OF, SimWorld, script_for

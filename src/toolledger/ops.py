@@ -1,0 +1,195 @@
+"""The write operations every store applies: what a state change is, independent of storage.
+
+A backend's ``apply`` takes a list of them and commits them durably in one transaction. Each is a
+single conditional write — insert-if-absent, or compare-and-set on ``(status, attempt)`` (and the
+version's ``updated_at``), a session's version, a lease's token — so a crash or a racing worker
+can never leave half a state change, and a re-sent write is harmless (STYLE.md rule 3). Guards
+(``PutSession``, ``AppendMessages``, ``HoldLease``, ``TakeLease``, a guarded ``UpdateEffect``)
+roll the whole batch back when their condition fails, with the error made here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .errors import LeaseLostError, SessionBusyError, SessionConflictError
+from .records import (
+    ApprovalRecord,
+    ApprovalStatus,
+    EffectRecord,
+    Lease,
+    SessionState,
+    Status,
+    StoredMessage,
+)
+
+__all__ = [
+    "AppendMessages",
+    "DropLease",
+    "HoldLease",
+    "InsertEffect",
+    "Op",
+    "PutApproval",
+    "PutSession",
+    "TakeLease",
+    "UpdateEffect",
+    "approval_applies",
+    "busy",
+    "conflict",
+    "effect_applies",
+    "lost",
+    "moved",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class InsertEffect:
+    """Insert ``record`` unless its ``(session, tool_use_id)`` exists. Applied → ``True``."""
+
+    record: EffectRecord
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateEffect:
+    """Replace the record if it is still ``(expect_status, expect_attempt)`` — and, with
+    ``expect_at``, the very version written at that ``updated_at``: compare-and-set. Applied →
+    ``True``; someone else moved it first → ``False``."""
+
+    record: EffectRecord
+    expect_status: Status
+    expect_attempt: int
+    expect_at: float | None = None
+    guard: bool = False
+    """A guard, like ``PutSession``: if the record moved on, the whole batch rolls back and
+    ``SessionConflictError`` (with ``tool_use_id``) is raised — a checkpoint that reports an
+    outcome never lands without it."""
+
+
+@dataclass(frozen=True, slots=True)
+class PutSession:
+    """Write a session's state: create it (``expect_version=None``) or compare-and-set on its
+    version. A *guard*: if the condition fails the whole batch is rolled back and
+    ``SessionConflictError`` raised — a checkpoint is all or nothing."""
+
+    state: SessionState
+    expect_version: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendMessages:
+    """Append messages at the end of a transcript (their ``seq`` continues it). A guard, like
+    ``PutSession``: a seq already taken means another writer got there first."""
+
+    messages: tuple[StoredMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PutApproval:
+    """Create an approval request (``expect_status=None``) or move one on (compare-and-set on
+    its status). Applied → ``True``."""
+
+    record: ApprovalRecord
+    expect_status: ApprovalStatus | None
+
+
+@dataclass(frozen=True, slots=True)
+class TakeLease:
+    """Take the session's lease: insert it (``expect_token=0``: there is none) or replace the
+    one with ``expect_token`` and ``expect_expires_at`` (expired, given back, or held by a dead
+    worker — the caller judged it, ``toolledger.liveness.lease_state``). Comparing the expiry too
+    means a renewal that lands between the judgement and the take-over makes it fail. A guard: if
+    the lease moved on, the batch rolls back and ``SessionBusyError`` is raised."""
+
+    lease: Lease
+    expect_token: int
+    expect_expires_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HoldLease:
+    """The fence: the session's lease must still carry ``token`` (and not have been given
+    back); it is renewed to ``expires_at``. A guard: a taken-over lease rolls the batch back
+    (``LeaseLostError``)."""
+
+    session_id: str
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DropLease:
+    """Give the lease up (it expires now) if it still carries ``token``. Applied → ``True``."""
+
+    session_id: str
+    token: int
+
+
+Op = (
+    InsertEffect
+    | UpdateEffect
+    | PutSession
+    | AppendMessages
+    | PutApproval
+    | TakeLease
+    | HoldLease
+    | DropLease
+)
+
+
+def busy(session_id: str, current: Lease | None, why: str | None = None) -> SessionBusyError:
+    owner = current.owner if current is not None else "another worker"
+    expires = current.expires_at if current is not None else 0.0
+    held = why or (f"its lease runs until {time.strftime('%H:%M:%S', time.localtime(expires))}")
+    return SessionBusyError(
+        f"session {session_id!r} is being run by {owner} ({held}): two workers never run one "
+        "session at once. Try again later, or let `toolledger resume-all` pick it up.",
+        session_id=session_id,
+        owner=owner,
+        expires_at=expires,
+    )
+
+
+def lost(session_id: str, token: int) -> LeaseLostError:
+    return LeaseLostError(
+        f"this worker's lease on session {session_id!r} (token {token}) was taken over by "
+        "another worker: the write was refused and nothing of it landed. This run stops here.",
+        session_id=session_id,
+    )
+
+
+def effect_applies(op: InsertEffect | UpdateEffect, current: EffectRecord | None) -> bool:
+    """The condition of an effect operation, for backends that evaluate it in Python."""
+    if isinstance(op, InsertEffect):
+        return current is None
+    return (
+        current is not None
+        and current.status is op.expect_status
+        and current.attempt == op.expect_attempt
+        and (op.expect_at is None or current.updated_at == op.expect_at)
+    )
+
+
+def approval_applies(op: PutApproval, current: ApprovalRecord | None) -> bool:
+    if op.expect_status is None:
+        return current is None
+    return current is not None and current.status is op.expect_status
+
+
+def moved(session_id: str, tool_use_id: str) -> SessionConflictError:
+    """A guarded outcome found its record moved on (another attempt, a person)."""
+    return SessionConflictError(
+        f"the record of {tool_use_id!r} in session {session_id!r} moved on while this worker "
+        "ran the call (another attempt replaced it, or a person settled it): nothing of this "
+        "checkpoint was written. Run the session again: it answers from the ledger.",
+        session_id=session_id,
+        tool_use_id=tool_use_id,
+    )
+
+
+def conflict(session_id: str, why: str) -> SessionConflictError:
+    return SessionConflictError(
+        f"session {session_id!r} changed since it was read ({why}): another worker is running "
+        "it or ran it meanwhile. Nothing of this checkpoint was written; reload and go on.",
+        session_id=session_id,
+    )
