@@ -51,6 +51,12 @@ EXPECTED = {
     "open_store",
     "run_tool_uses",
     "tool",
+    "MCPToolError",
+    "OpenAIResponses",
+    "Problem",
+    "SchemaTool",
+    "Severity",
+    "verify",
 }
 
 
@@ -62,6 +68,20 @@ def test_all_is_pinned_and_sorted() -> None:
     )
     for name in tl.__all__:
         assert hasattr(tl, name), name
+
+
+def test_every_public_name_is_at_home_in_toolledger() -> None:
+    """``repr``, tracebacks and pickling show ``toolledger.Store``, not the private module
+    that defines it — and find it there."""
+    import pickle
+
+    for name in tl.__all__:
+        obj = getattr(tl, name)
+        if isinstance(obj, type) or (callable(obj) and not isinstance(obj, type(tl))):
+            assert obj.__module__ == "toolledger", name
+    assert "toolledger.Store" in repr(tl.Store)
+    error = pickle.loads(pickle.dumps(tl.StoreError("gone", url="memory://x")))
+    assert type(error) is tl.StoreError and error.url == "memory://x"
 
 
 def test_every_error_is_a_toolledger_error_and_the_builtin_it_means() -> None:

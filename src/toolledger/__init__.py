@@ -7,6 +7,7 @@ re-exported here; modules with a leading underscore, and names not in ``__all__`
 from __future__ import annotations
 
 from . import approvals, keys
+from .adapters.openai import OpenAIResponses
 from .agent import Agent, Run, Usage
 from .approvals import ApprovalRequest, Decision
 from .codec import DEFAULT_MAX_RESULT_BYTES
@@ -20,6 +21,7 @@ from .errors import (
     LedgerMismatchError,
     LedgerWriteError,
     MalformedContentError,
+    MCPToolError,
     ModelCallError,
     OutcomeUnknown,
     SchemaVersionError,
@@ -42,7 +44,8 @@ from .records import (
 from .resume import Resumed, resume_all
 from .runner import arun_tool_uses, run_tool_uses
 from .stores import DEFAULT_STORE_URL, Ledger, Store, open_store
-from .tools import Tool, ToolContext, ToolSet, tool
+from .tools import SchemaTool, Tool, ToolContext, ToolSet, tool
+from .verify import Problem, Severity, verify
 
 __version__ = "0.1.0"
 
@@ -65,16 +68,21 @@ __all__ = [
     "Ledger",
     "LedgerMismatchError",
     "LedgerWriteError",
+    "MCPToolError",
     "MalformedContentError",
     "ModelCallError",
+    "OpenAIResponses",
     "OutcomeUnknown",
+    "Problem",
     "Resumed",
     "Run",
     "RunStatus",
+    "SchemaTool",
     "SchemaVersionError",
     "SessionBusyError",
     "SessionConflictError",
     "SessionState",
+    "Severity",
     "Status",
     "Store",
     "StoreError",
@@ -93,4 +101,13 @@ __all__ = [
     "resume_all",
     "run_tool_uses",
     "tool",
+    "verify",
 ]
+
+# Every public name says it is toolledger's (``repr``, tracebacks, pickling all find it here),
+# not the private module that happens to define it.
+for _name in __all__:
+    _obj = globals()[_name]
+    if callable(_obj) and str(getattr(_obj, "__module__", "")).startswith("toolledger."):
+        _obj.__module__ = "toolledger"
+del _name, _obj

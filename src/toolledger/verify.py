@@ -31,12 +31,16 @@ __all__ = ["Problem", "Severity", "verify"]
 
 
 class Severity(StrEnum):
+    """How bad a ``Problem`` is: an ``ERROR`` needs a person; a ``WARNING`` is worth a look."""
+
     ERROR = "error"
     WARNING = "warning"
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
+    """One thing ``verify`` found: in a session (``session_id``), or in the store (``None``)."""
+
     severity: Severity
     session_id: str | None
     message: str
