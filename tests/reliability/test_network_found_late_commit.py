@@ -70,42 +70,34 @@ def _slow_commit_at(
 SCRIPT = [Reply(tool_uses=[ToolUse("create_ticket", {"title": "Outage"})]), Reply(text="ok")]
 
 
-def test_a_late_intent_commit_leaves_nothing_in_doubt(
+@pytest.mark.parametrize(
+    ("module", "point"),
+    [
+        pytest.param(toolledger.agent, "after_checkpoint_a", id="the intent"),
+        pytest.param(toolledger.runner, "before_record", id="the outcome with checkpoint B"),
+    ],
+)
+def test_a_late_commit_is_neither_in_doubt_nor_taken_for_another_worker(
+    module: Any,
+    point: str,
     proxy: FaultProxy,
     postgres_url: str,
     postgres_schema: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The commit after ``point`` crawls (every byte of its connection later than
+    ``op_timeout``): the intent's used to leave a call that never ran in doubt; the outcome's
+    used to stop the run with a ``SessionConflictError`` about a worker that did not exist."""
     tickets = tmp_path / "tickets"
     tickets.mkdir()
     url = with_params(proxy.url(postgres_url), schema=postgres_schema, op_timeout="1")
-    _slow_commit_at(proxy, monkeypatch, toolledger.agent, "after_checkpoint_a")
+    _slow_commit_at(proxy, monkeypatch, module, point)
     with ScriptedModel(SCRIPT) as model:
         store, agent = _agent(url, model, tickets)
         with store:
             run = agent.run(session="s", prompt="Checkout is down.")
             assert proxy.fired[Fault.SLOW_REQUEST] == 1
             assert store.in_doubt() == [], "a call that never ran is in doubt"
-            assert run.status is tl.RunStatus.COMPLETED, run.reason
-    assert len(list(tickets.iterdir())) == 1
-
-
-def test_a_late_checkpoint_commit_is_not_taken_for_another_worker(
-    proxy: FaultProxy,
-    postgres_url: str,
-    postgres_schema: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    tickets = tmp_path / "tickets"
-    tickets.mkdir()
-    url = with_params(proxy.url(postgres_url), schema=postgres_schema, op_timeout="1")
-    _slow_commit_at(proxy, monkeypatch, toolledger.runner, "before_record")
-    with ScriptedModel(SCRIPT) as model:
-        store, agent = _agent(url, model, tickets)
-        with store:
-            run = agent.run(session="s", prompt="Checkout is down.")  # raises today
-            assert proxy.fired[Fault.SLOW_REQUEST] == 1
             assert run.status is tl.RunStatus.COMPLETED, run.reason
     assert len(list(tickets.iterdir())) == 1
