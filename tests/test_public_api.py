@@ -57,6 +57,8 @@ EXPECTED = {
     "SchemaTool",
     "Severity",
     "verify",
+    "NotInDoubtError",
+    "NotPendingError",
 }
 
 

@@ -20,7 +20,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .errors import ToolLedgerError
+from .errors import (
+    ConfigurationError,
+    NotPendingError,
+    SessionConflictError,
+)
 from .liveness import Running
 from .ops import PutApproval
 from .records import ApprovalRecord, ApprovalStatus, Status
@@ -115,7 +119,7 @@ class ApprovalQueue:
 
     def __call__(self, request: ApprovalRequest) -> Decision:
         if request.ledger is None:
-            raise ToolLedgerError(
+            raise ConfigurationError(
                 "the approval queue needs the request's ledger; it works through "
                 "run_tool_uses and Agent",
                 session_id=request.session_id,
@@ -195,8 +199,9 @@ def pending(store: Store, session_id: str | None = None) -> list[ApprovalRecord]
 def decide(
     store: Store, session_id: str, tool_use_id: str, *, approved: bool, by: str
 ) -> ApprovalRecord:
-    """Approve or deny a pending request (one compare-and-set). Raises ``ToolLedgerError`` when
-    there is no pending request for that call."""
+    """Approve or deny a pending request (one compare-and-set). Raises ``NotPendingError`` when
+    there is no pending request for that call, ``SessionConflictError`` when it was decided by
+    someone else meanwhile."""
     current = _find(store, session_id, tool_use_id)
     if current is None or current.status is not ApprovalStatus.PENDING:
         if current is None:
@@ -211,7 +216,7 @@ def decide(
                 f"the request for {tool_use_id!r} was already {current.status.value} by "
                 f"{current.decided_by}"
             )
-        raise ToolLedgerError(
+        raise NotPendingError(
             f"{state} (in {store.url}); only a pending request can be decided — "
             "`toolledger approvals` lists them",
             session_id=session_id,
@@ -225,7 +230,7 @@ def decide(
     )
     (won,) = store.apply(session_id, [PutApproval(decided, ApprovalStatus.PENDING)])
     if not won:
-        raise ToolLedgerError(
+        raise SessionConflictError(
             f"the request for {tool_use_id!r} changed while it was being decided; look again",
             session_id=session_id,
             tool_use_id=tool_use_id,

@@ -8,8 +8,11 @@ ToolLedgerError                      base of everything below
 │                                    or one tool_use id twice in one message
 ├── InvalidSessionIdError (ValueError)
 ├── LedgerMismatchError (ValueError) a tool_use id already recorded with another tool or input
+├── NotInDoubtError (ValueError)     resolve: the call has no record, or has an outcome already
+├── NotPendingError (ValueError)     approve/deny: the request was decided or used already
 ├── EffectInProgressError            another attempt at the call may still be running
-├── SessionConflictError             the session moved on since this worker read it
+├── SessionConflictError             the session (or a call's record, an approval request)
+│   │                                moved on since this worker read it
 │   ├── SessionBusyError             another worker holds the session's lease
 │   └── LeaseLostError               this worker's lease was taken over: its writes are refused
 ├── ModelCallError                   the model API failed; the session stays resumable
@@ -45,6 +48,8 @@ __all__ = [
     "MCPToolError",
     "MalformedContentError",
     "ModelCallError",
+    "NotInDoubtError",
+    "NotPendingError",
     "OutcomeUnknown",
     "SchemaVersionError",
     "SessionBusyError",
@@ -111,6 +116,17 @@ class LedgerMismatchError(ToolLedgerError, ValueError):
         self.input_hash = input_hash
 
 
+class NotInDoubtError(ToolLedgerError, ValueError):
+    """``resolve`` of a call that is not in doubt: it has no record, or it has an outcome
+    already (its worker's, its check's, a person's). Nothing was changed; look at it again
+    (``toolledger effects SESSION``)."""
+
+
+class NotPendingError(ToolLedgerError, ValueError):
+    """A decision on an approval request that is not pending: there is none, or it was decided
+    or used already. Nothing was changed (``toolledger approvals`` lists the pending ones)."""
+
+
 class EffectInProgressError(ToolLedgerError):
     """Another attempt at this call may still be running (another thread, process, worker or
     host), so it can be neither run again nor settled now.
@@ -135,8 +151,9 @@ class EffectInProgressError(ToolLedgerError):
 
 
 class SessionConflictError(ToolLedgerError):
-    """A checkpoint found the session changed since this worker read it: another worker runs it
-    (or ran it meanwhile). Nothing of the checkpoint was written. Reload before going on."""
+    """A write found what it was based on changed since it was read: the session (another
+    worker runs it, or ran it meanwhile), a call's record or an approval request (someone
+    settled or decided it first). Nothing of the write landed. Reload before going on."""
 
 
 class SessionBusyError(SessionConflictError):

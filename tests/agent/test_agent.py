@@ -219,6 +219,22 @@ def test_queued_approval_stops_then_proceeds(store: tl.Store, world: World) -> N
     assert record is not None and record.approved_by == "ana"
     (used,) = store.backend.read_approvals("s")
     assert used.status is tl.ApprovalStatus.USED and used.decided_by == "ana"
+    with pytest.raises(tl.NotPendingError, match="has been used"):  # decided and used up
+        tl.approvals.decide(store, "s", request.tool_use_id, approved=False, by="bo")
+    with pytest.raises(tl.NotPendingError):  # no request at all
+        tl.approvals.decide(store, "s", "toolu_nothing", approved=True, by="bo")
+    with pytest.raises(tl.NotInDoubtError, match="is succeeded"):  # it has its outcome
+        store.ledger("s").resolve(request.tool_use_id, happened=False)
+    (still,) = store.backend.read_approvals("s")
+    assert still == used, "a refused decision changes nothing"
+
+
+def test_the_approval_queue_outside_a_ledger_is_a_configuration_error() -> None:
+    request = tl.ApprovalRequest(
+        session_id="s", tool_use_id="toolu_1", tool="wire", input={}, in_doubt=False, reason="r"
+    )
+    with pytest.raises(tl.ConfigurationError, match="needs the request's ledger"):
+        tl.approvals.queue(request)
 
 
 def test_queued_denial_is_told_to_the_model(store: tl.Store, world: World) -> None:

@@ -123,7 +123,7 @@ def machine_for(open_url: Callable[[], tuple[str, Callable[[], None]]]) -> type[
             current = self.effects.get((sid, tid))
             ledger = self.handles[h].ledger(sid)
             if current is None or current.status is not Status.STARTED:
-                with pytest.raises(tl.ToolLedgerError, match="only an in-doubt"):
+                with pytest.raises(tl.NotInDoubtError, match="only an in-doubt"):
                     ledger.resolve(tid, happened=happened, by="ana", force=True)
                 return
             # force: the contract under test is the compare-and-set, not whose attempt is alive

@@ -18,7 +18,8 @@ from ..codec import encode_result
 from ..errors import (
     EffectInProgressError,
     InvalidSessionIdError,
-    ToolLedgerError,
+    NotInDoubtError,
+    SessionConflictError,
 )
 from ..liveness import Over, Running, Runtime, Verdict, judge, this_process
 from ..ops import Op, UpdateEffect
@@ -394,7 +395,8 @@ class Ledger:
         ``happened=True`` records it ``succeeded`` with ``result`` (what the model will be told;
         default: a note saying a person confirmed it). ``happened=False`` records
         ``not_happened``: the next run executes it (through the approval gate if high-impact).
-        One compare-and-set: raises ``ToolLedgerError`` if the call is not in doubt any more.
+        One compare-and-set: raises ``NotInDoubtError`` if the call is not in doubt, and
+        ``SessionConflictError`` if it changed while being resolved.
 
         A call whose attempt may still be running is not in doubt: it raises
         ``EffectInProgressError`` (naming the holder and until when) unless ``force=True`` — for
@@ -405,7 +407,7 @@ class Ledger:
         record = self.get(tool_use_id)
         if record is None or not record.in_doubt:
             state = "has no record" if record is None else f"is {record.status.value}"
-            raise ToolLedgerError(
+            raise NotInDoubtError(
                 f"call {tool_use_id!r} {state}; only an in-doubt (started) call can be resolved",
                 session_id=self.session_id,
                 tool_use_id=tool_use_id,
@@ -442,7 +444,7 @@ class Ledger:
         )
         (applied,) = self.store.apply(self.session_id, [op])
         if not applied:
-            raise ToolLedgerError(
+            raise SessionConflictError(
                 f"call {tool_use_id!r} changed while it was being resolved; look again",
                 session_id=self.session_id,
                 tool_use_id=tool_use_id,

@@ -69,6 +69,9 @@ class Chaos:
         ]
         self.all: dict[str, WorkerInfo] = {}
         self.aimed: list[tuple[float, str]] = []  # (when, worker): kills aimed at second attempts
+        # The first three pauses are one of each kind (short, past the lease, past every
+        # timeout), in an order of the seed's: however short the run, each kind happens.
+        self._first_kinds = rng.sample([0.2, 0.6, 0.9], 3)
         self._log = os.open(
             shared.world.path / "chaos.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
         )
@@ -161,7 +164,7 @@ class Chaos:
         slot = self._pick(running)
         assert slot is not None and slot.worker is not None
         lease = self.shared.lease_ttl
-        kind = self.rng.random()
+        kind = self._first_kinds.pop() if self._first_kinds else self.rng.random()
         if kind < 0.45:
             duration = self.rng.uniform(0.02, 0.8 * lease)
         elif kind < 0.75:
