@@ -105,7 +105,7 @@ def _name_of(approver: object) -> str:
 def terminal(request: ApprovalRequest) -> Decision:
     """Ask on this terminal: shows the tool, its input, and whether the call is in doubt. With no
     terminal to answer on (stdin closed) the call is declined, and says so."""
-    from .cli.prompts import ask_approval
+    from .cli.prompts import ask_approval  # rich is loaded only when a person is asked
 
     approved = ask_approval(request)
     if approved is None:  # no terminal: nobody said yes

@@ -26,15 +26,31 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .errors import SessionConflictError, StoreError
 from .ops import Op, UpdateEffect
 from .records import Status, same_write
 from .stores.base import Store
 
-if TYPE_CHECKING:
-    from .drivers import IOContext
+
+class _Lease(Protocol):
+    @property
+    def ttl(self) -> float: ...
+
+
+class IOContext(Protocol):
+    """What a heartbeat needs of a run (``toolledger.drivers.IOContext`` has it)."""
+
+    store: Store
+    session_id: str
+    busy_since: float | None
+
+    @property
+    def fence(self) -> _Lease | None: ...
+
+    def fenced(self, ops: list[Op], fenced: bool = True) -> list[Op]: ...
+
 
 __all__ = ["heartbeats", "keeper"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.markup import escape
@@ -11,11 +11,25 @@ from rich.panel import Panel
 from rich.prompt import Confirm
 from rich.syntax import Syntax
 
-if TYPE_CHECKING:
-    from ..approvals import ApprovalRequest
+
+class Asked(Protocol):
+    """What the prompt shows of a request (``toolledger.approvals.ApprovalRequest`` has it)."""
+
+    @property
+    def tool(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def tool_use_id(self) -> str: ...
+    @property
+    def input(self) -> dict[str, Any]: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def in_doubt(self) -> bool: ...
 
 
-def ask_approval(request: ApprovalRequest, console: Console | None = None) -> bool | None:
+def ask_approval(request: Asked, console: Console | None = None) -> bool | None:
     """Show the call and ask y/N. An in-doubt call is flagged in red: it may already have run.
     ``None``: there is no terminal to ask on (stdin closed)."""
     console = console or Console(stderr=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from rich.table import Table
@@ -28,6 +27,7 @@ from ..records import (
     Status,
 )
 from ..stores import DEFAULT_STORE_URL
+from .format import STATUS_STYLE, owner, when
 from .masking import is_secret_key, masked, masked_text
 from .timeline import Event, timeline
 
@@ -58,21 +58,6 @@ __all__ = [
     "when",
 ]
 
-STATUS_STYLE = {
-    "succeeded": "green",
-    "completed": "green",
-    "approved": "green",
-    "started": "bold red",
-    "needs_attention": "bold red",
-    "failed": "red",
-    "denied": "yellow",
-    "awaiting_approval": "yellow",
-    "pending": "yellow",
-    "running": "cyan",
-    "not_happened": "magenta",
-    "max_turns": "yellow",
-    "used": "dim",
-}
 
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 _CONTROL.pop(ord("\n"))
@@ -83,12 +68,6 @@ def safe(text: object, style: str = "") -> Text:
     """Data as rich will print it literally: no markup is read in it, and control characters
     (an escape sequence in a tool result) are shown as ``\\x1b``, never sent to the terminal."""
     return Text(str(text).translate(_CONTROL), style=style)
-
-
-def when(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def styled(status: str) -> Text:
@@ -342,16 +321,6 @@ def in_progress_table(records: Sequence[tuple[EffectRecord, Verdict]]) -> Table:
             when(until) if until is not None else "while its process lives",
         )
     return table
-
-
-def owner(r: EffectRecord) -> str:
-    """Who ran an attempt, for people: the worker, and its process when known."""
-    who = r.worker or "?"
-    if r.holder is not None:
-        who += f" (pid {r.holder.pid})"
-    if r.lease_token is not None:
-        who += f", lease #{r.lease_token}"
-    return who
 
 
 def approvals_table(records: list[ApprovalRecord], *, reveal: bool = False) -> Table:

@@ -19,6 +19,7 @@ from ..errors import ToolLedgerError
 from ..liveness import Running
 from ..records import Status, StoredMessage, ToolCall
 from ..stores.base import Store
+from .format import STATUS_STYLE, owner, when
 from .masking import masked, masked_text
 
 __all__ = ["Event", "timeline"]
@@ -43,8 +44,6 @@ class _Read:
 
 def timeline(store: Store, session_id: str, *, reveal: bool = False) -> list[Event]:
     """Turns, tool calls, ledger records and approvals of a session, in time order."""
-    from .render import STATUS_STYLE, owner, when
-
     events: list[Event] = []
     messages: list[StoredMessage] = store.messages(session_id)
     kind = _openai.transcript_kind(messages)
