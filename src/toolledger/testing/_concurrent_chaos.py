@@ -24,7 +24,7 @@ from ._concurrent_worker import Shared, WorkerSpec, start_worker
 from ._concurrent_world import UNSAFE_TOOLS, LogTail
 
 if TYPE_CHECKING:
-    from ._concurrent import ConcurrentReport
+    from ._concurrent_report import ConcurrentReport
 
 __all__ = ["Chaos"]
 

@@ -27,7 +27,7 @@ from ._concurrent_world import KINDS, Call, ScriptServer, SharedWorld, prompt_of
 if TYPE_CHECKING:
     import random
 
-    from ._concurrent import ConcurrentReport
+    from ._concurrent_report import ConcurrentReport
 
 __all__ = ["Operator", "Pool"]
 

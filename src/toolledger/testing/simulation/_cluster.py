@@ -9,9 +9,10 @@ alive?" only for its own table, as the real one does.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ...errors import StoreUnavailableError
 from ...liveness import InFlight, Runtime
@@ -20,10 +21,26 @@ from ...records import ApprovalRecord, EffectRecord, Holder, Lease, SessionState
 from ...stores.base import Store
 from ...stores.memory import MemoryBackend
 
-if TYPE_CHECKING:
-    from ._engine import Simulation
-
 __all__ = ["ActorBackend", "SimProcess", "SimRuntime", "Table"]
+
+
+class Simulation(Protocol):
+    """What a simulated process needs of the simulation running it (``_engine.Simulation``)."""
+
+    t: float
+    backend: MemoryBackend
+    processes: list[SimProcess]
+    stats: Counter[str]
+
+    def observe_commit(
+        self,
+        process: SimProcess,
+        session_id: str,
+        ops: Sequence[Op],
+        apply: Callable[[str, Sequence[Op]], list[bool]],
+    ) -> list[bool]: ...
+
+    def let_go(self, process: SimProcess, session_id: str, tool_use_id: str) -> None: ...
 
 
 @dataclass
