@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ..codec import MAX_NESTING, input_hash, nesting, shallow, valid_unicode
 from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
-from . import ModelTurn, ResultShape, check_call_id
+from ._shapes import ModelTurn, ResultShape, check_call_id
 
 if TYPE_CHECKING:
     from ..tools import ToolSet

@@ -1,0 +1,101 @@
+"""What every model API adapter shares: the shapes the runner and the agent loop talk in, and
+the check every call id passes. (The adapters import this, never their half-loaded package.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import MalformedContentError
+from ..records import StoredMessage, ToolCall
+
+if TYPE_CHECKING:
+    from ..tools import ToolSet
+
+__all__ = ["MAX_ID_CHARS", "ModelTurn", "Provider", "ResultShape", "check_call_id"]
+
+
+class ResultShape(Protocol):
+    """Writes one call's result in the shape its API expects back."""
+
+    def __call__(self, tool_use_id: str, content: str, *, is_error: bool) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTurn:
+    """One model response, reduced to what the agent stores and decides on."""
+
+    content: Any  # what is stored as the assistant message (the API's own shape)
+    stop_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    calls: list[ToolCall]
+
+
+class Provider(Protocol):
+    """What the agent loop needs from a model API."""
+
+    name: str
+    is_async: bool
+
+    def create(self, kwargs: dict[str, Any]) -> Any: ...
+
+    async def acreate(self, kwargs: dict[str, Any]) -> Any: ...
+
+    def is_api_error(self, exc: BaseException) -> bool: ...
+
+    def request(
+        self,
+        *,
+        model: str,
+        max_tokens: int,
+        system: str | None,
+        tools: ToolSet,
+        messages: list[StoredMessage],
+    ) -> dict[str, Any]: ...
+
+    def read_response(self, response: Any) -> ModelTurn: ...
+
+    def tool_calls(self, message: StoredMessage) -> list[ToolCall]:
+        """The calls a stored assistant message asks for (none for other messages)."""
+        ...
+
+    def results_messages(self, results: list[tuple[str, str, bool]]) -> list[tuple[str, Any]]:
+        """The ``(role, content)`` messages carrying ``(tool_use_id, content, is_error)``
+        results, in call order."""
+        ...
+
+    def prompt_message(self, prompt: str) -> tuple[str, Any]: ...
+
+    def prompt_text(self, message: StoredMessage) -> str | None:
+        """The prompt a stored message holds, or ``None`` (a result message, a model turn)."""
+        ...
+
+    def final_text(self, message: StoredMessage) -> str: ...
+
+    def transcript(self, messages: list[StoredMessage]) -> list[dict[str, Any]]:
+        """The stored transcript in the API's own message shape (``Run.messages``)."""
+        ...
+
+    def transcript_errors(self, messages: list[StoredMessage]) -> list[str]:
+        """Violations of the API's call/result pairing rule (a pending last turn allowed)."""
+        ...
+
+
+MAX_ID_CHARS = 1024
+
+
+def check_call_id(call_id: str, where: str) -> str:
+    """A call id the ledger can key on: text without control characters or lone surrogates (no
+    store could hold those, and no API sends them), at most ``MAX_ID_CHARS`` long."""
+    bad = len(call_id) > MAX_ID_CHARS or any(
+        ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in call_id
+    )
+    if bad:
+        shown = call_id[:60].encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise MalformedContentError(
+            f"{where} has an id that cannot be a ledger key ({shown!r}…): "
+            f"ids are at most {MAX_ID_CHARS} characters of text, without control characters "
+            "or lone surrogates. Nothing was run.",
+        )
+    return call_id
