@@ -52,7 +52,7 @@ from ..records import (
     history_from_json,
     history_json,
 )
-from .memory import SessionData, apply_ops
+from ._document import SessionData, apply_ops
 
 __all__ = ["JSONBackend"]
 
@@ -440,13 +440,8 @@ class JSONBackend:
             with self._locked():
                 effects = self._load(session_id)
                 log = self._load_log(session_id)
-                draft = SessionData(
-                    effects=dict(effects),
-                    state=log.state,
-                    messages=list(log.messages),
-                    approvals=dict(log.approvals),
-                    lease=log.lease,
-                )
+                stored = SessionData(effects, log.state, log.messages, log.approvals, log.lease)
+                draft = stored.draft()
                 out = apply_ops(session_id, draft, ops)  # raises on a failed guard: nothing written
                 if any(ok for op, ok in zip(ops, out, strict=True) if _is_effect(op)):
                     self._write(session_id, draft.effects)

@@ -11,25 +11,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 
-from ..ops import (
-    AppendMessages,
-    HoldLease,
-    InsertEffect,
-    Op,
-    PutApproval,
-    PutSession,
-    TakeLease,
-    UpdateEffect,
-    approval_applies,
-    busy,
-    conflict,
-    effect_applies,
-    lost,
-    moved,
-)
+from ..ops import Op
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, Status, StoredMessage
+from ._document import SessionData, apply_ops
 
 __all__ = ["MemoryBackend"]
 
@@ -37,74 +22,6 @@ logger = logging.getLogger("toolledger")
 
 _named: dict[str, MemoryBackend] = {}
 _named_lock = threading.Lock()
-
-
-@dataclass
-class SessionData:
-    effects: dict[str, EffectRecord] = field(default_factory=dict)
-    state: SessionState | None = None
-    messages: list[StoredMessage] = field(default_factory=list)
-    approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
-    lease: Lease | None = None
-
-
-def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[bool]:
-    """Apply ``ops`` to ``data`` in place, all or nothing for guards. Shared by file backends
-    that hold a session in memory while they rewrite it."""
-    out: list[bool] = []
-    for op in ops:
-        if isinstance(op, (InsertEffect, UpdateEffect)):
-            applied = effect_applies(op, data.effects.get(op.record.tool_use_id))
-            if applied:
-                data.effects[op.record.tool_use_id] = op.record
-            elif isinstance(op, UpdateEffect) and op.guard:
-                raise moved(session_id, op.record.tool_use_id)
-        elif isinstance(op, PutSession):
-            current = data.state
-            if op.expect_version is None and current is not None:
-                raise conflict(session_id, "it already exists")
-            if op.expect_version is not None and (
-                current is None or current.version != op.expect_version
-            ):
-                found = "missing" if current is None else f"version {current.version}"
-                raise conflict(session_id, f"expected version {op.expect_version}, {found}")
-            data.state = op.state
-            applied = True
-        elif isinstance(op, AppendMessages):
-            for message in op.messages:
-                if message.seq != len(data.messages):
-                    raise conflict(
-                        session_id, f"message {message.seq} is not next ({len(data.messages)})"
-                    )
-                data.messages.append(message)
-            applied = True
-        elif isinstance(op, PutApproval):
-            applied = approval_applies(op, data.approvals.get(op.record.tool_use_id))
-            if applied:
-                data.approvals[op.record.tool_use_id] = op.record
-        elif isinstance(op, TakeLease):
-            current_token = data.lease.token if data.lease is not None else 0
-            renewed = (
-                op.expect_expires_at is not None
-                and data.lease is not None
-                and data.lease.expires_at != op.expect_expires_at
-            )
-            if current_token != op.expect_token or renewed:
-                raise busy(session_id, data.lease)
-            data.lease = op.lease
-            applied = True
-        elif isinstance(op, HoldLease):
-            lease = data.lease
-            if lease is None or lease.token != op.token or lease.expires_at <= 0:
-                raise lost(session_id, op.token)
-            data.lease = replace(lease, expires_at=op.expires_at)
-            applied = True
-        else:
-            applied = data.lease is not None and data.lease.token == op.token
-            if applied and data.lease is not None:
-                data.lease = replace(data.lease, expires_at=0.0)
-        out.append(applied)
-    return out
 
 
 class MemoryBackend:
@@ -139,13 +56,7 @@ class MemoryBackend:
         with self._lock:
             current = self._sessions.get(session_id, SessionData())
             # Work on a copy and swap it in: a failed guard leaves nothing half-applied.
-            draft = SessionData(
-                effects=dict(current.effects),
-                state=current.state,
-                messages=list(current.messages),
-                approvals=dict(current.approvals),
-                lease=current.lease,
-            )
+            draft = current.draft()
             out = apply_ops(session_id, draft, ops)
             self._sessions[session_id] = draft
             return out
