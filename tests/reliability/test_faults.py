@@ -18,8 +18,7 @@ the tool trips it after its effect happened — the outcome cannot be recorded, 
 alert (``on_alert`` and the ``toolledger`` logger) and a ``StoreError``; the process keeps the
 outcome (the call stays in progress here, never in doubt, never run again) and writes it once the
 store takes writes again, so the next run goes on from the ledger. Nothing is silent, nothing is
-done twice. (One gap: a SQLite database file deleted under a running process is not noticed —
-SQLite writes on into the unlinked file. See "Known gaps" in the README.)
+done twice. (A SQLite database file deleted under a running process: ``test_deleted_database.py``.)
 """
 
 from __future__ import annotations
