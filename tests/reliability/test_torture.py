@@ -17,6 +17,7 @@ import pytest
 
 from toolledger import decide
 from toolledger.records import Status
+from toolledger.testing._torture import _Backend
 from toolledger.testing.torture import TortureReport, main, run_torture
 from toolledger.tools import Tool
 
@@ -91,3 +92,13 @@ def test_the_command_line_prints_the_figures(capsys: pytest.CaptureFixture[str])
     assert figures.get("violations", "").strip() == "0", out
     for figure in ("kills survived", "sessions", "effects checked", "in-doubt resolutions", "time"):
         assert figure in out
+
+
+def test_two_runs_on_one_database_never_share_a_session_store(tmp_path: Path) -> None:
+    """Found when a run killed before it dropped its schemas left ``tl_torture_s000088``
+    behind: the next run's session s000088 opened it, found another run's records and reported
+    them as violations. Each run's PostgreSQL schemas are its own."""
+    url = "postgresql://postgres@127.0.0.1:5432/test"
+    first, second = _Backend("postgres", tmp_path, url), _Backend("postgres", tmp_path, url)
+    assert first.url("s000088") != second.url("s000088")
+    assert first.url("s000088") == first.url("s000088")

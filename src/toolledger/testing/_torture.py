@@ -200,6 +200,9 @@ class _Backend:
         self.kind = kind
         self.root = root
         self.postgres_url = postgres_url or os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL)
+        # This run's own schemas: another run on the same database at the same time, or one
+        # killed before it could drop its schemas, must never share a session's store.
+        self.run = uuid.uuid4().hex[:10]
 
     def url(self, session: str) -> str:
         if self.kind == "sqlite":
@@ -210,7 +213,7 @@ class _Backend:
         return f"{self.postgres_url}{sep}schema={self._schema(session)}"
 
     def _schema(self, session: str) -> str:
-        return f"tl_torture_{session.replace('-', '_')}"
+        return f"tl_torture_{self.run}_{session.replace('-', '_')}"
 
     def remove(self, session: str) -> None:
         shutil.rmtree(self.root / session, ignore_errors=True)
