@@ -341,21 +341,15 @@ def _late(item: Buffered, env: Env, *, finding: bool = False) -> Generator[Reque
             # worker knows is all there is. Write it back, so no resume runs it again.
             answer = yield from commit([InsertEffect(ours)], fenced=False)
             if answer == [True] and item.outcome is not None:
-                alert = LedgerWriteError(
+                yield from _record_changed(
+                    item,
+                    env,
                     f"{ours.tool!r} ({tid}) in session {env.session_id!r} took effect, but its "
                     "record was changed by someone else first: it was gone from the ledger "
                     "(deleted, or the store replaced), and has been written again from this "
                     "worker's outcome. Whatever else the ledger held may be lost: a person "
                     "must check the store.",
-                    session_id=env.session_id,
-                    tool_use_id=tid,
-                    tool=ours.tool,
-                    result=item.outcome.content,
-                    cause=None,
-                    url=env.url,
                 )
-                item.outcome.alert = alert
-                yield Alert(alert)
                 return
             if answer == [True]:
                 return
@@ -446,20 +440,30 @@ def _late(item: Buffered, env: Env, *, finding: bool = False) -> Generator[Reque
                 )
             return
     if ours.status is Status.SUCCEEDED and item.outcome is not None:
-        alert = LedgerWriteError(
+        yield from _record_changed(
+            item,
+            env,
             f"{ours.tool!r} ({tid}) in session {env.session_id!r} took effect (attempt "
             f"{ours.attempt}) but its record was changed by someone else first: {why}. The "
             "model got the real result; a resume could run it again. A person must check the "
             "world and resolve it.",
-            session_id=env.session_id,
-            tool_use_id=tid,
-            tool=ours.tool,
-            result=item.outcome.content,
-            cause=None,
-            url=env.url,
         )
-        item.outcome.alert = alert
-        yield Alert(alert)
+
+
+def _record_changed(item: Buffered, env: Env, message: str) -> Generator[Request, Any, None]:
+    """Alert that ``item``'s effect happened but its record was changed by someone else."""
+    assert item.outcome is not None and isinstance(item.op, UpdateEffect)
+    alert = LedgerWriteError(
+        message,
+        session_id=env.session_id,
+        tool_use_id=item.op.record.tool_use_id,
+        tool=item.op.record.tool,
+        result=item.outcome.content,
+        cause=None,
+        url=env.url,
+    )
+    item.outcome.alert = alert
+    yield Alert(alert)
 
 
 def _past(current: EffectRecord, ours: EffectRecord, late: str) -> tuple[PastAttempt, ...]:
