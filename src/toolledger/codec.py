@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = [
     "encode_result",
     "idempotency_key",
     "input_hash",
+    "json_text",
     "nesting",
     "shallow",
     "valid_unicode",
@@ -127,6 +129,32 @@ def idempotency_key(session_id: str, tool_use_id: str) -> str:
     return "tl-" + digest.hexdigest()[:40]
 
 
+def json_text(
+    value: Any,
+    *,
+    separators: tuple[str, str] | None = None,
+    allow_nan: bool = False,
+    default: Callable[[Any], Any] | None = None,
+) -> str:
+    """The JSON text of ``value`` that UTF-8 can hold: other scripts as themselves, everything
+    ASCII-escaped only when a lone surrogate is in it. One text per value and per set of options,
+    so what is stored, re-encoded after a read, or sent to the model matches byte for byte.
+
+    ``separators``, ``allow_nan`` and ``default`` are ``json.dumps``'s; raises what it raises.
+    """
+    text = json.dumps(
+        value, ensure_ascii=False, separators=separators, allow_nan=allow_nan, default=default
+    )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates cannot be stored as UTF-8; the escaped form is still the same value.
+        text = json.dumps(
+            value, ensure_ascii=True, separators=separators, allow_nan=allow_nan, default=default
+        )
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class EncodedResult:
     """A tool's return value, ready for the ledger and for the model.
@@ -149,16 +177,6 @@ def _to_jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return value
-
-
-def _dumps(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=_to_jsonable)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # Lone surrogates cannot be stored as UTF-8; the escaped form is still the same value.
-        text = json.dumps(value, ensure_ascii=True, allow_nan=False, default=_to_jsonable)
-    return text
 
 
 def content_of(stored: str) -> str:
@@ -184,7 +202,7 @@ def _note(reason: str, preview: str, size: int | None, sha: str | None) -> str:
         note["size_bytes"] = size
     if sha is not None:
         note["sha256"] = sha
-    return _dumps(note)
+    return json_text(note)
 
 
 def encode_result(
@@ -199,7 +217,7 @@ def encode_result(
     any replay agree.
     """
     try:
-        stored = _dumps(value)
+        stored = json_text(value, default=_to_jsonable)
     except Exception as exc:  # whatever serialising raises (a property, a model's validator)
         reason = f"the result of {tool!r} is not JSON-serialisable ({describe(exc)})"
         logger.warning("%s; recording its repr instead", reason)

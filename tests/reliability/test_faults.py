@@ -43,7 +43,7 @@ import pytest
 
 import toolledger as tl
 from toolledger.records import Status
-from toolledger.stores import jsonfile
+from toolledger.stores.jsonfile import _files
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.verify import verify
 
@@ -99,10 +99,10 @@ class JSONOSError(Fault):
 
         failing = types.SimpleNamespace(**{k: getattr(os, k) for k in dir(os) if k[0] != "_"})
         setattr(failing, self.call, broken)
-        self.monkeypatch.setattr(jsonfile, "os", failing)
+        self.monkeypatch.setattr(_files, "os", failing)
 
     def disarm(self) -> None:
-        self.monkeypatch.setattr(jsonfile, "os", os)
+        self.monkeypatch.setattr(_files, "os", os)
 
 
 class Locked(Fault):

@@ -126,9 +126,9 @@ def test_a_stuck_writer_is_reported_not_waited_on(
 ) -> None:
     import fcntl
 
-    from toolledger.stores import jsonfile
+    from toolledger.stores.jsonfile import _files
 
-    monkeypatch.setattr(jsonfile, "LOCK_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(_files, "LOCK_TIMEOUT_S", 0.2)
     url, _ = written_ledger(tmp_path, n=1)
     holder = os.open(tmp_path / "ledger" / ".toolledger.lock", os.O_RDWR)
     fcntl.flock(holder, fcntl.LOCK_EX)  # another process's open file description

@@ -1,0 +1,231 @@
+"""``JSONBackend``: a session's ledger and log read (and cached) from its files, a batch of
+operations evaluated by ``_document.apply_ops`` on a draft, and what changed written back under
+the directory's lock — the ledger first, then the log line."""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...errors import CorruptLedgerError, StoreError, StoreUnavailableError
+from ...ops import InsertEffect, Op, UpdateEffect
+from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, Status, StoredMessage
+from .._document import SessionData, apply_ops
+from ._codec import (
+    LEDGER_DAMAGE,
+    LOG_DAMAGE,
+    Log,
+    log_entry,
+    log_line,
+    read_ledger,
+    read_log_line,
+    record_line,
+)
+from ._files import LOG_SUFFIX, SUFFIX, Directory
+
+__all__ = ["JSONBackend"]
+
+_RESTORE_HINT = (
+    "It is not read as empty: that would re-run every effect it records. Restore the file from "
+    "a backup; or, knowing that every call it records may then run again, move it aside."
+)
+
+
+class JSONBackend:
+    durable = True
+
+    def __init__(self, directory: str, *, url: str, create: bool = True) -> None:
+        self.url = url
+        self._files = Directory(directory, url=url, create=create)
+        self.dir = self._files.path
+        # Parsed ledgers by path, valid while (inode, mtime, size) is unchanged, with the
+        # session they were parsed for (a file is only ever read as that session's).
+        self._cache: dict[Path, tuple[tuple[int, int, int], str, dict[str, EffectRecord]]] = {}
+        self._logs: dict[Path, Log] = {}
+        # Encoded lines of the last write, by path: (record, its line).
+        self._lines: dict[Path, dict[str, tuple[EffectRecord, bytes]]] = {}
+
+    def path_of(self, session_id: str) -> Path:
+        return self._files.named(session_id, SUFFIX)
+
+    def log_path_of(self, session_id: str) -> Path:
+        return self._files.named(session_id, LOG_SUFFIX)
+
+    # -- reading the ledger ----------------------------------------------------------------------
+
+    def _load(self, session_id: str) -> dict[str, EffectRecord]:
+        path = self.path_of(session_id)
+        try:
+            with open(path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                key = (st.st_ino, st.st_mtime_ns, st.st_size)
+                cached = self._cache.get(path)
+                if cached is not None and cached[0] == key and cached[1] == session_id:
+                    return cached[2]
+                data = fh.read()
+        except FileNotFoundError:
+            return {}  # a missing ledger is an empty one (DESIGN.md rule 5)
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot read {path}: {exc}", url=self.url) from exc
+        try:
+            records = read_ledger(data, session_id)
+        except LEDGER_DAMAGE as exc:
+            raise self._corrupt(path, len(data), session_id, exc) from exc
+        self._cache[path] = (key, session_id, records)
+        return records
+
+    def _corrupt(
+        self, path: Path, size: int, session_id: str, exc: BaseException
+    ) -> CorruptLedgerError:
+        return CorruptLedgerError(
+            f"ledger file {path} ({size} bytes) is corrupt or truncated: {exc}. " + _RESTORE_HINT,
+            url=self.url,
+            path=str(path),
+            session_id=session_id,
+        )
+
+    def read_effects(
+        self, session_id: str, tool_use_ids: Sequence[str] | None = None
+    ) -> dict[str, EffectRecord]:
+        records = self._load(session_id)
+        if tool_use_ids is None:
+            return dict(records)
+        return {i: records[i] for i in tool_use_ids if i in records}
+
+    # -- reading the session log -----------------------------------------------------------------
+
+    def _load_log(self, session_id: str) -> Log:
+        """The session log, parsed incrementally: an append-only file is only read past the
+        point already parsed."""
+        path = self.log_path_of(session_id)
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - closed below, after an fstat on it
+        except FileNotFoundError:
+            return Log(ino=0, offset=0, torn_tail=False)
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot read {path}: {exc}", url=self.url) from exc
+        with fh:
+            st = os.fstat(fh.fileno())
+            log = self._logs.get(path)
+            if log is None or log.ino != st.st_ino or st.st_size < log.offset:
+                log = Log(ino=st.st_ino, offset=0, torn_tail=False)
+            if st.st_size == log.offset and not log.torn_tail:
+                return log
+            fh.seek(log.offset)
+            data = fh.read()
+        lines = data.split(b"\n")
+        tail = lines.pop()  # after the last newline: empty, or a commit that never finished
+        log = copy.copy(log)
+        log.messages = list(log.messages)
+        log.approvals = dict(log.approvals)
+        for number, line in enumerate(lines):
+            try:
+                read_log_line(log, line, session_id)
+            except LOG_DAMAGE as exc:
+                raise CorruptLedgerError(
+                    f"session log {path} is corrupt at line {number + 1} past byte "
+                    f"{log.offset}: {exc}. " + _RESTORE_HINT,
+                    url=self.url,
+                    path=str(path),
+                    session_id=session_id,
+                ) from exc
+            log.offset += len(line) + 1
+        log.torn_tail = bool(tail)
+        self._logs[path] = log
+        return log
+
+    def read_session(self, session_id: str) -> SessionState | None:
+        return self._load_log(session_id).state
+
+    def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
+        return copy.deepcopy(self._load_log(session_id).messages[since:])
+
+    def read_lease(self, session_id: str) -> Lease | None:
+        return self._load_log(session_id).lease
+
+    def now(self) -> float:
+        """This machine's clock: every process that opens the directory shares it."""
+        return time.time()
+
+    def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        ids = [session_id] if session_id is not None else self.session_ids()
+        return [a for sid in ids for a in self._load_log(sid).approvals.values()]
+
+    def list_sessions(self) -> list[SessionState]:
+        states = (self._load_log(sid).state for sid in self.session_ids())
+        return [s for s in states if s is not None]
+
+    def session_ids(self) -> list[str]:
+        return self._files.session_ids()
+
+    def in_doubt(self) -> list[EffectRecord]:
+        return [
+            r
+            for sid in self.session_ids()
+            for r in self._load(sid).values()
+            if r.status is Status.STARTED
+        ]
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        if not ops:
+            return []
+        try:
+            with self._files.locked():
+                effects = self._load(session_id)
+                log = self._load_log(session_id)
+                stored = SessionData(effects, log.state, log.messages, log.approvals, log.lease)
+                draft = stored.draft()
+                out = apply_ops(session_id, draft, ops)  # raises on a failed guard: nothing written
+                if any(ok for op, ok in zip(ops, out, strict=True) if _is_effect(op)):
+                    self._write(session_id, draft.effects)
+                entry = log_entry(
+                    session_id,
+                    ops,
+                    out,
+                    draft,
+                    state_changed=draft.state is not log.state,
+                    lease_changed=draft.lease is not log.lease,
+                )
+                if entry is not None:
+                    path = self.log_path_of(session_id)
+                    line = log_line(entry)
+                    self._files.append(path, line, offset=log.offset, torn_tail=log.torn_tail)
+                    self._load_log(session_id)  # advance the parsed view past our own line
+        except OSError as exc:
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreUnavailableError(
+                f"cannot write the ledger of {session_id!r} in {self.dir}: {exc}", url=self.url
+            ) from exc
+        return out
+
+    def _write(self, session_id: str, records: dict[str, EffectRecord]) -> None:
+        path = self.path_of(session_id)
+        # One record per line, each encoded once: a record that did not change since the last
+        # write is the same object, and its line is reused. The whole file is still rewritten
+        # (the brief's design), but not re-encoded.
+        old = self._lines.get(path, {})
+        lines = {
+            tid: cached[1]
+            if (cached := old.get(tid)) is not None and cached[0] is r
+            else record_line(tid, r)
+            for tid, r in records.items()
+        }
+        data = b"{\n" + b",\n".join(line for line in lines.values()) + b"\n}\n"
+        st = self._files.replace(path, data)
+        self._cache[path] = ((st.st_ino, st.st_mtime_ns, st.st_size), session_id, records)
+        self._lines[path] = {tid: (records[tid], line) for tid, line in lines.items()}
+
+    def close(self) -> None:
+        self._cache.clear()
+        self._logs.clear()
+        self._lines.clear()
+
+
+def _is_effect(op: Op) -> bool:
+    return isinstance(op, (InsertEffect, UpdateEffect))

@@ -1,0 +1,304 @@
+"""What a ``json:///`` store writes, and how it is read back: ledger records (one line each in
+``<session>.effects.json``) and session log entries (one line each in ``<session>.session.jsonl``:
+state, appended messages, approvals, lease). Every record and entry carries a digest of its
+fields; one that does not check out is ``Damaged``. The format is fixed: files written by
+earlier releases must read, and a record without a newer field reads as it was written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ...codec import canonical_json, json_text
+from ...ops import AppendMessages, Op, PutApproval
+from ...records import (
+    ApprovalRecord,
+    ApprovalStatus,
+    EffectRecord,
+    Holder,
+    Lease,
+    RunStatus,
+    SessionState,
+    Status,
+    StoredMessage,
+    history_from_json,
+    history_json,
+)
+from .._document import SessionData
+
+__all__ = [
+    "LEDGER_DAMAGE",
+    "LOG_DAMAGE",
+    "Damaged",
+    "Log",
+    "log_entry",
+    "log_line",
+    "read_ledger",
+    "read_log_line",
+    "record_line",
+]
+
+
+class Damaged(Exception):
+    pass
+
+
+# What reading a damaged ledger file, or a damaged log line, raises.
+LEDGER_DAMAGE = (UnicodeDecodeError, json.JSONDecodeError, Damaged, RecursionError)
+LOG_DAMAGE = (*LEDGER_DAMAGE, KeyError, ValueError, TypeError)
+
+
+def _digest(fields: dict[str, Any]) -> str:
+    body = {k: v for k, v in fields.items() if k != "digest"}
+    return hashlib.sha256(canonical_json(body).encode("ascii")).hexdigest()[:32]
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise Damaged(f"key {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def _strict_loads(data: bytes) -> Any:
+    return json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates)
+
+
+# -- ledger records ------------------------------------------------------------------------------
+
+
+def _record_json(record: EffectRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": record.tool,
+        "result": None if record.result is None else json.loads(record.result),
+        "at": _iso(record.updated_at),
+        "status": record.status.value,
+        "session_id": record.session_id,
+        "input_hash": record.input_hash,
+        "attempt": record.attempt,
+        "error": record.error,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "approved_by": record.approved_by,
+        "worker": record.worker,
+    }
+    # Written only when set, so a record without them reads exactly as toolledger 0.1 wrote it.
+    if record.holder is not None:
+        out["holder"] = record.holder.text()
+    if record.lease_token is not None:
+        out["lease_token"] = record.lease_token
+    if record.deadline is not None:
+        out["deadline"] = record.deadline
+    if record.history:
+        out["history"] = history_json(record.history)
+    out["digest"] = _digest({**out, "tool_use_id": record.tool_use_id})
+    return out
+
+
+def record_line(tool_use_id: str, record: EffectRecord) -> bytes:
+    """``"tool_use_id": {record}`` on one line, UTF-8 (ASCII-escaped only if it must be)."""
+    # The one-entry object's text without its braces: key and record are escaped together.
+    return json_text({tool_use_id: _record_json(record)})[1:-1].encode("utf-8")
+
+
+def _record_from_json(tool_use_id: str, raw: Any) -> EffectRecord:
+    if not isinstance(raw, dict):
+        raise Damaged(f"record {tool_use_id!r} is not an object")
+    if raw.get("digest") != _digest({**raw, "tool_use_id": tool_use_id}):
+        raise Damaged(f"record {tool_use_id!r} does not match its digest")
+    try:
+        result = raw["result"]
+        return EffectRecord(
+            session_id=raw["session_id"],
+            tool_use_id=tool_use_id,
+            tool=raw["name"],
+            input_hash=raw["input_hash"],
+            status=Status(raw["status"]),
+            attempt=int(raw["attempt"]),
+            # The same encoding codec.encode_result used, so the text (and the model's content)
+            # matches.
+            result=None if result is None else json_text(result),
+            error=raw["error"],
+            created_at=float(raw["created_at"]),
+            updated_at=float(raw["updated_at"]),
+            approved_by=raw["approved_by"],
+            worker=raw["worker"],
+            holder=Holder.parse(raw.get("holder")),
+            lease_token=None if raw.get("lease_token") is None else int(raw["lease_token"]),
+            deadline=None if raw.get("deadline") is None else float(raw["deadline"]),
+            history=history_from_json(raw.get("history")),
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise Damaged(f"record {tool_use_id!r} is incomplete ({exc!r})") from exc
+
+
+def read_ledger(data: bytes, session_id: str) -> dict[str, EffectRecord]:
+    """The records of a ledger file's bytes; raises one of ``LEDGER_DAMAGE`` if any does not
+    check out, or if it holds another session's records."""
+    raw = _strict_loads(data)
+    if not isinstance(raw, dict):
+        raise Damaged("the top level is not an object")
+    records = {tid: _record_from_json(tid, value) for tid, value in raw.items()}
+    for record in records.values():
+        if record.session_id != session_id:
+            raise Damaged(f"it holds records of session {record.session_id!r}, not {session_id!r}")
+    return records
+
+
+# -- the session log -----------------------------------------------------------------------------
+
+
+@dataclass
+class Log:
+    """What a session log holds, parsed up to ``offset`` bytes of file ``ino``."""
+
+    ino: int
+    offset: int
+    torn_tail: bool
+    state: SessionState | None = None
+    messages: list[StoredMessage] = field(default_factory=list)
+    approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
+    lease: Lease | None = None
+
+
+def log_entry(
+    session_id: str,
+    ops: Sequence[Op],
+    applied: list[bool],
+    draft: SessionData,
+    *,
+    state_changed: bool,
+    lease_changed: bool,
+) -> dict[str, Any] | None:
+    """The log line a batch adds (``None`` when it changed nothing the log holds)."""
+    messages = [m for op in ops if isinstance(op, AppendMessages) for m in op.messages]
+    approvals = [
+        op.record for op, ok in zip(ops, applied, strict=True) if isinstance(op, PutApproval) and ok
+    ]
+    if not (messages or approvals or state_changed or lease_changed):
+        return None
+    entry: dict[str, Any] = {
+        "session_id": session_id,
+        "state": _state_json(draft.state) if state_changed and draft.state else None,
+        "messages": [
+            {"seq": m.seq, "role": m.role, "content": m.content, "created_at": m.created_at}
+            for m in messages
+        ],
+        "approvals": [_approval_json(a) for a in approvals],
+    }
+    if lease_changed and draft.lease is not None:
+        lease = draft.lease
+        entry["lease"] = {
+            "owner": lease.owner,
+            "token": lease.token,
+            "expires_at": lease.expires_at,
+        }
+        if lease.holder is not None:
+            entry["lease"]["holder"] = lease.holder.text()
+    entry["digest"] = _digest(entry)
+    return entry
+
+
+def log_line(entry: dict[str, Any]) -> bytes:
+    return (json_text(entry) + "\n").encode("utf-8")
+
+
+def _state_json(s: SessionState) -> dict[str, Any]:
+    return {
+        "status": s.status.value,
+        "reason": s.reason,
+        "version": s.version,
+        "turns": s.turns,
+        "input_tokens": s.input_tokens,
+        "output_tokens": s.output_tokens,
+        "messages": s.messages,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+    }
+
+
+def _approval_json(a: ApprovalRecord) -> dict[str, Any]:
+    return {
+        "tool_use_id": a.tool_use_id,
+        "tool": a.tool,
+        "input_hash": a.input_hash,
+        "input": a.input,
+        "in_doubt": a.in_doubt,
+        "reason": a.reason,
+        "status": a.status.value,
+        "requested_at": a.requested_at,
+        "decided_at": a.decided_at,
+        "decided_by": a.decided_by,
+        "used_at": a.used_at,
+        "attempt": a.attempt,
+    }
+
+
+def read_log_line(log: Log, line: bytes, session_id: str) -> None:
+    """Apply one log line (without its newline) to ``log``; raises one of ``LOG_DAMAGE`` if it
+    does not check out."""
+    entry = _strict_loads(line)
+    if not isinstance(entry, dict) or entry.get("digest") != _digest(entry):
+        raise Damaged("a line does not match its digest")
+    if entry["session_id"] != session_id:
+        raise Damaged(f"it holds session {entry['session_id']!r}, not {session_id!r}")
+    state = entry["state"]
+    if state is not None:
+        log.state = SessionState(
+            session_id=session_id,
+            status=RunStatus(state["status"]),
+            reason=state["reason"],
+            version=int(state["version"]),
+            turns=int(state["turns"]),
+            input_tokens=int(state["input_tokens"]),
+            output_tokens=int(state["output_tokens"]),
+            messages=int(state["messages"]),
+            created_at=float(state["created_at"]),
+            updated_at=float(state["updated_at"]),
+        )
+    for m in entry["messages"]:
+        if m["seq"] != len(log.messages):
+            raise Damaged(f"message {m['seq']} out of order")
+        log.messages.append(
+            StoredMessage(
+                seq=int(m["seq"]),
+                role=m["role"],
+                content=m["content"],
+                created_at=float(m["created_at"]),
+            )
+        )
+    lease = entry.get("lease")
+    if lease is not None:
+        log.lease = Lease(
+            session_id=session_id,
+            owner=lease["owner"],
+            token=int(lease["token"]),
+            expires_at=float(lease["expires_at"]),
+            holder=Holder.parse(lease.get("holder")),
+        )
+    for a in entry["approvals"]:
+        log.approvals[a["tool_use_id"]] = ApprovalRecord(
+            session_id=session_id,
+            tool_use_id=a["tool_use_id"],
+            tool=a["tool"],
+            input_hash=a["input_hash"],
+            input=a["input"],
+            in_doubt=bool(a["in_doubt"]),
+            reason=a["reason"],
+            status=ApprovalStatus(a["status"]),
+            requested_at=float(a["requested_at"]),
+            decided_at=a["decided_at"],
+            decided_by=a["decided_by"],
+            used_at=a["used_at"],
+            attempt=int(a.get("attempt", 0)),
+        )
