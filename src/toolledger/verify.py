@@ -15,16 +15,13 @@ is an error; an approver's or a forced re-run of an in-doubt call is a warning.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
-from .adapters import openai as _openai
-from .adapters.anthropic import merged, pairing_errors, read_tool_uses
+from .adapters import transcript_reader
 from .errors import ToolLedgerError
 from .liveness import Running
-from .records import EffectRecord, Lease, RunStatus, Status, StoredMessage
+from .records import EffectRecord, Lease, RunStatus, Status
 from .stores.base import Store
 
 __all__ = ["Problem", "Severity", "verify"]
@@ -80,10 +77,11 @@ def _session(store: Store, sid: str) -> list[Problem]:
                 f"the state counts {state.messages} messages, the transcript holds {len(messages)}",
             )
         )
-    rules = _rules_for(messages)
-    last_calls = rules.calls(messages[-1]) if messages else []
+    reader = transcript_reader(messages)
+    last_calls = [c.tool_use_id for c in reader.tool_calls(messages[-1])] if messages else []
     pending = last_calls if messages and messages[-1].role == "assistant" else []
-    out += [Problem(Severity.ERROR, sid, f"transcript: {p}") for p in rules.pairing(messages)]
+    pairing = reader.transcript_errors(messages)  # a pending last turn allowed
+    out += [Problem(Severity.ERROR, sid, f"transcript: {p}") for p in pairing]
     if pending and state.status is RunStatus.COMPLETED:
         out.append(
             Problem(
@@ -96,9 +94,10 @@ def _session(store: Store, sid: str) -> list[Problem]:
     called: set[str] = set()
     for m in messages:
         if m.role == "assistant":
-            called.update(rules.calls(m))
+            called.update(c.tool_use_id for c in reader.tool_calls(m))
             continue
-        for tid in rules.successes(m):
+        # The ids of the results this message reports as succeeded.
+        for tid in (tid for tid, _, is_error in reader.read_message(m).results if not is_error):
             record = by_id.get(tid)
             if record is None or record.status is not Status.SUCCEEDED:
                 found = "no record" if record is None else f"a {record.status.value} record"
@@ -177,48 +176,3 @@ def _attempts(store: Store, sid: str, r: EffectRecord, lease: Lease | None) -> l
                 )
             )
     return out
-
-
-# -- the pairing rule of each API, picked by the transcript's shape ------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Rules:
-    pairing: Callable[[list[StoredMessage]], list[str]]  # a pending last turn allowed
-    calls: Callable[[StoredMessage], list[str]]  # the call ids of an assistant message
-    successes: Callable[[StoredMessage], list[str]]  # the ids a message reports as succeeded
-
-
-def _anthropic_pairing(messages: list[StoredMessage]) -> list[str]:
-    wire = merged(messages)
-    last = wire[-1] if wire else None
-    if last and last["role"] == "assistant" and isinstance(last["content"], list):
-        wire = wire[:-1] if read_tool_uses(last["content"]) else wire
-    return pairing_errors(wire)
-
-
-def _anthropic_calls(m: StoredMessage) -> list[str]:
-    if m.role != "assistant" or not isinstance(m.content, list):
-        return []
-    return [c.tool_use_id for c in read_tool_uses(m.content)]
-
-
-def _anthropic_successes(m: StoredMessage) -> list[str]:
-    blocks: list[Any] = m.content if isinstance(m.content, list) else []
-    return [
-        b.get("tool_use_id", "")
-        for b in blocks
-        if m.role == "user" and b.get("type") == "tool_result" and not b.get("is_error")
-    ]
-
-
-def _rules_for(messages: list[StoredMessage]) -> _Rules:
-    kind = _openai.transcript_kind(messages)
-    if kind is None:
-        return _Rules(_anthropic_pairing, _anthropic_calls, _anthropic_successes)
-    api = _openai.OpenAIChat(None) if kind == "openai-chat" else _openai.OpenAIResponses(None)
-    return _Rules(
-        api.transcript_errors,
-        lambda m: [c.tool_use_id for c in api.tool_calls(m)],
-        _openai.successes,
-    )

@@ -156,8 +156,9 @@ def test_a_run_s_reason_names_the_real_call_quoted(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("api", ["chat", "responses"])
 def test_an_openai_session_is_shown_as_calls_and_results_with_secrets_masked(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, api: str
 ) -> None:
     pytest.importorskip("openai")
     from toolledger.testing.scripted_openai import ScriptedOpenAI
@@ -172,7 +173,8 @@ def test_an_openai_session_is_shown_as_calls_and_results_with_secrets_masked(
         Reply(text="Logged in."),
     ]
     with ScriptedOpenAI(script) as model, tl.open_store(url) as store:
-        tl.Agent(client=model.client(), model="gpt", tools=[login], store=store).run(
+        client = model.client() if api == "chat" else tl.OpenAIResponses(model.client())
+        tl.Agent(client=client, model="gpt", tools=[login], store=store).run(
             session="s", prompt="log in"
         )
     monkeypatch.setenv("COLUMNS", "200")

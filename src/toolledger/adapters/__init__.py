@@ -1,4 +1,5 @@
-"""Adapters between model APIs and toolledger: reading calls, writing results, driving the loop.
+"""Adapters between model APIs and toolledger: reading calls, writing results, driving the loop,
+reading stored transcripts.
 
 Two seams, so a new API plugs in without a second copy of the runner or the agent loop:
 
@@ -6,7 +7,12 @@ Two seams, so a new API plugs in without a second copy of the runner or the agen
   ``ResultShape`` that writes their results back in the same shape (used by ``run_tool_uses``);
 * ``Provider`` — what ``Agent`` needs from an API: build a request, call it, read the response,
   find the pending calls of a stored message, and store results and prompts
-  (``provider_for(client)`` picks one from the client's type).
+  (``provider_for(client)`` picks one from the client's type). ``verify`` and
+  ``toolledger show`` read a stored transcript through the provider of its kind
+  (``transcript_reader(messages)``).
+
+One reader per transcript kind: ``anthropic`` (Messages API), ``openai_chat`` (Chat
+Completions), ``openai_responses`` (Responses API); ``openai`` tells the OpenAI shapes apart.
 """
 
 from __future__ import annotations
@@ -14,22 +20,38 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..records import ToolCall
-from ._shapes import MAX_ID_CHARS, ModelTurn, Provider, ResultShape, check_call_id
+from ..records import StoredMessage, ToolCall
+from ._shapes import (
+    MAX_ID_CHARS,
+    MessageParts,
+    ModelTurn,
+    Provider,
+    ResultShape,
+    check_call_id,
+    transcript_kind,
+)
+from .anthropic import AnthropicProvider, read_tool_uses, tool_result
+from .openai import provider_for_openai, read_openai
+from .openai_chat import OpenAIChat
+from .openai_responses import OpenAIResponses
 
 __all__ = [
     "MAX_ID_CHARS",
+    "MessageParts",
     "ModelTurn",
     "Provider",
     "ResultShape",
     "check_call_id",
     "provider_for",
     "read_calls",
+    "transcript_reader",
 ]
 
 
-_READERS: list[Callable[[Any], tuple[list[ToolCall], ResultShape] | None]] = []
-_PROVIDERS: list[Callable[[Any], Provider | None]] = []
+# Tried in order before the Anthropic default. The OpenAI shapes are read by duck typing:
+# listing them imports no SDK.
+_READERS: list[Callable[[Any], tuple[list[ToolCall], ResultShape] | None]] = [read_openai]
+_PROVIDERS: list[Callable[[Any], Provider | None]] = [provider_for_openai]
 
 
 def read_calls(content: Any) -> tuple[list[ToolCall], ResultShape]:
@@ -42,8 +64,6 @@ def read_calls(content: Any) -> tuple[list[ToolCall], ResultShape]:
         found = reader(content)
         if found is not None:
             return found
-    from .anthropic import read_tool_uses, tool_result
-
     return read_tool_uses(content), tool_result
 
 
@@ -53,9 +73,19 @@ def provider_for(client: Any) -> Provider:
         provider = factory(client)
         if provider is not None:
             return provider
-    from .anthropic import AnthropicProvider
-
     return AnthropicProvider(client)
+
+
+def transcript_reader(messages: list[StoredMessage]) -> Provider:
+    """The provider that reads a stored transcript — its pairing rule, calls, results and
+    texts —, picked by the transcript's shape (a session does not record its API). It has no
+    client: it only reads."""
+    kind = transcript_kind(messages)
+    if kind == OpenAIChat.name:
+        return OpenAIChat(None)
+    if kind == OpenAIResponses.name:
+        return OpenAIResponses(None)
+    return AnthropicProvider(None)
 
 
 def register(
@@ -67,13 +97,3 @@ def register(
         _READERS.append(reader)
     if provider is not None:
         _PROVIDERS.append(provider)
-
-
-def _register_builtin() -> None:
-    # The OpenAI shapes are read by duck typing: registering them imports no SDK.
-    from .openai import provider_for_openai, read_openai
-
-    register(reader=read_openai, provider=provider_for_openai)
-
-
-_register_builtin()

@@ -1,8 +1,11 @@
-"""What every model API adapter shares: the shapes the runner and the agent loop talk in, and
-the check every call id passes. (The adapters import this, never their half-loaded package.)"""
+"""What every model API adapter shares: the shapes the runner and the agent loop talk in, the
+field readers and the check every call id passes, and which API a stored transcript was written
+for. (The adapters import this, never their package.)"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -12,7 +15,17 @@ from ..records import StoredMessage, ToolCall
 if TYPE_CHECKING:
     from ..tools import ToolSet
 
-__all__ = ["MAX_ID_CHARS", "ModelTurn", "Provider", "ResultShape", "check_call_id"]
+__all__ = [
+    "MAX_ID_CHARS",
+    "MessageParts",
+    "ModelTurn",
+    "Provider",
+    "ResultShape",
+    "as_text",
+    "check_call_id",
+    "field",
+    "transcript_kind",
+]
 
 
 class ResultShape(Protocol):
@@ -32,8 +45,19 @@ class ModelTurn:
     calls: list[ToolCall]
 
 
+@dataclass(frozen=True, slots=True)
+class MessageParts:
+    """What a stored message says, whatever its API: its texts, the calls it asks for, and the
+    results it carries as ``(call id, content, is_error)`` — ``is_error`` true for every result
+    that does not report success."""
+
+    texts: list[str]
+    calls: list[ToolCall]
+    results: list[tuple[str, str, bool]]
+
+
 class Provider(Protocol):
-    """What the agent loop needs from a model API."""
+    """What the agent loop needs from a model API, and what reads its stored transcripts."""
 
     name: str
     is_async: bool
@@ -73,6 +97,12 @@ class Provider(Protocol):
 
     def final_text(self, message: StoredMessage) -> str: ...
 
+    def read_message(self, message: StoredMessage) -> MessageParts:
+        """Everything a stored message says (for ``verify`` and ``toolledger show``). Raises
+        ``MalformedContentError``, ``AttributeError``, ``TypeError`` or ``ValueError`` for a
+        message it cannot read."""
+        ...
+
     def transcript(self, messages: list[StoredMessage]) -> list[dict[str, Any]]:
         """The stored transcript in the API's own message shape (``Run.messages``)."""
         ...
@@ -80,6 +110,18 @@ class Provider(Protocol):
     def transcript_errors(self, messages: list[StoredMessage]) -> list[str]:
         """Violations of the API's call/result pairing rule (a pending last turn allowed)."""
         ...
+
+
+def field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a dict, ``obj.name`` of an SDK object; ``None`` when it has none."""
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def as_text(value: Any) -> str:
+    """A stored value as text: a string as it is, anything else as its JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 MAX_ID_CHARS = 1024
@@ -99,3 +141,23 @@ def check_call_id(call_id: str, where: str) -> str:
             "or lone surrogates. Nothing was run.",
         )
     return call_id
+
+
+_RESPONSES_ITEMS = frozenset({"function_call", "function_call_output", "reasoning", "message"})
+
+
+def transcript_kind(messages: list[StoredMessage]) -> str:
+    """The ``Provider.name`` of the API a stored transcript was written for, by its shape:
+    ``"openai-chat"`` (a model turn or a result is one message dict), ``"openai-responses"`` (a
+    list of Responses API items), else ``"anthropic"`` (content blocks, or no model turn yet)."""
+    for m in messages:
+        if m.role not in ("assistant", "tool"):
+            continue
+        if isinstance(m.content, Mapping):
+            return "openai-chat"
+        if isinstance(m.content, list) and any(
+            isinstance(i, Mapping) and i.get("type") in _RESPONSES_ITEMS for i in m.content
+        ):
+            return "openai-responses"
+        return "anthropic"
+    return "anthropic"

@@ -7,13 +7,13 @@ nothing from the SDK.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..codec import MAX_NESTING, input_hash, nesting, shallow, valid_unicode
 from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
-from ._shapes import ModelTurn, check_call_id
+from ._shapes import MessageParts, ModelTurn, as_text, check_call_id, field
 
 if TYPE_CHECKING:
     from ..tools import ToolSet
@@ -25,12 +25,6 @@ __all__ = [
     "read_tool_uses",
     "tool_result",
 ]
-
-
-def _field(block: Any, name: str) -> Any:
-    if isinstance(block, dict):
-        return block.get(name)
-    return getattr(block, name, None)
 
 
 def read_tool_uses(content: Any) -> list[ToolCall]:
@@ -50,15 +44,15 @@ def read_tool_uses(content: Any) -> list[ToolCall]:
     calls: list[ToolCall] = []
     seen: set[str] = set()
     for index, block in enumerate(content):
-        kind = _field(block, "type")
+        kind = field(block, "type")
         if kind is None:
             raise MalformedContentError(f"content block {index} has no 'type': {block!r:.200}")
         if kind != "tool_use":
             continue
         tool_use_id, name, raw_input = (
-            _field(block, "id"),
-            _field(block, "name"),
-            _field(block, "input"),
+            field(block, "id"),
+            field(block, "name"),
+            field(block, "input"),
         )
         if not isinstance(tool_use_id, str) or not tool_use_id:
             raise MalformedContentError(f"tool_use block {index} has no string 'id'")
@@ -123,13 +117,14 @@ def tool_result(tool_use_id: str, content: str, *, is_error: bool) -> dict[str, 
 
 class AnthropicProvider:
     """The Messages API: ``client`` is ``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``
-    (or anything with the same ``messages.create``)."""
+    (or anything with the same ``messages.create``); ``None`` makes a provider that only reads
+    stored transcripts."""
 
     name = "anthropic"
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self.is_async = _is_async_client(client)
+        self.is_async = client is not None and _is_async_client(client)
 
     # calling
 
@@ -171,13 +166,13 @@ class AnthropicProvider:
 
     def read_response(self, response: Any) -> ModelTurn:
         # As stored, and as the API can take back: no lone surrogate, nothing nested too deep.
-        content = valid_unicode(shallow([_plain(b) for b in _field(response, "content") or []]))
-        usage = _field(response, "usage")
+        content = valid_unicode(shallow([_plain(b) for b in field(response, "content") or []]))
+        usage = field(response, "usage")
         return ModelTurn(
             content=content,
-            stop_reason=_field(response, "stop_reason"),
-            input_tokens=int(_field(usage, "input_tokens") or 0) if usage is not None else 0,
-            output_tokens=int(_field(usage, "output_tokens") or 0) if usage is not None else 0,
+            stop_reason=field(response, "stop_reason"),
+            input_tokens=int(field(usage, "input_tokens") or 0) if usage is not None else 0,
+            output_tokens=int(field(usage, "output_tokens") or 0) if usage is not None else 0,
             calls=read_tool_uses(content),
         )
 
@@ -208,6 +203,26 @@ class AnthropicProvider:
         if isinstance(content, str):
             return content
         return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+    def read_message(self, message: StoredMessage) -> MessageParts:
+        content = message.content
+        if isinstance(content, str):
+            return MessageParts([content], [], [])
+        blocks = [b for b in content if isinstance(b, Mapping)]
+        texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
+        if message.role == "assistant":
+            return MessageParts(texts, read_tool_uses(content), [])
+        results = []
+        for b in blocks:
+            if b.get("type") != "tool_result":
+                continue
+            value = b.get("content")
+            if isinstance(value, list):
+                value = "\n".join(
+                    str(p.get("text", "")) if isinstance(p, Mapping) else str(p) for p in value
+                )
+            results.append((str(b.get("tool_use_id", "")), as_text(value), bool(b.get("is_error"))))
+        return MessageParts(texts, [], results)
 
     def transcript(self, messages: list[StoredMessage]) -> list[dict[str, Any]]:
         return [{"role": m.role, "content": m.content} for m in messages]

@@ -9,15 +9,12 @@ whole; a table shows a preview of it).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from ..adapters import openai as _openai
-from ..adapters.anthropic import read_tool_uses
+from ..adapters import MessageParts, Provider, transcript_reader
 from ..errors import ToolLedgerError
 from ..liveness import Running
-from ..records import Status, StoredMessage, ToolCall
+from ..records import Status, StoredMessage
 from ..stores.base import Store
 from .format import STATUS_STYLE, owner, when
 from .masking import masked, masked_text
@@ -35,20 +32,13 @@ class Event:
     style: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class _Read:
-    texts: list[str]
-    calls: list[ToolCall]
-    results: list[tuple[str, str, bool]]  # (call id, content, is_error)
-
-
 def timeline(store: Store, session_id: str, *, reveal: bool = False) -> list[Event]:
     """Turns, tool calls, ledger records and approvals of a session, in time order."""
     events: list[Event] = []
     messages: list[StoredMessage] = store.messages(session_id)
-    kind = _openai.transcript_kind(messages)
+    reader = transcript_reader(messages)
     for m in messages:
-        events.extend(_message_events(m, kind, reveal))
+        events.extend(_message_events(m, reader, reveal))
     for r in store.ledger(session_id).records():
         intent = r.deadline is not None or (r.holder is None and r.attempt > 0)
         if intent:
@@ -116,8 +106,8 @@ def timeline(store: Store, session_id: str, *, reveal: bool = False) -> list[Eve
     return sorted(events, key=lambda e: (e.at, e.order))
 
 
-def _message_events(m: StoredMessage, kind: str | None, reveal: bool) -> list[Event]:
-    read = _read(m, kind)
+def _message_events(m: StoredMessage, reader: Provider, reveal: bool) -> list[Event]:
+    read = _read(m, reader)
     speaker = "model" if m.role == "assistant" else "user"
     out = [
         Event(m.created_at, 0, speaker, "", text, "cyan" if speaker == "model" else "")
@@ -151,76 +141,13 @@ def _message_events(m: StoredMessage, kind: str | None, reveal: bool) -> list[Ev
     return out
 
 
-def _read(m: StoredMessage, kind: str | None) -> _Read:
-    """A stored message's texts, calls and results, by its API's shape."""
+def _read(m: StoredMessage, reader: Provider) -> MessageParts:
+    """A stored message's texts, calls and results, read by its API's provider."""
     try:
-        if kind == "openai-chat":
-            return _read_chat(m)
-        if kind == "openai-responses":
-            return _read_responses(m)
-        return _read_anthropic(m)
+        return reader.read_message(m)
     except (ToolLedgerError, AttributeError, TypeError, ValueError):
-        return _Read([_text(m.content)], [], [])  # a shape we cannot read: shown as it is
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def _read_anthropic(m: StoredMessage) -> _Read:
-    content = m.content
-    if isinstance(content, str):
-        return _Read([content], [], [])
-    blocks = [b for b in content if isinstance(b, Mapping)]
-    texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
-    if m.role == "assistant":
-        return _Read(texts, read_tool_uses(content), [])
-    results = []
-    for b in blocks:
-        if b.get("type") != "tool_result":
-            continue
-        value = b.get("content")
-        if isinstance(value, list):
-            value = "\n".join(
-                str(p.get("text", "")) if isinstance(p, Mapping) else str(p) for p in value
-            )
-        results.append((str(b.get("tool_use_id", "")), _text(value), bool(b.get("is_error"))))
-    return _Read(texts, [], results)
-
-
-def _read_chat(m: StoredMessage) -> _Read:
-    content = m.content
-    if not isinstance(content, Mapping):
-        return _Read([_text(content)], [], [])
-    if m.role == "tool" or content.get("role") == "tool":
-        text = _text(content.get("content"))
-        failed = text.startswith(_openai.ERROR_PREFIX)
-        return _Read([], [], [(str(content.get("tool_call_id", "")), text, failed)])
-    calls = _openai.read_chat_tool_calls(content.get("tool_calls"))
-    words = content.get("content")
-    return _Read([_text(words)] if words else [], calls, [])
-
-
-def _read_responses(m: StoredMessage) -> _Read:
-    content = m.content
-    if not isinstance(content, list):
-        return _Read([_text(content)], [], [])
-    texts: list[str] = []
-    results: list[tuple[str, str, bool]] = []
-    for item in content:
-        if not isinstance(item, Mapping):
-            continue
-        if item.get("type") == "message" or "role" in item:
-            parts = item.get("content")
-            if isinstance(parts, str):
-                texts.append(parts)
-            for part in parts if isinstance(parts, list) else []:
-                if isinstance(part, Mapping) and "text" in part:
-                    texts.append(str(part["text"]))
-        elif item.get("type") == "function_call_output":
-            text = _text(item.get("output"))
-            results.append(
-                (str(item.get("call_id", "")), text, text.startswith(_openai.ERROR_PREFIX))
-            )
-    calls = _openai.read_function_calls(content) if m.role == "assistant" else []
-    return _Read(texts, calls, results)
+        # A shape we cannot read: shown as it is.
+        shown = (
+            m.content if isinstance(m.content, str) else json.dumps(m.content, ensure_ascii=False)
+        )
+        return MessageParts([shown], [], [])

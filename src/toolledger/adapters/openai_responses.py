@@ -1,0 +1,210 @@
+"""OpenAI Responses API: ``function_call`` output items, answered by ``function_call_output``
+input items.
+
+The ``call_id`` is the ledger key, as ``tool_use_id`` is for Anthropic. An error result is sent
+as text starting with ``ERROR_PREFIX`` (the API has no error flag). Nothing here imports the
+``openai`` SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..codec import shallow, valid_unicode
+from ..records import StoredMessage, ToolCall
+from ._openai_base import (
+    ERROR_PREFIX,
+    OpenAIBase,
+    plain,
+    read_call,
+    result_text,
+    role_content,
+    unique,
+)
+from ._shapes import MessageParts, ModelTurn, as_text, field
+
+if TYPE_CHECKING:
+    from ..tools import ToolSet
+
+__all__ = [
+    "OpenAIResponses",
+    "function_call_output",
+    "read_function_calls",
+    "responses_pairing_errors",
+    "responses_wire",
+]
+
+
+def read_function_calls(items: Iterable[Any] | None) -> list[ToolCall]:
+    """The ``function_call`` items of a Responses API output (SDK objects or dicts), in order;
+    other items (messages, reasoning) are skipped."""
+    calls: list[ToolCall] = []
+    for index, item in enumerate(items or []):
+        if field(item, "type") != "function_call":
+            continue
+        calls.append(
+            read_call(
+                field(item, "call_id"),
+                field(item, "name"),
+                field(item, "arguments"),
+                f"output[{index}] (function_call)",
+            )
+        )
+    return unique(calls)
+
+
+def function_call_output(tool_use_id: str, content: str, *, is_error: bool) -> dict[str, Any]:
+    """The ``function_call_output`` input item answering the Responses API function call whose
+    ``call_id`` is ``tool_use_id``."""
+    return {
+        "type": "function_call_output",
+        "call_id": tool_use_id,
+        "output": result_text(content, is_error),
+    }
+
+
+def responses_pairing_errors(items: list[dict[str, Any]]) -> list[str]:
+    """Violations of the Responses API rule: every ``function_call`` gets exactly one
+    ``function_call_output`` with its ``call_id``, after it and before the next user message;
+    every output answers an earlier call."""
+    problems: list[str] = []
+    open_ids: list[str] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        kind = item.get("type")
+        if kind == "function_call":
+            call_id = str(item.get("call_id"))
+            if call_id in seen:
+                problems.append(f"input[{i}]: duplicate function_call call_id {call_id}")
+            seen.add(call_id)
+            open_ids.append(call_id)
+        elif kind == "function_call_output":
+            call_id = str(item.get("call_id"))
+            if call_id not in open_ids:
+                problems.append(
+                    f"input[{i}]: No tool call found for function call output with call_id "
+                    f"{call_id}."
+                )
+            else:
+                open_ids.remove(call_id)
+        elif item.get("role") == "user" and open_ids:
+            problems.append(f"No tool output found for function call {', '.join(open_ids)}.")
+            open_ids = []
+    if open_ids:
+        problems.append(f"No tool output found for function call {', '.join(open_ids)}.")
+    return problems
+
+
+class OpenAIResponses(OpenAIBase):
+    """The Responses API for ``Agent``: ``Agent(client=OpenAIResponses(openai.OpenAI()), …)``.
+
+    Each request rebuilds ``input`` from the stored transcript (no ``previous_response_id``: the
+    transcript in the store is the truth, and a resumed session may run anywhere). ``options``
+    are added to every request — e.g. ``store=False`` and
+    ``include=["reasoning.encrypted_content"]`` to keep reasoning items without server state.
+
+    Stored transcript: the prompt as a plain string (``role="user"``); each model turn as the list
+    of its ``output`` items (``role="assistant"``: messages, reasoning, ``function_call`` items);
+    each turn's results as one list of ``function_call_output`` items (``role="tool"``).
+    """
+
+    name = "openai-responses"
+    _resource = ("responses",)
+
+    def request(
+        self,
+        *,
+        model: str,
+        max_tokens: int,
+        system: str | None,
+        tools: ToolSet,
+        messages: list[StoredMessage],
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "input": responses_wire(messages),
+            "max_output_tokens": max_tokens,
+        }
+        if system:
+            kwargs["instructions"] = system
+        if len(tools):
+            kwargs["tools"] = tools.to_openai_responses()
+        return {**kwargs, **self.options}
+
+    def read_response(self, response: Any) -> ModelTurn:
+        output = valid_unicode(shallow([plain(item) for item in field(response, "output") or []]))
+        usage = field(response, "usage")
+        calls = read_function_calls(output)
+        return ModelTurn(
+            content=output,
+            stop_reason="tool_calls" if calls else field(response, "status"),
+            input_tokens=int(field(usage, "input_tokens") or 0),
+            output_tokens=int(field(usage, "output_tokens") or 0),
+            calls=calls,
+        )
+
+    def tool_calls(self, message: StoredMessage) -> list[ToolCall]:
+        if message.role != "assistant" or not isinstance(message.content, list):
+            return []
+        return read_function_calls(message.content)
+
+    def results_messages(self, results: list[tuple[str, str, bool]]) -> list[tuple[str, Any]]:
+        items = [function_call_output(tid, text, is_error=err) for tid, text, err in results]
+        return [("tool", items)]
+
+    def final_text(self, message: StoredMessage) -> str:
+        content = message.content
+        if isinstance(content, str):
+            return content
+        texts: list[str] = []
+        for item in content if isinstance(content, list) else []:
+            if item.get("type") != "message":
+                continue
+            for part in item.get("content") or []:
+                if part.get("type") == "output_text":
+                    texts.append(part.get("text", ""))
+        return "\n".join(texts)
+
+    def read_message(self, message: StoredMessage) -> MessageParts:
+        content = message.content
+        if not isinstance(content, list):
+            return MessageParts([as_text(content)], [], [])
+        texts: list[str] = []
+        results: list[tuple[str, str, bool]] = []
+        for item in content:
+            if not isinstance(item, Mapping):
+                continue
+            if item.get("type") == "message" or "role" in item:
+                parts = item.get("content")
+                if isinstance(parts, str):
+                    texts.append(parts)
+                for part in parts if isinstance(parts, list) else []:
+                    if isinstance(part, Mapping) and "text" in part:
+                        texts.append(str(part["text"]))
+            elif item.get("type") == "function_call_output":
+                text = as_text(item.get("output"))
+                results.append((str(item.get("call_id", "")), text, text.startswith(ERROR_PREFIX)))
+        calls = read_function_calls(content) if message.role == "assistant" else []
+        return MessageParts(texts, calls, results)
+
+    def transcript(self, messages: list[StoredMessage]) -> list[dict[str, Any]]:
+        return responses_wire(messages)
+
+    def transcript_errors(self, messages: list[StoredMessage]) -> list[str]:
+        if messages and self.tool_calls(messages[-1]):
+            messages = messages[:-1]  # a pending turn: its results are not due yet
+        return responses_pairing_errors(responses_wire(messages))
+
+
+def responses_wire(messages: Iterable[StoredMessage | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A stored Responses API transcript as the ``input`` items of a request (what
+    ``Run.messages`` holds)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role, content = role_content(m)
+        if isinstance(content, list):
+            out.extend(dict(item) for item in content)
+        else:
+            out.append({"role": role, "content": content})
+    return out
