@@ -74,6 +74,35 @@ def test_async_alert_hook(store: tl.Store) -> None:
     assert len(alerts) == 1
 
 
+def test_raise_alerts_raises_the_alert_once_the_batch_is_over(run: Runner, store: tl.Store) -> None:
+    """A caller that would rather stop than go on asks for it: the alert is raised (after the
+    hook and the logger had it), and it is the one error of the tree an except clause can catch."""
+    spied, _ = spy_store(store, fail_when=writes_status(Status.SUCCEEDED))
+    alerts: list[tl.LedgerWriteError] = []
+    with pytest.raises(tl.LedgerWriteError) as raised:
+        run(
+            [tool_use("toolu_1", "create_ticket", title="t")],
+            [create_ticket],
+            ledger=spied.ledger("s"),
+            on_alert=alerts.append,
+            raise_alerts=True,
+        )
+    assert [raised.value] == alerts
+    assert isinstance(raised.value, tl.StoreError) and not isinstance(
+        raised.value, tl.LateOutcomeError
+    )
+    assert raised.value.result == '{"id": 42, "title": "t"}'
+    assert raised.value.as_dict()["alert"] == "ledger_write_failed"
+    # Nothing is raised by a batch without an alert.
+    (result,) = run(
+        [tool_use("toolu_2", "create_ticket", title="u")],
+        [create_ticket],
+        ledger=store.ledger("s"),
+        raise_alerts=True,
+    )
+    assert result["content"] == '{"id": 42, "title": "u"}'
+
+
 def test_failed_intent_means_nothing_ran(run: Runner, store: tl.Store) -> None:
     calls = Counter()
 

@@ -1,7 +1,10 @@
 """Pure decisions: given what the ledger holds and what the tool declares, what happens next.
 
-No I/O here. The sync and async runners are thin shells that carry these decisions out, so the
-rules (DESIGN.md 1-7) live in one place and cannot drift apart.
+No I/O here — no store, no clock (a time is passed in). Every transition of a call is one
+function: ``first_step`` (from its record), ``after_approval`` (the approver's answer),
+``after_check`` (its check's answer), ``after_failure`` (the tool raised). ``toolledger.runner``
+only carries the actions out, so the rules (DESIGN.md 1-7) live in one place and cannot drift
+apart.
 """
 
 from __future__ import annotations
@@ -9,21 +12,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .approvals import Decision
 from .codec import describe
-from .records import EffectRecord, Status, ToolCall
+from .errors import OutcomeUnknown
+from .records import SAFE_RERUN, EffectRecord, PastAttempt, Status, ToolCall
 from .tools import Tool
 
 __all__ = [
     "Action",
     "Ask",
+    "Await",
     "Check",
+    "Decline",
+    "Failed",
+    "Found",
     "Reject",
     "Replay",
     "Run",
     "Unresolved",
+    "after_approval",
+    "after_check",
     "after_check_not_found",
+    "after_failure",
     "first_step",
+    "history",
     "mismatch",
+    "settled_by",
 ]
 
 
@@ -44,10 +58,12 @@ class Reject:
 
 @dataclass(frozen=True, slots=True)
 class Ask:
-    """Ask the approver. ``in_doubt``: the question is whether to run an in-doubt call again."""
+    """Ask the approver. ``in_doubt``: the question is whether to run an in-doubt call again.
+    ``settled``: how the attempt a run would replace counts as over, when this step learnt it."""
 
     in_doubt: bool
     reason: str
+    settled: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +73,14 @@ class Check:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """Execute. ``in_doubt`` tells the tool an earlier attempt may have taken effect."""
+    """Execute. ``in_doubt`` tells the tool an earlier attempt may have taken effect.
+    ``approved_by``: the approver who allowed this run (``None``: nobody was asked now; the
+    record's approval stands). ``settled``: how the attempt it replaces counts as over, when a
+    step before learnt it (``None``: as ``settled_by`` says)."""
 
     in_doubt: bool
+    approved_by: str | None = None
+    settled: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +91,40 @@ class Unresolved:
     message: str
 
 
-Action = Replay | Reject | Ask | Check | Run | Unresolved
+@dataclass(frozen=True, slots=True)
+class Decline:
+    """Not approved, or there is no approver: answer ``is_error`` and record the denial, so the
+    same call is not asked again."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Await:
+    """The approver queued the question for a person: nothing runs and nothing is recorded yet;
+    the same call asks again (and finds the person's answer) later."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """In doubt, and its check found the effect: the call succeeded, with what the check returned
+    as its result."""
+
+
+Action = Replay | Reject | Ask | Check | Run | Unresolved | Decline | Await | Found
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """How a call whose tool raised ends. ``in_doubt``: the tool could not tell whether its effect
+    happened (``OutcomeUnknown``) and its intent is recorded — the attempt is over, the call stays
+    in doubt; else it failed. ``message`` is the model's answer, ``error`` the record's."""
+
+    in_doubt: bool
+    message: str
+    error: str
 
 
 def mismatch(record: EffectRecord, call: ToolCall) -> str | None:
@@ -156,6 +210,9 @@ def first_step(
     return Run(in_doubt=False)
 
 
+_NO_TRACE = "its check found no trace of it"
+
+
 def after_check_not_found(tool: Tool[Any, Any], call: ToolCall) -> Action:
     """The tool's ``check`` says the effect did not happen: the call is as good as fresh."""
     if tool.high_impact:
@@ -165,8 +222,83 @@ def after_check_not_found(tool: Tool[Any, Any], call: ToolCall) -> Action:
                 f"{call.name!r} was interrupted; its check found no trace of it, so it would run "
                 "now for the first time"
             ),
+            settled=_NO_TRACE,
         )
-    return Run(in_doubt=False)
+    return Run(in_doubt=False, settled=_NO_TRACE)
+
+
+def after_check(
+    tool: Tool[Any, Any], call: ToolCall, *, raised: BaseException | None, found: bool
+) -> Action:
+    """The check's answer for an in-doubt call: ``raised`` what it raised, else ``found`` whether
+    it returned something (the effect exists). A check that fails decides nothing."""
+    if raised is not None:
+        return Unresolved(in_doubt_message(call.name, f"its check raised {describe(raised)}"))
+    if found:
+        return Found()
+    return after_check_not_found(tool, call)
+
+
+def after_approval(call: ToolCall, ask: Ask, decision: Decision | None) -> Action:
+    """The approver's answer to ``ask`` (``None``: there is no approver to ask)."""
+    if decision is None:
+        return Decline(no_approver_message(call.name))
+    if decision.pending:
+        return Await(
+            f"awaiting approval: {call.name!r} is queued for a person to decide; not executed yet."
+        )
+    if decision.approved:
+        if ask.in_doubt:
+            settled = f"an approver ({decision.by}) allowed running it again"
+            return Run(in_doubt=True, approved_by=decision.by, settled=settled)
+        return Run(in_doubt=False, approved_by=decision.by, settled=ask.settled)
+    if ask.in_doubt:
+        # "Do not run it again" is not "it did not happen": the call stays in doubt.
+        return Unresolved(in_doubt_message(call.name, f"a re-run was declined by {decision.by}"))
+    return Decline(denied_message(call.name, decision.by))
+
+
+def after_failure(tool: str, exc: BaseException, *, intended: bool) -> Failed:
+    """The tool raised ``exc``. ``intended``: the attempt's intent is recorded, so a tool that
+    could not tell (``OutcomeUnknown``) leaves its call in doubt rather than failed."""
+    if isinstance(exc, OutcomeUnknown) and intended:
+        return Failed(
+            in_doubt=True,
+            message=in_doubt_message(tool, f"the tool could not tell: {describe(exc)}"),
+            error=f"in doubt: {describe(exc)}",
+        )
+    message = failed_message(tool, exc)
+    return Failed(in_doubt=False, message=message, error=message)
+
+
+def settled_by(record: EffectRecord | None, tool: Tool[Any, Any]) -> str:
+    """How the attempt of ``record`` counts as over, should a new attempt replace it."""
+    if record is None:
+        return ""
+    if record.status is Status.NOT_HAPPENED:
+        return record.error or "a person resolved it as not happened"
+    if tool.rerun_safe:
+        return f"{SAFE_RERUN} ({tool.effect.value}" + (
+            ", forwards its idempotency key)" if tool.forwards_idempotency_key else ")"
+        )
+    return "in doubt"
+
+
+def history(record: EffectRecord | None, settled: str) -> tuple[PastAttempt, ...]:
+    """The history of a new attempt: the record's, plus the attempt it replaces (if any)."""
+    if record is None:
+        return ()
+    if record.attempt == 0 or record.status not in (Status.STARTED, Status.NOT_HAPPENED):
+        return record.history
+    replaced = PastAttempt(
+        attempt=record.attempt,
+        worker=record.worker,
+        holder=record.holder,
+        at=record.updated_at,
+        deadline=record.deadline,
+        settled=settled,
+    )
+    return (*record.history, replaced)
 
 
 def denied_message(tool: str, by: str | None) -> str:

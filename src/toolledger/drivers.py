@@ -1,10 +1,10 @@
-"""The I/O the runner and the agent need, as requests — and the two drivers that carry them out.
+"""The two drivers that carry out the I/O the runner and the agent request.
 
 ``runner._process`` and ``agent._loop`` are generators: they *yield* a request (read records,
-commit writes, ask the approver, call a function, call the model) and receive its answer. The sync
-driver answers with plain calls, the async driver with ``await``. Everything else — every rule,
-every decision, every write — is written once, in the generators, so the sync and async paths
-cannot drift apart.
+commit writes, ask the approver, call a function, call the model; ``toolledger._requests``) and
+receive its answer. The sync driver answers with plain calls, the async driver with ``await``.
+Everything else — every rule, every decision, every write — is written once, in the generators,
+so the sync and async paths cannot drift apart; and the drivers share all but the ``await``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,23 @@ from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from . import leases
-from .approvals import ApprovalRequest, normalise
+from ._requests import (
+    Alert,
+    Ask,
+    CallModel,
+    Commit,
+    Failure,
+    Fence,
+    Invoke,
+    ReadEffects,
+    ReadLease,
+    ReadMessages,
+    ReadSession,
+    Remember,
+    Request,
+    Sleep,
+)
+from .approvals import normalise
 from .background import heartbeats, keeper
 from .errors import (
     ConfigurationError,
@@ -30,9 +46,7 @@ from .errors import (
     StoreError,
 )
 from .ops import DropLease, Op
-from .records import Lease
 from .stores.base import Store
-from .tools import ToolContext
 
 __all__ = [
     "Alert",
@@ -59,116 +73,6 @@ logger = logging.getLogger("toolledger")
 
 AlertHook = Callable[[LedgerWriteError], Any]
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class ReadEffects:
-    tool_use_ids: list[str] | None
-
-
-@dataclass(frozen=True, slots=True)
-class ReadSession:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class ReadMessages:
-    since: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """Commit ops in one transaction; answered with the per-op flags or a ``Failure`` holding a
-    ``StoreError`` or ``SessionConflictError``. ``fenced=False`` leaves the run's lease fence
-    out: for an attempt's outcome written after a take-over (a compare-and-set on its record
-    needs no fence)."""
-
-    ops: list[Op]
-    fenced: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Ask:
-    request: ApprovalRequest
-
-
-@dataclass(frozen=True, slots=True)
-class Invoke:
-    """Call a tool or a check; answered with its value or a ``Failure``. An ``async def`` one is
-    cancelled after ``timeout`` seconds, answered with ``Failure(OutcomeUnknown)``; a plain
-    function cannot be stopped and runs to its end."""
-
-    fn: Callable[[], Any]
-    is_async: bool
-    timeout: float | None = None
-    ctx: ToolContext | None = None  # the call it serves (for drivers that watch, not to use)
-    check: bool = False  # the tool's ``check``, not the tool
-
-
-@dataclass(frozen=True, slots=True)
-class Remember:
-    """Writes this process must not lose — outcomes of its attempts that a failed commit left
-    unwritten: commit them (without the fence) in the background, retrying until they apply or
-    are refused, then release the calls in flight (``keys``). Answered at once with ``None``."""
-
-    ops: list[Op]
-    keys: list[tuple[str, str, str]]
-
-
-@dataclass(frozen=True, slots=True)
-class Sleep:
-    """Wait ``seconds`` (for another attempt to finish)."""
-
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class Alert:
-    alert: LedgerWriteError
-
-
-@dataclass(frozen=True, slots=True)
-class CallModel:
-    """Call the model API; answered with the response or a ``Failure``."""
-
-    kwargs: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ReadLease:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    """From now on every commit carries this lease's fence, a heartbeat renews it, and it is
-    given up when the generator ends (see ``toolledger.leases``)."""
-
-    lease: Lease
-    ttl: float
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """An exception raised while carrying out a request, handed back to the generator."""
-
-    exc: Exception
-
-
-Request = (
-    ReadEffects
-    | ReadSession
-    | ReadMessages
-    | ReadLease
-    | Commit
-    | Ask
-    | Invoke
-    | Alert
-    | CallModel
-    | Fence
-    | Sleep
-    | Remember
-)
 
 
 class ModelClient(Protocol):
@@ -313,27 +217,40 @@ async def _acall(fn: Callable[[], Any], is_async: bool, timeout: float | None = 
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class _Raised:
+    """Carrying out a request raised ``exc``: it is raised inside the generator, which may handle
+    it (a read the store refused, an approver that failed)."""
+
+    exc: Exception
+
+
+def _advance(gen: Generator[Request, Any, T], io: IOContext, answer: Any) -> Request:
+    """Hand ``gen`` the answer to its last request and return its next one (``StopIteration``
+    when it is done). While a store request is carried out the run counts as waiting on the
+    store (a heartbeat stops renewing a run stuck in one too long)."""
+    io.busy_since = None
+    request = gen.throw(answer.exc) if type(answer) is _Raised else gen.send(answer)
+    if isinstance(request, _STORE_REQUESTS):
+        io.busy_since = time.monotonic()
+    return request
+
+
 def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
-    """Carry out the generator's requests synchronously. A request that raises (a read the
-    store refused, an approver that failed) raises inside the generator, which may handle it."""
-    answer: Any = None
-    error: Exception | None = None
+    """Carry out the generator's requests synchronously."""
     try:
+        request = _advance(gen, io, None)
         while True:
-            try:
-                request = gen.throw(error) if error is not None else gen.send(answer)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            error = None
-            io.busy_since = time.monotonic() if isinstance(request, _STORE_REQUESTS) else None
             try:
                 answer = _answer(request, io)
             except Exception as exc:
-                answer, error = None, exc
-            finally:
-                io.busy_since = None
+                answer = _Raised(exc)
+            request = _advance(gen, io, answer)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
     finally:
+        io.busy_since = None
         heartbeats.remove(io)
         dropped = _drop_lease(io)
         if dropped:
@@ -389,24 +306,19 @@ def _answer(request: Request, io: IOContext) -> Any:
 
 async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
     """Carry out the generator's requests on the event loop (the async twin of ``drive``)."""
-    answer: Any = None
-    error: Exception | None = None
     try:
+        request = _advance(gen, io, None)
         while True:
-            try:
-                request = gen.throw(error) if error is not None else gen.send(answer)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            error = None
-            io.busy_since = time.monotonic() if isinstance(request, _STORE_REQUESTS) else None
             try:
                 answer = await _aanswer(request, io)
             except Exception as exc:
-                answer, error = None, exc
-            finally:
-                io.busy_since = None
+                answer = _Raised(exc)
+            request = _advance(gen, io, answer)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
     finally:
+        io.busy_since = None
         if isinstance(io.keeper, asyncio.Task):
             io.keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

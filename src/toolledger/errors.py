@@ -22,14 +22,21 @@ ToolLedgerError                      base of everything below
 │   ├── StoreUnavailableError        the database or directory went away
 │   ├── SchemaVersionError           the store was written by a newer toolledger
 │   └── LedgerWriteError             an effect happened but its record could not be written
-│       │                            (the alert of DESIGN.md rule 4; passed to ``on_alert``)
+│       │                            (the alert of DESIGN.md rule 4): given to ``on_alert`` and
+│       │                            the logger, raised only when asked (``raise_alerts=True``)
 │       └── LateOutcomeError         an attempt reported after the call was settled otherwise:
-│                                    both attempts may have taken effect
+│                                    both attempts may have taken effect (an alert, likewise)
 └── OutcomeUnknown                   raised *by a tool*: "I may have done it" (leaves it in doubt)
 ```
 
 Errors carry structured fields (``session_id``, ``tool_use_id`` …) so a caller or an alerting
 hook can act without parsing messages. Driver errors are wrapped with ``raise … from exc``.
+
+The two alerts are exceptions that are not raised by default: the effect happened, so the run
+goes on with the real result (rule 4) and the alert goes to ``on_alert`` and the ``toolledger``
+logger (``Run.alerts`` for an agent). They are exceptions all the same, so a caller can stop on
+one: ``run_tool_uses(..., raise_alerts=True)`` raises the batch's first alert once every call is
+over.
 """
 
 from __future__ import annotations
@@ -244,7 +251,9 @@ class LedgerWriteError(StoreError):
 
     This is an *alert*, not a failure of the tool: the real result still went back to the model.
     A person must look, because a resume could run the effect again. ``result`` is the content the
-    model received; ``cause`` the underlying error.
+    model received; ``cause`` the underlying error (``None`` when someone else changed the record
+    first). It is handed to ``on_alert`` and logged, and raised only where the caller asked for
+    it (``run_tool_uses(..., raise_alerts=True)``).
     """
 
     def __init__(

@@ -47,9 +47,9 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+import toolledger._attempt
 import toolledger.agent
 import toolledger.outcomes
-import toolledger.runner
 from toolledger.records import Status
 from toolledger.testing import elsewhere
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
@@ -212,9 +212,9 @@ class Aim:
 
 @pytest.fixture
 def aims(monkeypatch: pytest.MonkeyPatch) -> list[Aim]:
-    """The named crash points of the agent, the runner and the outcomes call these aims."""
+    """The named crash points of the agent, an attempt and the outcomes call these aims."""
     found: list[Aim] = []
-    for module in (toolledger.agent, toolledger.runner, toolledger.outcomes):
+    for module in (toolledger.agent, toolledger._attempt, toolledger.outcomes):
 
         def hook(point: str, real: Callable[[str], None] = module.crash_point) -> None:
             for aim in found:
