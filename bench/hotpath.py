@@ -73,7 +73,7 @@ def no_in_doubt_index(store: tl.Store) -> None:
     """Drop the partial index ``effects_in_doubt`` (records in ``started``). Every intent inserts
     into it and every outcome deletes from it: one more B-tree page in each of those commits.
 
-    In src: stores/sqlite.py MIGRATIONS — a new migration dropping the index, and
+    In src: stores/_sql/schema.py SQLITE_MIGRATIONS — a new migration dropping the index, and
     ``in_doubt()`` scanning ``effects`` (a CLI listing, not a hot path). Measured to decide
     whether the page is worth it.
     """

@@ -10,9 +10,8 @@ means is written here once.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, NamedTuple, TypeAlias, TypeVar
 
 from ...errors import SessionConflictError
 from ...ops import (
@@ -34,9 +33,9 @@ from . import rows as r
 from . import statements as q
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
-    """Run ``sql`` (``?`` style) once, or once per parameter tuple when ``many``."""
+class Step(NamedTuple):
+    """Run ``sql`` (``?`` style) once, or once per parameter tuple when ``many``. (Tuples: a
+    plan makes one per statement, on the SQLite hot path.)"""
 
     sql: str
     params: Sequence[Any] = ()
@@ -46,8 +45,7 @@ class Step:
     of its own unique-violation error. ``None``: a duplicate key is a driver error."""
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     rowcount: int
     rows: list[Any]
 

@@ -19,7 +19,7 @@ from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, Stored
 from .._sql import plans
 from .._sql.plans import Plan
 from .backend import PostgresBackend
-from .call import Call, adrive
+from .call import Call, adrive, reading, writing
 from .connect import aconfigure
 from .errors import connection_lost, translate
 from .guards import AsyncConn, Orphans, ServerClock, cut_noting, idle_ms
@@ -136,26 +136,8 @@ class AsyncPostgresBackend:
         if current is not None:
             self._release(current)
 
-    async def _run(
-        self,
-        action: str,
-        plan: Callable[[], Plan[T]],
-        *,
-        write: bool = False,
-        single: bool = False,
-        again: Callable[[], Plan[T]] | None = None,
-    ) -> T:
+    async def _run(self, call: Call[T]) -> T:
         op_timeout = self.settings.op_timeout
-        call = Call(
-            action,
-            plan,
-            self.url,
-            self.orphans,
-            op_timeout,
-            write=write,
-            single=single,
-            again=again,
-        )
         while True:
             pool = await self._pool()
             fired: list[bool] = []
@@ -184,35 +166,30 @@ class AsyncPostgresBackend:
                 if connection_lost(exc):
                     await pool.check()
 
+    async def _read(self, action: str, plan: Callable[[], Plan[T]]) -> T:
+        return await self._run(reading(self, action, plan))
+
     async def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
     ) -> dict[str, EffectRecord]:
         plan = partial(plans.read_effects, session_id, tool_use_ids, arrays=True)
-        return await self._run("reading the ledger", plan)
+        return await self._read("reading the ledger", plan)
 
     async def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
-        if not ops:
-            return []
-        return await self._run(
-            "writing the ledger",
-            partial(plans.apply, session_id, ops),
-            write=True,
-            single=plans.one_statement(ops),
-            again=partial(plans.apply_again, session_id, ops),
-        )
+        return await self._run(writing(self, session_id, ops)) if ops else []
 
     async def read_session(self, session_id: str) -> SessionState | None:
-        return await self._run("reading a session", partial(plans.read_session, session_id))
+        return await self._read("reading a session", partial(plans.read_session, session_id))
 
     async def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
         plan = partial(plans.read_messages, session_id, since)
-        return await self._run("reading a transcript", plan)
+        return await self._read("reading a transcript", plan)
 
     async def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        return await self._run("reading approvals", partial(plans.read_approvals, session_id))
+        return await self._read("reading approvals", partial(plans.read_approvals, session_id))
 
     async def read_lease(self, session_id: str) -> Lease | None:
-        return await self._run("reading a lease", partial(plans.read_lease, session_id))
+        return await self._read("reading a lease", partial(plans.read_lease, session_id))
 
     async def close(self) -> None:
         """Close the pool, and the sync twin's (idempotent)."""

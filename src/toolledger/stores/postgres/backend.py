@@ -14,7 +14,7 @@ from ...ops import Op
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from .._sql import plans
 from .._sql.plans import Plan
-from .call import Call, drive
+from .call import Call, drive, reading, writing
 from .connect import configure
 from .errors import connection_lost, translate
 from .guards import Conn, Orphans, ServerClock, idle_ms, watchdog
@@ -55,26 +55,8 @@ class PostgresBackend:
             open=True,
         )
 
-    def _run(
-        self,
-        action: str,
-        plan: Callable[[], Plan[T]],
-        *,
-        write: bool = False,
-        single: bool = False,
-        again: Callable[[], Plan[T]] | None = None,
-    ) -> T:
+    def _run(self, call: Call[T]) -> T:
         op_timeout = self.settings.op_timeout
-        call = Call(
-            action,
-            plan,
-            self.url,
-            self.orphans,
-            op_timeout,
-            write=write,
-            single=single,
-            again=again,
-        )
         while True:
             try:
                 # op_timeout bounds the wait for a connection too (a pool that cannot make one
@@ -103,35 +85,30 @@ class PostgresBackend:
     def _wait_s(self) -> float:
         return min(self.settings.pool_timeout, self.settings.op_timeout)
 
+    def _read(self, action: str, plan: Callable[[], Plan[T]]) -> T:
+        return self._run(reading(self, action, plan))
+
     def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
     ) -> dict[str, EffectRecord]:
         plan = partial(plans.read_effects, session_id, tool_use_ids, arrays=True)
-        return self._run("reading the ledger", plan)
+        return self._read("reading the ledger", plan)
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
-        if not ops:
-            return []
-        return self._run(
-            "writing the ledger",
-            partial(plans.apply, session_id, ops),
-            write=True,
-            single=plans.one_statement(ops),
-            again=partial(plans.apply_again, session_id, ops),
-        )
+        return self._run(writing(self, session_id, ops)) if ops else []
 
     def read_session(self, session_id: str) -> SessionState | None:
-        return self._run("reading a session", partial(plans.read_session, session_id))
+        return self._read("reading a session", partial(plans.read_session, session_id))
 
     def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
         plan = partial(plans.read_messages, session_id, since)
-        return self._run("reading a transcript", plan)
+        return self._read("reading a transcript", plan)
 
     def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        return self._run("reading approvals", partial(plans.read_approvals, session_id))
+        return self._read("reading approvals", partial(plans.read_approvals, session_id))
 
     def read_lease(self, session_id: str) -> Lease | None:
-        return self._run("reading a lease", partial(plans.read_lease, session_id))
+        return self._read("reading a lease", partial(plans.read_lease, session_id))
 
     def now(self) -> float:
         """The server's clock (``ServerClock``): no round trip unless the last reading is old."""
@@ -145,18 +122,18 @@ class PostgresBackend:
             raise translate(exc, url=self.url, action="reading the server's clock") from exc
 
     def list_sessions(self) -> list[SessionState]:
-        return self._run("listing sessions", plans.list_sessions)
+        return self._read("listing sessions", plans.list_sessions)
 
     def session_ids(self) -> list[str]:
-        return self._run("listing sessions", plans.session_ids)
+        return self._read("listing sessions", plans.session_ids)
 
     def in_doubt(self) -> list[EffectRecord]:
-        return self._run("listing in-doubt calls", plans.in_doubt)
+        return self._read("listing in-doubt calls", plans.in_doubt)
 
     def integrity_check(self) -> list[str]:
         """Schema version, tables, the in-doubt index, ``synchronous_commit`` and gap-free
         transcripts: an empty list when all is sound."""
-        return self._run("checking integrity", integrity)
+        return self._read("checking integrity", integrity)
 
     def close(self) -> None:
         """Close the pool (idempotent), and the async twin's."""

@@ -9,21 +9,23 @@ becomes — so the two backends differ only in their ``await``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
-from typing import Any, Generic, TypeVar
+from functools import cache, partial
+from typing import Any, Generic, Protocol, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
 
 from ...errors import StoreError
+from ...ops import Op
 from .._sql import plans
 from .._sql.plans import Outcome, Plan, Step
 from .._sql.statements import format_style
 from .errors import connection_lost, failure, timed_out
 from .guards import AsyncConn, Conn, Orphans, gone, identity
+from .settings import Settings
 
 T = TypeVar("T")
 _log = logging.getLogger("toolledger")
@@ -141,3 +143,30 @@ class Call(Generic[T]):
         self.committing = self.cut = False
         self.conn = self.ident = None
         return None
+
+
+class Shell(Protocol):
+    """What a call needs of the backend that runs it."""
+
+    url: str
+    orphans: Orphans
+    settings: Settings
+
+
+def reading(shell: Shell, action: str, plan: Callable[[], Plan[T]]) -> Call[T]:
+    return Call(action, plan, shell.url, shell.orphans, shell.settings.op_timeout)
+
+
+def writing(shell: Shell, session_id: str, ops: Sequence[Op]) -> Call[list[bool]]:
+    """``ops`` in one transaction, or — one statement — in autocommit, sent again after a lost
+    connection as ``apply_again``."""
+    return Call(
+        "writing the ledger",
+        partial(plans.apply, session_id, ops),
+        shell.url,
+        shell.orphans,
+        shell.settings.op_timeout,
+        write=True,
+        single=plans.one_statement(ops),
+        again=partial(plans.apply_again, session_id, ops),
+    )
