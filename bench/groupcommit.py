@@ -76,7 +76,7 @@ class SerialSQLiteBackend(SQLiteBackend):
                 c = self._conn
                 c.execute("BEGIN IMMEDIATE")
                 try:
-                    out = [self._apply_one(session_id, op) for op in ops]
+                    out = self._apply_batch(session_id, ops)
                     c.execute("COMMIT")
                     self.commits += 1
                 except BaseException:

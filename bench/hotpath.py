@@ -19,7 +19,7 @@ import toolledger as tl
 from toolledger.adapters import anthropic as anthropic_adapter
 from toolledger.codec import canonical_json, encode_result, input_hash
 from toolledger.records import StoredMessage
-from toolledger.stores import _sql
+from toolledger.stores._sql.rows import json_text
 
 from . import core, floor
 from .measure import Contender, Sample, interleaved
@@ -73,7 +73,7 @@ def no_in_doubt_index(store: tl.Store) -> None:
     """Drop the partial index ``effects_in_doubt`` (records in ``started``). Every intent inserts
     into it and every outcome deletes from it: one more B-tree page in each of those commits.
 
-    In src: stores/sqlite.py MIGRATIONS — a new migration dropping the index, and
+    In src: stores/_sql/schema.py SQLITE_MIGRATIONS — a new migration dropping the index, and
     ``in_doubt()`` scanning ``effects`` (a CLI listing, not a hot path). Measured to decide
     whether the page is worth it.
     """
@@ -131,7 +131,7 @@ def micro(n: int) -> list[tuple[str, float]]:
         ("input hash: canonical JSON + SHA-256", lambda: input_hash({"n": 1})),
         ("canonical JSON alone", lambda: canonical_json({"n": 1})),
         ("result encoding: encode_result", lambda: encode_result("ok")),
-        ("transcript JSON: one message", lambda: _sql.json_text(message)),
+        ("transcript JSON: one message", lambda: json_text(message)),
         ("read the tool_use blocks of a message", lambda: anthropic_adapter.read_tool_uses(block)),
     ]
     out = []

@@ -19,7 +19,8 @@ from typing import Any
 
 import toolledger as tl
 from toolledger.ops import InsertEffect
-from toolledger.stores import _sql
+from toolledger.stores._sql.rows import insert_params
+from toolledger.stores._sql.statements import INSERT_EFFECT, format_style
 
 from . import core
 from .measure import Contender, Sample, interleaved
@@ -64,11 +65,11 @@ def bare_insert(url: str, schema: str, stack: ExitStack) -> Contender:
     conn = stack.enter_context(psycopg.connect(url, autocommit=True))
     conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
     conn.execute("CREATE TABLE bare (LIKE effects INCLUDING ALL)")
-    statement = _sql.format_style(_sql.INSERT_EFFECT.replace("INTO effects", "INTO bare", 1))
+    statement = format_style(INSERT_EFFECT.replace("INTO effects", "INTO bare", 1))
 
     def step(i: int) -> Any:
         op = InsertEffect(core.record("bench", core.next_id()))
-        return conn.execute(statement, _sql.insert_params(op))
+        return conn.execute(statement, insert_params(op))
 
     return Contender(
         "bare INSERT … ON CONFLICT DO NOTHING, autocommit", step, key="floor", writes=1

@@ -15,7 +15,8 @@ from typing import Any
 
 import toolledger as tl
 from toolledger.ops import InsertEffect
-from toolledger.stores import _sql
+from toolledger.stores._sql.rows import insert_params
+from toolledger.stores._sql.statements import INSERT_EFFECT
 
 from . import core, floor
 from .measure import Contender, Sample, interleaved
@@ -78,8 +79,8 @@ def build_sqlite(path: Path, n: int) -> list[tuple[str, str]]:
     try:
         conn.execute("BEGIN")
         conn.executemany(
-            _sql.INSERT_EFFECT,
-            (_sql.insert_params(InsertEffect(core.record(s, t))) for s, t in keys),
+            INSERT_EFFECT,
+            (insert_params(InsertEffect(core.record(s, t))) for s, t in keys),
         )
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

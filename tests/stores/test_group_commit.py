@@ -64,17 +64,17 @@ def test_a_failing_commit_fails_every_batch_of_its_group(
     store = tl.open_store(f"sqlite:///{tmp_path / 'g.db'}")
     backend = store.backend
     assert isinstance(backend, SQLiteBackend)
-    original = backend._apply_one
+    original = backend._apply_batch
 
-    def full_disk(session_id: str, op: object) -> bool:
+    def full_disk(session_id: str, ops: object) -> list[bool]:
         import sqlite3
 
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr(backend, "_apply_one", full_disk)
+    monkeypatch.setattr(backend, "_apply_batch", full_disk)
     with pytest.raises(tl.StoreUnavailableError, match="disk is full"):
         backend.apply("s", [InsertEffect(make_record())])
-    monkeypatch.setattr(backend, "_apply_one", original)
+    monkeypatch.setattr(backend, "_apply_batch", original)
     assert store.ledger("s").records() == []
     assert backend.apply("s", [InsertEffect(make_record())]) == [True]
     store.close()

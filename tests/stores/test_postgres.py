@@ -32,9 +32,12 @@ except ImportError:  # the conformance suite's TestPostgres still fails under CI
 import toolledger as tl
 from toolledger.ops import AppendMessages, InsertEffect, PutSession, UpdateEffect
 from toolledger.records import Status, StoredMessage
-from toolledger.stores import _postgres
-from toolledger.stores import postgres as postgres_module
-from toolledger.stores.postgres import AsyncPostgresBackend, PostgresBackend
+from toolledger.stores._sql import plans
+from toolledger.stores._sql.schema import POSTGRES_MIGRATIONS, TABLES
+from toolledger.stores.postgres import AsyncPostgresBackend, PostgresBackend, guards
+from toolledger.stores.postgres import errors as pg_store_errors
+from toolledger.stores.postgres.call import drive
+from toolledger.stores.postgres.settings import parse_url
 from toolledger.testing import Counter
 from toolledger.testing.conformance import make_record, make_state
 
@@ -42,7 +45,7 @@ from ..conftest import drop_schema, tool_use, with_params
 
 pytestmark = pytest.mark.postgres
 
-VERSION = len(_postgres.MIGRATIONS)
+VERSION = len(POSTGRES_MIGRATIONS)
 Admin = psycopg.Connection[tuple[Any, ...]]
 
 
@@ -158,7 +161,7 @@ def test_a_crowd_opening_a_fresh_schema_migrates_it_once(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
         (postgres_schema,),
     ).fetchall()
-    assert sorted(t for (t,) in tables) == sorted([*_postgres.TABLES, "toolledger_schema"])
+    assert sorted(t for (t,) in tables) == sorted([*TABLES, "toolledger_schema"])
 
 
 def test_reopening_runs_no_migration_again(
@@ -207,7 +210,7 @@ def test_schemas_keep_stores_apart(new_schema: Callable[[str], str], admin: Admi
     in_odd = admin.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s", (odd,)
     ).fetchone()
-    assert in_odd == (len(_postgres.TABLES) + 1,)
+    assert in_odd == (len(TABLES) + 1,)
     assert admin.execute("SELECT to_regnamespace('public') IS NOT NULL").fetchone() == (True,)
 
 
@@ -315,10 +318,10 @@ def test_a_connection_cut_mid_write_is_ended_before_the_store_reads_again(
         backend = pg_backend(store)
         late = make_record("s", "late")
         with backend._pool.connection() as conn:
-            ident = postgres_module._identity[conn]
+            ident = guards.identity[conn]
             assert ident[0] == conn.info.backend_pid
             conn.execute("BEGIN")
-            postgres_module._drive(conn, _postgres.apply("s", [InsertEffect(late)]))
+            drive(conn, plans.apply("s", [InsertEffect(late)]))
             backend.orphans.add(ident)  # as _run does when the watchdog cuts a write
             assert store.ledger("s").get("late") is None  # read on another connection...
             alive = admin.execute(
@@ -357,7 +360,7 @@ def test_the_server_ends_a_transaction_whose_client_is_gone(
             )
             with pytest.raises(psycopg.Error, match="idle-in-transaction timeout") as lost:
                 conn.execute("SELECT 1")
-            assert _postgres.connection_lost(lost.value), "a lost connection: retried if safe"
+            assert pg_store_errors.connection_lost(lost.value), "a lost connection: retried if safe"
         assert store.backend.read_session("s") is None  # the store goes on, on a new connection
 
 
@@ -426,21 +429,25 @@ def test_a_connection_lost_during_commit_is_reported_not_retried() -> None:
     as someone else's. So it is an error that says the outcome is unknown."""
     lost = psycopg.errors.AdminShutdown("terminating connection due to administrator command")
     url = "postgresql://h/db"
-    assert _postgres.failure(lost, url=url, action="writing", attempt=0) is None
-    during = _postgres.failure(lost, url=url, action="writing", attempt=0, committing=True)
+    assert pg_store_errors.failure(lost, url=url, action="writing", attempt=0) is None
+    during = pg_store_errors.failure(lost, url=url, action="writing", attempt=0, committing=True)
     assert isinstance(during, tl.StoreUnavailableError)
     assert "may or may not have been committed" in str(during)
-    gave_up = _postgres.failure(lost, url=url, action="writing", attempt=_postgres.RETRIES)
+    gave_up = pg_store_errors.failure(
+        lost, url=url, action="writing", attempt=pg_store_errors.RETRIES
+    )
     assert isinstance(gave_up, tl.StoreUnavailableError) and "Nothing was written" in str(gave_up)
     assert not gave_up.outcome_unknown
     # One autocommit statement: sending it is committing it. It is sent again while retries
     # last (the resend checks whether the first landed); a loss that ends them is unknown.
-    assert _postgres.failure(lost, url=url, action="writing", attempt=0, single=True) is None
-    sent = _postgres.failure(
-        lost, url=url, action="writing", attempt=_postgres.RETRIES, single=True
+    assert pg_store_errors.failure(lost, url=url, action="writing", attempt=0, single=True) is None
+    sent = pg_store_errors.failure(
+        lost, url=url, action="writing", attempt=pg_store_errors.RETRIES, single=True
     )
     assert isinstance(sent, tl.StoreUnavailableError) and sent.outcome_unknown
-    other = _postgres.failure(psycopg.errors.DivisionByZero("x"), url=url, action="x", attempt=0)
+    other = pg_store_errors.failure(
+        psycopg.errors.DivisionByZero("x"), url=url, action="x", attempt=0
+    )
     assert type(other) is tl.StoreError
 
 
@@ -669,7 +676,7 @@ def test_the_async_backend_reports_an_unreachable_server() -> None:
 
 
 def test_url_parameters_are_ours_or_libpq_s() -> None:
-    s = _postgres.parse_url(
+    s = parse_url(
         "postgres://me:s3cret@db:5433/app?sslmode=disable&schema=Tenant%20A"
         "&pool_min=0&pool_max=3&pool_timeout=2.5&options=-c%20x%3D1+y"
     )
@@ -690,7 +697,7 @@ def test_url_parameters_are_ours_or_libpq_s() -> None:
         "application_name": "toolledger",
         **keepalives,
     }
-    hidden = _postgres.parse_url(
+    hidden = parse_url(
         "postgresql://db/app?password=pw&application_name=x&op_timeout=3&keepalives_idle=9"
     )
     assert "pw" not in hidden.display and hidden.op_timeout == 3.0
@@ -730,7 +737,7 @@ def test_the_password_never_shows_in_the_store_url(postgres_store_url: str) -> N
 def test_without_psycopg_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ["psycopg", "psycopg_pool"]:
         monkeypatch.setitem(sys.modules, name, None)
-    for name in ["toolledger.stores.postgres", "toolledger.stores._postgres"]:
+    for name in ["toolledger.stores.postgres", "toolledger.stores.postgres.errors"]:
         monkeypatch.delitem(sys.modules, name, raising=False)
     with pytest.raises(tl.ConfigurationError, match=r"pip install 'toolledger\[postgres\]'"):
         tl.open_store("postgresql://postgres@127.0.0.1:5432/test")
@@ -759,8 +766,6 @@ def test_a_resent_one_statement_write_recognises_its_own_first_send(
 
     from toolledger.ops import PutSession, TakeLease
     from toolledger.records import Lease
-    from toolledger.stores import _postgres as plans
-    from toolledger.stores.postgres import _drive
     from toolledger.testing.conformance import make_state
 
     with tl.open_store(postgres_store_url) as store:
@@ -772,9 +777,9 @@ def test_a_resent_one_statement_write_recognises_its_own_first_send(
             assert store.backend.apply("s", [op]) == [True]  # the first send, which landed
         with store.backend._pool.connection() as conn:  # type: ignore[attr-defined]
             for op in writes:
-                assert _drive(conn, plans.apply_again("s", [op])) == [True]
+                assert drive(conn, plans.apply_again("s", [op])) == [True]
             other = _replace(mine, worker="someone-else")
-            assert _drive(conn, plans.apply_again("s", [InsertEffect(other)])) == [False]
+            assert drive(conn, plans.apply_again("s", [InsertEffect(other)])) == [False]
             theirs = TakeLease(_replace(lease, owner="them"), expect_token=0)
             with pytest.raises(tl.SessionBusyError):
-                _drive(conn, plans.apply_again("s", [theirs]))
+                drive(conn, plans.apply_again("s", [theirs]))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import toolledger as tl
-from toolledger.stores.sqlite import MIGRATIONS
+from toolledger.stores._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
 
 from ..conftest import tool_use
 

@@ -15,112 +15,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-from ..errors import (
-    CorruptLedgerError,
-    SchemaVersionError,
-    SessionConflictError,
-    StoreError,
-    StoreUnavailableError,
-)
-from ..ops import (
-    AppendMessages,
-    HoldLease,
-    InsertEffect,
-    Op,
-    PutApproval,
-    PutSession,
-    TakeLease,
-    UpdateEffect,
-    busy,
-    conflict,
-    lost,
-    moved,
-)
+from ..errors import CorruptLedgerError, SessionConflictError, StoreError, StoreUnavailableError
+from ..ops import Op
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
-from . import _sql
+from ._sql import plans
+from ._sql.plans import Outcome, Plan, Step
+from ._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
+from ._sql.schema import too_new
 
 __all__ = ["SQLiteBackend"]
 
-# Append-only: the index + 1 is the schema version (PRAGMA user_version). Never edit a shipped
-# entry; add a new one. Each runs in its own transaction together with the version bump.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE effects (
-        session_id  TEXT    NOT NULL,
-        tool_use_id TEXT    NOT NULL,
-        tool        TEXT    NOT NULL,
-        input_hash  TEXT    NOT NULL,
-        status      TEXT    NOT NULL,
-        attempt     INTEGER NOT NULL,
-        result      TEXT,
-        error       TEXT,
-        created_at  REAL    NOT NULL,
-        updated_at  REAL    NOT NULL,
-        approved_by TEXT,
-        worker      TEXT,
-        PRIMARY KEY (session_id, tool_use_id)
-    ) WITHOUT ROWID;
-    """,
-    """
-    CREATE TABLE sessions (
-        session_id    TEXT    NOT NULL PRIMARY KEY,
-        status        TEXT    NOT NULL,
-        reason        TEXT,
-        version       INTEGER NOT NULL,
-        turns         INTEGER NOT NULL,
-        input_tokens  INTEGER NOT NULL,
-        output_tokens INTEGER NOT NULL,
-        messages      INTEGER NOT NULL,
-        created_at    REAL    NOT NULL,
-        updated_at    REAL    NOT NULL
-    ) WITHOUT ROWID;
-    CREATE TABLE messages (
-        session_id TEXT    NOT NULL,
-        seq        INTEGER NOT NULL,
-        role       TEXT    NOT NULL,
-        content    TEXT    NOT NULL,
-        created_at REAL    NOT NULL,
-        PRIMARY KEY (session_id, seq)
-    ) WITHOUT ROWID;
-    CREATE TABLE approvals (
-        session_id   TEXT    NOT NULL,
-        tool_use_id  TEXT    NOT NULL,
-        tool         TEXT    NOT NULL,
-        input_hash   TEXT    NOT NULL,
-        input        TEXT    NOT NULL,
-        in_doubt     INTEGER NOT NULL,
-        reason       TEXT    NOT NULL,
-        status       TEXT    NOT NULL,
-        requested_at REAL    NOT NULL,
-        decided_at   REAL,
-        decided_by   TEXT,
-        used_at      REAL,
-        PRIMARY KEY (session_id, tool_use_id)
-    ) WITHOUT ROWID;
-    -- Only in-doubt records are indexed: the CLI lists them across every session.
-    CREATE INDEX effects_in_doubt ON effects (session_id) WHERE status = 'started';
-    """,
-    """
-    CREATE TABLE leases (
-        session_id TEXT    NOT NULL PRIMARY KEY,
-        owner      TEXT    NOT NULL,
-        token      INTEGER NOT NULL,
-        expires_at REAL    NOT NULL
-    ) WITHOUT ROWID;
-    """,
-    # 4: an attempt's owner and end (DESIGN.md rule 12) and the attempts it replaced; the
-    # lease holder's process. Rows written before have NULLs: see EffectRecord and Lease.
-    """
-    ALTER TABLE effects ADD COLUMN holder TEXT;
-    ALTER TABLE effects ADD COLUMN lease_token INTEGER;
-    ALTER TABLE effects ADD COLUMN deadline REAL;
-    ALTER TABLE effects ADD COLUMN history TEXT;
-    ALTER TABLE leases ADD COLUMN holder TEXT;
-    ALTER TABLE approvals ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
-    """,
-]
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 10_000
 WAL_AUTOCHECKPOINT_PAGES = 100
@@ -223,12 +130,9 @@ class SQLiteBackend:
     def _migrate(self) -> None:
         c = self._conn
         version = int(c.execute("PRAGMA user_version").fetchone()[0])
-        if version > len(MIGRATIONS):
-            raise SchemaVersionError(
-                f"{self.url} has schema version {version}; this toolledger knows up to "
-                f"{len(MIGRATIONS)}. Upgrade toolledger to use this store.",
-                url=self.url,
-            )
+        error = too_new(version, self.url)
+        if error is not None:
+            raise error
         while version < len(MIGRATIONS):
             c.execute("BEGIN IMMEDIATE")
             try:
@@ -245,22 +149,35 @@ class SQLiteBackend:
                 c.execute("ROLLBACK")
                 raise
 
+    def _execute(self, step: Step) -> Outcome:
+        """One statement of a plan, on the connection (the caller holds ``_lock``)."""
+        c = self._conn
+        try:
+            if step.many:
+                return Outcome(c.executemany(step.sql, step.params).rowcount, [])
+            cur = c.execute(step.sql, step.params)
+        except sqlite3.IntegrityError:
+            if step.duplicate is None:
+                raise
+            raise step.duplicate() from None
+        return Outcome(cur.rowcount, cur.fetchall() if cur.description is not None else [])
+
+    def _apply_batch(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        """One batch's plan, inside whatever transaction or savepoint the caller opened."""
+        return plans.drive(plans.apply(session_id, ops), self._execute)
+
+    def _read(self, action: str, plan: Plan[T]) -> T:
+        try:
+            with self._lock:
+                return plans.drive(plan, self._execute)
+        except sqlite3.Error as exc:
+            raise translate(exc, self.url, action) from exc
+
     def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
     ) -> dict[str, EffectRecord]:
-        try:
-            with self._lock:
-                if tool_use_ids is None:
-                    rows = self._conn.execute(_sql.SELECT_EFFECTS, (session_id,)).fetchall()
-                else:
-                    rows = []
-                    for tid in tool_use_ids:
-                        rows.extend(
-                            self._conn.execute(_sql.SELECT_EFFECT, (session_id, tid)).fetchall()
-                        )
-        except sqlite3.Error as exc:
-            raise translate(exc, self.url, "reading the ledger") from exc
-        return {row[1]: _sql.row_to_record(row) for row in rows}
+        plan = plans.read_effects(session_id, tool_use_ids, arrays=False)
+        return self._read("reading the ledger", plan)
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         """Group commit: concurrent callers (threads sharing this store) share one transaction
@@ -304,13 +221,13 @@ class SQLiteBackend:
             with self._lock:
                 c = self._conn
                 self._check_identity()
-                if len(group) == 1 and _one_statement(group[0].ops):
+                if len(group) == 1 and plans.one_statement(group[0].ops):
                     # One conditional statement is a transaction of its own (autocommit): one
                     # call into SQLite instead of BEGIN, statement, COMMIT. A guard that fails
                     # in it has written nothing (its statement matched no row).
                     p = group[0]
                     try:
-                        p.flags = [self._apply_one(p.session_id, p.ops[0])]
+                        p.flags = self._apply_batch(p.session_id, p.ops)
                     except SessionConflictError as exc:
                         p.flags, p.error = None, exc
                     self.commits += 1
@@ -321,7 +238,7 @@ class SQLiteBackend:
                         if len(group) > 1:
                             c.execute("SAVEPOINT batch")
                         try:
-                            p.flags = [self._apply_one(p.session_id, op) for op in p.ops]
+                            p.flags = self._apply_batch(p.session_id, p.ops)
                         except SessionConflictError as exc:
                             if len(group) == 1:
                                 raise
@@ -365,109 +282,39 @@ class SQLiteBackend:
                 url=self.url,
             )
 
-    def _apply_one(self, session_id: str, op: Op) -> bool:
-        c = self._conn
-        if isinstance(op, InsertEffect):
-            return c.execute(_sql.INSERT_EFFECT, _sql.insert_params(op)).rowcount == 1
-        if isinstance(op, UpdateEffect):
-            updated = c.execute(_sql.update_statement(op), _sql.update_params(op)).rowcount == 1
-            if op.guard and not updated:
-                raise moved(session_id, op.record.tool_use_id)
-            return updated
-        if isinstance(op, PutSession):
-            if op.expect_version is None:
-                done = c.execute(_sql.INSERT_SESSION, _sql.session_params(op.state)).rowcount
-                if done != 1:
-                    raise conflict(session_id, "it already exists")
-            else:
-                done = c.execute(_sql.UPDATE_SESSION, _sql.update_session_params(op)).rowcount
-                if done != 1:
-                    raise conflict(session_id, f"it is not at version {op.expect_version}")
-            return True
-        if isinstance(op, AppendMessages):
-            (last,) = c.execute(_sql.SELECT_LAST_SEQ, (session_id,)).fetchone()
-            expected = 0 if last is None else int(last) + 1
-            if any(m.seq != expected + i for i, m in enumerate(op.messages)):
-                raise conflict(session_id, f"the next message is {expected}")
-            try:
-                c.executemany(
-                    _sql.INSERT_MESSAGE, [_sql.message_params(session_id, m) for m in op.messages]
-                )
-            except sqlite3.IntegrityError:
-                raise conflict(session_id, "a message with that seq exists") from None
-            return True
-        if isinstance(op, PutApproval):
-            if op.expect_status is None:
-                return (
-                    c.execute(_sql.INSERT_APPROVAL, _sql.approval_params(op.record)).rowcount == 1
-                )
-            return c.execute(_sql.UPDATE_APPROVAL, _sql.update_approval_params(op)).rowcount == 1
-        if isinstance(op, TakeLease):
-            statement = _sql.take_lease_statement(op)
-            if c.execute(statement, _sql.take_lease_params(op)).rowcount != 1:
-                found = c.execute(_sql.SELECT_LEASE, (session_id,)).fetchall()
-                raise busy(session_id, _sql.row_to_lease(found[0]) if found else None)
-            return True
-        if isinstance(op, HoldLease):
-            done = c.execute(_sql.HOLD_LEASE, (op.expires_at, session_id, op.token)).rowcount
-            if done != 1:
-                raise lost(session_id, op.token)
-            return True
-        return c.execute(_sql.DROP_LEASE, (session_id, op.token)).rowcount == 1
-
-    def _query(self, action: str, sql: str, params: tuple[object, ...] = ()) -> list[Any]:
-        try:
-            with self._lock:
-                return self._conn.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise translate(exc, self.url, action) from exc
-
     def read_session(self, session_id: str) -> SessionState | None:
-        rows = self._query("reading a session", _sql.SELECT_SESSION, (session_id,))
-        return _sql.row_to_session(rows[0]) if rows else None
+        return self._read("reading a session", plans.read_session(session_id))
 
     def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
-        rows = self._query("reading a transcript", _sql.SELECT_MESSAGES, (session_id, since))
-        return [_sql.row_to_message(r) for r in rows]
+        return self._read("reading a transcript", plans.read_messages(session_id, since))
 
     def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        if session_id is None:
-            rows = self._query("reading approvals", _sql.SELECT_APPROVALS)
-        else:
-            rows = self._query("reading approvals", _sql.SELECT_SESSION_APPROVALS, (session_id,))
-        return [_sql.row_to_approval(r) for r in rows]
+        return self._read("reading approvals", plans.read_approvals(session_id))
 
     def read_lease(self, session_id: str) -> Lease | None:
-        rows = self._query("reading a lease", _sql.SELECT_LEASE, (session_id,))
-        return _sql.row_to_lease(rows[0]) if rows else None
+        return self._read("reading a lease", plans.read_lease(session_id))
 
     def now(self) -> float:
         """This machine's clock: every process that opens the file shares it."""
         return time.time()
 
     def list_sessions(self) -> list[SessionState]:
-        return [_sql.row_to_session(r) for r in self._query("listing", _sql.SELECT_SESSIONS)]
+        return self._read("listing", plans.list_sessions())
 
     def in_doubt(self) -> list[EffectRecord]:
-        rows = self._query("listing in-doubt calls", _sql.SELECT_IN_DOUBT)
-        return [_sql.row_to_record(r) for r in rows]
+        return self._read("listing in-doubt calls", plans.in_doubt())
 
     def integrity_check(self) -> list[str]:
         """``PRAGMA integrity_check``: an empty list when the file is sound."""
-        rows = self._query("checking integrity", "PRAGMA integrity_check")
-        return [str(r[0]) for r in rows if r[0] != "ok"]
+        check = plans.rows("PRAGMA integrity_check", (), lambda row: row[0])
+        return [str(v) for v in self._read("checking integrity", check) if v != "ok"]
 
     def session_ids(self) -> list[str]:
-        return [r[0] for r in self._query("listing sessions", _sql.SELECT_ALL_SESSION_IDS)]
+        return self._read("listing sessions", plans.session_ids())
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-def _one_statement(ops: list[Op]) -> bool:
-    """One op that writes with one statement (appending messages reads the last seq first)."""
-    return len(ops) == 1 and not isinstance(ops[0], AppendMessages)
 
 
 def _identity(path: str, url: str) -> tuple[int, int] | None:

@@ -1,0 +1,244 @@
+"""Every read and write of the SQL backends as a *plan*, shared by SQLite and PostgreSQL.
+
+A plan is a generator that yields the statements to run (``?`` style) and receives each one's
+outcome; it holds every decision (which statement, whether a guard failed, how rows become
+records). The backends are thin shells that carry plans out (``drive``): SQLite on its one
+connection, PostgreSQL — sync and async — rewriting the placeholders to ``%s``. What an op
+means is written here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from functools import partial
+from typing import Any, NamedTuple, TypeAlias, TypeVar
+
+from ...errors import SessionConflictError
+from ...ops import (
+    AppendMessages,
+    HoldLease,
+    InsertEffect,
+    Op,
+    PutApproval,
+    PutSession,
+    TakeLease,
+    UpdateEffect,
+    busy,
+    conflict,
+    lost,
+    moved,
+)
+from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
+from . import rows as r
+from . import statements as q
+
+
+class Step(NamedTuple):
+    """Run ``sql`` (``?`` style) once, or once per parameter tuple when ``many``. (Tuples: a
+    plan makes one per statement, on the SQLite hot path.)"""
+
+    sql: str
+    params: Sequence[Any] = ()
+    many: bool = False
+    duplicate: Callable[[], SessionConflictError] | None = None
+    """What a duplicate key in this statement means: the driver raises this conflict instead
+    of its own unique-violation error. ``None``: a duplicate key is a driver error."""
+
+
+class Outcome(NamedTuple):
+    rowcount: int
+    rows: list[Any]
+
+
+T = TypeVar("T")
+Plan: TypeAlias = Generator[Step, Outcome, T]
+
+
+def drive(plan: Plan[T], execute: Callable[[Step], Outcome]) -> T:
+    """Carry ``plan`` out: each statement it yields is executed, its outcome sent back."""
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(execute(step))
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+async def adrive(plan: Plan[T], execute: Callable[[Step], Awaitable[Outcome]]) -> T:
+    """``drive`` with an awaited ``execute``."""
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(await execute(step))
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+# -- writes --------------------------------------------------------------------------------------
+
+
+def one_statement(ops: Sequence[Op]) -> bool:
+    """A batch whose plan writes with one statement, so autocommit makes it atomic on its own.
+    (A guard that fails in it has written nothing: its single UPDATE or INSERT matched no row.)
+    Appending messages reads the last seq first: that takes a transaction."""
+    return len(ops) == 1 and not isinstance(ops[0], AppendMessages)
+
+
+def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
+    """Every op is one conditional statement; a failed guard raises and so rolls back the
+    transaction (or savepoint) the backend opened around the plan."""
+    out: list[bool] = []
+    for op in ops:
+        if isinstance(op, InsertEffect):
+            done = yield Step(q.INSERT_EFFECT, r.insert_params(op))
+        elif isinstance(op, UpdateEffect):
+            done = yield Step(q.update_statement(op), r.update_params(op))
+            if op.guard and done.rowcount != 1:
+                raise moved(session_id, op.record.tool_use_id)
+        elif isinstance(op, PutSession):
+            if op.expect_version is None:
+                done = yield Step(q.INSERT_SESSION, r.session_values(op.state))
+                if done.rowcount != 1:
+                    raise conflict(session_id, "it already exists")
+            else:
+                done = yield Step(q.UPDATE_SESSION, r.update_session_params(op))
+                if done.rowcount != 1:
+                    raise conflict(session_id, f"it is not at version {op.expect_version}")
+        elif isinstance(op, AppendMessages):
+            done = yield Step(q.SELECT_LAST_SEQ, (session_id,))
+            last = done.rows[0][0]
+            expected = 0 if last is None else int(last) + 1
+            if any(m.seq != expected + i for i, m in enumerate(op.messages)):
+                raise conflict(session_id, f"the next message is {expected}")
+            # A racing writer that read the same last seq meets the primary key: the other
+            # inserts are ON CONFLICT DO NOTHING, so only this one can find a duplicate key.
+            values = [r.message_params(session_id, m) for m in op.messages]
+            if values:
+                seq_taken = partial(conflict, session_id, "a message with that seq exists")
+                yield Step(q.INSERT_MESSAGE, values, many=True, duplicate=seq_taken)
+            done = Outcome(rowcount=1, rows=[])
+        elif isinstance(op, PutApproval):
+            if op.expect_status is None:
+                done = yield Step(q.INSERT_APPROVAL, r.approval_values(op.record))
+            else:
+                done = yield Step(q.UPDATE_APPROVAL, r.update_approval_params(op))
+        elif isinstance(op, TakeLease):
+            done = yield Step(q.take_lease_statement(op), r.take_lease_params(op))
+            if done.rowcount != 1:
+                raise busy(session_id, (yield from read_lease(session_id)))
+        elif isinstance(op, HoldLease):
+            # An UPDATE, so the lease row stays locked until this transaction ends: a take-over
+            # waits for our commit and then finds the token it expected — our writes land
+            # before the new holder reads anything.
+            done = yield Step(q.HOLD_LEASE, (op.expires_at, session_id, op.token))
+            if done.rowcount != 1:
+                raise lost(session_id, op.token)
+        else:
+            done = yield Step(q.DROP_LEASE, (session_id, op.token))
+        out.append(done.rowcount == 1)
+    return out
+
+
+def apply_again(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
+    """A one-statement batch sent again after its connection was lost with the outcome unknown.
+
+    Every statement is conditional, so sending it twice cannot do it twice. But if the first
+    send landed, this one finds its condition gone ("not applied", or a guard's conflict): then
+    the row is read back, and if it holds exactly what this batch wrote — worker id, timestamps
+    and all — the first send landed, and the batch is reported applied.
+    """
+    (op,) = ops
+    try:
+        done: list[bool] | None = yield from apply(session_id, ops)
+    except SessionConflictError as exc:
+        refused: SessionConflictError | None = exc
+        done = None
+    else:
+        refused = None
+    if done == [True]:
+        return done
+    if (yield from _holds(session_id, op)):
+        return [True]
+    if refused is not None:
+        raise refused
+    assert done is not None
+    return done
+
+
+def _holds(session_id: str, op: Op) -> Plan[bool]:
+    """Whether the store holds exactly what ``op`` writes."""
+    if isinstance(op, (InsertEffect, UpdateEffect)):
+        found = yield from rows(
+            q.SELECT_EFFECT, (session_id, op.record.tool_use_id), r.row_to_record
+        )
+        return found == [op.record]
+    if isinstance(op, PutApproval):
+        approvals = yield from read_approvals(session_id)
+        return op.record in approvals
+    if isinstance(op, PutSession):
+        return (yield from read_session(session_id)) == op.state
+    if isinstance(op, TakeLease):
+        return (yield from read_lease(session_id)) == op.lease
+    lease = yield from read_lease(session_id)
+    if isinstance(op, HoldLease):
+        return lease is not None and (lease.token, lease.expires_at) == (op.token, op.expires_at)
+    return False  # DropLease reports its own outcome again: it is idempotent
+
+
+# -- reads ---------------------------------------------------------------------------------------
+
+
+def rows(statement: str, params: Sequence[Any], convert: Callable[[Any], T]) -> Plan[list[T]]:
+    """One query, each row converted."""
+    done = yield Step(statement, params)
+    return [convert(row) for row in done.rows]
+
+
+def read_effects(
+    session_id: str, tool_use_ids: Sequence[str] | None, *, arrays: bool
+) -> Plan[dict[str, EffectRecord]]:
+    """The session's records, or those of ``tool_use_ids``: in one query with ``arrays``
+    (PostgreSQL), else one query per id (SQLite: no round trips to save)."""
+    if tool_use_ids is None:
+        found = (yield Step(q.SELECT_EFFECTS, (session_id,))).rows
+    elif arrays:
+        found = (yield Step(q.SELECT_SOME_EFFECTS, (session_id, list(tool_use_ids)))).rows
+    else:
+        found = []
+        for tool_use_id in tool_use_ids:
+            found.extend((yield Step(q.SELECT_EFFECT, (session_id, tool_use_id))).rows)
+    return {row[1]: r.row_to_record(row) for row in found}
+
+
+def read_session(session_id: str) -> Plan[SessionState | None]:
+    found = yield from rows(q.SELECT_SESSION, (session_id,), r.row_to_session)
+    return found[0] if found else None
+
+
+def read_messages(session_id: str, since: int) -> Plan[list[StoredMessage]]:
+    return rows(q.SELECT_MESSAGES, (session_id, since), r.row_to_message)
+
+
+def read_approvals(session_id: str | None) -> Plan[list[ApprovalRecord]]:
+    if session_id is None:
+        return rows(q.SELECT_APPROVALS, (), r.row_to_approval)
+    return rows(q.SELECT_SESSION_APPROVALS, (session_id,), r.row_to_approval)
+
+
+def read_lease(session_id: str) -> Plan[Lease | None]:
+    found = yield from rows(q.SELECT_LEASE, (session_id,), r.row_to_lease)
+    return found[0] if found else None
+
+
+def list_sessions() -> Plan[list[SessionState]]:
+    return rows(q.SELECT_SESSIONS, (), r.row_to_session)
+
+
+def session_ids() -> Plan[list[str]]:
+    return rows(q.SELECT_ALL_SESSION_IDS, (), lambda row: str(row[0]))
+
+
+def in_doubt() -> Plan[list[EffectRecord]]:
+    return rows(q.SELECT_IN_DOUBT, (), r.row_to_record)

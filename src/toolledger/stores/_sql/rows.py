@@ -1,0 +1,209 @@
+"""Records to statement parameters and rows back to records, for both SQL backends.
+
+A record's values are listed once, in its table's column order (``*_values``); an update's
+parameters are the same values with the key moved behind the SET list, then what the
+compare-and-set expects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ...ops import InsertEffect, PutApproval, PutSession, TakeLease, UpdateEffect
+from ...records import (
+    ApprovalRecord,
+    ApprovalStatus,
+    EffectRecord,
+    Holder,
+    Lease,
+    RunStatus,
+    SessionState,
+    Status,
+    StoredMessage,
+    history_from_json,
+    history_json,
+)
+
+
+def json_text(value: Any) -> str:
+    """Transcript and approval JSON: compact; ASCII-escaped only when UTF-8 cannot hold it."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+# -- effects -------------------------------------------------------------------------------------
+
+
+def effect_values(r: EffectRecord) -> tuple[Any, ...]:
+    """The record in ``EFFECT_COLUMNS`` order (the key is the first two)."""
+    return (
+        r.session_id,
+        r.tool_use_id,
+        r.tool,
+        r.input_hash,
+        r.status.value,
+        r.attempt,
+        r.result,
+        r.error,
+        r.created_at,
+        r.updated_at,
+        r.approved_by,
+        r.worker,
+        r.holder.text() if r.holder is not None else None,
+        r.lease_token,
+        r.deadline,
+        json_text(history_json(r.history)) if r.history else None,
+    )
+
+
+def insert_params(op: InsertEffect) -> tuple[Any, ...]:
+    return effect_values(op.record)
+
+
+def update_params(op: UpdateEffect) -> tuple[Any, ...]:
+    v = effect_values(op.record)
+    expect = (op.expect_status.value, op.expect_attempt)
+    return (*v[2:], *v[:2], *expect, *(() if op.expect_at is None else (op.expect_at,)))
+
+
+def row_to_record(row: Sequence[Any]) -> EffectRecord:
+    return EffectRecord(
+        session_id=row[0],
+        tool_use_id=row[1],
+        tool=row[2],
+        input_hash=row[3],
+        status=Status(row[4]),
+        attempt=int(row[5]),
+        result=row[6],
+        error=row[7],
+        created_at=float(row[8]),
+        updated_at=float(row[9]),
+        approved_by=row[10],
+        worker=row[11],
+        holder=Holder.parse(row[12]),
+        lease_token=None if row[13] is None else int(row[13]),
+        deadline=None if row[14] is None else float(row[14]),
+        history=history_from_json(json.loads(row[15])) if row[15] else (),
+    )
+
+
+# -- sessions, transcripts, approvals ------------------------------------------------------------
+
+
+def session_values(s: SessionState) -> tuple[Any, ...]:
+    """The state in ``SESSION_COLUMNS`` order (the key first)."""
+    return (
+        s.session_id,
+        s.status.value,
+        s.reason,
+        s.version,
+        s.turns,
+        s.input_tokens,
+        s.output_tokens,
+        s.messages,
+        s.created_at,
+        s.updated_at,
+    )
+
+
+def update_session_params(op: PutSession) -> tuple[Any, ...]:
+    v = session_values(op.state)
+    return (*v[1:], v[0], op.expect_version)
+
+
+def row_to_session(row: Sequence[Any]) -> SessionState:
+    return SessionState(
+        session_id=row[0],
+        status=RunStatus(row[1]),
+        reason=row[2],
+        version=int(row[3]),
+        turns=int(row[4]),
+        input_tokens=int(row[5]),
+        output_tokens=int(row[6]),
+        messages=int(row[7]),
+        created_at=float(row[8]),
+        updated_at=float(row[9]),
+    )
+
+
+def message_params(session_id: str, m: StoredMessage) -> tuple[Any, ...]:
+    return (session_id, m.seq, m.role, json_text(m.content), m.created_at)
+
+
+def row_to_message(row: Sequence[Any]) -> StoredMessage:
+    return StoredMessage(
+        seq=int(row[0]), role=row[1], content=json.loads(row[2]), created_at=float(row[3])
+    )
+
+
+def approval_values(a: ApprovalRecord) -> tuple[Any, ...]:
+    """The request in ``APPROVAL_COLUMNS`` order (the key is the first two)."""
+    return (
+        a.session_id,
+        a.tool_use_id,
+        a.tool,
+        a.input_hash,
+        json_text(a.input),
+        int(a.in_doubt),
+        a.reason,
+        a.status.value,
+        a.requested_at,
+        a.decided_at,
+        a.decided_by,
+        a.used_at,
+        a.attempt,
+    )
+
+
+def update_approval_params(op: PutApproval) -> tuple[Any, ...]:
+    assert op.expect_status is not None
+    v = approval_values(op.record)
+    return (*v[2:], *v[:2], op.expect_status.value)
+
+
+def row_to_approval(row: Sequence[Any]) -> ApprovalRecord:
+    return ApprovalRecord(
+        session_id=row[0],
+        tool_use_id=row[1],
+        tool=row[2],
+        input_hash=row[3],
+        input=json.loads(row[4]),
+        in_doubt=bool(row[5]),
+        reason=row[6],
+        status=ApprovalStatus(row[7]),
+        requested_at=float(row[8]),
+        decided_at=None if row[9] is None else float(row[9]),
+        decided_by=row[10],
+        used_at=None if row[11] is None else float(row[11]),
+        attempt=int(row[12] or 0),
+    )
+
+
+# -- leases --------------------------------------------------------------------------------------
+
+
+def take_lease_params(op: TakeLease) -> tuple[Any, ...]:
+    lease = op.lease
+    holder = lease.holder.text() if lease.holder is not None else None
+    if op.expect_token == 0:
+        return (lease.session_id, lease.owner, lease.token, lease.expires_at, holder)
+    params = (lease.owner, lease.token, lease.expires_at, holder, lease.session_id)
+    if op.expect_expires_at is None:
+        return (*params, op.expect_token)
+    return (*params, op.expect_token, op.expect_expires_at)
+
+
+def row_to_lease(row: Sequence[Any]) -> Lease:
+    return Lease(
+        session_id=row[0],
+        owner=row[1],
+        token=int(row[2]),
+        expires_at=float(row[3]),
+        holder=Holder.parse(row[4]),
+    )

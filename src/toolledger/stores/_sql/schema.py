@@ -1,0 +1,193 @@
+"""Both schemas, side by side: SQLite's and PostgreSQL's migrations, entry for entry.
+
+Entry ``i`` of either list brings a store from schema version ``i`` to ``i + 1``; the versions
+of the two backends match. Migrations only append (DESIGN.md rule 17): never edit a shipped
+entry, add a new one to both lists.
+"""
+
+from __future__ import annotations
+
+from ...errors import SchemaVersionError
+
+# -- SQLite ------------------------------------------------------------------------------------
+
+# Append-only: the index + 1 is the schema version (PRAGMA user_version). Never edit a shipped
+# entry; add a new one. Each runs in its own transaction together with the version bump.
+SQLITE_MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE effects (
+        session_id  TEXT    NOT NULL,
+        tool_use_id TEXT    NOT NULL,
+        tool        TEXT    NOT NULL,
+        input_hash  TEXT    NOT NULL,
+        status      TEXT    NOT NULL,
+        attempt     INTEGER NOT NULL,
+        result      TEXT,
+        error       TEXT,
+        created_at  REAL    NOT NULL,
+        updated_at  REAL    NOT NULL,
+        approved_by TEXT,
+        worker      TEXT,
+        PRIMARY KEY (session_id, tool_use_id)
+    ) WITHOUT ROWID;
+    """,
+    """
+    CREATE TABLE sessions (
+        session_id    TEXT    NOT NULL PRIMARY KEY,
+        status        TEXT    NOT NULL,
+        reason        TEXT,
+        version       INTEGER NOT NULL,
+        turns         INTEGER NOT NULL,
+        input_tokens  INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        messages      INTEGER NOT NULL,
+        created_at    REAL    NOT NULL,
+        updated_at    REAL    NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE messages (
+        session_id TEXT    NOT NULL,
+        seq        INTEGER NOT NULL,
+        role       TEXT    NOT NULL,
+        content    TEXT    NOT NULL,
+        created_at REAL    NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE approvals (
+        session_id   TEXT    NOT NULL,
+        tool_use_id  TEXT    NOT NULL,
+        tool         TEXT    NOT NULL,
+        input_hash   TEXT    NOT NULL,
+        input        TEXT    NOT NULL,
+        in_doubt     INTEGER NOT NULL,
+        reason       TEXT    NOT NULL,
+        status       TEXT    NOT NULL,
+        requested_at REAL    NOT NULL,
+        decided_at   REAL,
+        decided_by   TEXT,
+        used_at      REAL,
+        PRIMARY KEY (session_id, tool_use_id)
+    ) WITHOUT ROWID;
+    -- Only in-doubt records are indexed: the CLI lists them across every session.
+    CREATE INDEX effects_in_doubt ON effects (session_id) WHERE status = 'started';
+    """,
+    """
+    CREATE TABLE leases (
+        session_id TEXT    NOT NULL PRIMARY KEY,
+        owner      TEXT    NOT NULL,
+        token      INTEGER NOT NULL,
+        expires_at REAL    NOT NULL
+    ) WITHOUT ROWID;
+    """,
+    # 4: an attempt's owner and end (DESIGN.md rule 12) and the attempts it replaced; the
+    # lease holder's process. Rows written before have NULLs: see EffectRecord and Lease.
+    """
+    ALTER TABLE effects ADD COLUMN holder TEXT;
+    ALTER TABLE effects ADD COLUMN lease_token INTEGER;
+    ALTER TABLE effects ADD COLUMN deadline REAL;
+    ALTER TABLE effects ADD COLUMN history TEXT;
+    ALTER TABLE leases ADD COLUMN holder TEXT;
+    ALTER TABLE approvals ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
+    """,
+]
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+
+# Append-only: POSTGRES_MIGRATIONS[i] brings the schema from version i to i + 1, and the versions
+# match the SQLite store's. Never edit a shipped entry; add a new one. Each runs in its own
+# transaction together with its row in toolledger_schema.
+#
+# Ids are COLLATE "C": byte order never changes, whereas an index under a libc collation can be
+# silently corrupted by an OS upgrade that changes the collation — and a corrupt primary key could
+# let a second "insert-if-absent" through, which is a side effect run twice.
+POSTGRES_MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE effects (
+        session_id  TEXT COLLATE "C" NOT NULL,
+        tool_use_id TEXT COLLATE "C" NOT NULL,
+        tool        TEXT             NOT NULL,
+        input_hash  TEXT             NOT NULL,
+        status      TEXT             NOT NULL,
+        attempt     BIGINT           NOT NULL,
+        result      TEXT,
+        error       TEXT,
+        created_at  DOUBLE PRECISION NOT NULL,
+        updated_at  DOUBLE PRECISION NOT NULL,
+        approved_by TEXT,
+        worker      TEXT,
+        PRIMARY KEY (session_id, tool_use_id)
+    )
+    """,
+    """
+    CREATE TABLE sessions (
+        session_id    TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+        status        TEXT             NOT NULL,
+        reason        TEXT,
+        version       BIGINT           NOT NULL,
+        turns         BIGINT           NOT NULL,
+        input_tokens  BIGINT           NOT NULL,
+        output_tokens BIGINT           NOT NULL,
+        messages      BIGINT           NOT NULL,
+        created_at    DOUBLE PRECISION NOT NULL,
+        updated_at    DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE messages (
+        session_id TEXT COLLATE "C" NOT NULL,
+        seq        BIGINT           NOT NULL,
+        role       TEXT             NOT NULL,
+        content    TEXT             NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    );
+    CREATE TABLE approvals (
+        session_id   TEXT COLLATE "C" NOT NULL,
+        tool_use_id  TEXT COLLATE "C" NOT NULL,
+        tool         TEXT             NOT NULL,
+        input_hash   TEXT             NOT NULL,
+        input        TEXT             NOT NULL,
+        in_doubt     INTEGER          NOT NULL,
+        reason       TEXT             NOT NULL,
+        status       TEXT             NOT NULL,
+        requested_at DOUBLE PRECISION NOT NULL,
+        decided_at   DOUBLE PRECISION,
+        decided_by   TEXT,
+        used_at      DOUBLE PRECISION,
+        PRIMARY KEY (session_id, tool_use_id)
+    );
+    -- Only in-doubt records are indexed: the CLI lists them across every session.
+    CREATE INDEX effects_in_doubt ON effects (session_id) WHERE status = 'started';
+    """,
+    """
+    CREATE TABLE leases (
+        session_id TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+        owner      TEXT             NOT NULL,
+        token      BIGINT           NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    )
+    """,
+    # 4: an attempt's owner and end (DESIGN.md rule 12) and the attempts it replaced; the
+    # lease holder's process. Rows written before have NULLs: see EffectRecord and Lease.
+    """
+    ALTER TABLE effects ADD COLUMN holder TEXT;
+    ALTER TABLE effects ADD COLUMN lease_token BIGINT;
+    ALTER TABLE effects ADD COLUMN deadline DOUBLE PRECISION;
+    ALTER TABLE effects ADD COLUMN history TEXT;
+    ALTER TABLE leases ADD COLUMN holder TEXT;
+    ALTER TABLE approvals ADD COLUMN attempt BIGINT NOT NULL DEFAULT 0
+    """,
+]
+
+TABLES = ("effects", "sessions", "messages", "approvals", "leases")
+VERSION = len(SQLITE_MIGRATIONS)
+"""The schema version this toolledger writes (both lists have this many entries)."""
+
+
+def too_new(version: int, url: str) -> SchemaVersionError | None:
+    """The error for a store whose schema is newer than this code, if it is."""
+    if version <= VERSION:
+        return None
+    return SchemaVersionError(
+        f"{url} has schema version {version}; this toolledger knows up to {VERSION}. "
+        "Upgrade toolledger to use this store.",
+        url=url,
+    )

@@ -1,0 +1,127 @@
+"""Every statement the SQL backends run, written once with ``?`` placeholders.
+
+The PostgreSQL backend rewrites them to ``%s`` (``format_style``, cached). Only our own
+constants ever reach SQL text; every value travels as a parameter.
+"""
+
+from __future__ import annotations
+
+from ...ops import TakeLease, UpdateEffect
+
+EFFECT_COLUMNS = (
+    "session_id, tool_use_id, tool, input_hash, status, attempt, result, error, "
+    "created_at, updated_at, approved_by, worker, holder, lease_token, deadline, history"
+)
+
+INSERT_EFFECT = (
+    f"INSERT INTO effects ({EFFECT_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id, tool_use_id) DO NOTHING"
+)
+
+# Compare-and-set: the WHERE clause is the whole concurrency story. A writer that lost the race
+# (or a stale one) matches no row and learns it from the row count.
+UPDATE_EFFECT = (
+    "UPDATE effects SET tool = ?, input_hash = ?, status = ?, attempt = ?, result = ?, "
+    "error = ?, created_at = ?, updated_at = ?, approved_by = ?, worker = ?, holder = ?, "
+    "lease_token = ?, deadline = ?, history = ? "
+    "WHERE session_id = ? AND tool_use_id = ? AND status = ? AND attempt = ?"
+)
+UPDATE_EFFECT_AT = UPDATE_EFFECT + " AND updated_at = ?"
+
+
+def update_statement(op: UpdateEffect) -> str:
+    return UPDATE_EFFECT if op.expect_at is None else UPDATE_EFFECT_AT
+
+
+SELECT_EFFECTS = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ?"
+SELECT_EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ? AND tool_use_id = ?"
+# PostgreSQL only: the ids travel as one array parameter, one round trip for any number.
+SELECT_SOME_EFFECTS = SELECT_EFFECTS + " AND tool_use_id = ANY(?)"
+SELECT_IN_DOUBT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE status = 'started'"
+
+# -- sessions, transcripts, approvals ------------------------------------------------------------
+
+SESSION_COLUMNS = (
+    "session_id, status, reason, version, turns, input_tokens, output_tokens, messages, "
+    "created_at, updated_at"
+)
+INSERT_SESSION = (
+    f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO NOTHING"
+)
+UPDATE_SESSION = (
+    "UPDATE sessions SET status = ?, reason = ?, version = ?, turns = ?, input_tokens = ?, "
+    "output_tokens = ?, messages = ?, created_at = ?, updated_at = ? "
+    "WHERE session_id = ? AND version = ?"
+)
+SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?"
+SELECT_SESSIONS = f"SELECT {SESSION_COLUMNS} FROM sessions"
+SELECT_ALL_SESSION_IDS = (
+    "SELECT session_id FROM sessions UNION SELECT DISTINCT session_id FROM effects"
+)
+
+INSERT_MESSAGE = (
+    "INSERT INTO messages (session_id, seq, role, content, created_at) VALUES (?, ?, ?, ?, ?)"
+)
+SELECT_LAST_SEQ = "SELECT max(seq) FROM messages WHERE session_id = ?"
+SELECT_MESSAGES = (
+    "SELECT seq, role, content, created_at FROM messages WHERE session_id = ? AND seq >= ? "
+    "ORDER BY seq"
+)
+
+APPROVAL_COLUMNS = (
+    "session_id, tool_use_id, tool, input_hash, input, in_doubt, reason, status, "
+    "requested_at, decided_at, decided_by, used_at, attempt"
+)
+INSERT_APPROVAL = (
+    f"INSERT INTO approvals ({APPROVAL_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id, tool_use_id) DO NOTHING"
+)
+UPDATE_APPROVAL = (
+    "UPDATE approvals SET tool = ?, input_hash = ?, input = ?, in_doubt = ?, reason = ?, "
+    "status = ?, requested_at = ?, decided_at = ?, decided_by = ?, used_at = ?, attempt = ? "
+    "WHERE session_id = ? AND tool_use_id = ? AND status = ?"
+)
+SELECT_APPROVALS = f"SELECT {APPROVAL_COLUMNS} FROM approvals"
+SELECT_SESSION_APPROVALS = f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE session_id = ?"
+
+# -- leases --------------------------------------------------------------------------------------
+
+LEASE_COLUMNS = "session_id, owner, token, expires_at, holder"
+SELECT_LEASE = f"SELECT {LEASE_COLUMNS} FROM leases WHERE session_id = ?"
+INSERT_LEASE = (
+    f"INSERT INTO leases ({LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO NOTHING"
+)
+# Take-over and fence are compare-and-set on the token (and, for a take-over, on the expiry the
+# taker judged, which a renewal changes): the WHERE clause is the whole story.
+TAKE_LEASE = (
+    "UPDATE leases SET owner = ?, token = ?, expires_at = ?, holder = ? "
+    "WHERE session_id = ? AND token = ? AND expires_at = ?"
+)
+TAKE_LEASE_ANY_EXPIRY = (
+    "UPDATE leases SET owner = ?, token = ?, expires_at = ?, holder = ? "
+    "WHERE session_id = ? AND token = ?"
+)
+
+
+def take_lease_statement(op: TakeLease) -> str:
+    if op.expect_token == 0:
+        return INSERT_LEASE
+    return TAKE_LEASE_ANY_EXPIRY if op.expect_expires_at is None else TAKE_LEASE
+
+
+# A lease given back (expires_at 0) is never renewed: a renewal that was under way when its run
+# ended cannot bring it back to life.
+HOLD_LEASE = (
+    "UPDATE leases SET expires_at = ? WHERE session_id = ? AND token = ? AND expires_at > 0"
+)
+DROP_LEASE = "UPDATE leases SET expires_at = 0 WHERE session_id = ? AND token = ?"
+
+
+def format_style(statement: str) -> str:
+    """A statement written with ``?`` placeholders in psycopg's ``%s`` style (a literal ``%``
+    doubled). For our own constants only: their literals hold no ``?``."""
+    return statement.replace("%", "%%").replace("?", "%s")

@@ -1,0 +1,143 @@
+"""The sync PostgreSQL backend: a thin shell carrying the shared plans out over a thread-safe
+connection pool (``Call`` decides everything about each operation's tries)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Protocol, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from ...ops import Op
+from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
+from .._sql import plans
+from .._sql.plans import Plan
+from .call import Call, drive, reading, writing
+from .connect import configure
+from .errors import connection_lost, translate
+from .guards import Conn, Orphans, ServerClock, idle_ms, watchdog
+from .schema import integrity, migrate
+from .settings import parse_url
+
+T = TypeVar("T")
+
+
+class _Twin(Protocol):
+    def release(self) -> None: ...
+
+
+class PostgresBackend:
+    """The sync backend. Opening it migrates the schema; its pool makes it safe to share
+    between threads."""
+
+    durable = True
+
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        self.settings = parse_url(url)
+        self.url = self.settings.display
+        self._twin: _Twin | None = None
+        self.server_clock = ServerClock()
+        self.orphans = Orphans()
+        self.schema_version = migrate(self.settings, create=create)
+        s = self.settings
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            s.conninfo,
+            kwargs={"autocommit": True, **s.connect_kwargs},
+            min_size=s.pool_min,
+            max_size=s.pool_max,
+            timeout=s.pool_timeout,
+            configure=partial(
+                configure, schema=s.schema, clock=self.server_clock, idle_ms=idle_ms(s.op_timeout)
+            ),
+            name="toolledger",
+            open=True,
+        )
+
+    def _run(self, call: Call[T]) -> T:
+        op_timeout = self.settings.op_timeout
+        while True:
+            try:
+                # op_timeout bounds the wait for a connection too (a pool that cannot make one
+                # would otherwise wait pool_timeout), and then the operation itself.
+                with self._pool.connection(timeout=self._wait_s) as conn:
+                    call.started(conn)
+                    token = watchdog.arm(conn, op_timeout)
+                    try:
+                        self.orphans.end(conn, self.url, op_timeout)
+                        if not call.in_transaction:
+                            return drive(conn, call.next_plan())
+                        with conn.transaction():
+                            value = drive(conn, call.next_plan())
+                            call.committing = True  # an error from here on is the COMMIT's
+                        return value
+                    finally:
+                        call.cut = watchdog.disarm(token)
+            except (psycopg.Error, UnicodeEncodeError) as exc:
+                error = call.failed(exc)
+                if error is not None:
+                    raise error from exc
+                if connection_lost(exc):
+                    self._pool.check()  # a server restart killed its idle siblings too
+
+    @property
+    def _wait_s(self) -> float:
+        return min(self.settings.pool_timeout, self.settings.op_timeout)
+
+    def _read(self, action: str, plan: Callable[[], Plan[T]]) -> T:
+        return self._run(reading(self, action, plan))
+
+    def read_effects(
+        self, session_id: str, tool_use_ids: Sequence[str] | None = None
+    ) -> dict[str, EffectRecord]:
+        plan = partial(plans.read_effects, session_id, tool_use_ids, arrays=True)
+        return self._read("reading the ledger", plan)
+
+    def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        return self._run(writing(self, session_id, ops)) if ops else []
+
+    def read_session(self, session_id: str) -> SessionState | None:
+        return self._read("reading a session", partial(plans.read_session, session_id))
+
+    def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
+        plan = partial(plans.read_messages, session_id, since)
+        return self._read("reading a transcript", plan)
+
+    def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        return self._read("reading approvals", partial(plans.read_approvals, session_id))
+
+    def read_lease(self, session_id: str) -> Lease | None:
+        return self._read("reading a lease", partial(plans.read_lease, session_id))
+
+    def now(self) -> float:
+        """The server's clock (``ServerClock``): no round trip unless the last reading is old."""
+        estimate = self.server_clock.estimate()
+        if estimate is not None:
+            return estimate
+        try:
+            with self._pool.connection(timeout=self._wait_s) as conn:
+                return self.server_clock.read(conn)
+        except psycopg.Error as exc:
+            raise translate(exc, url=self.url, action="reading the server's clock") from exc
+
+    def list_sessions(self) -> list[SessionState]:
+        return self._read("listing sessions", plans.list_sessions)
+
+    def session_ids(self) -> list[str]:
+        return self._read("listing sessions", plans.session_ids)
+
+    def in_doubt(self) -> list[EffectRecord]:
+        return self._read("listing in-doubt calls", plans.in_doubt)
+
+    def integrity_check(self) -> list[str]:
+        """Schema version, tables, the in-doubt index, ``synchronous_commit`` and gap-free
+        transcripts: an empty list when all is sound."""
+        return self._read("checking integrity", integrity)
+
+    def close(self) -> None:
+        """Close the pool (idempotent), and the async twin's."""
+        self._pool.close()
+        twin, self._twin = self._twin, None
+        if twin is not None:
+            twin.release()

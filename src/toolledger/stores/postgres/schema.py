@@ -1,0 +1,167 @@
+"""PostgreSQL's schema: migrating it (once, whoever starts first), waiting out the commits that
+were in flight, and checking it. The migrations themselves are in ``_sql.schema``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from ...errors import StoreUnavailableError
+from .._sql.plans import Plan, Step
+from .._sql.schema import POSTGRES_MIGRATIONS, TABLES, VERSION, too_new
+from .connect import configure
+from .errors import translate
+from .guards import Conn
+from .settings import Settings
+
+IN_FLIGHT_WAIT_S = 2.0
+
+VERSION_TABLE = (
+    "CREATE TABLE IF NOT EXISTS toolledger_schema ("
+    "version INTEGER NOT NULL PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+)
+SELECT_VERSION = "SELECT coalesce(max(version), 0) FROM toolledger_schema"
+INSERT_VERSION = "INSERT INTO toolledger_schema (version) VALUES (%s)"
+# Advisory-lock key of a schema's migrations: ("tl", hash of the schema name). Workers starting
+# together queue on it; other schemas migrate undisturbed (bar a rare hash collision).
+LOCK_MIGRATIONS = (
+    "SELECT pg_advisory_xact_lock(29804, hashtext(coalesce(%s, current_schema(), '')))"
+)
+
+
+def create_schema(schema: str) -> sql.Composed:
+    return sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema))
+
+
+# Transactions (other than ours) holding a write lock on a toolledger table, and which of them
+# are still running: every transaction holds the lock on its own virtual xid until it ends.
+WRITERS_IN_FLIGHT = (
+    "SELECT DISTINCT virtualtransaction FROM pg_locks "
+    "WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND pid <> pg_backend_pid() "
+    "AND relation IN (SELECT to_regclass(t) FROM unnest(%s::text[]) AS t)"
+)
+STILL_RUNNING = (
+    "SELECT virtualxid FROM pg_locks WHERE locktype = 'virtualxid' AND virtualxid = ANY(%s)"
+)
+
+
+def integrity() -> Plan[list[str]]:
+    """What is wrong with the schema or the data; empty when sound."""
+    problems: list[str] = []
+    done = yield Step(
+        "SELECT (SELECT coalesce(max(version), 0) FROM toolledger_schema), "
+        "to_regclass('effects_in_doubt') IS NOT NULL, current_setting('synchronous_commit')"
+    )
+    version, index, sync_commit = done.rows[0]
+    if version != VERSION:
+        problems.append(f"schema version is {version}, this toolledger expects {VERSION}")
+    for table in TABLES:
+        done = yield Step("SELECT to_regclass(?) IS NOT NULL", (table,))
+        if not done.rows[0][0]:
+            problems.append(f"table {table} is missing")
+    if not index:
+        problems.append("index effects_in_doubt is missing: listing in-doubt calls scans")
+    if sync_commit == "off":
+        problems.append(
+            "synchronous_commit is off: a server crash can lose committed records; turn it on"
+        )
+    if not problems:
+        done = yield Step(
+            "SELECT session_id, count(*), max(seq) FROM messages GROUP BY session_id "
+            "HAVING max(seq) + 1 <> count(*) OR min(seq) <> 0 ORDER BY session_id LIMIT 20"
+        )
+        problems.extend(
+            f"transcript of session {sid!r} has gaps: {n} messages, last seq {last}"
+            for sid, n, last in done.rows
+        )
+    return problems
+
+
+def migrate(settings: Settings, *, create: bool = True) -> int:
+    """Bring the schema up to date on a connection of its own, then wait out the writes that
+    were in flight; return the schema version.
+
+    Each migration commits in its own transaction together with its ``toolledger_schema`` row,
+    under a transaction-level advisory lock, so workers starting together queue instead of
+    racing, and a crash mid-way leaves a whole number of migrations. Raises
+    ``SchemaVersionError`` when the schema is newer than this code.
+    """
+    url = settings.display
+    try:
+        conn = psycopg.connect(settings.conninfo, autocommit=True, **settings.connect_kwargs)
+    except psycopg.Error as exc:
+        raise translate(exc, url=url, action="connecting") from exc
+    try:
+        with conn:
+            configure(conn, schema=settings.schema)
+            version = _upgrade(conn, settings, create=create)
+            _await_writes_in_flight(conn)
+            return version
+    except psycopg.Error as exc:
+        raise translate(exc, url=url, action="preparing the schema") from exc
+
+
+def _await_writes_in_flight(conn: Conn) -> None:
+    """Wait (briefly) until every transaction writing our tables when we opened has ended.
+
+    A worker killed just after sending COMMIT is dead, yet its commit lands a moment later, when
+    the server has flushed it. A worker restarted at once could read the state from before that
+    commit and act on it: call a finished tool "in doubt", or lose a checkpoint race against a
+    dead process. With SQLite a dead process writes nothing more; waiting here gives a freshly
+    opened store the same footing. Our transactions are short (no tool runs inside one), so
+    this returns at once unless a commit is in flight, and it gives up after
+    ``IN_FLIGHT_WAIT_S``: what takes longer is not a commit on its way (a vanished client whose
+    socket the server has not noticed yet, or someone else's long transaction).
+    """
+    found = conn.execute(WRITERS_IN_FLIGHT, (list(TABLES),)).fetchall()
+    pending = [row[0] for row in found]
+    deadline = time.monotonic() + IN_FLIGHT_WAIT_S
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.002)
+        pending = [row[0] for row in conn.execute(STILL_RUNNING, (pending,)).fetchall()]
+
+
+def _upgrade(conn: Conn, settings: Settings, *, create: bool = True) -> int:
+    target = VERSION
+    try:
+        # The common case takes no lock and needs no DDL rights: already up to date.
+        version = _scalar(conn, SELECT_VERSION)
+    except psycopg.errors.UndefinedTable:
+        version = 0
+    if version == 0 and not create:
+        raise StoreUnavailableError(
+            f"no store at {settings.display}: "
+            + (f"schema {settings.schema!r} holds" if settings.schema else "it holds")
+            + " no toolledger tables. Check the URL (and ?schema=).",
+            url=settings.display,
+        )
+    while True:
+        error = too_new(version, settings.display)
+        if error is not None:
+            raise error
+        if version == target:
+            return version
+        with conn.transaction():
+            conn.execute(LOCK_MIGRATIONS, (settings.schema,))
+            schema = settings.schema
+            if schema is not None and not _scalar(
+                conn, "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
+            ):
+                conn.execute(create_schema(schema))
+            conn.execute(VERSION_TABLE)
+            # Re-read under the lock: another worker may have migrated meanwhile.
+            version = _scalar(conn, SELECT_VERSION)
+            if version < target:
+                conn.execute(POSTGRES_MIGRATIONS[version])
+                conn.execute(INSERT_VERSION, (version + 1,))
+                version += 1
+
+
+def _scalar(conn: Conn, query: str, params: Sequence[Any] = ()) -> int:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return int(row[0])
