@@ -19,7 +19,7 @@ import toolledger as tl
 from toolledger.adapters import anthropic as anthropic_adapter
 from toolledger.codec import canonical_json, encode_result, input_hash
 from toolledger.records import StoredMessage
-from toolledger.stores._sql.rows import json_text
+from toolledger.stores._sql.rows import sql_json
 
 from . import core, floor
 from .measure import Contender, Sample, interleaved
@@ -131,7 +131,7 @@ def micro(n: int) -> list[tuple[str, float]]:
         ("input hash: canonical JSON + SHA-256", lambda: input_hash({"n": 1})),
         ("canonical JSON alone", lambda: canonical_json({"n": 1})),
         ("result encoding: encode_result", lambda: encode_result("ok")),
-        ("transcript JSON: one message", lambda: json_text(message)),
+        ("transcript JSON: one message", lambda: sql_json(message)),
         ("read the tool_use blocks of a message", lambda: anthropic_adapter.read_tool_uses(block)),
     ]
     out = []

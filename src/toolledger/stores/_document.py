@@ -1,7 +1,7 @@
 """What an operation means, evaluated in Python over a session held in memory: shared by the
 ``memory://`` backend and the ``json://`` files (which rewrite a session whole). The SQL backends
-say the same in their statements (``_sql``, ``_postgres``); the conformance suite holds all to
-one meaning."""
+say the same in their write plans (``_sql/plans.py``); the conformance suite holds all to one
+meaning."""
 
 from __future__ import annotations
 

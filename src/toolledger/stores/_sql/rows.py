@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ...codec import json_text
 from ...ops import InsertEffect, PutApproval, PutSession, TakeLease, UpdateEffect
 from ...records import (
     ApprovalRecord,
@@ -27,14 +28,9 @@ from ...records import (
 )
 
 
-def json_text(value: Any) -> str:
-    """Transcript and approval JSON: compact; ASCII-escaped only when UTF-8 cannot hold it."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
-    return text
+def sql_json(value: Any) -> str:
+    """Transcript, history and approval JSON as the SQL stores keep it: compact."""
+    return json_text(value, separators=(",", ":"), allow_nan=True)
 
 
 # -- effects -------------------------------------------------------------------------------------
@@ -58,7 +54,7 @@ def effect_values(r: EffectRecord) -> tuple[Any, ...]:
         r.holder.text() if r.holder is not None else None,
         r.lease_token,
         r.deadline,
-        json_text(history_json(r.history)) if r.history else None,
+        sql_json(history_json(r.history)) if r.history else None,
     )
 
 
@@ -133,7 +129,7 @@ def row_to_session(row: Sequence[Any]) -> SessionState:
 
 
 def message_params(session_id: str, m: StoredMessage) -> tuple[Any, ...]:
-    return (session_id, m.seq, m.role, json_text(m.content), m.created_at)
+    return (session_id, m.seq, m.role, sql_json(m.content), m.created_at)
 
 
 def row_to_message(row: Sequence[Any]) -> StoredMessage:
@@ -149,7 +145,7 @@ def approval_values(a: ApprovalRecord) -> tuple[Any, ...]:
         a.tool_use_id,
         a.tool,
         a.input_hash,
-        json_text(a.input),
+        sql_json(a.input),
         int(a.in_doubt),
         a.reason,
         a.status.value,
