@@ -95,3 +95,38 @@ def test_every_error_is_a_toolledger_error_and_the_builtin_it_means() -> None:
         obj = getattr(tl, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, tl.ToolLedgerError), name
+
+
+def test_importing_toolledger_loads_no_terminal_code() -> None:
+    """The core takes an approver callable; the terminal prompt is in ``toolledger.cli`` and rich
+    is loaded only when a person is asked. A library user pays for neither."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, toolledger as tl; "
+        "assert callable(tl.approvals.terminal); "
+        "print(sorted(m for m in sys.modules if m == 'rich' or m.startswith('toolledger.cli.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "['toolledger.cli.prompts']"
+
+
+def test_terminal_approver_declines_when_no_terminal_can_answer() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import toolledger as tl; "
+        "d = tl.approvals.terminal(tl.ApprovalRequest(session_id='s', tool_use_id='t1', "
+        "tool='send_email', input={'to': 'a@b.c'}, in_doubt=True, reason='high impact')); "
+        "print(d.approved, d.by)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False terminal: no terminal to ask on"
+    assert "IN DOUBT" in done.stderr and "send_email" in done.stderr

@@ -9,7 +9,6 @@ from __future__ import annotations
 from . import approvals, keys
 from .adapters.openai import OpenAIResponses
 from .agent import Agent, Run, Usage
-from .approvals import ApprovalRequest, Decision
 from .codec import DEFAULT_MAX_RESULT_BYTES
 from .errors import (
     ConfigurationError,
@@ -33,6 +32,7 @@ from .errors import (
     StoreUnavailableError,
     ToolLedgerError,
 )
+from .gate import ApprovalRequest, Decision
 from .records import (
     ApprovalRecord,
     ApprovalStatus,

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .approvals import ApprovalRequest
 from .errors import LedgerWriteError
+from .gate import ApprovalRequest
 from .ops import Op
 from .records import Lease
 from .tools import ToolContext

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .approvals import Decision
 from .codec import describe
 from .errors import OutcomeUnknown
+from .gate import Decision
 from .records import SAFE_RERUN, EffectRecord, PastAttempt, Status, ToolCall
 from .tools import Tool
 

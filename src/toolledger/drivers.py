@@ -36,7 +36,6 @@ from ._requests import (
     Request,
     Sleep,
 )
-from .approvals import normalise
 from .background import heartbeats, keeper
 from .errors import (
     ConfigurationError,
@@ -45,6 +44,7 @@ from .errors import (
     SessionConflictError,
     StoreError,
 )
+from .gate import normalise
 from .ops import DropLease, Op
 from .stores.base import Store
 

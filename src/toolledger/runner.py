@@ -22,7 +22,6 @@ from typing import Any
 from . import decide
 from ._attempt import Again, attempt_of, context, created_of, encode, run
 from .adapters import ResultShape, read_calls
-from .approvals import ApprovalRequest, Decision
 from .codec import content_of
 from .drivers import (
     AlertHook,
@@ -39,6 +38,7 @@ from .drivers import (
     refuse_async_in_loop,
 )
 from .errors import ConfigurationError, EffectInProgressError, LedgerMismatchError
+from .gate import ApprovalRequest, Decision
 from .liveness import Over, Running, judge
 from .ops import Op, PutApproval
 from .outcomes import Batch, Buffer, Buffered, CallOutcome, Disposition, Env, flush, release, write

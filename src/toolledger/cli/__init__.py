@@ -1,7 +1,2 @@
-"""The ``toolledger`` command line. All printing lives in this package."""
-
-from __future__ import annotations
-
-from .app import main
-
-__all__ = ["main"]
+"""The ``toolledger`` command line (``toolledger.cli.app:main``). All printing lives in this
+package; importing it loads nothing, so the library's own use of its prompts stays light."""

@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from .. import approvals
+from .. import approval_queue
 from ..codec import MAX_NESTING, nesting
 from ..errors import ToolLedgerError
 from ..liveness import Over, Running, lease_state
@@ -230,7 +230,7 @@ def cmd_approvals(args: argparse.Namespace, console: Console) -> int:
         if args.all:
             records = sorted(store.approvals(args.session), key=lambda a: a.requested_at)
         else:
-            records = approvals.pending(store, args.session)
+            records = approval_queue.pending(store, args.session)
     if args.json:
         _emit_json([render.approval_json(a, reveal=args.show_secrets) for a in records])
     elif records:
@@ -242,7 +242,7 @@ def cmd_approvals(args: argparse.Namespace, console: Console) -> int:
 
 def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
     with _store(args) as store:
-        record = approvals.decide(
+        record = approval_queue.decide(
             store, args.session, args.tool_use_id, approved=approved, by=args.by
         )
     if args.json:

@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.panel import Panel
 
-from ..approvals import ApprovalRequest, Decision
+from ..gate import ApprovalRequest, Decision
 from ..records import Status
 from ..tools import ToolContext, ToolSet, tool
 

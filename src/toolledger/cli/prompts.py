@@ -1,37 +1,29 @@
-"""Interactive prompts (the terminal approver). All terminal output lives in ``toolledger.cli``."""
+"""Interactive prompts (the terminal approver). All terminal output lives in ``toolledger.cli``.
+
+``rich`` is loaded only when a person is asked, so importing toolledger does not pay for it.
+"""
 
 from __future__ import annotations
 
+import getpass
 import json
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-from rich.panel import Panel
-from rich.prompt import Confirm
-from rich.syntax import Syntax
+from ..gate import ApprovalRequest, Decision
 
-
-class Asked(Protocol):
-    """What the prompt shows of a request (``toolledger.approvals.ApprovalRequest`` has it)."""
-
-    @property
-    def tool(self) -> str: ...
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def tool_use_id(self) -> str: ...
-    @property
-    def input(self) -> dict[str, Any]: ...
-    @property
-    def reason(self) -> str: ...
-    @property
-    def in_doubt(self) -> bool: ...
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
-def ask_approval(request: Asked, console: Console | None = None) -> bool | None:
+def ask_approval(request: ApprovalRequest, console: Console | None = None) -> bool | None:
     """Show the call and ask y/N. An in-doubt call is flagged in red: it may already have run.
     ``None``: there is no terminal to ask on (stdin closed)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.prompt import Confirm
+    from rich.syntax import Syntax
+
     console = console or Console(stderr=True)
     title = (
         f"approve [bold]{escape(request.tool)}[/bold]? "
@@ -49,3 +41,12 @@ def ask_approval(request: Asked, console: Console | None = None) -> bool | None:
     except EOFError:
         console.print("[yellow]no terminal to answer on (stdin is closed): declined[/yellow]")
         return None
+
+
+def terminal(request: ApprovalRequest) -> Decision:
+    """Ask on this terminal: shows the tool, its input, and whether the call is in doubt. With no
+    terminal to answer on (stdin closed) the call is declined, and says so."""
+    approved = ask_approval(request)
+    if approved is None:  # no terminal: nobody said yes
+        return Decision(approved=False, by="terminal: no terminal to ask on")
+    return Decision(approved=approved, by=f"terminal:{getpass.getuser()}")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..adapters.anthropic import read_tool_uses
 from ..agent import Agent
-from ..approvals import decide, pending, queue
+from ..approval_queue import decide, pending, queue
 from ..errors import EffectInProgressError, StoreError, ToolLedgerError
 from ..records import EffectRecord, RunStatus
 from ..stores import Store, open_store

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..adapters.anthropic import read_tool_uses
 from ..agent import Agent
-from ..approvals import queue
+from ..approval_queue import queue
 from ..errors import (
     CorruptLedgerError,
     EffectInProgressError,

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..approvals import ApprovalRequest, queue
+from ..approval_queue import queue
+from ..gate import ApprovalRequest
 from ..tools import Tool, ToolContext, ToolSet, tool
 
 __all__ = ["KINDS", "AgentSpec", "World", "run_agent", "run_forked"]

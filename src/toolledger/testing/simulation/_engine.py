@@ -20,7 +20,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ... import approvals
+from ... import approval_queue as approvals
 from ...adapters.anthropic import pairing_errors
 from ...agent import Agent
 from ...drivers import (
@@ -40,6 +40,7 @@ from ...drivers import (
     Sleep,
 )
 from ...errors import SessionConflictError, StoreError, StoreUnavailableError, ToolLedgerError
+from ...gate import normalise
 from ...liveness import Over
 from ...ops import DropLease, HoldLease, InsertEffect, Op, UpdateEffect
 from ...records import RunStatus, Status
@@ -391,7 +392,7 @@ class Simulation:
             return
         if isinstance(request, Ask):
             try:
-                decision = approvals.normalise(approvals.queue(request.request), approvals.queue)
+                decision = normalise(approvals.queue(request.request), approvals.queue)
             except StoreError as exc:
                 self._finish(w, None, exc)
                 return

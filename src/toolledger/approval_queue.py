@@ -1,0 +1,149 @@
+"""The approval queue: a request persisted in the session's store for a person to decide.
+
+``queue`` answers "pending" until someone decides with ``toolledger approve|deny`` (or
+``decide``). A decision is bound to (tool_use_id, tool, input hash, whether the call is in
+doubt); an approval is used up by the attempt it allows, in the same commit as its intent, so it
+allows exactly one; a denial stands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .errors import (
+    ConfigurationError,
+    NotPendingError,
+    SessionConflictError,
+)
+from .gate import PENDING, ApprovalRequest, Decision
+from .liveness import Running
+from .ops import PutApproval
+from .records import ApprovalRecord, ApprovalStatus, Status
+from .stores import Store
+
+__all__ = ["ApprovalQueue", "decide", "pending", "queue"]
+
+
+class ApprovalQueue:
+    """Persist approval requests in the session's store; answer ``PENDING`` until a person
+    decides. Use the ready-made ``toolledger.approvals.queue``."""
+
+    def __call__(self, request: ApprovalRequest) -> Decision:
+        if request.ledger is None:
+            raise ConfigurationError(
+                "the approval queue needs the request's ledger; it works through "
+                "run_tool_uses and Agent",
+                session_id=request.session_id,
+                tool_use_id=request.tool_use_id,
+            )
+        store = request.ledger.store
+        current = _find(store, request.session_id, request.tool_use_id)
+        fresh = ApprovalRecord(
+            session_id=request.session_id,
+            tool_use_id=request.tool_use_id,
+            tool=request.tool,
+            input_hash=request.input_hash,
+            input=request.input,
+            in_doubt=request.in_doubt,
+            reason=request.reason,
+            status=ApprovalStatus.PENDING,
+            requested_at=store.clock(),
+            attempt=request.attempt,
+        )
+        if current is None:
+            store.apply(request.session_id, [PutApproval(fresh, None)])
+            return PENDING
+        bound = (
+            current.tool == request.tool
+            and current.input_hash == request.input_hash
+            and current.in_doubt == request.in_doubt
+            and current.attempt == request.attempt
+        )
+        if bound and current.status is ApprovalStatus.USED and _progressed(request):
+            # Used up by a racing worker whose intent is already in the ledger: this caller read
+            # the ledger before that commit. Its intent will meet that record and give way to
+            # it (the stored outcome, or EffectInProgressError) — nobody is asked again.
+            return Decision(approved=True, by=current.decided_by, approval=current)
+        if not bound or current.status is ApprovalStatus.USED:
+            # A decision about another question (other input, or a first run when this is an
+            # in-doubt re-run), or one spent on an attempt that has since been resolved as not
+            # having happened: this is a new request.
+            store.apply(request.session_id, [PutApproval(fresh, current.status)])
+            return PENDING
+        if current.status is ApprovalStatus.PENDING:
+            return PENDING
+        # Not used up here: the runner does it in the commit that records the intent.
+        return Decision(
+            approved=current.status is ApprovalStatus.APPROVED,
+            by=current.decided_by,
+            approval=current,
+        )
+
+
+def _progressed(request: ApprovalRequest) -> bool:
+    """Whether a racing worker's attempt, allowed by this (used) approval, is in the ledger:
+    running, or finished. An attempt that is over without an outcome (in doubt), or one a
+    person resolved as not having happened, used it up: a new question needs a new answer."""
+    assert request.ledger is not None
+    record = request.ledger.get(request.tool_use_id)
+    if record is None or record.status is Status.NOT_HAPPENED:
+        return False
+    if record.status is Status.STARTED:
+        return isinstance(request.ledger.store.judge(record), Running)
+    return True
+
+
+queue = ApprovalQueue()
+
+
+def _find(store: Store, session_id: str, tool_use_id: str) -> ApprovalRecord | None:
+    found = [a for a in store.approvals(session_id) if a.tool_use_id == tool_use_id]
+    return found[0] if found else None
+
+
+def pending(store: Store, session_id: str | None = None) -> list[ApprovalRecord]:
+    """Requests waiting for a person, oldest first."""
+    waiting = [a for a in store.approvals(session_id) if a.status is ApprovalStatus.PENDING]
+    return sorted(waiting, key=lambda a: (a.requested_at, a.session_id, a.tool_use_id))
+
+
+def decide(
+    store: Store, session_id: str, tool_use_id: str, *, approved: bool, by: str
+) -> ApprovalRecord:
+    """Approve or deny a pending request (one compare-and-set). Raises ``NotPendingError`` when
+    there is no pending request for that call, ``SessionConflictError`` when it was decided by
+    someone else meanwhile."""
+    current = _find(store, session_id, tool_use_id)
+    if current is None or current.status is not ApprovalStatus.PENDING:
+        if current is None:
+            state = f"there is no approval request for {tool_use_id!r} in session {session_id!r}"
+        elif current.status is ApprovalStatus.USED:
+            state = (
+                f"the request for {tool_use_id!r} was approved by {current.decided_by} and that "
+                "approval has been used by the call it allowed"
+            )
+        else:
+            state = (
+                f"the request for {tool_use_id!r} was already {current.status.value} by "
+                f"{current.decided_by}"
+            )
+        raise NotPendingError(
+            f"{state} (in {store.url}); only a pending request can be decided — "
+            "`toolledger approvals` lists them",
+            session_id=session_id,
+            tool_use_id=tool_use_id,
+        )
+    decided = replace(
+        current,
+        status=ApprovalStatus.APPROVED if approved else ApprovalStatus.DENIED,
+        decided_by=by,
+        decided_at=store.clock(),
+    )
+    (won,) = store.apply(session_id, [PutApproval(decided, ApprovalStatus.PENDING)])
+    if not won:
+        raise SessionConflictError(
+            f"the request for {tool_use_id!r} changed while it was being decided; look again",
+            session_id=session_id,
+            tool_use_id=tool_use_id,
+        )
+    return decided
