@@ -8,7 +8,7 @@ import toolledger as tl
 from toolledger.errors import StoreUnavailableError
 from toolledger.ops import InsertEffect, Op, UpdateEffect
 from toolledger.records import EffectRecord, Status
-from toolledger.stores.base import Backend
+from toolledger.stores.contract import Backend
 
 
 class SpyBackend:

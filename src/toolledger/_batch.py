@@ -13,7 +13,7 @@ from .errors import LedgerWriteError, ToolLedgerError
 from .liveness import flight_key
 from .ops import InsertEffect, Op, UpdateEffect
 from .records import EffectRecord, Holder, PastAttempt, Status, ToolCall
-from .stores.base import Ledger
+from .stores.store import Ledger
 from .tools import ToolSet
 
 __all__ = [

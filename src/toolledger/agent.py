@@ -59,7 +59,7 @@ from .reconcile import commit
 from .records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage, ToolCall
 from .runner import process_batch
 from .stores import DEFAULT_STORE_URL
-from .stores.base import Store, check_session_id
+from .stores.store import Store, check_session_id
 from .tools import ToolSet
 
 __all__ = ["Agent", "Run", "Usage"]

@@ -31,7 +31,7 @@ from typing import Protocol
 from .errors import SessionConflictError, StoreError
 from .ops import Op, UpdateEffect
 from .records import Status, same_write
-from .stores.base import Store
+from .stores.store import Store
 
 
 class _Lease(Protocol):

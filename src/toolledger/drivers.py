@@ -46,7 +46,7 @@ from .errors import (
 )
 from .gate import normalise
 from .ops import DropLease, Op
-from .stores.base import Store
+from .stores.store import Store
 
 __all__ = [
     "Alert",

@@ -43,7 +43,7 @@ from .liveness import Over, Running, judge
 from .ops import Op, PutApproval
 from .outcomes import Batch, Buffer, Buffered, CallOutcome, Disposition, Env, flush, release, write
 from .records import ApprovalStatus, EffectRecord, Lease, Status, ToolCall
-from .stores.base import Ledger, in_progress_error
+from .stores.store import Ledger, in_progress_error
 from .tools import InputError, ToolSet
 
 __all__ = ["Disposition", "arun_tool_uses", "run_tool_uses"]

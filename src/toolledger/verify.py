@@ -22,7 +22,7 @@ from .adapters import transcript_reader
 from .errors import ToolLedgerError
 from .liveness import Running
 from .records import EffectRecord, Lease, RunStatus, Status
-from .stores.base import Store
+from .stores.store import Store
 
 __all__ = ["Problem", "Severity", "verify"]
 

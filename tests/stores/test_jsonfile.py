@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolledger as tl
-from toolledger.stores.base import check_session_id
 from toolledger.stores.jsonfile import file_stem, legacy_stem
+from toolledger.stores.store import check_session_id
 from toolledger.testing import Counter
 
 from ..conftest import tool_use

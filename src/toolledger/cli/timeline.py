@@ -15,7 +15,7 @@ from ..adapters import MessageParts, Provider, transcript_reader
 from ..errors import ToolLedgerError
 from ..liveness import Running
 from ..records import Status, StoredMessage
-from ..stores.base import Store
+from ..stores.store import Store
 from .format import STATUS_STYLE, owner, when
 from .masking import masked, masked_text
 

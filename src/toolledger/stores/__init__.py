@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigurationError
-from .base import Ledger, Store
+from .store import Ledger, Store
 
 __all__ = ["DEFAULT_STORE_URL", "Ledger", "Store", "open_store"]
 

@@ -15,7 +15,7 @@ import time
 
 from ..liveness import Runtime
 from ..records import Holder
-from ..stores.base import Store
+from ..stores.store import Store
 
 __all__ = ["Elsewhere", "elsewhere"]
 

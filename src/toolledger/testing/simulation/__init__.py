@@ -168,7 +168,7 @@ def _regression(name: str | None) -> Iterator[None]:
         patch = mock.patch("toolledger.liveness.InFlight.add", return_value=None)
     elif name == "resolve":
         # resolve and in-doubt listings that do not ask whether the attempt still runs.
-        patch = mock.patch("toolledger.stores.base.Store.judge", return_value=bug)
+        patch = mock.patch("toolledger.stores.store.Store.judge", return_value=bug)
     else:
         raise ValueError(f"unknown regression {name!r}; one of {', '.join(REGRESSIONS)}")
     with patch:

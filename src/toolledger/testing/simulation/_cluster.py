@@ -18,8 +18,8 @@ from ...errors import StoreUnavailableError
 from ...liveness import InFlight, Runtime
 from ...ops import Op
 from ...records import ApprovalRecord, EffectRecord, Holder, Lease, SessionState, StoredMessage
-from ...stores.base import Store
 from ...stores.memory import MemoryBackend
+from ...stores.store import Store
 
 __all__ = ["ActorBackend", "SimProcess", "SimRuntime", "Table"]
 

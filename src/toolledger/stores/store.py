@@ -1,7 +1,6 @@
-"""The store contract: a few primitives per backend, everything else written once above them.
-
-A backend implements reads and one write primitive, ``apply``: a list of the conditional
-operations of ``toolledger.ops`` committed durably in one transaction.
+"""``Store``, the one front of every backend: ledgers, sessions, transcripts, approvals, leases,
+integrity. Nothing outside ``toolledger.stores`` and the drivers touches a backend; everything
+toolledger writes goes through ``Store.apply`` (and so through the ``redact`` hook).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Protocol, runtime_checkable
 
 from ..codec import encode_result
 from ..errors import (
@@ -32,15 +30,9 @@ from ..records import (
     StoredMessage,
 )
 from ..redact import redact_ops
+from .contract import AsyncBackend, Backend, InlineAsync, Inspectable
 
-__all__ = [
-    "AsyncBackend",
-    "Backend",
-    "Ledger",
-    "Store",
-    "check_session_id",
-    "in_progress_error",
-]
+__all__ = ["Ledger", "Store", "check_session_id", "in_progress_error"]
 
 MAX_SESSION_ID_CHARS = 256
 
@@ -90,114 +82,6 @@ def in_progress_error(
     )
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """What a storage engine implements. Everything else is built on these."""
-
-    url: str
-    durable: bool
-
-    def read_effects(
-        self, session_id: str, tool_use_ids: Sequence[str] | None = None
-    ) -> dict[str, EffectRecord]:
-        """Records of one session; all of them when ``tool_use_ids`` is None."""
-        ...
-
-    def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
-        """Commit ``ops`` (all of one session) durably in one transaction; per op, whether its
-        condition held. A failed guard (``PutSession``, ``AppendMessages``) rolls everything
-        back and raises ``SessionConflictError``. Raises ``StoreError`` (nothing committed) when
-        the store cannot be written."""
-        ...
-
-    def read_session(self, session_id: str) -> SessionState | None: ...
-
-    def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
-        """The transcript from ``seq >= since``, in order."""
-        ...
-
-    def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        """Approval records of one session, or of every session."""
-        ...
-
-    def read_lease(self, session_id: str) -> Lease | None: ...
-
-    def now(self) -> float:
-        """The store's clock, in epoch seconds: what lease expiries and attempt deadlines are
-        written and judged on. The machine's clock for embedded stores (every process using the
-        file shares it); the server's for PostgreSQL."""
-        ...
-
-    def list_sessions(self) -> list[SessionState]:
-        """Every agent session's state (sessions used only through ``run_tool_uses`` have
-        effects but no state: see ``session_ids``)."""
-        ...
-
-    def session_ids(self) -> list[str]:
-        """Every session with an effect record or a state."""
-        ...
-
-    def in_doubt(self) -> list[EffectRecord]:
-        """Every ``started`` record of every session."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class AsyncBackend(Protocol):
-    """The async twin of ``Backend`` (PostgreSQL implements it natively)."""
-
-    async def read_effects(
-        self, session_id: str, tool_use_ids: Sequence[str] | None = None
-    ) -> dict[str, EffectRecord]: ...
-
-    async def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]: ...
-
-    async def read_session(self, session_id: str) -> SessionState | None: ...
-
-    async def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]: ...
-
-    async def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]: ...
-
-    async def read_lease(self, session_id: str) -> Lease | None: ...
-
-    async def close(self) -> None: ...
-
-
-class _InlineAsync:
-    """An embedded backend seen through the async contract.
-
-    Embedded stores do their I/O on the calling thread: one fsync, well under a millisecond, is
-    cheaper than a hop to a worker thread and back.
-    """
-
-    def __init__(self, backend: Backend) -> None:
-        self._backend = backend
-
-    async def read_effects(
-        self, session_id: str, tool_use_ids: Sequence[str] | None = None
-    ) -> dict[str, EffectRecord]:
-        return self._backend.read_effects(session_id, tool_use_ids)
-
-    async def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
-        return self._backend.apply(session_id, ops)
-
-    async def read_session(self, session_id: str) -> SessionState | None:
-        return self._backend.read_session(session_id)
-
-    async def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
-        return self._backend.read_messages(session_id, since)
-
-    async def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        return self._backend.read_approvals(session_id)
-
-    async def read_lease(self, session_id: str) -> Lease | None:
-        return self._backend.read_lease(session_id)
-
-    async def close(self) -> None:
-        self._backend.close()
-
-
 def default_worker_id() -> str:
     """``host:pid:random`` — who wrote a record; unique per process."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -219,7 +103,7 @@ class Store:
         runtime: Runtime | None = None,
     ) -> None:
         self.backend = backend
-        self.async_backend: AsyncBackend = async_backend or _InlineAsync(backend)
+        self.async_backend: AsyncBackend = async_backend or InlineAsync(backend)
         self.clock = clock
         """This worker's clock: the timestamps people read (``created_at``, ``updated_at``).
         Nothing that decides liveness uses it: that is ``now()``, the store's clock."""
@@ -306,8 +190,9 @@ class Store:
     def integrity(self) -> list[str] | None:
         """What the backend's own check finds wrong (an empty list: sound), or ``None`` when it
         has no such check."""
-        check = getattr(self.backend, "integrity_check", None)
-        return None if check is None else list(check())
+        if not isinstance(self.backend, Inspectable):
+            return None
+        return list(self.backend.integrity_check())
 
     def started(self) -> list[tuple[EffectRecord, Verdict]]:
         """Every ``started`` record of every session with its verdict, oldest first: ``Running``
