@@ -21,13 +21,14 @@ first in the next user message. A call nobody can settle stops the run with ``ne
 
 from __future__ import annotations
 
-import shlex
 import uuid
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from . import leases
+from ._agent_state import Run, Session, Usage, advance, commit_or_raise, still_ours
+from ._agent_stops import behind, stop_reason
 from ._crash import hit as crash_point
 from .adapters import provider_for
 from .codec import shallow, valid_unicode
@@ -48,57 +49,18 @@ from .drivers import (
 )
 from .errors import (
     ConfigurationError,
-    CorruptLedgerError,
     LedgerWriteError,
     ModelCallError,
     SessionConflictError,
 )
-from .ops import AppendMessages, Op, PutSession, lost
-from .outcomes import Batch, CallOutcome, Disposition
-from .reconcile import commit
-from .records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage, ToolCall
+from .ops import AppendMessages, Op, PutSession
+from .outcomes import Batch, CallOutcome
+from .records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage
 from .runner import process_batch
-from .stores import DEFAULT_STORE_URL
 from .stores.store import Store, check_session_id
 from .tools import ToolSet
 
 __all__ = ["Agent", "Run", "Usage"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Run:
-    """Where a session stands after ``Agent.run``.
-
-    ``status`` says whether it finished (``completed``), needs a person (``needs_attention``,
-    ``awaiting_approval``) or stopped (``max_turns``); ``reason`` says why in words.
-    ``messages`` is the whole transcript in the API's own message shape; ``alerts`` the ledger
-    alerts raised during this run.
-    """
-
-    session_id: str
-    status: RunStatus
-    reason: str | None
-    turns: int
-    usage: Usage
-    messages: list[dict[str, Any]]
-    final_text: str = ""
-    alerts: tuple[LedgerWriteError, ...] = field(default=())
-
-
-@dataclass(slots=True)
-class _Session:
-    """The loop's view of one session: its state and transcript, as last committed, and the
-    calls its last message asks for when they are already known (read once per turn)."""
-
-    state: SessionState
-    messages: list[StoredMessage]
-    calls: list[ToolCall] | None = None
 
 
 class Agent:
@@ -192,7 +154,7 @@ class Agent:
             ttl=self.lease_ttl,
             runtime=self.store.runtime,
         )
-        yield from self._commit(sid, [take])
+        yield from commit_or_raise([take])
         yield Fence(take.lease, self.lease_ttl)
         token = take.lease.token
         s = yield from self._open(sid, prompt, take.lease)
@@ -222,7 +184,7 @@ class Agent:
 
     def _open(
         self, sid: str, prompt: str | None, lease: Lease
-    ) -> Generator[Request, Any, _Session | None]:
+    ) -> Generator[Request, Any, Session | None]:
         """Load the session, creating it or appending ``prompt`` as the rules say. ``None``:
         there is nothing to do (a completed session, asked its own last prompt again)."""
         prompt = valid_unicode(prompt)
@@ -231,8 +193,10 @@ class Agent:
         now = self.store.clock()
         if state is None:
             if records:
-                yield from self._still_ours(sid, lease)
-                raise self._behind(sid, sorted(records), "it has no checkpoint at all")
+                yield from still_ours(sid, lease)
+                raise behind(
+                    sid, sorted(records), "it has no checkpoint at all", url=self.store.url
+                )
             if prompt is None:
                 raise ConfigurationError(
                     f"session {sid!r} does not exist; give a prompt to start it"
@@ -247,9 +211,9 @@ class Agent:
                 created_at=now,
                 updated_at=now,
             )
-            yield from self._commit(sid, [PutSession(state, None), AppendMessages((first,))])
-            return _Session(state, [first])
-        s = _Session(state, (yield ReadMessages(0)))
+            yield from commit_or_raise([PutSession(state, None), AppendMessages((first,))])
+            return Session(state, [first])
+        s = Session(state, (yield ReadMessages(0)))
         if records:
             called = {
                 c.tool_use_id
@@ -259,8 +223,10 @@ class Agent:
             }
             stray = sorted(set(records) - called)
             if stray:
-                yield from self._still_ours(sid, lease)
-                raise self._behind(sid, stray, "its transcript does not hold the turns")
+                yield from still_ours(sid, lease)
+                raise behind(
+                    sid, stray, "its transcript does not hold the turns", url=self.store.url
+                )
         if prompt is None or prompt == self._last_prompt(s):
             if state.status is RunStatus.COMPLETED:
                 return None
@@ -274,11 +240,13 @@ class Agent:
             )
         role, content = self.provider.prompt_message(prompt)
         message = StoredMessage(seq=len(s.messages), role=role, content=content, created_at=now)
-        new = self._advance(s.state, status=RunStatus.RUNNING, reason=None, messages=1)
-        yield from self._commit(sid, [AppendMessages((message,)), PutSession(new, state.version)])
-        return _Session(new, [*s.messages, message])
+        new = advance(
+            s.state, self.store.clock(), status=RunStatus.RUNNING, reason=None, messages=1
+        )
+        yield from commit_or_raise([AppendMessages((message,)), PutSession(new, state.version)])
+        return Session(new, [*s.messages, message])
 
-    def _call_model(self, s: _Session) -> Generator[Request, Any, _Session]:
+    def _call_model(self, s: Session) -> Generator[Request, Any, Session]:
         kwargs = self.provider.request(
             model=self.model,
             max_tokens=self.max_tokens,
@@ -317,8 +285,9 @@ class Agent:
             # Text the API cannot take back (a lone surrogate, escaped in its JSON): stored and
             # run as U+FFFD, so every later request can carry it.
             turn = replace(turn, content=content, calls=self.provider.tool_calls(message))
-        new = self._advance(
+        new = advance(
             s.state,
+            self.store.clock(),
             status=RunStatus.RUNNING if turn.calls else RunStatus.COMPLETED,
             reason=None,
             messages=1,
@@ -328,26 +297,24 @@ class Agent:
         )
         # Checkpoint A: the tool_use ids exist only in this response; they are durable before
         # any tool runs.
-        yield from self._commit(
-            s.state.session_id, [AppendMessages((message,)), PutSession(new, s.state.version)]
-        )
+        yield from commit_or_raise([AppendMessages((message,)), PutSession(new, s.state.version)])
         crash_point("after_checkpoint_a")
-        return _Session(new, [*s.messages, message], calls=turn.calls)
+        return Session(new, [*s.messages, message], calls=turn.calls)
 
     def _run_tools(
-        self, s: _Session, alerts: list[LedgerWriteError], token: int
-    ) -> Generator[Request, Any, tuple[_Session, bool]]:
+        self, s: Session, alerts: list[LedgerWriteError], token: int
+    ) -> Generator[Request, Any, tuple[Session, bool]]:
         """Run (or reconcile) the pending calls of the last assistant message; commit
         checkpoint B with the last outcome. Returns the session and whether to stop."""
         last = s.messages[-1]
         calls = s.calls if s.calls is not None else self.provider.tool_calls(last)
-        committed: list[_Session] = []
+        committed: list[Session] = []
 
         def checkpoint_b(outcomes: list[CallOutcome]) -> list[Op]:
-            stop = _stop_reason(outcomes, s.state.session_id, self.store.url)
+            stop = stop_reason(outcomes, s.state.session_id, self.store.url)
             if stop is not None:
-                new = self._advance(s.state, status=stop[0], reason=stop[1])
-                committed.append(_Session(new, s.messages))
+                new = advance(s.state, self.store.clock(), status=stop[0], reason=stop[1])
+                committed.append(Session(new, s.messages))
                 return [PutSession(new, s.state.version)]
             now = self.store.clock()
             produced = self.provider.results_messages(
@@ -357,10 +324,14 @@ class Agent:
                 StoredMessage(seq=len(s.messages) + i, role=role, content=content, created_at=now)
                 for i, (role, content) in enumerate(produced)
             )
-            new = self._advance(
-                s.state, status=RunStatus.RUNNING, reason=None, messages=len(results)
+            new = advance(
+                s.state,
+                self.store.clock(),
+                status=RunStatus.RUNNING,
+                reason=None,
+                messages=len(results),
             )
-            committed.append(_Session(new, [*s.messages, *results]))
+            committed.append(Session(new, [*s.messages, *results]))
             return [AppendMessages(results), PutSession(new, s.state.version)]
 
         ledger = self.store.ledger(s.state.session_id)
@@ -396,73 +367,21 @@ class Agent:
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _advance(
-        self,
-        state: SessionState,
-        *,
-        status: RunStatus,
-        reason: str | None,
-        messages: int = 0,
-        turns: int = 0,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-    ) -> SessionState:
-        return replace(
-            state,
-            status=status,
-            reason=reason,
-            version=state.version + 1,
-            messages=state.messages + messages,
-            turns=state.turns + turns,
-            input_tokens=state.input_tokens + input_tokens,
-            output_tokens=state.output_tokens + output_tokens,
-            updated_at=self.store.clock(),
-        )
-
     def _set_status(
-        self, s: _Session, status: RunStatus, reason: str | None
-    ) -> Generator[Request, Any, _Session]:
-        new = self._advance(s.state, status=status, reason=reason)
-        yield from self._commit(s.state.session_id, [PutSession(new, s.state.version)])
-        return _Session(new, s.messages)
+        self, s: Session, status: RunStatus, reason: str | None
+    ) -> Generator[Request, Any, Session]:
+        new = advance(s.state, self.store.clock(), status=status, reason=reason)
+        yield from commit_or_raise([PutSession(new, s.state.version)])
+        return Session(new, s.messages)
 
-    def _still_ours(self, sid: str, lease: Lease) -> Generator[Request, Any, None]:
-        """The session's state and its ledger are read one after the other, not as one
-        snapshot: a take-over between the two reads makes them disagree. That is this worker's
-        lease lost, not a damaged store."""
-        current: Lease | None = yield ReadLease()
-        if current is None or current.token != lease.token:
-            raise lost(sid, lease.token)
-
-    def _behind(self, sid: str, stray: list[str], why: str) -> CorruptLedgerError:
-        """Ledger records that no turn of the transcript asked for: the checkpoint is older than
-        the ledger (restored from a backup, or its last commits lost). Resuming would ask the
-        model again, and the lost turns' calls would run again under new ids."""
-        shown = ", ".join(stray[:5]) + (" …" if len(stray) > 5 else "")
-        return CorruptLedgerError(
-            f"session {sid!r} is behind its ledger: records for {shown} exist but {why}. "
-            "Resuming would repeat those calls under new ids, so it is refused. Restore the "
-            "session's newer checkpoint (the store as it was), or settle by hand what those "
-            "calls did; `toolledger verify` and `toolledger effects` show both sides.",
-            url=self.store.url,
-            session_id=sid,
-        )
-
-    def _commit(self, sid: str, ops: list[Op]) -> Generator[Request, Any, list[bool]]:
-        answer = yield from commit(ops)
-        if isinstance(answer, Failure):
-            raise answer.exc
-        applied: list[bool] = answer
-        return applied
-
-    def _last_prompt(self, s: _Session) -> str | None:
+    def _last_prompt(self, s: Session) -> str | None:
         for m in reversed(s.messages):
             text = self.provider.prompt_text(m)
             if text is not None:
                 return text
         return None
 
-    def _finish(self, s: _Session, alerts: list[LedgerWriteError]) -> Run:
+    def _finish(self, s: Session, alerts: list[LedgerWriteError]) -> Run:
         state = s.state
         final = next(
             (self.provider.final_text(m) for m in reversed(s.messages) if m.role == "assistant"),
@@ -482,34 +401,4 @@ class Agent:
     def _result(self, sid: str, alerts: Sequence[LedgerWriteError]) -> Generator[Request, Any, Run]:
         state: SessionState = yield ReadSession()
         messages: list[StoredMessage] = yield ReadMessages(0)
-        return self._finish(_Session(state, messages), list(alerts))
-
-
-def _stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunStatus, str] | None:
-    """Why checkpoint B must not be written yet: a call is in doubt or awaits approval. The
-    commands to run are whole and shell-quoted, with the store when it is not the default."""
-    store = ["--store", url] if url != DEFAULT_STORE_URL else []
-
-    def cmd(*argv: str) -> str:
-        return "toolledger " + shlex.join([*store, *argv])
-
-    doubt = [o for o in outcomes if o.disposition is Disposition.IN_DOUBT]
-    if doubt:
-        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in doubt)
-        how = "; ".join(
-            f"`{cmd('resolve', sid, o.call.tool_use_id)} --happened|--not-happened`" for o in doubt
-        )
-        return (
-            RunStatus.NEEDS_ATTENTION,
-            f"in doubt: {names} may already have happened. Settle it with {how}, then run the "
-            "session again.",
-        )
-    waiting = [o for o in outcomes if o.disposition is Disposition.AWAITING_APPROVAL]
-    if waiting:
-        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in waiting)
-        how = "; ".join(f"`{cmd('approve', sid, o.call.tool_use_id)}` (or deny)" for o in waiting)
-        return (
-            RunStatus.AWAITING_APPROVAL,
-            f"awaiting approval: {names}. Decide with {how}, then run the session again.",
-        )
-    return None
+        return self._finish(Session(state, messages), list(alerts))

@@ -11,7 +11,6 @@ import contextlib
 import os
 import random
 import shutil
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -22,12 +21,13 @@ from ..liveness import this_process
 from ..stores import open_store
 from ..verify import Severity, verify
 from ._concurrent_chaos import Chaos
-from ._concurrent_checks import Evidence, SessionEvidence, check_run
+from ._concurrent_checks import check_run
+from ._concurrent_evidence import Evidence, SessionEvidence
 from ._concurrent_operator import Operator, Pool
 from ._concurrent_report import ConcurrentReport
 from ._concurrent_worker import Shared
 from ._concurrent_world import ScriptServer, SharedWorld
-from ._torture import BACKENDS, DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV
+from ._run_setup import admin_url, check_backend, drop_schema, scratch_dir, store_url
 
 __all__ = ["ConcurrentReport", "run_concurrent_torture"]
 
@@ -39,25 +39,15 @@ QUIET_LIMIT_S = 120.0  # the quiet phase gives up after this long
 
 class _Backend:
     def __init__(self, kind: str, root: Path, postgres_url: str | None, seed: int) -> None:
-        if kind not in BACKENDS:
-            raise ValueError(f"unknown backend {kind!r}; one of {', '.join(BACKENDS)}")
+        check_backend(kind)
         self.kind = kind
-        self.admin = postgres_url or os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL)
+        self.admin = admin_url(postgres_url)
         self.schema = f"tl_concurrent_{seed}_{os.getpid()}"
-        if kind == "sqlite":
-            self.url = f"sqlite:///{root / 'ledger.db'}"
-        elif kind == "json":
-            self.url = f"json:///{root / 'ledger'}"
-        else:
-            sep = "&" if "?" in self.admin else "?"
-            self.url = f"{self.admin}{sep}schema={self.schema}"
+        self.url = store_url(kind, root, self.admin, self.schema)
 
     def drop(self) -> None:
         if self.kind == "postgres":
-            import psycopg
-
-            with psycopg.connect(self.admin, autocommit=True) as admin:
-                admin.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+            drop_schema(self.admin, self.schema)
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -71,12 +61,8 @@ def _workdir(directory: str | Path | None, report: ConcurrentReport) -> Iterator
         path.mkdir(parents=True)
         yield path
         return
-    path = Path(tempfile.mkdtemp(prefix="toolledger-concurrent-"))
-    try:
+    with scratch_dir("toolledger-concurrent-", lambda: report.ok) as path:
         yield path
-    finally:
-        if report.ok:
-            shutil.rmtree(path, ignore_errors=True)
 
 
 def run_concurrent_torture(
@@ -198,10 +184,10 @@ def _check(
     world = operator.shared.world
     sessions: dict[str, SessionEvidence] = {}
     for sid in sorted(operator.pool.scripts):
-        state = store.backend.read_session(sid)
+        state = store.session(sid)
         sessions[sid] = SessionEvidence(
             status=state.status if state else None,
-            messages=store.backend.read_messages(sid),
+            messages=store.messages(sid),
             records={r.tool_use_id: r for r in store.ledger(sid).records()},
         )
     events = world.events()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._concurrent_checks import WorkerInfo
+from ._concurrent_evidence import WorkerInfo
 from ._concurrent_worker import Shared, WorkerSpec, start_worker
 from ._concurrent_world import UNSAFE_TOOLS, LogTail
 

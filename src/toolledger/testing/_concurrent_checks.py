@@ -11,23 +11,17 @@ happened in the world.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ..adapters.anthropic import merged, pairing_errors, read_tool_uses
-from ..records import EffectRecord, PastAttempt, RunStatus, Status, StoredMessage
-from ._concurrent_world import TOOL_OF_KIND, UNSAFE_TOOLS, Call
-from ._invariants import Checks
+from ..adapters.anthropic import merged, pairing_errors
+from ..records import PastAttempt, RunStatus, Status
+from ._concurrent_evidence import Evidence, Findings
+from ._concurrent_world import TOOL_OF_KIND, UNSAFE_TOOLS
+from ._invariants import calls_and_results
 
-__all__ = [
-    "LOST_LATE",
-    "Action",
-    "Evidence",
-    "Findings",
-    "SessionEvidence",
-    "WorkerInfo",
-    "check_run",
-]
+__all__ = ["LOST_LATE", "check_run"]
+
 
 MARGIN_S = 0.25
 """Slack when comparing a moment seen in the world with a deadline on the store's clock."""
@@ -37,74 +31,6 @@ LOST_LATE = (
 )
 
 TICKET_TOOLS = frozenset(t for k, t in TOOL_OF_KIND.items() if k != "read_only")
-
-
-@dataclass(slots=True, kw_only=True)
-class WorkerInfo:
-    """One process of the run, as the harness saw it."""
-
-    serial: str
-    pid: int
-    host: str
-    offset: float
-    threads: int
-    started: float
-    ended: float | None = None  # time.time() when it was killed or found exited
-    killed: bool = False
-    exit_code: int | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Action:
-    """Something the harness's operator (a person, on this host) did, between ``t0`` and ``t1``."""
-
-    kind: str  # "resolve" | "approve"
-    sid: str
-    tid: str
-    t0: float
-    t1: float
-    ok: bool
-    attempt: int | None = None  # resolve: the attempt it settled
-    happened: bool | None = None
-    in_doubt: bool | None = None  # approve: a re-run of an in-doubt call
-    error: str | None = None
-    quiet: bool = False  # after the chaos
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionEvidence:
-    status: RunStatus | None
-    messages: list[StoredMessage]
-    records: dict[str, EffectRecord]
-
-
-@dataclass(slots=True, kw_only=True)
-class Evidence:
-    this_host: str
-    other_hosts: int
-    sessions: dict[str, SessionEvidence]
-    scripts: dict[str, list[list[Call]]]
-    tickets: list[dict[str, Any]]
-    events: list[dict[str, Any]]
-    workers: dict[str, WorkerInfo]
-    actions: list[Action]
-    verify_errors: list[str]
-    rejected: list[str]
-
-
-@dataclass(slots=True, kw_only=True)
-class Findings:
-    """What the checks counted, beside the violations."""
-
-    checks: Checks = field(default_factory=Checks)
-    tool_calls: int = 0
-    executions: int = 0
-    effects: int = 0
-    late_effects: int = 0  # a second ticket from an attempt that woke past its deadline, alerted
-    late_outcomes: int = 0  # such an attempt's outcome, that added no ticket
-    cut_off: int = 0  # such an attempt killed between its effect and its report: silent
-    settled_elsewhere_past_deadline: int = 0  # settled while alive on another host, past deadline
-    not_executed: list[str] = field(default_factory=list)  # calls answered "not executed"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -360,14 +286,7 @@ def check_run(e: Evidence) -> Findings:
         c.expect(s.status is RunStatus.COMPLETED, f"session {sid} ended {status}")
         pairing = pairing_errors(merged(s.messages))
         c.expect(not pairing, f"session {sid}: pairing rule: {'; '.join(pairing)}")
-        uses = [u for m in s.messages if m.role == "assistant" for u in read_tool_uses(m.content)]
-        results = [
-            b
-            for m in s.messages
-            if m.role == "user" and isinstance(m.content, list)
-            for b in m.content
-            if b.get("type") == "tool_result"
-        ]
+        uses, results = calls_and_results(s.messages)
         answered = Counter(str(b.get("tool_use_id")) for b in results)
         once = [u.tool_use_id for u in uses if answered[u.tool_use_id] != 1]
         c.expect(

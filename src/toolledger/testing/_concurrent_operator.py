@@ -20,7 +20,7 @@ from ..approval_queue import decide, pending, queue
 from ..errors import EffectInProgressError, StoreError, ToolLedgerError
 from ..records import EffectRecord, RunStatus
 from ..stores import Store, open_store
-from ._concurrent_checks import Action
+from ._concurrent_evidence import Action
 from ._concurrent_worker import NORMAL, Shared, alert_hook
 from ._concurrent_world import KINDS, Call, ScriptServer, SharedWorld, prompt_of
 
@@ -62,7 +62,7 @@ class Pool:
 
     def fill(self, store: Store) -> None:
         for name in self.world.active():
-            state = store.backend.read_session(name)
+            state = store.session(name)
             if state is not None and state.status is RunStatus.COMPLETED:
                 self.world.retire(name)
                 self.completed.add(name)
@@ -183,7 +183,7 @@ class Operator:
 
     def _title(self, sid: str, tid: str) -> str:
         if tid not in self._titles:
-            for m in self.store.backend.read_messages(sid):
+            for m in self.store.messages(sid):
                 if m.role == "assistant":
                     for use in read_tool_uses(m.content):
                         self._titles[use.tool_use_id] = str(use.input.get("title"))

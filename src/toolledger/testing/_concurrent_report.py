@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ._report import summary_lines, violation_lines
+
 __all__ = ["ConcurrentReport"]
 
 
@@ -117,13 +119,9 @@ class ConcurrentReport:
                 + ")",
             ),
         ]
-        width = max(len(k) for k, _ in rows)
-        lines = [f"toolledger concurrency torture: {'OK' if self.ok else 'VIOLATIONS FOUND'}"]
-        lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
+        lines = summary_lines("concurrency torture", self.ok, rows)
         lines += [f"  · {n}" for n in self.not_executed[:5]]
-        lines += [f"  ! {v}" for v in self.violations[:50]]
-        if len(self.violations) > 50:
-            lines.append(f"  ! … and {len(self.violations) - 50} more")
+        lines += violation_lines(self.violations)
         if self.kept:
             lines.append(f"  kept for inspection: {self.kept}")
         return "\n".join(lines)

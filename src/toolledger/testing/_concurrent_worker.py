@@ -177,7 +177,7 @@ def _thread(shared: Shared, store: Store, rng: random.Random) -> None:
 def _deliver_again(store: Store, tools: ToolSet, session: str, hook: Any) -> str:
     """Hand the session's pending calls (its last turn, if it has no results yet) to
     ``run_tool_uses`` again, as a queue that delivers a message twice would."""
-    messages = store.backend.read_messages(session)
+    messages = store.messages(session)
     last = messages[-1] if messages else None
     if last is None or last.role != "assistant" or not read_tool_uses(last.content):
         return "nothing pending"

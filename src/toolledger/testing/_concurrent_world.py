@@ -27,6 +27,7 @@ from typing import Any
 from ..liveness import this_process
 from ..tools import Tool, ToolContext, ToolSet, tool
 from .scripted import Reply, ScriptedModel, ToolUse
+from .world import create_whole
 
 __all__ = [
     "KINDS",
@@ -90,16 +91,7 @@ class SharedWorld:
         """Create ticket ``name`` whole; ``False`` if that name exists (a repeat it refused)."""
         folder = self.path / "tickets" / session
         folder.mkdir(exist_ok=True)
-        path = folder / f"{name}.json"
-        tmp = folder / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
-        tmp.write_text(json.dumps(ticket))
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        finally:
-            tmp.unlink(missing_ok=True)
-        return True
+        return create_whole(folder / f"{name}.json", json.dumps(ticket))
 
     def read_ticket(self, session: str, name: str) -> dict[str, Any] | None:
         try:

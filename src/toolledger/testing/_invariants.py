@@ -8,13 +8,27 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..adapters.anthropic import merged, pairing_errors, read_tool_uses
-from ..records import EffectRecord, RunStatus, Status, StoredMessage
+from ..records import EffectRecord, RunStatus, Status, StoredMessage, ToolCall
 
 TICKET_TOOLS = frozenset(
     {"create_ticket", "create_ticket_checked", "create_ticket_keyed", "ensure_ticket"}
 )
+
+
+def calls_and_results(messages: list[StoredMessage]) -> tuple[list[ToolCall], list[Any]]:
+    """A transcript's tool_use calls and its tool_result blocks, each in order."""
+    uses = [c for m in messages if m.role == "assistant" for c in read_tool_uses(m.content)]
+    results = [
+        b
+        for m in messages
+        if m.role == "user" and isinstance(m.content, list)
+        for b in m.content
+        if b.get("type") == "tool_result"
+    ]
+    return uses, results
 
 
 @dataclass
@@ -62,14 +76,7 @@ def check_session(
     pairing = pairing_errors(merged(e.messages))
     checks.expect(not pairing, f"pairing rule: {'; '.join(pairing)}")
 
-    uses = [c for m in e.messages if m.role == "assistant" for c in read_tool_uses(m.content)]
-    results = [
-        b
-        for m in e.messages
-        if m.role == "user" and isinstance(m.content, list)
-        for b in m.content
-        if b.get("type") == "tool_result"
-    ]
+    uses, results = calls_and_results(e.messages)
     answered = Counter(b.get("tool_use_id") for b in results)
     unanswered = [c.tool_use_id for c in uses if answered[c.tool_use_id] != 1]
     checks.expect(

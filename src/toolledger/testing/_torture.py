@@ -5,11 +5,8 @@ forks, kills, resumes and settles, and the stores it makes per session."""
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import random
 import shutil
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -20,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from .._crash import POINTS
-from .._crash import arm as arm_crash
 from ..adapters.anthropic import read_tool_uses
 from ..records import RunStatus
 from ..stores import Store, open_store
@@ -28,16 +24,12 @@ from ..tools import ToolSet
 from ..verify import verify
 from ._forked import HUNG, KILLED, Attempt, spawn
 from ._invariants import Checks, Evidence, check_session
-from .scripted import Reply, ScriptedModel, ToolUse
-from .world import TOOL_OF_KIND, World
+from ._report import summary_lines, violation_lines
+from ._run_setup import BACKENDS, admin_url, check_backend, drop_schema, scratch_dir, store_url
+from ._torture_script import Call, ScriptModel, TortureWorld, child, new_script, prompt_of
 
 __all__ = ["BACKENDS", "TortureReport", "TortureWorld", "run_torture"]
 
-BACKENDS = ("sqlite", "json", "postgres")
-KINDS = ("plain", "checked", "keyed", "idempotent", "read_only")
-POSTGRES_URL_ENV = "TOOLLEDGER_TEST_POSTGRES_URL"
-DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
-MAX_TURNS = 4
 MAX_RUNS_PER_SESSION = 40  # kills + resolutions + the last run; far more means it is stuck
 RUN_TIMEOUT_S = 60.0
 
@@ -84,108 +76,8 @@ class TortureReport:
             ("violations", f"{len(self.violations):,}"),
             ("time", f"{self.seconds:,.1f} s"),
         ]
-        width = max(len(k) for k, _ in rows)
-        lines = [f"toolledger torture: {'OK' if self.ok else 'VIOLATIONS FOUND'}"]
-        lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
-        lines += [f"  ! {v}" for v in self.violations[:50]]
-        if len(self.violations) > 50:
-            lines.append(f"  ! … and {len(self.violations) - 50} more")
-        return "\n".join(lines)
-
-
-# -- the world ---------------------------------------------------------------------------------
-
-
-class TortureWorld(World):
-    """``World`` with ticket creation that is atomic, as a real ticket API's is: the ticket is
-    written whole to a temporary file and linked into place (``link`` fails if the name is
-    taken). A kill cannot leave half a ticket, so a ticket file is an effect, whole."""
-
-    def _write_ticket(self, name: str, ticket: dict[str, Any]) -> dict[str, Any] | None:
-        path = self.path / "tickets" / f"{name}.json"
-        tmp = path.with_name(f".{name}.{uuid.uuid4().hex[:8]}.tmp")
-        tmp.write_text(json.dumps(ticket))
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return None
-        finally:
-            tmp.unlink(missing_ok=True)
-        return ticket
-
-    def titles(self) -> Counter[str]:
-        return Counter(str(t.get("title")) for t in self.tickets())
-
-
-# -- scripts -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Call:
-    kind: str
-    title: str
-
-    def tool_use(self) -> ToolUse:
-        if self.kind == "read_only":
-            return ToolUse("list_tickets", {})
-        return ToolUse(TOOL_OF_KIND[self.kind], {"title": self.title})
-
-
-def _script(rng: random.Random) -> list[list[_Call]]:
-    return [
-        [_Call(rng.choice(KINDS), f"t{turn}c{i}") for i in range(rng.randint(1, 3))]
-        for turn in range(rng.randint(2, MAX_TURNS))
-    ]
-
-
-class _Model(ScriptedModel):
-    """One scripted server for every session: the prompt names the session's script."""
-
-    def __init__(self) -> None:
-        self.scripts: dict[str, list[list[_Call]]] = {}
-        super().__init__([self._step(i) for i in range(MAX_TURNS + 1)])
-
-    def __enter__(self) -> _Model:
-        return self.start()
-
-    def _step(self, turn: int) -> Callable[[dict[str, Any]], Reply]:
-        def reply(body: dict[str, Any]) -> Reply:
-            prompt = body["messages"][0]["content"]
-            script = self.scripts.get(prompt) if isinstance(prompt, str) else None
-            if script is None or turn > len(script):
-                with self._lock:
-                    self.rejected.append(f"turn {turn + 1} asked beyond the script of {prompt!r}")
-                return Reply(text="(beyond the script)")
-            if turn == len(script):
-                return Reply(text="All done.")
-            return Reply(text=f"Turn {turn + 1}.", tool_uses=[c.tool_use() for c in script[turn]])
-
-        return reply
-
-    def start(self) -> _Model:
-        super().start()
-        assert self._server is not None
-        # A child killed mid-request leaves a broken connection behind: expected, not news.
-        self._server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
-        return self
-
-
-def _child(store_url: str, client: Any, tools: ToolSet, session: str, crash_at: str | None) -> Any:
-    """One ``Agent.run`` of ``session``, in the forked child."""
-    from ..agent import Agent
-
-    arm_crash(crash_at)  # what TOOLLEDGER_CRASH_AT does at import time
-    try:
-        with open_store(store_url) as store:
-            agent = Agent(client=client, model="claude-scripted", tools=tools, store=store)
-            run = agent.run(session=session, prompt=_prompt(session))
-            return {"status": run.status.value, "reason": run.reason, "alerts": len(run.alerts)}
-    except BaseException as exc:
-        return {"error": type(exc).__name__, "message": str(exc)}
-
-
-def _prompt(session: str) -> str:
-    return f"torture session {session}: open the tickets the script asks for"
+        lines = summary_lines("torture", self.ok, rows)
+        return "\n".join(lines + violation_lines(self.violations))
 
 
 # -- stores ------------------------------------------------------------------------------------
@@ -195,22 +87,16 @@ class _Backend:
     """Creates a fresh store per session, and removes it."""
 
     def __init__(self, kind: str, root: Path, postgres_url: str | None) -> None:
-        if kind not in BACKENDS:
-            raise ValueError(f"unknown backend {kind!r}; one of {', '.join(BACKENDS)}")
+        check_backend(kind)
         self.kind = kind
         self.root = root
-        self.postgres_url = postgres_url or os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL)
+        self.postgres_url = admin_url(postgres_url)
         # This run's own schemas: another run on the same database at the same time, or one
         # killed before it could drop its schemas, must never share a session's store.
         self.run = uuid.uuid4().hex[:10]
 
     def url(self, session: str) -> str:
-        if self.kind == "sqlite":
-            return f"sqlite:///{self.root / session / 'ledger.db'}"
-        if self.kind == "json":
-            return f"json:///{self.root / session / 'ledger'}"
-        sep = "&" if "?" in self.postgres_url else "?"
-        return f"{self.postgres_url}{sep}schema={self._schema(session)}"
+        return store_url(self.kind, self.root / session, self.postgres_url, self._schema(session))
 
     def _schema(self, session: str) -> str:
         return f"tl_torture_{self.run}_{session.replace('-', '_')}"
@@ -218,10 +104,7 @@ class _Backend:
     def remove(self, session: str) -> None:
         shutil.rmtree(self.root / session, ignore_errors=True)
         if self.kind == "postgres":
-            import psycopg
-
-            with psycopg.connect(self.postgres_url, autocommit=True) as admin:
-                admin.execute(f'DROP SCHEMA IF EXISTS "{self._schema(session)}" CASCADE')
+            drop_schema(self.postgres_url, self._schema(session))
 
 
 # -- the harness -------------------------------------------------------------------------------
@@ -230,7 +113,7 @@ class _Backend:
 @dataclass
 class _Session:
     name: str
-    script: list[list[_Call]]
+    script: list[list[Call]]
     world: TortureWorld
     store_url: str
     tools: ToolSet
@@ -245,7 +128,7 @@ class _Harness:
         *,
         rng: random.Random,
         backend: _Backend,
-        model: _Model,
+        model: ScriptModel,
         client: Any,
         crash_point_fraction: float,
         max_kills_per_session: int,
@@ -265,12 +148,12 @@ class _Harness:
         world = TortureWorld(self.backend.root / name / "world")
         s = _Session(
             name=name,
-            script=_script(self.rng),
+            script=new_script(self.rng),
             world=world,
             store_url=self.backend.url(name),
             tools=world.toolset(),
         )
-        self.model.scripts[_prompt(name)] = s.script
+        self.model.scripts[prompt_of(name)] = s.script
         rejected_before = len(self.model.rejected)
         target = min(self.rng.randint(0, self.max_kills), kills_left)
         killed = 0
@@ -278,7 +161,7 @@ class _Harness:
         for _ in range(MAX_RUNS_PER_SESSION):
             crash_at, kill_after = self._plan(s) if killed < target else (None, None)
             attempt = spawn(
-                partial(_child, s.store_url, self.client, s.tools, name, crash_at),
+                partial(child, s.store_url, self.client, s.tools, name, crash_at),
                 kill_after=kill_after,
                 timeout=RUN_TIMEOUT_S,
             )
@@ -300,7 +183,7 @@ class _Harness:
         if finished:
             self._check(s)
         s.problems += self.model.rejected[rejected_before:]
-        self.model.scripts.pop(_prompt(name), None)
+        self.model.scripts.pop(prompt_of(name), None)
         self.model.requests.clear()
         self.report.sessions += 1
         if s.problems:
@@ -319,10 +202,10 @@ class _Harness:
     def _moment(self, s: _Session) -> str:
         """Where a kill left the session, as the store shows it."""
         with open_store(s.store_url) as store:
-            state = store.backend.read_session(s.name)
+            state = store.session(s.name)
             if state is None:
                 return "no session yet"
-            last = store.backend.read_messages(s.name, state.messages - 1)
+            last = store.messages(s.name, state.messages - 1)
             if not (last and last[0].role == "assistant" and read_tool_uses(last[0].content)):
                 return "between turns"
             if store.ledger(s.name).in_doubt():
@@ -376,10 +259,10 @@ class _Harness:
     def _check(self, s: _Session) -> None:
         """The invariants (``_invariants.check_session``), from the world and the store."""
         with open_store(s.store_url) as store:
-            state = store.backend.read_session(s.name)
+            state = store.session(s.name)
             evidence = Evidence(
                 status=state.status if state else None,
-                messages=store.backend.read_messages(s.name),
+                messages=store.messages(s.name),
                 records={r.tool_use_id: r for r in store.ledger(s.name).records()},
                 verify_problems=[p.message for p in verify(store)],
                 tickets=s.world.titles(),
@@ -401,7 +284,7 @@ class _Harness:
 def _calls(store: Store, session: str) -> dict[str, Any]:
     return {
         c.tool_use_id: c
-        for m in store.backend.read_messages(session)
+        for m in store.messages(session)
         if m.role == "assistant"
         for c in read_tool_uses(m.content)
     }
@@ -415,12 +298,8 @@ def _workdir(directory: str | Path | None, report: TortureReport) -> Iterator[Pa
         path.mkdir(parents=True, exist_ok=True)
         yield path
         return
-    path = Path(tempfile.mkdtemp(prefix="toolledger-torture-"))
-    try:
+    with scratch_dir("toolledger-torture-", lambda: report.ok) as path:
         yield path
-    finally:
-        if report.ok:
-            shutil.rmtree(path, ignore_errors=True)
 
 
 def run_torture(
@@ -445,7 +324,7 @@ def run_torture(
     seed = random.SystemRandom().randrange(2**32) if seed is None else seed
     report = TortureReport(backend=backend, seed=seed)
     started = time.perf_counter()
-    with _workdir(directory, report) as root, _Model() as model:
+    with _workdir(directory, report) as root, ScriptModel() as model:
         client = anthropic.Anthropic(
             base_url=model.url, api_key="scripted", max_retries=0, timeout=RUN_TIMEOUT_S
         )

@@ -80,7 +80,7 @@ import sys
 from collections.abc import Sequence
 
 from ._concurrent import ConcurrentReport, run_concurrent_torture
-from ._torture import BACKENDS, DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV
+from ._run_setup import add_backend_options, add_keep_options
 
 __all__ = ["ConcurrentReport", "main", "run_concurrent_torture"]
 
@@ -91,20 +91,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Workers sharing sessions, paused and killed at random; check the world.",
     )
     parser.add_argument("--seconds", type=float, default=60, help="of chaos (default 60)")
-    parser.add_argument("--backend", choices=BACKENDS, default="sqlite")
-    parser.add_argument("--seed", type=int, default=None, help="default: random, and printed")
+    add_backend_options(parser)
     parser.add_argument("--workers", type=int, default=4, help="processes at once (default 4)")
     parser.add_argument(
         "--other-hosts", type=int, default=1, help="of them acting as other hosts (default 1)"
     )
     parser.add_argument("--sessions", type=int, default=12, help="on offer at once (default 12)")
-    parser.add_argument("--dir", default=None, help="keep the run's files here")
-    parser.add_argument(
-        "--postgres-url",
-        default=None,
-        help=f"default: ${POSTGRES_URL_ENV} or {DEFAULT_POSTGRES_URL}",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_keep_options(parser, dir_help="keep the run's files here")
     args = parser.parse_args(argv)
 
     def progress(r: ConcurrentReport) -> None:

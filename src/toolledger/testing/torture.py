@@ -46,14 +46,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ._torture import (
-    BACKENDS,
-    DEFAULT_POSTGRES_URL,
-    POSTGRES_URL_ENV,
-    TortureReport,
-    TortureWorld,
-    run_torture,
-)
+from ._run_setup import BACKENDS, add_backend_options, add_keep_options
+from ._torture import TortureReport, TortureWorld, run_torture
 
 __all__ = ["BACKENDS", "TortureReport", "TortureWorld", "main", "run_torture"]
 
@@ -64,15 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="SIGKILL agent sessions at random instants, resume them, check the world.",
     )
     parser.add_argument("--kills", type=int, default=1000, help="kills in all (default 1000)")
-    parser.add_argument("--backend", choices=BACKENDS, default="sqlite")
-    parser.add_argument("--seed", type=int, default=None, help="default: random, and printed")
-    parser.add_argument("--dir", default=None, help="keep failed sessions here")
-    parser.add_argument(
-        "--postgres-url",
-        default=None,
-        help=f"default: ${POSTGRES_URL_ENV} or {DEFAULT_POSTGRES_URL}",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_backend_options(parser)
+    add_keep_options(parser, dir_help="keep failed sessions here")
     args = parser.parse_args(argv)
     last = [0.0]
 

@@ -30,7 +30,23 @@ from ..approval_queue import queue
 from ..gate import ApprovalRequest
 from ..tools import Tool, ToolContext, ToolSet, tool
 
-__all__ = ["KINDS", "AgentSpec", "World", "run_agent", "run_forked"]
+__all__ = ["KINDS", "AgentSpec", "World", "create_whole", "run_agent", "run_forked"]
+
+
+def create_whole(path: Path, text: str) -> bool:
+    """Create ``path`` holding ``text``, whole: written to a temporary file and linked into place
+    (``link`` fails if the name is taken). ``False`` if ``path`` exists. A kill cannot leave half
+    a file."""
+    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(text)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
+
 
 KINDS = ("plain", "checked", "keyed", "idempotent")
 TOOL_OF_KIND = {

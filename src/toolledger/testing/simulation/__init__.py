@@ -47,8 +47,10 @@ from typing import Any
 from unittest import mock
 
 from ...liveness import Over
+from .._report import summary_lines
 from ._checks import final_checks
-from ._engine import SimConfig, Simulation
+from ._config import SimConfig
+from ._engine import Simulation
 
 __all__ = ["EVERYTHING", "REGRESSIONS", "SimConfig", "SimReport", "explore", "shrink", "simulate"]
 
@@ -123,9 +125,7 @@ class SimReport:
             ("violations", f"{len(self.violations):,}"),
             ("time", f"{self.seconds:,.1f} s"),
         ]
-        width = max(len(k) for k, _ in rows)
-        lines = [f"toolledger simulation: {'OK' if self.ok else 'VIOLATIONS FOUND'}"]
-        lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
+        lines = summary_lines("simulation", self.ok, rows)
         if not self.ok:
             lines.append(
                 f"  failing seed {self.failing_seed}: replay with "

@@ -10,10 +10,11 @@ alive?" only for its own table, as the real one does.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ...drivers import IOContext
 from ...errors import StoreUnavailableError
 from ...liveness import InFlight, Runtime
 from ...ops import Op
@@ -21,7 +22,7 @@ from ...records import ApprovalRecord, EffectRecord, Holder, Lease, SessionState
 from ...stores.memory import MemoryBackend
 from ...stores.store import Store
 
-__all__ = ["ActorBackend", "SimProcess", "SimRuntime", "Table"]
+__all__ = ["ActorBackend", "SimProcess", "SimRuntime", "Table", "Worker"]
 
 
 class Simulation(Protocol):
@@ -98,6 +99,19 @@ class SimProcess:
 
     def local_time(self) -> float:
         return self.table.clock(self.sim.t)
+
+
+@dataclass
+class Worker:
+    """One worker thread of a simulated process: the run it is stepping, if any."""
+
+    process: SimProcess
+    name: str
+    gen: Generator[Any, Any, Any] | None = None
+    io: IOContext | None = None
+    session: str = ""
+    invoking: tuple[str, str, int] | None = None  # (session, tool_use_id, attempt) running
+    busy_since: float | None = None  # when its store operation under way began
 
 
 class _WatchedInFlight(InFlight):

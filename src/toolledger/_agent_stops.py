@@ -1,0 +1,58 @@
+"""Why an agent run stops for a person, in words a person can act on: a call in doubt, a call
+awaiting approval (with the whole commands to run), a session behind its ledger."""
+
+from __future__ import annotations
+
+import shlex
+
+from .errors import CorruptLedgerError
+from .outcomes import CallOutcome, Disposition
+from .records import RunStatus
+from .stores import DEFAULT_STORE_URL
+
+__all__ = ["behind", "stop_reason"]
+
+
+def behind(sid: str, stray: list[str], why: str, *, url: str) -> CorruptLedgerError:
+    """Ledger records that no turn of the transcript asked for: the checkpoint is older than
+    the ledger (restored from a backup, or its last commits lost). Resuming would ask the
+    model again, and the lost turns' calls would run again under new ids."""
+    shown = ", ".join(stray[:5]) + (" …" if len(stray) > 5 else "")
+    return CorruptLedgerError(
+        f"session {sid!r} is behind its ledger: records for {shown} exist but {why}. "
+        "Resuming would repeat those calls under new ids, so it is refused. Restore the "
+        "session's newer checkpoint (the store as it was), or settle by hand what those "
+        "calls did; `toolledger verify` and `toolledger effects` show both sides.",
+        url=url,
+        session_id=sid,
+    )
+
+
+def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunStatus, str] | None:
+    """Why checkpoint B must not be written yet: a call is in doubt or awaits approval. The
+    commands to run are whole and shell-quoted, with the store when it is not the default."""
+    store = ["--store", url] if url != DEFAULT_STORE_URL else []
+
+    def cmd(*argv: str) -> str:
+        return "toolledger " + shlex.join([*store, *argv])
+
+    doubt = [o for o in outcomes if o.disposition is Disposition.IN_DOUBT]
+    if doubt:
+        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in doubt)
+        how = "; ".join(
+            f"`{cmd('resolve', sid, o.call.tool_use_id)} --happened|--not-happened`" for o in doubt
+        )
+        return (
+            RunStatus.NEEDS_ATTENTION,
+            f"in doubt: {names} may already have happened. Settle it with {how}, then run the "
+            "session again.",
+        )
+    waiting = [o for o in outcomes if o.disposition is Disposition.AWAITING_APPROVAL]
+    if waiting:
+        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in waiting)
+        how = "; ".join(f"`{cmd('approve', sid, o.call.tool_use_id)}` (or deny)" for o in waiting)
+        return (
+            RunStatus.AWAITING_APPROVAL,
+            f"awaiting approval: {names}. Decide with {how}, then run the session again.",
+        )
+    return None

@@ -1,0 +1,49 @@
+"""What every command shares: the store it looks at (``--store``, ``$TOOLLEDGER_STORE``, the
+default), its JSON output, and the answer to a session that is not there."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+
+from ..stores import DEFAULT_STORE_URL, Store, open_store
+from .render import safe
+
+__all__ = ["Handler", "emit_json", "known_session", "no_session", "store_of", "url_of"]
+
+Handler = Callable[[argparse.Namespace, Console], int]
+
+
+def url_of(args: argparse.Namespace) -> str:
+    return str(args.store or os.environ.get("TOOLLEDGER_STORE") or DEFAULT_STORE_URL)
+
+
+def store_of(args: argparse.Namespace) -> Store:
+    """The store the command looks at. It must exist: looking never creates one (a forgotten
+    ``--store`` says "no store at …", it does not leave an empty ``toolledger.db`` behind)."""
+    return open_store(url_of(args), create=False)
+
+
+def known_session(store: Store, session_id: str) -> bool:
+    """Whether ``session_id`` is in ``store`` (a state or a ledger); an unknown one is an error
+    for every command that names a session."""
+    return store.session(session_id) is not None or session_id in store.sessions()
+
+
+def no_session(console: Console, args: argparse.Namespace, store: Store) -> int:
+    if args.json:
+        emit_json({"error": "NoSuchSession", "message": f"no session {args.session!r}"})
+    else:
+        console.print(
+            safe(f"no session {args.session!r} in {store.url}", "red"),
+        )
+    return 1
+
+
+def emit_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))

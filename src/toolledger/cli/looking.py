@@ -1,0 +1,165 @@
+"""The commands that look: ``sessions``, ``show``, ``effects``, ``in-doubt``, ``verify``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from ..liveness import Over, Running, lease_state
+from ..records import RunStatus
+from ..verify import Severity, verify
+from . import render
+from ._command import emit_json, known_session, no_session, store_of, url_of
+from .render import safe
+
+__all__ = ["cmd_effects", "cmd_in_doubt", "cmd_sessions", "cmd_show", "cmd_verify"]
+
+
+def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
+    """List sessions: agent sessions with their status, and ledgers used on their own."""
+    with store_of(args) as store:
+        states = store.session_states()
+        with_state = {s.session_id for s in states}
+        ledger_only = [sid for sid in store.sessions() if sid not in with_state]
+        now = store.now()
+        held: dict[str, dict[str, Any]] = {}
+        for s in states:
+            lease = store.lease(s.session_id)
+            state = lease_state(lease, now=now, runtime=store.runtime)
+            if lease is not None and isinstance(state, Running):
+                held[s.session_id] = {
+                    "owner": lease.owner,
+                    "token": lease.token,
+                    "until": state.until,
+                    "why": state.why,
+                    "text": render.lease_text(lease, state),
+                }
+        calls: dict[str, list[str]] = {}
+        for record, verdict in store.started():
+            kind = "in progress" if isinstance(verdict, Running) else "in doubt"
+            calls.setdefault(record.session_id, []).append(kind)
+    if args.json:
+        emit_json(
+            {
+                "sessions": [
+                    {
+                        **render.session_json(s),
+                        "lease": {k: v for k, v in held[s.session_id].items() if k != "text"}
+                        if s.session_id in held
+                        else None,
+                        "started_calls": calls.get(s.session_id, []),
+                        # running, and nobody holds it: its process is gone (run it again)
+                        "interrupted": s.status is RunStatus.RUNNING and s.session_id not in held,
+                    }
+                    for s in states
+                ],
+                "ledger_only": ledger_only,
+            }
+        )
+    else:
+        summary = {
+            sid: ", ".join(f"{kinds.count(k)} {k}" for k in sorted(set(kinds)))
+            for sid, kinds in calls.items()
+        }
+        text = {sid: h["text"] for sid, h in held.items()}
+        console.print(render.sessions_table(states, ledger_only, text, summary))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, console: Console) -> int:
+    """Show one session: its state and a timeline of turns, tool calls, ledger and approvals."""
+    with store_of(args) as store:
+        if not known_session(store, args.session):
+            return no_session(console, args, store)
+        state = store.session(args.session)
+        events = render.timeline(store, args.session, reveal=args.show_secrets)
+    if args.json:
+        emit_json(
+            {
+                "session": render.session_json(state) if state else None,
+                "timeline": render.timeline_json(events),
+            }
+        )
+        return 0
+    if state is not None:
+        console.print(
+            safe(state.session_id, "bold"),
+            ": ",
+            render.styled(state.status.value),
+            f" — {state.turns} turns, {state.input_tokens}/{state.output_tokens} tokens",
+        )
+        if state.reason:
+            console.print(safe(f"  {state.reason}"))
+    console.print(render.timeline_table(events, f"timeline of {args.session}"))
+    return 0
+
+
+def cmd_effects(args: argparse.Namespace, console: Console) -> int:
+    """List the ledger records of one session."""
+    with store_of(args) as store:
+        if not known_session(store, args.session):
+            return no_session(console, args, store)
+        records = store.ledger(args.session).records()
+    if args.json:
+        emit_json([render.effect_json(r, reveal=args.show_secrets) for r in records])
+    else:
+        console.print(
+            render.effects_table(records, f"effects of {args.session}", reveal=args.show_secrets)
+        )
+    return 0
+
+
+def cmd_in_doubt(args: argparse.Namespace, console: Console) -> int:
+    """List every call that started and has no outcome, in every session: in doubt (its attempt
+    is over: a person may settle it) or still in progress (its worker may still be running it:
+    leave it alone)."""
+    with store_of(args) as store:
+        started = store.started()
+    if args.json:
+        emit_json([render.effect_json(r, reveal=args.show_secrets, verdict=v) for r, v in started])
+        return 0
+    doubt = [(r, v) for r, v in started if isinstance(v, Over)]
+    running = [(r, v) for r, v in started if not isinstance(v, Over)]
+    if running:
+        console.print(render.in_progress_table(running))
+    if doubt:
+        console.print(render.in_doubt_table(doubt))
+        console.print("settle each with one of:")
+        for line in render.settle_commands(doubt, url=url_of(args)):
+            console.print(line, soft_wrap=True)  # never folded: it is pasted whole
+    if not started:
+        console.print("no call is in doubt")
+    elif not doubt:
+        console.print("no call is in doubt (the calls above are still in progress)")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, console: Console) -> int:
+    """Check the store's integrity and that every transcript agrees with its ledger."""
+    with store_of(args) as store:
+        problems = verify(store)
+        url = store.url
+    errors = [p for p in problems if p.severity is Severity.ERROR]
+    if args.json:
+        emit_json(
+            {
+                "store": url,
+                "ok": not errors,
+                "problems": [
+                    {"severity": p.severity.value, "session_id": p.session_id, "message": p.message}
+                    for p in problems
+                ],
+            }
+        )
+    else:
+        for p in problems:
+            style = "red" if p.severity is Severity.ERROR else "yellow"
+            where = f"[{p.session_id}] " if p.session_id else ""
+            console.print(safe(p.severity.value, style), " ", safe(f"{where}{p.message}"))
+        console.print(
+            safe(f"{url}: "),
+            safe("ok", "green") if not errors else safe(f"{len(errors)} error(s)", "red"),
+        )
+    return 1 if errors else 0

@@ -1,0 +1,91 @@
+"""The commands that run something: ``resume-all``, ``bench``, ``audit``, ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from . import render
+from ._command import emit_json, store_of
+
+__all__ = ["cmd_audit", "cmd_bench", "cmd_demo", "cmd_resume_all"]
+
+
+def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
+    """Resume every unfinished session whose lease is free (after a fleet restart). --agent
+    MODULE:ATTR names your Agent, or a function taking the store and returning one."""
+    from ..agent import Agent
+    from ..resume import resume_all
+    from .loading import load_object
+
+    target = load_object(args.agent, shape="MODULE:AGENT", example="myapp.worker:make_agent")
+    if isinstance(target, Agent):
+        agent = target
+    elif callable(target):
+        agent = target(store_of(args))
+        if not isinstance(agent, Agent):
+            console.print(
+                f"[red]{args.agent} returned a {type(agent).__name__}, not an Agent[/red]"
+            )
+            return 2
+    else:
+        console.print(
+            f"[red]{args.agent} is a {type(target).__name__}: name an Agent or a "
+            "function taking a store and returning one[/red]"
+        )
+        return 2
+    try:
+        done = resume_all(agent, workers=args.workers)
+    finally:
+        agent.store.close()
+    rows = [
+        {
+            "session_id": r.session_id,
+            "status": r.run.status.value if r.run else ("skipped" if r.skipped else "error"),
+            "detail": (r.run.reason if r.run else r.skipped or str(r.error)) or "",
+        }
+        for r in done
+    ]
+    if args.json:
+        emit_json(rows)
+    else:
+        console.print(render.resumed_table(rows))
+    return 1 if any(r.error is not None for r in done) else 0
+
+
+def cmd_bench(args: argparse.Namespace, console: Console) -> int:
+    """Run the benchmarks (bench/ of a source checkout)."""
+    if not (Path.cwd() / "bench" / "__main__.py").exists():
+        console.print(
+            "[red]run `toolledger bench` from a toolledger source checkout "
+            "(it runs `python -m bench`)[/red]"
+        )
+        return 2
+    extra = ["--quick"] if args.quick else []
+    return subprocess.call([sys.executable, "-m", "bench", *extra])
+
+
+def cmd_audit(args: argparse.Namespace, console: Console) -> int:
+    """Audit a toolset (MODULE:TOOLSET): each tool's effect class, approval, what a resume does
+    with an interrupted call of it, and its risk (high/medium/low) with the reason."""
+    from .audit import audit, lines, load_toolset
+
+    result = audit(load_toolset(args.target))
+    if args.json:
+        emit_json({"target": args.target, **result.as_json()})
+        return 0
+    for line in lines(result):
+        console.print(line, highlight=False, soft_wrap=True)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    """The brief's story end to end, offline: an agent is killed right after opening a ticket,
+    resumed, and opens exactly one."""
+    from .demo import run_demo
+
+    return run_demo(console, directory=args.dir, as_json=args.json)

@@ -1,0 +1,99 @@
+"""The commands that settle: ``resolve`` an in-doubt call, list ``approvals``, ``approve`` and
+``deny`` them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from .. import approval_queue as approvals
+from ..codec import MAX_NESTING, nesting
+from . import render
+from ._command import emit_json, store_of
+from .render import safe
+
+__all__ = ["cmd_approvals", "cmd_approve", "cmd_deny", "cmd_resolve"]
+
+
+def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
+    """Settle an in-doubt call: it --happened (optionally with --result JSON) or
+    --not-happened (it will run on the next run of the session)."""
+    result = None
+    if args.result is not None:
+        if not args.happened:
+            console.print(
+                "[red]--result goes with --happened (what the model is told it returned); a "
+                "call that did not happen has no result[/red]"
+            )
+            return 2
+        try:
+            result = json.loads(args.result, parse_constant=_not_json)
+            if nesting(result) > MAX_NESTING:
+                raise ValueError(f"nested more than {MAX_NESTING} levels deep")
+        except (ValueError, RecursionError) as exc:
+            why = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+            console.print(f"[red]--result is not JSON the model can be told: {escape(why)}[/red]")
+            return 2
+    with store_of(args) as store:
+        record = store.ledger(args.session).resolve(
+            args.tool_use_id, happened=args.happened, result=result, by=args.by, force=args.force
+        )
+    if args.json:
+        emit_json(render.effect_json(record))
+    else:
+        _settled(console, f"{args.tool_use_id} resolved: ", record.status.value, f" (by {args.by})")
+        if args.force and record.error and "forced while" in record.error:
+            console.print(f"[yellow]{escape(record.error)}[/yellow]")
+    return 0
+
+
+def _not_json(word: str) -> Any:
+    raise ValueError(f"{word} is not JSON (Python writes it; JSON has no such number)")
+
+
+def cmd_approvals(args: argparse.Namespace, console: Console) -> int:
+    """List approval requests waiting for a person (--all: every request)."""
+    with store_of(args) as store:
+        if args.all:
+            records = sorted(store.approvals(args.session), key=lambda a: a.requested_at)
+        else:
+            records = approvals.pending(store, args.session)
+    if args.json:
+        emit_json([render.approval_json(a, reveal=args.show_secrets) for a in records])
+    elif records:
+        console.print(render.approvals_table(records, reveal=args.show_secrets))
+    else:
+        console.print("no approval request is waiting")
+    return 0
+
+
+def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
+    with store_of(args) as store:
+        record = approvals.decide(
+            store, args.session, args.tool_use_id, approved=approved, by=args.by
+        )
+    if args.json:
+        emit_json(render.approval_json(record))
+    else:
+        what = f"{record.tool} ({record.tool_use_id}): "
+        _settled(console, what, record.status.value, f" by {record.decided_by}")
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace, console: Console) -> int:
+    """Approve a pending request."""
+    return _decide(args, console, True)
+
+
+def cmd_deny(args: argparse.Namespace, console: Console) -> int:
+    """Deny a pending request."""
+    return _decide(args, console, False)
+
+
+def _settled(console: Console, what: str, status: str, by: str) -> None:
+    """The line for a call a person settled: what, its new status, by whom, and what next."""
+    console.print(safe(what), render.styled(status), safe(f"{by}. Run the session again to go on."))

@@ -1,0 +1,160 @@
+"""The store contract, part two: what the agent keeps — a session created once, a checkpoint all
+or nothing, append-only transcripts, approvals and session leases moved by compare-and-set. Run
+through ``StoreConformance``."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..errors import LeaseLostError, SessionBusyError, SessionConflictError
+from ..ops import (
+    AppendMessages,
+    DropLease,
+    HoldLease,
+    InsertEffect,
+    Op,
+    PutApproval,
+    PutSession,
+    TakeLease,
+)
+from ..records import ApprovalStatus, Lease, Status
+from ..stores import Store, open_store
+from ._samples import make_approval, make_message, make_record, make_state
+
+__all__ = ["SessionContract"]
+
+
+class SessionContract:
+    """The agent-session half of ``StoreConformance``."""
+
+    # -- agent sessions: state, transcript, approvals -------------------------------------------
+
+    def test_a_session_is_created_once(self, store: Store) -> None:
+        assert store.session("s") is None
+        first = make_state(version=1, messages=1)
+        assert store.apply("s", [PutSession(first, None), AppendMessages((make_message(0),))])
+        assert store.session("s") == first
+        with pytest.raises(SessionConflictError) as info:
+            store.apply("s", [PutSession(make_state(version=9), None)])
+        assert info.value.session_id == "s"
+        assert store.session("s") == first
+        assert [s.session_id for s in store.session_states()] == ["s"]
+        assert store.sessions() == ["s"]
+
+    def test_a_checkpoint_is_all_or_nothing(self, store: Store) -> None:
+        store.apply(
+            "s",
+            [
+                PutSession(make_state(version=1, messages=1), None),
+                AppendMessages((make_message(0),)),
+            ],
+        )
+        effect = make_record(status=Status.SUCCEEDED, result="done")
+        stale: list[Op] = [
+            InsertEffect(effect),
+            AppendMessages((make_message(1, "assistant"),)),
+            PutSession(make_state(version=2, messages=2), expect_version=7),  # stale worker
+        ]
+        with pytest.raises(SessionConflictError):
+            store.apply("s", stale)
+        assert store.session("s") == make_state(version=1, messages=1)
+        assert [m.seq for m in store.messages("s")] == [0]
+        assert store.ledger("s").get("toolu_1") is None, "the effect rolled back with the rest"
+        fresh = [*stale[:2], PutSession(make_state(version=2, messages=2), expect_version=1)]
+        assert store.apply("s", fresh) == [True, True, True]
+        assert store.session("s") == make_state(version=2, messages=2)
+        assert store.ledger("s").get("toolu_1") == effect
+
+    def test_transcripts_are_append_only_and_ordered(self, store: Store, store_url: str) -> None:
+        content = [
+            {"type": "text", "text": "naïve ✓ \ud800"},
+            {"type": "tool_use", "id": "t", "name": "x", "input": {"deep": [1, {"k": None}]}},
+        ]
+        messages = (make_message(0), make_message(1, "assistant", content), make_message(2))
+        store.apply("s", [PutSession(make_state(messages=3), None), AppendMessages(messages)])
+        assert store.messages("s") == list(messages)
+        assert store.messages("s", since=2) == [messages[2]]
+        with pytest.raises(SessionConflictError):
+            store.apply("s", [AppendMessages((make_message(1),))])  # seq 1 is taken
+        with pytest.raises(SessionConflictError):
+            store.apply("s", [AppendMessages((make_message(5),))])  # a gap
+        store.close()
+        reopened = open_store(store_url)
+        try:
+            assert reopened.messages("s") == list(messages)
+        finally:
+            reopened.close()
+
+    def test_read_messages_returns_copies(self, store: Store) -> None:
+        store.apply("s", [AppendMessages((make_message(0, content=[{"a": 1}]),))])
+        got = store.messages("s")
+        got[0].content[0]["a"] = 2
+        assert store.messages("s")[0].content == [{"a": 1}]
+
+    def test_approvals_are_created_once_and_move_by_compare_and_set(self, store: Store) -> None:
+        pending = make_approval()
+        assert store.apply("s", [PutApproval(pending, None)]) == [True]
+        assert store.apply("s", [PutApproval(make_approval(by="x"), None)]) == [False]
+        approved = make_approval(status=ApprovalStatus.APPROVED, by="ana")
+        wrong = PutApproval(approved, expect_status=ApprovalStatus.APPROVED)
+        assert store.apply("s", [wrong]) == [False]
+        right = PutApproval(approved, expect_status=ApprovalStatus.PENDING)
+        assert store.apply("s", [right]) == [True]
+        assert store.approvals("s") == [approved]
+        assert store.approvals() == [approved]
+        store.apply("t", [PutApproval(make_approval("t"), None)])
+        assert len(store.approvals()) == 2
+        assert store.approvals("nobody") == []
+
+    def test_in_doubt_lists_started_records_of_every_session(self, store: Store) -> None:
+        store.apply("a", [InsertEffect(make_record("a", "t1"))])
+        store.apply("b", [InsertEffect(make_record("b", "t2", status=Status.SUCCEEDED, result=1))])
+        store.apply("c", [InsertEffect(make_record("c", "t3"))])
+        assert sorted((r.session_id, r.tool_use_id) for r in store.in_doubt()) == [
+            ("a", "t1"),
+            ("c", "t3"),
+        ]
+
+    # -- session leases ---------------------------------------------------------------------------
+
+    def test_a_lease_is_taken_once_and_fences_every_write(self, store: Store) -> None:
+        assert store.lease("s") is None
+        mine = Lease(session_id="s", owner="host:1:a", token=1, expires_at=100.0)
+        assert store.apply("s", [TakeLease(mine, expect_token=0)]) == [True]
+        assert store.lease("s") == mine
+        theirs = Lease(session_id="s", owner="host:2:b", token=1, expires_at=200.0)
+        with pytest.raises(SessionBusyError) as info:
+            store.apply("s", [TakeLease(theirs, expect_token=0)])
+        assert info.value.owner == "host:1:a"
+        # The fence renews and lets the batch through…
+        effect = make_record()
+        assert store.apply("s", [HoldLease("s", 1, 150.0), InsertEffect(effect)]) == [True, True]
+        assert store.lease("s") == Lease(
+            session_id="s", owner="host:1:a", token=1, expires_at=150.0
+        )
+        # …until someone takes the lease over: then the whole batch is refused.
+        takeover = Lease(session_id="s", owner="host:2:b", token=2, expires_at=300.0)
+        assert store.apply("s", [TakeLease(takeover, expect_token=1)]) == [True]
+        stale: list[Op] = [HoldLease("s", 1, 400.0), InsertEffect(make_record(tool_use_id="t2"))]
+        with pytest.raises(LeaseLostError):
+            store.apply("s", stale)
+        assert store.ledger("s").get("t2") is None
+        assert store.lease("s") == takeover
+        with pytest.raises(SessionBusyError):  # expect_token 1 is stale now
+            store.apply("s", [TakeLease(theirs, expect_token=1)])
+
+    def test_a_dropped_lease_expires_now_and_keeps_its_token(self, store: Store) -> None:
+        store.apply(
+            "s",
+            [
+                TakeLease(
+                    Lease(session_id="s", owner="o", token=1, expires_at=100.0), expect_token=0
+                )
+            ],
+        )
+        assert store.apply("s", [DropLease("s", 7)]) == [False]
+        assert store.apply("s", [DropLease("s", 1)]) == [True]
+        dropped = store.lease("s")
+        assert dropped is not None and dropped.expires_at == 0.0 and dropped.token == 1
+        again = Lease(session_id="s", owner="p", token=2, expires_at=50.0)
+        assert store.apply("s", [TakeLease(again, expect_token=1)]) == [True]

@@ -1,0 +1,315 @@
+"""Carrying out a simulated worker's requests: each one its run yields (reads, commits, tool
+invocations, model calls, approvals, alerts, fences, sleeps, background writes) is done against the
+shared store at the current simulated instant, and its answer delivered after a simulated latency.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from ... import approval_queue as approvals
+from ...adapters.anthropic import pairing_errors
+from ...drivers import (
+    Alert,
+    Ask,
+    CallModel,
+    Commit,
+    Failure,
+    Fence,
+    Invoke,
+    IOContext,
+    ReadEffects,
+    ReadLease,
+    ReadMessages,
+    ReadSession,
+    Remember,
+    Sleep,
+)
+from ...errors import SessionConflictError, StoreError, StoreUnavailableError, ToolLedgerError
+from ...gate import normalise
+from ...ops import DropLease
+from ._cluster import Worker
+from ._truth import Truth
+
+__all__ = ["Requests"]
+
+
+class Requests(Truth):
+    """The workers' side of the simulation: stepping their runs, one request at a time."""
+
+    def _deliver(
+        self, w: Worker, gen: Any, answer: Any, *, throw: BaseException | None = None
+    ) -> None:
+        """Hand ``answer`` to the worker once its process runs (a paused thread waits)."""
+        p = w.process
+        if w.gen is not gen or not p.alive:
+            return  # crashed meanwhile: the answer goes nowhere
+        if not p.runnable:
+            self._at(
+                p.paused_until - self.t + 0.0001, lambda: self._deliver(w, gen, answer, throw=throw)
+            )
+            return
+        self._step(w, answer, throw=throw)
+
+    def _step(self, w: Worker, answer: Any, *, throw: BaseException | None = None) -> None:
+        assert w.gen is not None
+        self.steps += 1
+        w.busy_since = None
+        self._current = w  # whose writes these are, for the checks
+        try:
+            try:
+                request = w.gen.throw(throw) if throw is not None else w.gen.send(answer)
+            except StopIteration as stop:
+                self._finish(w, stop.value, None)
+                return
+            except (ToolLedgerError, OSError) as exc:
+                self._finish(w, None, exc)
+                return
+            self._handle(w, request)
+        finally:
+            self._current = None
+
+    def _finish(self, w: Worker, value: Any, exc: BaseException | None) -> None:
+        what = (
+            type(exc).__name__
+            if exc is not None
+            else getattr(getattr(value, "status", None), "value", "done")
+        )
+        self.stats[f"run_{what}"] += 1
+        self.note(f"{w.name} ends: {what}")
+        io = w.io
+        w.gen, w.io = None, None
+        if io is not None and io.fence is not None:  # the driver's give-back
+            lease = io.fence.lease
+            io.fence = None
+            w.process.runtime.live_runs.discard(lease.owner)
+            with contextlib.suppress(ToolLedgerError):
+                w.process.store.apply(lease.session_id, [DropLease(lease.session_id, lease.token)])
+        self._at(self.rng.uniform(0.01, 0.3), lambda: self._start_job(w))
+
+    def _latency(self) -> float:
+        return self.rng.expovariate(1 / 0.002)
+
+    def _handle(self, w: Worker, request: Any) -> None:
+        gen, io, p = w.gen, w.io, w.process
+        assert io is not None
+        sid = w.session
+        if isinstance(request, (ReadEffects, ReadSession, ReadMessages, ReadLease)):
+            self._read(w, request)
+            return
+        if isinstance(request, Commit):
+            w.busy_since = self.t
+            answer: Any = self._commit(w, request)
+            cut = isinstance(answer, Failure) and isinstance(answer.exc, StoreUnavailableError)
+            # A commit cut off, or whose answer was lost, hangs until its deadline cuts it.
+            delay = self.config.op_timeout if cut else self._latency()
+            self._at(delay, lambda: self._deliver(w, gen, answer))
+            return
+        if isinstance(request, Invoke):
+            self._invoke(w, request)
+            return
+        if isinstance(request, CallModel):
+            answer = self._model(w, request.kwargs)
+            self._at(self.rng.uniform(0.02, 0.4), lambda: self._deliver(w, gen, answer))
+            return
+        if isinstance(request, Ask):
+            try:
+                decision = normalise(approvals.queue(request.request), approvals.queue)
+            except StoreError as exc:
+                self._finish(w, None, exc)
+                return
+            self.note(
+                f"{w.name} asks about {request.request.tool_use_id}"
+                f"{' (in doubt)' if request.request.in_doubt else ''}: "
+                f"{'pending' if decision.pending else decision.approved}"
+            )
+            self._at(self._latency(), lambda: self._deliver(w, gen, decision))
+            return
+        if isinstance(request, Alert):
+            a = request.alert
+            self.alerts.append((type(a).__name__, a.session_id or "", a.tool_use_id or ""))
+            self.note(f"{w.name} ALERT {type(a).__name__} {a.session_id}/{a.tool_use_id}")
+            self._at(0, lambda: self._deliver(w, gen, None))
+            return
+        if isinstance(request, Fence):
+            io.fence = request
+            p.runtime.live_runs.add(request.lease.owner)
+            self._heartbeat(w, io, request)
+            self._at(0, lambda: self._deliver(w, gen, None))
+            return
+        if isinstance(request, Sleep):
+            self._at(request.seconds, lambda: self._deliver(w, gen, None))
+            return
+        if isinstance(request, Remember):
+            p.kept += 1
+            self._keep(w, sid, request, 1.0)
+            self._at(0, lambda: self._deliver(w, gen, None))
+            return
+        raise AssertionError(f"unknown request {request!r}")
+
+    def _read(
+        self, w: Worker, request: ReadEffects | ReadSession | ReadMessages | ReadLease
+    ) -> None:
+        gen, backend, sid = w.gen, w.process.store.backend, w.session
+        w.busy_since = self.t
+        try:
+            if isinstance(request, ReadEffects):
+                answer: Any = backend.read_effects(sid, request.tool_use_ids)
+            elif isinstance(request, ReadSession):
+                answer = backend.read_session(sid)
+            elif isinstance(request, ReadMessages):
+                answer = backend.read_messages(sid, request.since)
+            else:
+                answer = backend.read_lease(sid)
+        except StoreError as exc:
+            failed: StoreError = exc  # cut off: it hangs until its deadline cuts it
+            self._at(self.config.op_timeout, lambda: self._deliver(w, gen, None, throw=failed))
+            return
+        self._at(self._latency(), lambda: self._deliver(w, gen, answer))
+
+    def _commit(self, w: Worker, request: Commit) -> Any:
+        io = w.io
+        assert io is not None
+        p = w.process
+        ops = io.fenced(request.ops, request.fenced)
+        try:
+            flags = p.store.apply(w.session, ops)
+        except (StoreError, SessionConflictError) as exc:
+            return Failure(exc)
+        if self.t < p.lose_replies_until:
+            self.stats["lost_replies"] += 1
+            self.note(f"{w.name} commit landed, answer lost")
+            return Failure(
+                StoreUnavailableError(
+                    f"{p.store.url}: the connection was lost during COMMIT (simulated): the write "
+                    "may or may not have been committed",
+                    url=p.store.url,
+                    outcome_unknown=True,
+                )
+            )
+        return io.unfenced(flags, request.fenced)
+
+    def _keep(self, w: Worker, sid: str, request: Remember, delay: float) -> None:
+        """The process's background writer (``background.Keeper``): retry until the store takes
+        it; a crash loses it. Its writes are the worker's own, deferred (for the checks)."""
+        p = w.process
+
+        def again() -> None:
+            if not p.alive:
+                return
+            if not p.runnable:
+                self._at(p.paused_until - self.t + 0.001, again)
+                return
+            self._current = w
+            try:
+                p.store.apply(sid, request.ops)
+            except StoreError:
+                self._keep(w, sid, request, min(delay * 2, 30.0))
+                return
+            except SessionConflictError:
+                pass
+            finally:
+                self._current = None
+            p.kept -= 1
+            self.stats["kept_writes"] += 1
+            for key in request.keys:
+                p.runtime.in_flight.discard(key)
+
+        self._at(delay, again)
+
+    def _heartbeat(self, w: Worker, io: IOContext, fence: Fence) -> None:
+        def beat() -> None:
+            if io.fence is not fence or not w.process.alive:
+                return
+            if not w.process.runnable:
+                self._at(w.process.paused_until - self.t + 0.001, beat)
+                return
+            stuck = w.busy_since
+            if stuck is not None and self.t - stuck > fence.ttl / 3:
+                # As background.Heartbeats: a run stuck on the store stops being renewed.
+                self.stats["renewals_withheld"] += 1
+                self._at(fence.ttl / 3, beat)
+                return
+            try:
+                w.process.store.apply(io.session_id, io.fenced([]))
+            except SessionConflictError:
+                return
+            except StoreError:  # cut off: the renewal hung until its deadline
+                self._at(max(fence.ttl / 3, self.config.op_timeout), beat)
+                return
+            self._at(fence.ttl / 3, beat)
+
+        self._at(fence.ttl / 3, beat)
+
+    # -- tools ------------------------------------------------------------------------------------
+
+    def _invoke(self, w: Worker, request: Invoke) -> None:
+        gen, p = w.gen, w.process
+        ctx = request.ctx
+        key = (ctx.session_id, ctx.tool_use_id, ctx.attempt) if ctx is not None else None
+        if key is not None and not request.check:
+            w.invoking = key
+        self.stats["checks" if request.check else "tool_runs"] += 1
+
+        def send() -> None:
+            if w.gen is not gen or not p.alive:
+                return  # crashed before sending: no effect
+            if not p.runnable:
+                self._at(p.paused_until - self.t + 0.0001, send)
+                return
+            self.world.who = p.name
+            self.world.local_time = p.local_time()
+            self.world.honours_deadline = not p.sloppy
+            before = len(self.world.effects)
+            try:
+                answer: Any = request.fn()
+            except Exception as exc:
+                answer = Failure(exc)
+            if len(self.world.effects) > before:
+                self._effect_made(self.world.effects[-1])
+            if key is not None and not request.check and key in self.attempts:
+                self.attempts[key].effect_done = True
+            self._at(self.rng.uniform(0.001, 0.3), lambda: returned(answer))
+
+        def returned(answer: Any) -> None:
+            if w.gen is not gen or not p.alive:
+                return
+            if key is not None and not request.check:
+                w.invoking = None
+                attempt = self.attempts.get(key)
+                if attempt is not None:
+                    attempt.over = True
+            self._deliver(w, gen, answer)
+
+        self._at(self.rng.uniform(0.001, 0.6), send)
+
+    def _model(self, w: Worker, kwargs: dict[str, Any]) -> Any:
+        messages = kwargs["messages"]
+        problems = pairing_errors(messages)
+        if problems:
+            self.violation(f"{w.session}: the model was sent a broken transcript: {problems}")
+        turn = sum(1 for m in messages if m["role"] == "assistant")
+        script = self.scripts[w.session]
+        self.stats["model_calls"] += 1
+        if turn >= len(script):
+            return {
+                "content": [{"type": "text", "text": "All done."}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            }
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": f"turn {turn}"}]
+        for name, title in script[turn]:
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{w.session}_{turn}_{next(self._minted)}",
+                    "name": name,
+                    "input": {"title": title},
+                }
+            )
+        return {
+            "content": blocks,
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }

@@ -1,0 +1,36 @@
+"""What a tool may know about the call it is serving: ``ToolContext``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+__all__ = ["ToolContext"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolContext:
+    """What a tool may know about the call it is serving.
+
+    ``idempotency_key`` is stable for one ``(session_id, tool_use_id)`` on every process and
+    machine, and different for every other call: forward it downstream so a repeat can be dropped
+    there. ``in_doubt`` is true when an earlier attempt of this very call may have taken effect
+    (the process died while it ran); ``attempt`` counts executions begun, this one included.
+    """
+
+    session_id: str
+    tool_use_id: str
+    idempotency_key: str
+    in_doubt: bool = False
+    attempt: int = 1
+    deadline: float | None = None
+    """When this attempt should be done, in epoch seconds on this worker's clock (``time.time``
+    unless the store was given another): the tool's ``timeout`` after it started. Past it,
+    another worker may judge the attempt over — pass what is left (``remaining()``) to your own
+    client's timeout."""
+
+    def remaining(self) -> float | None:
+        """Seconds left before ``deadline`` (never negative); ``None`` without one."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.time())
