@@ -7,7 +7,7 @@ re-exported here; modules with a leading underscore, and names not in ``__all__`
 from __future__ import annotations
 
 from . import approvals, keys
-from .adapters.openai import OpenAIResponses
+from .adapters.openai_responses import OpenAIResponses
 from .agent import Agent, Run, Usage
 from .codec import DEFAULT_MAX_RESULT_BYTES
 from .errors import (
