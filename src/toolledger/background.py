@@ -96,7 +96,6 @@ class Heartbeats:
                 due = [io for io in due if id(io) not in self._busy]
                 self._busy.update(id(io) for io in due)
                 pool = self._pool
-                wait = min((at for at, _ in self._due.values()), default=now + 60) - now
             assert pool is not None
             for io in due:
                 try:
@@ -108,6 +107,11 @@ class Heartbeats:
                     with self._cv:
                         self._busy.discard(id(io))
             with self._cv:
+                # What is due next is read again here, under the lock ``add`` takes: a run added
+                # while the renewals above were handed out would otherwise wait out a stale
+                # timeout (a minute when there was nothing to renew) and lose its lease.
+                now = time.monotonic()
+                wait = min((at for at, _ in self._due.values()), default=now + 60) - now
                 self._cv.wait(timeout=max(wait, 0.01))
 
     def _renew(self, io: IOContext) -> None:
