@@ -15,13 +15,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..errors import CorruptLedgerError, SessionConflictError, StoreError, StoreUnavailableError
 from ..ops import Op
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from ._sql import plans
-from ._sql.plans import Outcome, Plan, Step
+from ._sql.plans import Outcome, Step
 from ._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
 from ._sql.schema import too_new
 
@@ -166,18 +166,30 @@ class SQLiteBackend:
         """One batch's plan, inside whatever transaction or savepoint the caller opened."""
         return plans.drive(plans.apply(session_id, ops), self._execute)
 
-    def _read(self, action: str, plan: Plan[T]) -> T:
+    def _ask(self, action: str, query: plans.Query[T]) -> T:
+        """A read's statement on the connection, its rows turned into its answer."""
         try:
             with self._lock:
-                return plans.drive(plan, self._execute)
+                found = self._conn.execute(query.sql, query.params).fetchall()
         except sqlite3.Error as exc:
             raise translate(exc, self.url, action) from exc
+        return query.finish(found)
 
     def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
     ) -> dict[str, EffectRecord]:
-        plan = plans.read_effects(session_id, tool_use_ids, arrays=False)
-        return self._read("reading the ledger", plan)
+        if tool_use_ids is None:
+            return self._ask("reading the ledger", plans.effects_query(session_id))
+        # One query per id (SQLite has no round trips to save), under one hold of the lock.
+        found: list[Any] = []
+        try:
+            with self._lock:
+                for tool_use_id in tool_use_ids:
+                    query = plans.effect_query(session_id, tool_use_id)
+                    found += self._conn.execute(query.sql, query.params).fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc, self.url, "reading the ledger") from exc
+        return plans.records_by_id(found)
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         """Group commit: concurrent callers (threads sharing this store) share one transaction
@@ -283,34 +295,36 @@ class SQLiteBackend:
             )
 
     def read_session(self, session_id: str) -> SessionState | None:
-        return self._read("reading a session", plans.read_session(session_id))
+        return self._ask("reading a session", plans.session_query(session_id))
 
     def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
-        return self._read("reading a transcript", plans.read_messages(session_id, since))
+        return self._ask("reading a transcript", plans.messages_query(session_id, since))
 
     def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        return self._read("reading approvals", plans.read_approvals(session_id))
+        return self._ask("reading approvals", plans.approvals_query(session_id))
 
     def read_lease(self, session_id: str) -> Lease | None:
-        return self._read("reading a lease", plans.read_lease(session_id))
+        return self._ask("reading a lease", plans.lease_query(session_id))
 
     def now(self) -> float:
         """This machine's clock: every process that opens the file shares it."""
         return time.time()
 
     def list_sessions(self) -> list[SessionState]:
-        return self._read("listing", plans.list_sessions())
+        return self._ask("listing", plans.sessions_query())
 
     def in_doubt(self) -> list[EffectRecord]:
-        return self._read("listing in-doubt calls", plans.in_doubt())
+        return self._ask("listing in-doubt calls", plans.in_doubt_query())
 
     def integrity_check(self) -> list[str]:
         """``PRAGMA integrity_check``: an empty list when the file is sound."""
-        check = plans.rows("PRAGMA integrity_check", (), lambda row: row[0])
-        return [str(v) for v in self._read("checking integrity", check) if v != "ok"]
+        check = plans.Query(
+            "PRAGMA integrity_check", (), lambda found: [str(row[0]) for row in found]
+        )
+        return [v for v in self._ask("checking integrity", check) if v != "ok"]
 
     def session_ids(self) -> list[str]:
-        return self._read("listing sessions", plans.session_ids())
+        return self._ask("listing sessions", plans.session_ids_query())
 
     def close(self) -> None:
         with self._lock:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from functools import partial
-from typing import Any, NamedTuple, TypeAlias, TypeVar
+from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 from ...errors import SessionConflictError
 from ...ops import (
@@ -127,7 +127,7 @@ def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
         elif isinstance(op, TakeLease):
             done = yield Step(q.take_lease_statement(op), r.take_lease_params(op))
             if done.rowcount != 1:
-                raise busy(session_id, (yield from read_lease(session_id)))
+                raise busy(session_id, (yield from query_plan(lease_query(session_id))))
         elif isinstance(op, HoldLease):
             # An UPDATE, so the lease row stays locked until this transaction ends: a take-over
             # waits for our commit and then finds the token it expected — our writes land
@@ -170,75 +170,113 @@ def apply_again(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
 def _holds(session_id: str, op: Op) -> Plan[bool]:
     """Whether the store holds exactly what ``op`` writes."""
     if isinstance(op, (InsertEffect, UpdateEffect)):
-        found = yield from rows(
-            q.SELECT_EFFECT, (session_id, op.record.tool_use_id), r.row_to_record
-        )
-        return found == [op.record]
+        found = yield from query_plan(effect_query(session_id, op.record.tool_use_id))
+        return found == {op.record.tool_use_id: op.record}
     if isinstance(op, PutApproval):
-        approvals = yield from read_approvals(session_id)
+        approvals = yield from query_plan(approvals_query(session_id))
         return op.record in approvals
     if isinstance(op, PutSession):
-        return (yield from read_session(session_id)) == op.state
+        return (yield from query_plan(session_query(session_id))) == op.state
     if isinstance(op, TakeLease):
-        return (yield from read_lease(session_id)) == op.lease
-    lease = yield from read_lease(session_id)
+        return (yield from query_plan(lease_query(session_id))) == op.lease
+    lease = yield from query_plan(lease_query(session_id))
     if isinstance(op, HoldLease):
         return lease is not None and (lease.token, lease.expires_at) == (op.token, op.expires_at)
     return False  # DropLease reports its own outcome again: it is idempotent
 
 
 # -- reads ---------------------------------------------------------------------------------------
+#
+# A read is one statement and what its rows mean: a ``Query``. PostgreSQL runs it as a one-step
+# plan (``query_plan``, inside its retries); SQLite runs it directly on its connection, which
+# keeps a generator out of every read on its hot path.
 
 
-def rows(statement: str, params: Sequence[Any], convert: Callable[[Any], T]) -> Plan[list[T]]:
-    """One query, each row converted."""
-    done = yield Step(statement, params)
-    return [convert(row) for row in done.rows]
+class Query(NamedTuple, Generic[T]):
+    """``sql`` (``?`` style) with ``params``; ``finish`` turns its rows into the answer."""
+
+    sql: str
+    params: Sequence[Any]
+    finish: Callable[[list[Any]], T]
 
 
-def read_effects(
-    session_id: str, tool_use_ids: Sequence[str] | None, *, arrays: bool
-) -> Plan[dict[str, EffectRecord]]:
-    """The session's records, or those of ``tool_use_ids``: in one query with ``arrays``
-    (PostgreSQL), else one query per id (SQLite: no round trips to save)."""
-    if tool_use_ids is None:
-        found = (yield Step(q.SELECT_EFFECTS, (session_id,))).rows
-    elif arrays:
-        found = (yield Step(q.SELECT_SOME_EFFECTS, (session_id, list(tool_use_ids)))).rows
-    else:
-        found = []
-        for tool_use_id in tool_use_ids:
-            found.extend((yield Step(q.SELECT_EFFECT, (session_id, tool_use_id))).rows)
+def query_plan(query: Query[T]) -> Plan[T]:
+    """A read as a plan: its one statement, then its answer."""
+    done = yield Step(query.sql, query.params)
+    return query.finish(done.rows)
+
+
+def records_by_id(found: list[Any]) -> dict[str, EffectRecord]:
     return {row[1]: r.row_to_record(row) for row in found}
 
 
-def read_session(session_id: str) -> Plan[SessionState | None]:
-    found = yield from rows(q.SELECT_SESSION, (session_id,), r.row_to_session)
-    return found[0] if found else None
+def _records(found: list[Any]) -> list[EffectRecord]:
+    return [r.row_to_record(row) for row in found]
 
 
-def read_messages(session_id: str, since: int) -> Plan[list[StoredMessage]]:
-    return rows(q.SELECT_MESSAGES, (session_id, since), r.row_to_message)
+def _session(found: list[Any]) -> SessionState | None:
+    return r.row_to_session(found[0]) if found else None
 
 
-def read_approvals(session_id: str | None) -> Plan[list[ApprovalRecord]]:
+def _sessions(found: list[Any]) -> list[SessionState]:
+    return [r.row_to_session(row) for row in found]
+
+
+def _messages(found: list[Any]) -> list[StoredMessage]:
+    return [r.row_to_message(row) for row in found]
+
+
+def _approvals(found: list[Any]) -> list[ApprovalRecord]:
+    return [r.row_to_approval(row) for row in found]
+
+
+def _lease(found: list[Any]) -> Lease | None:
+    return r.row_to_lease(found[0]) if found else None
+
+
+def _ids(found: list[Any]) -> list[str]:
+    return [str(row[0]) for row in found]
+
+
+def effects_query(
+    session_id: str, tool_use_ids: Sequence[str] | None = None
+) -> Query[dict[str, EffectRecord]]:
+    """The session's records, or those of ``tool_use_ids`` (PostgreSQL: an array parameter)."""
+    if tool_use_ids is None:
+        return Query(q.SELECT_EFFECTS, (session_id,), records_by_id)
+    return Query(q.SELECT_SOME_EFFECTS, (session_id, list(tool_use_ids)), records_by_id)
+
+
+def effect_query(session_id: str, tool_use_id: str) -> Query[dict[str, EffectRecord]]:
+    """One record (SQLite reads several ids one query each: it has no round trips to save)."""
+    return Query(q.SELECT_EFFECT, (session_id, tool_use_id), records_by_id)
+
+
+def session_query(session_id: str) -> Query[SessionState | None]:
+    return Query(q.SELECT_SESSION, (session_id,), _session)
+
+
+def messages_query(session_id: str, since: int) -> Query[list[StoredMessage]]:
+    return Query(q.SELECT_MESSAGES, (session_id, since), _messages)
+
+
+def approvals_query(session_id: str | None) -> Query[list[ApprovalRecord]]:
     if session_id is None:
-        return rows(q.SELECT_APPROVALS, (), r.row_to_approval)
-    return rows(q.SELECT_SESSION_APPROVALS, (session_id,), r.row_to_approval)
+        return Query(q.SELECT_APPROVALS, (), _approvals)
+    return Query(q.SELECT_SESSION_APPROVALS, (session_id,), _approvals)
 
 
-def read_lease(session_id: str) -> Plan[Lease | None]:
-    found = yield from rows(q.SELECT_LEASE, (session_id,), r.row_to_lease)
-    return found[0] if found else None
+def lease_query(session_id: str) -> Query[Lease | None]:
+    return Query(q.SELECT_LEASE, (session_id,), _lease)
 
 
-def list_sessions() -> Plan[list[SessionState]]:
-    return rows(q.SELECT_SESSIONS, (), r.row_to_session)
+def sessions_query() -> Query[list[SessionState]]:
+    return Query(q.SELECT_SESSIONS, (), _sessions)
 
 
-def session_ids() -> Plan[list[str]]:
-    return rows(q.SELECT_ALL_SESSION_IDS, (), lambda row: str(row[0]))
+def session_ids_query() -> Query[list[str]]:
+    return Query(q.SELECT_ALL_SESSION_IDS, (), _ids)
 
 
-def in_doubt() -> Plan[list[EffectRecord]]:
-    return rows(q.SELECT_IN_DOUBT, (), r.row_to_record)
+def in_doubt_query() -> Query[list[EffectRecord]]:
+    return Query(q.SELECT_IN_DOUBT, (), _records)

@@ -169,27 +169,30 @@ class AsyncPostgresBackend:
     async def _read(self, action: str, plan: Callable[[], Plan[T]]) -> T:
         return await self._run(reading(self, action, plan))
 
+    async def _ask(self, action: str, query: plans.Query[T]) -> T:
+        return await self._read(action, partial(plans.query_plan, query))
+
     async def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
     ) -> dict[str, EffectRecord]:
-        plan = partial(plans.read_effects, session_id, tool_use_ids, arrays=True)
-        return await self._read("reading the ledger", plan)
+        plan = plans.effects_query(session_id, tool_use_ids)
+        return await self._ask("reading the ledger", plan)
 
     async def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         return await self._run(writing(self, session_id, ops)) if ops else []
 
     async def read_session(self, session_id: str) -> SessionState | None:
-        return await self._read("reading a session", partial(plans.read_session, session_id))
+        return await self._ask("reading a session", plans.session_query(session_id))
 
     async def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
-        plan = partial(plans.read_messages, session_id, since)
-        return await self._read("reading a transcript", plan)
+        plan = plans.messages_query(session_id, since)
+        return await self._ask("reading a transcript", plan)
 
     async def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        return await self._read("reading approvals", partial(plans.read_approvals, session_id))
+        return await self._ask("reading approvals", plans.approvals_query(session_id))
 
     async def read_lease(self, session_id: str) -> Lease | None:
-        return await self._read("reading a lease", partial(plans.read_lease, session_id))
+        return await self._ask("reading a lease", plans.lease_query(session_id))
 
     async def close(self) -> None:
         """Close the pool, and the sync twin's (idempotent)."""

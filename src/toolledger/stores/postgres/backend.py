@@ -88,27 +88,30 @@ class PostgresBackend:
     def _read(self, action: str, plan: Callable[[], Plan[T]]) -> T:
         return self._run(reading(self, action, plan))
 
+    def _ask(self, action: str, query: plans.Query[T]) -> T:
+        return self._read(action, partial(plans.query_plan, query))
+
     def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
     ) -> dict[str, EffectRecord]:
-        plan = partial(plans.read_effects, session_id, tool_use_ids, arrays=True)
-        return self._read("reading the ledger", plan)
+        plan = plans.effects_query(session_id, tool_use_ids)
+        return self._ask("reading the ledger", plan)
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         return self._run(writing(self, session_id, ops)) if ops else []
 
     def read_session(self, session_id: str) -> SessionState | None:
-        return self._read("reading a session", partial(plans.read_session, session_id))
+        return self._ask("reading a session", plans.session_query(session_id))
 
     def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
-        plan = partial(plans.read_messages, session_id, since)
-        return self._read("reading a transcript", plan)
+        plan = plans.messages_query(session_id, since)
+        return self._ask("reading a transcript", plan)
 
     def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
-        return self._read("reading approvals", partial(plans.read_approvals, session_id))
+        return self._ask("reading approvals", plans.approvals_query(session_id))
 
     def read_lease(self, session_id: str) -> Lease | None:
-        return self._read("reading a lease", partial(plans.read_lease, session_id))
+        return self._ask("reading a lease", plans.lease_query(session_id))
 
     def now(self) -> float:
         """The server's clock (``ServerClock``): no round trip unless the last reading is old."""
@@ -122,13 +125,13 @@ class PostgresBackend:
             raise translate(exc, url=self.url, action="reading the server's clock") from exc
 
     def list_sessions(self) -> list[SessionState]:
-        return self._read("listing sessions", plans.list_sessions)
+        return self._ask("listing sessions", plans.sessions_query())
 
     def session_ids(self) -> list[str]:
-        return self._read("listing sessions", plans.session_ids)
+        return self._ask("listing sessions", plans.session_ids_query())
 
     def in_doubt(self) -> list[EffectRecord]:
-        return self._read("listing in-doubt calls", plans.in_doubt)
+        return self._ask("listing in-doubt calls", plans.in_doubt_query())
 
     def integrity_check(self) -> list[str]:
         """Schema version, tables, the in-doubt index, ``synchronous_commit`` and gap-free
