@@ -55,11 +55,18 @@ Plan: TypeAlias = Generator[Step, Outcome, T]
 
 
 def drive(plan: Plan[T], execute: Callable[[Step], Outcome]) -> T:
-    """Carry ``plan`` out: each statement it yields is executed, its outcome sent back."""
+    """Carry ``plan`` out: each statement it yields is executed and its outcome sent back; a
+    statement that fails raises inside the plan, which may handle it (or not: then it raises
+    here)."""
     try:
         step = next(plan)
         while True:
-            step = plan.send(execute(step))
+            try:
+                outcome = execute(step)
+            except Exception as exc:
+                step = plan.throw(exc)
+            else:
+                step = plan.send(outcome)
     except StopIteration as stop:
         value: T = stop.value
         return value
@@ -70,7 +77,12 @@ async def adrive(plan: Plan[T], execute: Callable[[Step], Awaitable[Outcome]]) -
     try:
         step = next(plan)
         while True:
-            step = plan.send(await execute(step))
+            try:
+                outcome = await execute(step)
+            except Exception as exc:
+                step = plan.throw(exc)
+            else:
+                step = plan.send(outcome)
     except StopIteration as stop:
         value: T = stop.value
         return value

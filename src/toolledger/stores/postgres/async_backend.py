@@ -149,7 +149,7 @@ class AsyncPostgresBackend:
                         op_timeout, cut_noting, conn, fired
                     )
                     try:
-                        await self.orphans.aend(conn, self.url, op_timeout)
+                        await adrive(conn, self.orphans.ending(self.url, op_timeout))
                         if not call.in_transaction:
                             return await adrive(conn, call.next_plan())
                         async with conn.transaction():

@@ -65,7 +65,7 @@ class PostgresBackend:
                     call.started(conn)
                     token = watchdog.arm(conn, op_timeout)
                     try:
-                        self.orphans.end(conn, self.url, op_timeout)
+                        drive(conn, self.orphans.ending(self.url, op_timeout))
                         if not call.in_transaction:
                             return drive(conn, call.next_plan())
                         with conn.transaction():
@@ -120,7 +120,7 @@ class PostgresBackend:
             return estimate
         try:
             with self._pool.connection(timeout=self._wait_s) as conn:
-                return self.server_clock.read(conn)
+                return drive(conn, self.server_clock.reading())
         except psycopg.Error as exc:
             raise translate(exc, url=self.url, action="reading the server's clock") from exc
 

@@ -6,7 +6,6 @@ the server's clock.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import logging
@@ -20,6 +19,7 @@ from typing import Any
 import psycopg
 
 from ...errors import StoreError, StoreUnavailableError
+from .._sql.plans import Plan, Step
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 AsyncConn = psycopg.AsyncConnection[tuple[Any, ...]]
@@ -121,16 +121,17 @@ watchdog = Watchdog()
 identity: weakref.WeakKeyDictionary[Any, tuple[int, Any]] = weakref.WeakKeyDictionary()
 
 IDENTIFY = (
-    "SELECT pid, backend_start, set_config('idle_in_transaction_session_timeout', %s, false) "
+    "SELECT pid, backend_start, set_config('idle_in_transaction_session_timeout', ?, false) "
     "FROM pg_stat_activity WHERE pid = pg_backend_pid()"
 )
 # Signal the backend (the one-argument form: every server version), then watch it go.
 SIGNAL_BACKEND = (
-    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s AND backend_start = %s"
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = ? AND backend_start = ?"
 )
 BACKEND_GONE = (
-    "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s AND backend_start = %s)"
+    "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = ? AND backend_start = ?)"
 )
+PAUSE = "SELECT pg_sleep(?)"  # between two looks, on the connection that looks
 ORPHAN_POLL_S = 0.01
 
 
@@ -175,34 +176,22 @@ class Orphans:
             url=url,
         )
 
-    def end(self, conn: Conn, url: str, op_timeout: float) -> None:
+    def ending(self, url: str, op_timeout: float) -> Plan[None]:
+        """End every orphan before an operation: signal its backend, then look until it is gone
+        (at most half the operation's time). A plan, carried out on the operation's
+        connection by either backend."""
         for ident in self.pending():
             try:
-                conn.execute(SIGNAL_BACKEND, ident)
+                yield Step(SIGNAL_BACKEND, ident)
             except psycopg.errors.InsufficientPrivilege:
                 _cannot_end(url, ident)
                 self.ended(ident)
                 continue
             deadline = time.monotonic() + op_timeout / 2
-            while not first(conn.execute(BACKEND_GONE, ident).fetchone()):
+            while not (yield Step(BACKEND_GONE, ident)).rows[0][0]:
                 if time.monotonic() > deadline:
                     raise self.still_open(ident, url)
-                time.sleep(ORPHAN_POLL_S)
-            self.ended(ident)
-
-    async def aend(self, conn: AsyncConn, url: str, op_timeout: float) -> None:
-        for ident in self.pending():
-            try:
-                await conn.execute(SIGNAL_BACKEND, ident)
-            except psycopg.errors.InsufficientPrivilege:
-                _cannot_end(url, ident)
-                self.ended(ident)
-                continue
-            deadline = time.monotonic() + op_timeout / 2
-            while not first(await (await conn.execute(BACKEND_GONE, ident)).fetchone()):
-                if time.monotonic() > deadline:
-                    raise self.still_open(ident, url)
-                await asyncio.sleep(ORPHAN_POLL_S)
+                yield Step(PAUSE, (ORPHAN_POLL_S,))
             self.ended(ident)
 
 
@@ -252,18 +241,11 @@ class ServerClock:
         elapsed = time.monotonic() - base[1]
         return None if elapsed > self.RESYNC_S else base[0] + elapsed
 
-    def read(self, conn: Conn) -> float:
+    def reading(self) -> Plan[float]:
+        """A reading, placed at the middle of its round trip; the server's time now."""
         sent = time.monotonic()
-        row = conn.execute(SERVER_TIME).fetchone()
+        found = (yield Step(SERVER_TIME)).rows
         received = time.monotonic()
-        assert row is not None
-        self.observe(float(row[0]), sent, received)
-        return float(row[0]) + (time.monotonic() - (sent + received) / 2)
-
-    async def aread(self, conn: AsyncConn) -> None:
-        sent = time.monotonic()
-        cur = await conn.execute(SERVER_TIME)
-        row = await cur.fetchone()
-        received = time.monotonic()
-        assert row is not None
-        self.observe(float(row[0]), sent, received)
+        server = float(found[0][0])
+        self.observe(server, sent, received)
+        return server + (time.monotonic() - (sent + received) / 2)
