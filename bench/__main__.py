@@ -24,7 +24,7 @@ from rich.console import Console
 
 import toolledger as tl
 
-from . import core, floor, groupcommit, hotpath, longrun, pg, report, rivals, scale
+from . import core, floor, groupcommit, hotpath, longrun, minimal, pg, report, rivals, scale
 from .measure import Contender, interleaved
 
 SECTIONS = ("main", "sizes", "lookups", "long", "group", "postgres", "hot")
@@ -200,6 +200,7 @@ def run_main(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> 
         floor.append_fsync(d, stack),
         floor.pwrite_fdatasync(d, stack, plan.n_main),
         core.per_record(store("record"), "sqlite", key="tl_record"),
+        minimal.per_call(d, stack),
         core.per_call(store("effect"), "sqlite", "noop_effect", key="call_effect"),
         core.per_call(store("idem"), "sqlite", "noop_idem", key="call_idem"),
         core.per_call(store("read"), "sqlite", "noop_read", key="call_read"),

@@ -25,5 +25,6 @@ def test_the_bench_runs_every_section(tmp_path: Path) -> None:
     assert results, "results written"
     report = (tmp_path / "report.md").read_text()
     assert "floor" in report and "run_tool_uses" in report
+    assert "minimal correct ledger" in report, "every figure stands beside what correctness costs"
     for section in ("main", "sizes", "lookups", "long", "group", "postgres"):
         assert f"bench: {section} done" in done.stdout + done.stderr, section

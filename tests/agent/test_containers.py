@@ -9,6 +9,7 @@ its effect; worker B, in another PID namespace, comes for the session after A's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +87,25 @@ def namespaces() -> None:
         pytest.skip(reason)
 
 
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Workers started by a test; whatever the test's outcome, none is left behind (a failed
+    assertion must not leave a worker stopped with SIGSTOP for the rest of the run)."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
 def _worker(
-    tmp_path: Path, url: str, model: ScriptedModel, name: str, timeout: float
+    tmp_path: Path,
+    url: str,
+    model: ScriptedModel,
+    name: str,
+    timeout: float,
+    spawned: list[subprocess.Popen[bytes]],
 ) -> tuple[subprocess.Popen[bytes], Path]:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
@@ -110,6 +129,7 @@ def _worker(
         env=env,
         start_new_session=True,  # its own process group: stopped and continued as one
     )
+    spawned.append(proc)
     return proc, out
 
 
@@ -121,7 +141,7 @@ def _result(proc: subprocess.Popen[bytes], out: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize("ending", ["paused", "killed"])
 def test_another_pid_namespace_never_judges_a_worker_by_its_own_process_table(
-    namespaces: None, tmp_path: Path, ending: str
+    namespaces: None, tmp_path: Path, ending: str, spawned: list[subprocess.Popen[bytes]]
 ) -> None:
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     tl.open_store(url).close()
@@ -129,7 +149,7 @@ def test_another_pid_namespace_never_judges_a_worker_by_its_own_process_table(
     timeout = 4.0
     script = [Reply(tool_uses=[ToolUse("create_ticket", {"title": "outage"})]), Reply(text="ok")]
     with ScriptedModel(script) as model:
-        a, a_out = _worker(tmp_path, url, model, "a", timeout)
+        a, a_out = _worker(tmp_path, url, model, "a", timeout, spawned)
         deadline = time.time() + 30
         while not (tmp_path / "world" / "entered").exists():
             assert time.time() < deadline and a.poll() is None, "worker A never reached its tool"
@@ -139,7 +159,7 @@ def test_another_pid_namespace_never_judges_a_worker_by_its_own_process_table(
         os.killpg(a.pid, signal.SIGSTOP if ending == "paused" else signal.SIGKILL)
         time.sleep(0.8)  # past A's lease: only its deadline still stands
 
-        b, b_out = _worker(tmp_path, url, model, "b", timeout)
+        b, b_out = _worker(tmp_path, url, model, "b", timeout, spawned)
         first_b = _result(b, b_out)
         assert first_b.get("error") == "EffectInProgressError", first_b
         assert "deadline has not passed" in first_b["message"]
@@ -152,7 +172,7 @@ def test_another_pid_namespace_never_judges_a_worker_by_its_own_process_table(
         else:
             a.wait(10)
             time.sleep(timeout)  # past A's deadline: now it is in doubt
-        c, c_out = _worker(tmp_path, url, model, "c", timeout)
+        c, c_out = _worker(tmp_path, url, model, "c", timeout, spawned)
         last = _result(c, c_out)
         if ending == "killed":
             # A died before its effect: in doubt, and a person who looks finds no ticket.
@@ -160,7 +180,7 @@ def test_another_pid_namespace_never_judges_a_worker_by_its_own_process_table(
             with tl.open_store(url) as store:
                 (doubt,) = store.ledger(SESSION).in_doubt()
                 store.ledger(SESSION).resolve(doubt.tool_use_id, happened=False, by="ana")
-            d, d_out = _worker(tmp_path, url, model, "d", timeout)
+            d, d_out = _worker(tmp_path, url, model, "d", timeout, spawned)
             last = _result(d, d_out)
         assert last["status"] == "completed", last
     assert len(list((tmp_path / "world" / "tickets").iterdir())) == 1
