@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from .codec import encode_result
 from .ops import AppendMessages, InsertEffect, Op, PutApproval, UpdateEffect
 from .records import ApprovalRecord, EffectRecord, StoredMessage
 
@@ -39,8 +40,6 @@ def _strings(value: Any, fn: Redactor) -> Any:
 def _effect(record: EffectRecord, fn: Redactor) -> EffectRecord:
     result = record.result
     if result is not None:
-        from .codec import encode_result
-
         result = encode_result(_strings(json.loads(result), fn), tool=record.tool).stored
     error = fn(record.error) if record.error is not None else None
     return replace(record, result=result, error=error)
