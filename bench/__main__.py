@@ -1,11 +1,13 @@
 """``python -m bench [--quick] [--dir DIR] [--only SECTION ...] [--publish]``
 
 Every figure is measured in one run, on one disk, interleaved with the raw floor it is compared
-to. Sections: main (toolledger per record, call and turn), sizes (every approach at N = 100, 1k,
-10k), lookups (100k and 1M records), long (turn 1 against turn 1,000), group (commit sharing
-within a turn, and across concurrent sessions), postgres (a record next to a bare INSERT, and
-throughput with 1, 4 and 16 worker processes; skipped without a server), hot (profile-guided
-patches, bench-only).
+to. Sections: main (toolledger per record, call and turn, beside the minimal correct ledger,
+durable and CPU only; statements per turn), sizes (every approach at N = 100, 1k, 10k), lookups
+(100k and 1M records), long (turn 1 against turn 1,000; opening a 1,000-turn session), group
+(commit sharing within a turn, across concurrent sessions, threads against asyncio tasks, and
+16 processes against a bare loop of the same commits), postgres (a record next to a bare INSERT,
+throughput with 1, 4 and 16 worker processes and against a bare loop, round trips per call;
+skipped without a server), hot (profile-guided patches, bench-only).
 """
 
 from __future__ import annotations
@@ -24,7 +26,20 @@ from rich.console import Console
 
 import toolledger as tl
 
-from . import core, floor, groupcommit, hotpath, longrun, minimal, pg, report, rivals, scale
+from . import (
+    core,
+    cpu,
+    floor,
+    groupcommit,
+    hotpath,
+    longrun,
+    minimal,
+    pg,
+    procs,
+    report,
+    rivals,
+    scale,
+)
 from .measure import Contender, interleaved
 
 SECTIONS = ("main", "sizes", "lookups", "long", "group", "postgres", "hot")
@@ -52,6 +67,11 @@ class Plan:
     n_pg: int = 500
     pg_workers: tuple[int, ...] = (1, 4, 16)
     pg_per_worker: int = 200
+    procs: int = 16  # worker processes against the bare INSERT + UPDATE loop
+    proc_seconds: float = 3.0  # each contender's time per round
+    proc_rounds: int = 3
+    callers: int = 16  # threads against asyncio tasks on one store
+    per_caller: int = 50
 
 
 FULL = Plan(
@@ -93,6 +113,9 @@ QUICK = Plan(
     n_json=6,
     n_pg=150,
     pg_per_worker=40,
+    proc_seconds=1.5,
+    proc_rounds=2,
+    per_caller=25,
 )
 
 
@@ -118,6 +141,10 @@ SMOKE = Plan(
     n_pg=10,
     pg_workers=(1, 2),
     pg_per_worker=5,
+    procs=4,
+    proc_seconds=0.2,
+    proc_rounds=1,
+    per_caller=3,
 )
 
 
@@ -216,6 +243,9 @@ def run_main(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> 
         contenders.append(core.sdk_round_trip(model, key="sdk_rtt"))
     results.main = interleaved(contenders, plan.n_main)
     results.turn_commits = core.turn_commits(store("count"))
+    results.turn_statements = core.turn_statements(d)
+    scratch, results.cpu_where = cpu.scratch_dir(d, stack)
+    results.cpu = cpu.cpu_rows(scratch, stack, plan.n_main)
 
 
 def run_sizes(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
@@ -258,11 +288,16 @@ def run_group(results: report.Results, plan: Plan, d: Path, stack: ExitStack) ->
     results.concurrency = groupcommit.concurrent_sessions(
         d, stack, threads=plan.threads, per_thread=plan.per_thread, rounds=plan.rounds
     )
+    results.callers = groupcommit.threads_and_tasks(
+        d, stack, callers=plan.callers, per_caller=plan.per_caller, rounds=plan.rounds
+    )
+    results.procs = procs.sqlite(
+        d, procs=plan.procs, seconds=plan.proc_seconds, rounds=plan.proc_rounds
+    )
 
 
 def run_hot(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
     results.hot = hotpath.patched_rows(d, stack, plan.n_hot)
-    results.cpu = hotpath.cpu_rows(d, stack, plan.n_hot)
     results.micro = hotpath.micro(2000)
     results.scripted = hotpath.scripted_rows(stack, 20)
     results.json_store = hotpath.json_rows(d, stack, plan.n_json, 10_000)
@@ -275,6 +310,14 @@ def run_postgres(results: report.Results, plan: Plan, d: Path, stack: ExitStack)
         return
     results.pg = pg.rows(url, stack, plan.n_pg)
     results.pg_throughput = pg.throughput(url, stack, plan.pg_workers, plan.pg_per_worker)
+    results.pg_procs = procs.postgres(
+        url,
+        pg.new_schema(url, stack),
+        procs=plan.procs,
+        seconds=plan.proc_seconds,
+        rounds=plan.proc_rounds,
+    )
+    results.pg_round_trips = pg.round_trips(url, stack, plan.n_pg)
 
 
 RUNNERS = {

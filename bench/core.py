@@ -9,8 +9,12 @@ toolledger's turn; ``agent_turn_sdk`` is the same turn through the real ``anthro
 from __future__ import annotations
 
 import itertools
+import re
+import sqlite3
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -282,3 +286,66 @@ def turn_commits(store: tl.Store) -> tuple[float, float]:
         counts.append(commits() - before)
     per_turn = (counts[1] - counts[0]) / 10
     return per_turn, counts[0] - 10 * per_turn
+
+
+@dataclass(frozen=True)
+class Statements:
+    """SQL statements SQLite ran for agent turns with one non-idempotent call each."""
+
+    per_turn: float
+    per_run: float
+    kinds: list[tuple[str, float, float]]  # (kind, per turn, per run), most frequent first
+
+
+def statement_kind(sql: str) -> str:
+    """``INSERT INTO effects``, ``SELECT … FROM leases``, ``BEGIN IMMEDIATE``, ``COMMIT`` …"""
+    text = " ".join(sql.split())
+    if text.startswith("--"):
+        return "trigger: " + text[2:].strip().split(" ")[-1]
+    m = re.match(r"(INSERT(?: OR \w+)? INTO|UPDATE|DELETE FROM|REPLACE INTO) \"?(\w+)", text, re.I)
+    if m:
+        return f"{m[1].upper()} {m[2]}"
+    if text[:6].upper() == "SELECT":
+        tables = re.findall(r"\bFROM \"?(\w+)", text, re.I)
+        return f"SELECT … FROM {', '.join(dict.fromkeys(tables))}" if tables else text[:40]
+    return " ".join(text.split(" ")[:2]).upper()
+
+
+def turn_statements(directory: Path) -> Statements:
+    """Setup, not timed: every statement SQLite runs (``set_trace_callback``: BEGIN, COMMIT,
+    SAVEPOINT and reads included, one per execution of an ``executemany``) over a 10-turn and a
+    20-turn run in new sessions, on a store of its own; the difference is ten turns' worth.
+
+    Every connection the store opens while counting is traced (``sqlite3.connect`` is wrapped
+    for the duration), so a backend with more than one connection is counted whole."""
+    seen: list[str] = []
+    original = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn: sqlite3.Connection = original(*args, **kwargs)
+        conn.set_trace_callback(seen.append)
+        return conn
+
+    sqlite3.connect = connect  # type: ignore[assignment]
+    try:
+        with tl.open_store(f"sqlite:///{directory / 'statements.db'}") as store:
+            conn = getattr(store.backend, "_conn", None)
+            if isinstance(conn, sqlite3.Connection):
+                conn.set_trace_callback(seen.append)
+            runs: list[Counter[str]] = []
+            for turns in (10, 20):
+                agent = tl.Agent(
+                    client=FakeAnthropic(), model="bench", tools=TOOLS, store=store, max_turns=turns
+                )
+                seen.clear()
+                agent.run(session=f"statements-{next_id()}", prompt="go")
+                runs.append(Counter(map(statement_kind, seen)))
+    finally:
+        sqlite3.connect = original
+    ten, twenty = runs
+    kinds = []
+    for kind in sorted(ten | twenty, key=lambda k: -twenty[k]):
+        per_turn = (twenty[kind] - ten[kind]) / 10
+        kinds.append((kind, per_turn, ten[kind] - 10 * per_turn))
+    total_turn = (twenty.total() - ten.total()) / 10
+    return Statements(total_turn, ten.total() - 10 * total_turn, kinds)

@@ -9,10 +9,13 @@
   write is evaluated in a serial order, and no batch is acknowledged before the shared COMMIT
   (and its fsync) has returned (``toolledger.stores.sqlite``). ``concurrent_sessions`` measures
   it against ``SerialSQLiteBackend``, one commit per batch as before.
+* The same concurrent calls from asyncio tasks (``arun_tool_uses``) instead of threads:
+  ``threads_and_tasks`` counts how many calls share a commit in each.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import statistics
 import threading
@@ -219,3 +222,61 @@ def concurrent_sessions(
                     _run_cell(grid[(label, t)], store, workload, per_thread)
         cells.extend(grid.values())
     return cells
+
+
+# -- the same calls from asyncio tasks -----------------------------------------------------------
+
+CALLS = "one non-idempotent call, own session per caller"
+
+
+def _run_tasks(cell: Cell, store: tl.Store, loop: asyncio.AbstractEventLoop, per_task: int) -> None:
+    """``cell.threads`` asyncio tasks on one event loop, each awaiting ``arun_tool_uses`` on its
+    own session, ``per_task`` times."""
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    ledgers = [
+        store.ledger(f"async-{cell.threads}-{k}-{core.next_id()}") for k in range(cell.threads)
+    ]
+    latencies: list[float] = []
+
+    async def task(ledger: tl.Ledger) -> None:
+        for i in range(per_task):
+            block = {
+                "type": "tool_use",
+                "id": core.next_id(),
+                "name": "noop_effect",
+                "input": {"n": i},
+            }
+            t0 = time.perf_counter_ns()
+            await tl.arun_tool_uses([block], core.TOOLS, ledger=ledger)
+            latencies.append(float(time.perf_counter_ns() - t0))
+
+    async def everyone() -> None:
+        await asyncio.gather(*(task(ledger) for ledger in ledgers))
+
+    before = backend.commits
+    t0 = time.perf_counter()
+    loop.run_until_complete(everyone())
+    cell.wall_s += time.perf_counter() - t0
+    cell.ops += cell.threads * per_task
+    cell.latencies_ns.extend(latencies)
+    cell.commits += backend.commits - before
+
+
+def threads_and_tasks(
+    directory: Path, stack: ExitStack, *, callers: int, per_caller: int, rounds: int
+) -> list[Cell]:
+    """``callers`` threads calling ``run_tool_uses`` against ``callers`` asyncio tasks awaiting
+    ``arun_tool_uses``, on one SQLite store (group commit as shipped), interleaved round by
+    round. Commits are the backend's physical transactions, so calls per commit is how many
+    calls shared each one."""
+    store = core.open_bench_store("sqlite", directory, "callers", stack)
+    loop = asyncio.new_event_loop()
+    stack.callback(loop.close)
+    threads = Cell(f"run_tool_uses, {CALLS}", "threads", callers)
+    tasks = Cell(f"arun_tool_uses, {CALLS}", "asyncio tasks, one event loop", callers)
+    _run_tasks(Cell("warm-up", "", 1), store, loop, 2)
+    for _ in range(rounds):
+        _run_cell(threads, store, _call_workload, per_caller)
+        _run_tasks(tasks, store, loop, per_caller)
+    return [threads, tasks]

@@ -95,27 +95,6 @@ def patched_rows(directory: Path, stack: ExitStack, n: int) -> list[Sample]:
     return interleaved(contenders, n)
 
 
-def cpu_rows(directory: Path, stack: ExitStack, n: int) -> list[Sample]:
-    """The same code on a store with ``synchronous=OFF``: what is left is CPU, so a gain of a
-    few microseconds is visible that the fsync's noise hides."""
-    contenders: list[Contender] = []
-    store = core.open_bench_store("sqlite", directory, "cpu-turn", stack)
-    store.backend._conn.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
-    c = core.agent_turn(store, "CPU only")
-    c.key = "cpu_turn"
-    contenders.append(c)
-    for tool in ("noop_effect", "noop_read"):
-        store = core.open_bench_store("sqlite", directory, f"cpu-call-{tool}", stack)
-        store.backend._conn.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
-        c = core.per_call(store, "CPU only", tool)
-        c.key = f"cpu_call_{tool}"
-        contenders.append(c)
-    store = core.open_bench_store("sqlite", directory, "cpu-record", stack)
-    store.backend._conn.execute("PRAGMA synchronous = OFF")  # type: ignore[attr-defined]
-    contenders.append(core.per_record(store, "CPU only", key="cpu_record"))
-    return interleaved(contenders, n)
-
-
 def micro(n: int) -> list[tuple[str, float]]:
     """What single steps of a call cost, in µs (median of ``n``)."""
     tool = core.TOOLS["noop_effect"]

@@ -1,9 +1,10 @@
 """Long sessions: is turn 1,000 as cheap as turn 1?
 
-Two contenders share one SQLite store, interleaved: runs of 20 turns in new sessions (turns
+The contenders share one SQLite store, interleaved: runs of 20 turns in new sessions (turns
 1-20), and runs of 20 more turns of one session grown to 1,000 turns first (setup). A turn is
 timed from one model call to the next (checkpoint A, intent, tool, outcome + checkpoint B, and
-building the next request); every checkpoint commit is also timed on its own.
+building the next request); every checkpoint commit is also timed on its own. Opening the long
+session is timed too: from ``agent.run`` with a new prompt until the model is asked.
 """
 
 from __future__ import annotations
@@ -40,6 +41,27 @@ class _StampedClient:
         self.messages = _StampedMessages()
 
 
+class _FirstRequest:
+    """``messages.create`` noting when it was called and answering with text: the run ends
+    after that one model call."""
+
+    def __init__(self) -> None:
+        self.stamp = 0
+
+    def create(self, **kwargs: Any) -> dict[str, Any]:
+        self.stamp = time.perf_counter_ns()
+        return {
+            "content": [{"type": "text", "text": "done"}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+
+
+class _FirstRequestClient:
+    def __init__(self) -> None:
+        self.messages = _FirstRequest()
+
+
 @dataclass
 class LongRun:
     contenders: list[Contender]
@@ -68,7 +90,7 @@ def long_run(store: tl.Store, *, grow_to: int) -> LongRun:
     def timed_apply(session_id: str, ops: Sequence[Op]) -> list[bool]:
         t0 = time.perf_counter_ns()
         out = inner(session_id, ops)
-        if any(isinstance(op, AppendMessages) for op in ops):
+        if current[0] and any(isinstance(op, AppendMessages) for op in ops):
             checkpoints.setdefault(current[0], []).append(float(time.perf_counter_ns() - t0))
         return out
 
@@ -95,6 +117,19 @@ def long_run(store: tl.Store, *, grow_to: int) -> LongRun:
             name, step, ops_per_step=TURNS - 1, self_timed=True, key=key, around=around
         )
 
+    def opening(name: str, key: str, session: str) -> Contender:
+        """``agent.run`` on the finished long session with a new prompt, timed until the model
+        is asked: the lease, reading the session back, the prompt's commit, the request."""
+        client = _FirstRequestClient()
+        agent = tl.Agent(client=client, model="bench", tools=core.TOOLS, store=store, max_turns=1)
+
+        def step(i: int) -> list[float]:
+            t0 = time.perf_counter_ns()
+            agent.run(session=session, prompt=f"open {i}")
+            return [float(client.messages.stamp - t0)]
+
+        return Contender(name, step, self_timed=True, key=key)
+
     long_session = "long"
     grower = tl.Agent(
         client=core.FakeAnthropic(), model="bench", tools=core.TOOLS, store=store, max_turns=grow_to
@@ -112,6 +147,11 @@ def long_run(store: tl.Store, *, grow_to: int) -> LongRun:
                 "turn_late_patched",
                 long_session,
                 incremental_request,
+            ),
+            opening(
+                f"agent.run on the {state.turns:,}-turn session until the model is asked",
+                "open_late",
+                long_session,
             ),
         ],
         checkpoints=checkpoints,

@@ -1,5 +1,7 @@
 """PostgreSQL: toolledger's durable record next to a bare ``INSERT … ON CONFLICT DO NOTHING``
-autocommit round trip on the same server, and throughput with 1, 4 and 16 worker processes.
+autocommit round trip on the same server, throughput with 1, 4 and 16 worker processes (and
+against a bare loop of the same commits: ``procs``), and the round trips of one call, counted on
+the wire (``wire``).
 
 The bare insert is the floor here: one statement, one round trip, one commit (the server's WAL
 flush) — what a durable record cannot be cheaper than on PostgreSQL. The server comes from
@@ -24,6 +26,7 @@ from toolledger.stores._sql.statements import INSERT_EFFECT, format_style
 
 from . import core
 from .measure import Contender, Sample, interleaved
+from .wire import WireCounter
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -140,3 +143,49 @@ def throughput(
         if any(p.exitcode != 0 for p in procs):
             raise RuntimeError(f"a postgres bench worker failed (workers={n})")
     return out
+
+
+@dataclass(frozen=True)
+class RoundTrips:
+    """Per non-idempotent ``run_tool_uses`` call, counted on the wire (``wire.WireCounter``)."""
+
+    calls: int
+    round_trips: float
+    ready: float
+    statements: float
+
+
+# Calls before counting: the pool's connections are made, and psycopg has prepared every
+# statement (it prepares one on its fifth execution on a connection: a round trip, once).
+WARM_CALLS = 20
+
+
+def round_trips(url: str, stack: ExitStack, n: int) -> RoundTrips | None:
+    """``n`` calls through a store whose connections go through a ``WireCounter``, after
+    ``WARM_CALLS`` calls; ``None`` if the wire could not be read."""
+    counter, through = WireCounter.for_url(url)
+    stack.callback(counter.close)
+    schema = new_schema(url, stack)
+    store = stack.enter_context(tl.open_store(_with_schema(through, schema)))
+    ledger = store.ledger("round-trips")
+
+    def call(i: int) -> None:
+        block = {"type": "tool_use", "id": core.next_id(), "name": "noop_effect", "input": {"n": i}}
+        tl.run_tool_uses([block], core.TOOLS, ledger=ledger)
+
+    for i in range(WARM_CALLS):
+        call(-1 - i)
+    before = counter.counts()
+    for i in range(n):
+        call(i)
+    d = counter.counts() - before
+    if counter.unreadable:
+        return None
+    return RoundTrips(n, d.round_trips / n, d.ready / n, d.statements / n)
+
+
+def new_schema(url: str, stack: ExitStack) -> str:
+    """A schema name of our own, dropped at the end."""
+    schema = f"tl_bench_{uuid.uuid4().hex[:10]}"
+    stack.callback(_drop, url, schema)
+    return schema

@@ -1,14 +1,51 @@
 """The benchmarks run: ``python -m bench --smoke`` (every section, a few samples, seconds) and
-``toolledger bench --help``. Their figures are measured by hand (``make bench``), never here."""
+``toolledger bench --help``. Their figures are measured by hand (``make bench``), never here:
+the targets' rows must be there with a number, not meet their goals."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Each target row measured beside its comparison in the same run: (target, measured), as
+# regular expressions. ``postgres`` rows are "not measured" when no server answers.
+NUMBER = r"-?[\d,]+(\.\d+)?"
+TARGETS = [
+    (r"non-idempotent call, CPU only ÷ minimal correct ledger", rf"{NUMBER}x \({NUMBER} µs vs"),
+    (r"non-idempotent call, durable ÷ minimal correct ledger", rf"{NUMBER}x \({NUMBER} µs vs"),
+    (r"\d+ processes, distinct sessions, calls/s ÷ bare INSERT\+UPDATE loop, sqlite", r"\d+% \("),
+    (r"agent turn CPU beyond its commits \(fake client\)", rf"{NUMBER} µs \(turn {NUMBER} µs"),
+    (r"SQL statements per agent turn with one non-idempotent call", rf"{NUMBER} per turn"),
+    (r"whole turn at turn [\d,]+ ÷ turns 1-20", rf"{NUMBER}x \({NUMBER} µs vs"),
+    (r"`agent\.run` open of a [\d,]+-turn session", rf"{NUMBER} ms median"),
+    (
+        r"`arun_tool_uses`, 16 concurrent tasks on one sqlite store: calls per commit",
+        rf"{NUMBER} \(16 threads: {NUMBER}\)",
+    ),
+]
+POSTGRES_TARGETS = [
+    (
+        r"\d+ processes, distinct sessions, calls/s ÷ bare INSERT\+UPDATE loop, PostgreSQL",
+        r"\d+% \(",
+    ),
+    (r"PostgreSQL round trips per non-idempotent call", rf"{NUMBER} \({NUMBER} statements"),
+]
+
+
+def target_rows(report: str) -> dict[str, str]:
+    """The Targets table of ``report.md``: target → measured."""
+    table = report.split("#### Targets", 1)[1]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if line.startswith("| ") and len(cells) == 4:
+            rows[cells[0]] = cells[2]
+    return rows
 
 
 def test_the_bench_runs_every_section(tmp_path: Path) -> None:
@@ -28,3 +65,13 @@ def test_the_bench_runs_every_section(tmp_path: Path) -> None:
     assert "minimal correct ledger" in report, "every figure stands beside what correctness costs"
     for section in ("main", "sizes", "lookups", "long", "group", "postgres"):
         assert f"bench: {section} done" in done.stdout + done.stderr, section
+    rows = target_rows(report)
+    no_server = any(m.startswith("PostgreSQL rows skipped") for m in results["missing"])
+    for target, measured in TARGETS + POSTGRES_TARGETS:
+        found = [(name, value) for name, value in rows.items() if re.fullmatch(target, name)]
+        assert len(found) == 1, (target, sorted(rows))
+        value = found[0][1]
+        if no_server and (target, measured) in POSTGRES_TARGETS:
+            assert value == "not measured", (target, value)
+        else:
+            assert re.match(measured, value), (target, value)
