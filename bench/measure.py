@@ -3,7 +3,9 @@ tenants, writeback, thermal) hits every contender alike. Report median and p99 p
 
 A contender's ``step(i)`` is timed from outside, or — for a ``self_timed`` contender whose
 operations only exist inside a larger unit (a DBOS step inside its workflow, one turn of an agent
-run) — returns its own per-operation durations in nanoseconds.
+run) — returns its own per-operation durations in nanoseconds. A ``cpu_time`` contender is timed
+on the process's CPU clock (every thread of it), its wall-clock median kept beside: time spent
+waiting — for another thread, for the machine's other tenants — is not CPU.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Sample:
     # rotation / the floor's median in the same rotation): pairs measured ~0.1 s apart, so a
     # neighbour's burst of I/O that lasts seconds lands on both sides of each pair.
     paired: float | None = None
+    wall_us: float | None = None  # a cpu_time contender's wall-clock median
 
     def ratio(self, floor: Sample) -> float:
         """Cost relative to the floor of the same group: the ratio of the medians."""
@@ -58,6 +61,7 @@ class Contender:
     # Commits made so far (see ``core.count_commits``): writes per operation are then counted
     # over the whole run instead of declared.
     counter: Callable[[], int] | None = None
+    cpu_time: bool = False  # timed on the process's CPU clock (``time.process_time_ns``)
 
 
 def interleaved(
@@ -66,6 +70,7 @@ def interleaved(
     """Run every contender until it has ``n`` operations, ``round_size`` at a time, in
     rotation; the first ``warmup`` operations of each are not kept."""
     samples: dict[int, list[float]] = {id(c): [] for c in contenders}
+    walls: dict[int, list[float]] = {id(c): [] for c in contenders}
     by_round: dict[int, dict[int, list[float]]] = {id(c): {} for c in contenders}
     rotation = 0
     counters = dict.fromkeys(samples, 0)
@@ -94,6 +99,13 @@ def interleaved(
                     if c.self_timed:
                         samples[id(c)].extend(float(x) for x in c.step(i))
                         continue
+                    if c.cpu_time:
+                        t0, p0 = time.perf_counter_ns(), time.process_time_ns()
+                        c.step(i)
+                        p1, t1 = time.process_time_ns(), time.perf_counter_ns()
+                        samples[id(c)].append((p1 - p0) / c.ops_per_step)
+                        walls[id(c)].append((t1 - t0) / c.ops_per_step)
+                        continue
                     t0 = time.perf_counter_ns()
                     c.step(i)
                     samples[id(c)].append((time.perf_counter_ns() - t0) / c.ops_per_step)
@@ -103,6 +115,10 @@ def interleaved(
             steps = counters[id(c)] + max(1, warmup // c.ops_per_step)
             c.writes = (c.counter() - start[id(c)]) / (steps * c.ops_per_step)
     out = [summarise(c, samples[id(c)]) for c in contenders]
+    out = [
+        replace(s, wall_us=statistics.median(walls[id(c)]) / 1000) if walls[id(c)] else s
+        for c, s in zip(contenders, out, strict=True)
+    ]
     floor = contenders[0]
     if floor.key == "floor":
         out = [
