@@ -113,8 +113,8 @@ QUICK = Plan(
     n_json=6,
     n_pg=150,
     pg_per_worker=40,
-    proc_seconds=1.5,
-    proc_rounds=2,
+    proc_seconds=1.0,
+    proc_rounds=3,
     per_caller=25,
 )
 
