@@ -60,3 +60,25 @@ def test_valid_unicode_replaces_lone_surrogates_only() -> None:
     assert valid_unicode(value) == {"a": ["ok", "bad \ufffd"], "b\ufffd": 1, "c": "😀"}
     clean = {"a": ["ok"], "c": "😀"}
     assert valid_unicode(clean) is clean
+
+
+def test_content_is_what_the_stored_text_reads_back_as_for_every_kind_of_value() -> None:
+    """``encode_result`` tells the content without parsing its text back where the type says
+    what it is; for anything else (a string enum, a model, a dataclass) it reads it back."""
+    import dataclasses
+    import enum
+
+    class Colour(enum.StrEnum):
+        RED = "red"
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    for value in ["ok", "a\ud800b", 1, 2.5, True, None, [1, "x"], (1, 2), {"k": "v"}]:
+        encoded = encode_result(value)
+        assert encoded.content == content_of(encoded.stored)
+        assert type(encoded.content) is str
+    assert encode_result(Colour.RED).content == "red"
+    assert type(encode_result(Colour.RED).content) is str
+    assert encode_result(Point(3)).content == '{"x": 3}'

@@ -16,7 +16,7 @@ from . import decide
 from ._crash import hit as crash_point
 from .codec import EncodedResult, encode_result, idempotency_key
 from .drivers import Failure, Invoke, ReadEffects, Remember, Request
-from .errors import LeaseLostError, StoreError
+from .errors import CorruptLedgerError, LeaseLostError, StoreError
 from .ops import Op, UpdateEffect
 from .outcomes import Buffer, Buffered, CallOutcome, Disposition, Env, flush, release, write
 from .records import EffectRecord, PastAttempt, Status, ToolCall
@@ -190,7 +190,11 @@ def _intend(
     buf: Buffer,
 ) -> Generator[Request, Any, EffectRecord | CallOutcome | Again]:
     """Make the intent of ``attempt`` durable (with the approval it uses up): the intent, or
-    the call's answer when it must not run (the commit failed, another attempt got there)."""
+    the call's answer when it must not run (the commit failed, another attempt got there).
+
+    A store that cannot be written now answers "not executed, safe to retry"; a damaged one is
+    raised (``CorruptLedgerError``): no retry mends it, and a call written first (its record
+    unread) meets the damage here, where a read would have raised it."""
     key = env.flight(call)
     intent = env.record(
         call,
@@ -209,6 +213,9 @@ def _intend(
     extra = [write(intent, record)] + ([consume] if consume is not None else [])
     flushed = yield from flush(buf, env, extra)
     if flushed.error is not None:
+        if isinstance(flushed.error, CorruptLedgerError):
+            release(env, key, buf)
+            raise flushed.error
         if isinstance(flushed.error, StoreError) and flushed.error.outcome_unknown:
             # The intent may be in the store, and the tool will not run: have it say so
             # (not happened) once the store answers again — exactly this intent, no other.

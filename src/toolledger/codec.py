@@ -44,6 +44,8 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 def valid_unicode(value: Any) -> Any:
     """``value`` with every lone surrogate (text UTF-8 cannot hold, which the model APIs refuse)
     replaced by U+FFFD. Returns the very same object when there is none, so checking is cheap."""
+    if value is None:
+        return value
     if isinstance(value, str):
         return _LONE_SURROGATE.sub("\ufffd", value) if _LONE_SURROGATE.search(value) else value
     if isinstance(value, list):
@@ -142,17 +144,28 @@ def json_text(
 
     ``separators``, ``allow_nan`` and ``default`` are ``json.dumps``'s; raises what it raises.
     """
+    return _sized_json(value, separators, allow_nan, default)[0]
+
+
+def _sized_json(
+    value: Any,
+    separators: tuple[str, str] | None,
+    allow_nan: bool,
+    default: Callable[[Any], Any] | None,
+) -> tuple[str, int, bool]:
+    """``json_text``'s text, its size in UTF-8 bytes, and whether it had to be ASCII-escaped."""
     text = json.dumps(
         value, ensure_ascii=False, separators=separators, allow_nan=allow_nan, default=default
     )
     try:
-        text.encode("utf-8")
+        size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         # Lone surrogates cannot be stored as UTF-8; the escaped form is still the same value.
         text = json.dumps(
             value, ensure_ascii=True, separators=separators, allow_nan=allow_nan, default=default
         )
-    return text
+        return text, len(text), True
+    return text, size, False
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,13 +230,12 @@ def encode_result(
     any replay agree.
     """
     try:
-        stored = json_text(value, default=_to_jsonable)
+        stored, size, escaped = _sized_json(value, None, False, _to_jsonable)
     except Exception as exc:  # whatever serialising raises (a property, a model's validator)
         reason = f"the result of {tool!r} is not JSON-serialisable ({describe(exc)})"
         logger.warning("%s; recording its repr instead", reason)
         stored = _note(reason, _safe_repr(value), None, None)
         return EncodedResult(stored=stored, content=content_of(stored), note=reason)
-    size = len(stored.encode("utf-8"))
     if size > max_bytes:
         reason = (
             f"the result of {tool!r} is {size:,} bytes, over the {max_bytes:,}-byte limit "
@@ -233,7 +245,23 @@ def encode_result(
         sha = hashlib.sha256(stored.encode("utf-8")).hexdigest()
         stored = _note(reason, stored, size, sha)
         return EncodedResult(stored=stored, content=content_of(stored), note=reason)
-    return EncodedResult(stored=stored, content=content_of(stored))
+    return EncodedResult(stored=stored, content=_content(value, stored, escaped))
+
+
+# What ``content_of`` answers for these, without parsing the text back: the JSON of a plain
+# string is read back as that string; of a number, list, object, boolean or null, never a string.
+_NEVER_A_STRING = frozenset({dict, list, tuple, int, float, bool, type(None)})
+
+
+def _content(value: Any, stored: str, escaped: bool) -> str:
+    """``content_of(stored)`` for the ``stored`` JSON of ``value`` (``escaped``: it had to be
+    ASCII-escaped, so the string held a lone surrogate)."""
+    kind = type(value)
+    if kind is str:
+        return stored if escaped else value
+    if kind in _NEVER_A_STRING:
+        return stored
+    return content_of(stored)  # a model or a dataclass: what it became is read back
 
 
 def describe(exc: BaseException) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "history",
     "mismatch",
     "settled_by",
+    "writes_first",
 ]
 
 
@@ -208,6 +209,15 @@ def first_step(
     if tool.high_impact:
         return Ask(in_doubt=False, reason=f"{call.name!r} is high-impact")
     return Run(in_doubt=False)
+
+
+def writes_first(action: Action, tool: Tool[Any, Any] | None) -> bool:
+    """Whether ``action`` — the first step of a call whose record was not read — can be taken
+    without reading it: a run whose intent is written first. The intent is insert-if-absent, so
+    a record already there refuses it and nothing runs. Anything else (a replay, a rejection, a
+    safe tool's run that writes only its outcome, a question to the approver) depends on the
+    record and must read it first."""
+    return isinstance(action, Run) and tool is not None and tool.needs_intent
 
 
 _NO_TRACE = "its check found no trace of it"

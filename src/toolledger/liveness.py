@@ -181,12 +181,15 @@ class _ThisProcess(Runtime):
         os.register_at_fork(after_in_child=self._forked)
 
     def _forked(self) -> None:
-        # A forked child runs none of its parent's attempts or runs.
+        # A forked child runs none of its parent's attempts or runs, and is another holder.
         self.in_flight = InFlight()
         self.live_runs = set()
+        self._pid = -1
 
     @property
     def holder(self) -> Holder | None:
+        if self._pid != -1:
+            return self._holder  # known until a fork (``_forked``): no getpid() per write
         pid = os.getpid()
         if pid != self._pid:  # first use, or a forked child
             stat = _stat(pid)

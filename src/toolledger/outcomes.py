@@ -76,6 +76,16 @@ def _moved(error: BaseException | None) -> bool:
     )
 
 
+def _landed(items: list[Buffered], flags: list[bool], buf: Buffer, env: Env) -> Flushed:
+    """Every write of ours landed: the attempts they close are over."""
+    for item in items:
+        if item.closes is not None:
+            release(env, item.closes, buf)
+    if any(item.outcome is not None for item in items):
+        crash_point("after_record")
+    return Flushed(None, flags[len(items) :])
+
+
 def flush(buf: Buffer, env: Env, extra: list[Op]) -> Generator[Request, Any, Flushed]:
     """Commit the buffered writes plus ``extra`` in one transaction.
 
@@ -88,6 +98,8 @@ def flush(buf: Buffer, env: Env, extra: list[Op]) -> Generator[Request, Any, Flu
     checkpoint = any(isinstance(op, PutSession | AppendMessages) for op in extra)
     answer = yield from commit([_guarded(i) if checkpoint else i.op for i in items] + extra)
     error = answer.exc if isinstance(answer, Failure) else None
+    if error is None and all(answer[: len(items)]):
+        return _landed(items, answer, buf, env)  # the common case
     if error is not None and not isinstance(error, StoreError | SessionConflictError):
         raise error
     everything: list[bool] = [False] * (len(items) + len(extra)) if error is not None else answer

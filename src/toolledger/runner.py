@@ -62,26 +62,22 @@ def _process(
     env: Env,
     tail: Callable[[list[CallOutcome]], Sequence[Op]] | None,
 ) -> _Gen:
-    found: dict[str, EffectRecord] = yield ReadEffects([c.tool_use_id for c in calls])
+    # One call alone may write first (``_decide``): its insert-if-absent intent is refused by a
+    # record already there, which is read then. Several are read together before anything runs,
+    # so that rule 7 holds for the whole message.
+    unread = len(calls) == 1
+    found: dict[str, EffectRecord] = (
+        {} if unread else (yield ReadEffects([c.tool_use_id for c in calls]))
+    )
     for call in calls:  # rule 7, checked for the whole message before anything runs
         record = found.get(call.tool_use_id)
-        why = decide.mismatch(record, call) if record is not None else None
-        if record is not None and why is not None:
-            raise LedgerMismatchError(
-                f"{why} in session {env.session_id!r}. Nothing was run. The transcript was "
-                "edited or two runs share a session name.",
-                session_id=env.session_id,
-                tool_use_id=call.tool_use_id,
-                recorded_tool=record.tool,
-                recorded_input_hash=record.input_hash,
-                tool=call.name,
-                input_hash=call.input_hash,
-            )
+        if record is not None:
+            _same_call(record, call, env)
     buf = Buffer()
     try:
         outcomes: list[CallOutcome] = []
         for call in calls:
-            outcomes.append((yield from _one(call, found.get(call.tool_use_id), env, buf)))
+            outcomes.append((yield from _one(call, found.get(call.tool_use_id), env, buf, unread)))
         extra = list(tail(outcomes)) if tail is not None else []
         error = None
         if buf.items or extra:
@@ -92,14 +88,33 @@ def _process(
             release(env, key, buf)
 
 
+def _same_call(record: EffectRecord, call: ToolCall, env: Env) -> None:
+    """Rule 7: ``record`` must be this call's (same tool, same input)."""
+    why = decide.mismatch(record, call)
+    if why is not None:
+        raise LedgerMismatchError(
+            f"{why} in session {env.session_id!r}. Nothing was run. The transcript was "
+            "edited or two runs share a session name.",
+            session_id=env.session_id,
+            tool_use_id=call.tool_use_id,
+            recorded_tool=record.tool,
+            recorded_input_hash=record.input_hash,
+            tool=call.name,
+            input_hash=call.input_hash,
+        )
+
+
 def _one(
-    call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer
+    call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer, unread: bool
 ) -> Generator[Request, Any, CallOutcome]:
+    """``unread``: the call's record was not read (it may exist)."""
     for _ in range(_RESTARTS):
-        done = yield from _decide(call, record, env, buf)
+        done = yield from _decide(call, record, env, buf, unread)
         if not isinstance(done, Again):
             return done
-        record = done.record
+        if unread:
+            _same_call(done.record, call, env)  # seen for the first time: nothing ran yet
+        record, unread = done.record, False
     assert record is not None
     raise EffectInProgressError(
         f"{call.name!r} ({call.tool_use_id}) in session {env.session_id!r}: its record kept "
@@ -112,10 +127,16 @@ def _one(
 
 
 def _decide(
-    call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer
+    call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer, unread: bool = False
 ) -> Generator[Request, Any, CallOutcome | Again]:
     """Carry out what ``decide`` says of ``call``, one transition after another, until it is
-    answered or runs."""
+    answered or runs.
+
+    ``unread``: the record was not read. A call that would run at once with an intent writes
+    first — its intent is insert-if-absent, so a record already there refuses it and is read
+    then (``Again``): one statement less for the common case, and on a server one round trip.
+    Any other call reads its record first (rule 1: the ledger before the tool or the approver).
+    """
     if record is not None and record.status is Status.STARTED:
         record = yield from _settled_or_over(call, record, env, buf)
     tool = env.tools.get(call.name)
@@ -138,6 +159,11 @@ def _decide(
         available=env.tools.names,
         can_ask=env.can_ask,
     )
+    if unread and not decide.writes_first(action, tool):
+        looked: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+        record = looked.get(call.tool_use_id)
+        if record is not None:
+            return Again(record)
     consume: Op | None = None  # the approval the run uses up, with its intent
     while not isinstance(action, decide.Run):
         if isinstance(action, decide.Replay):

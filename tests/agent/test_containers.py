@@ -146,7 +146,8 @@ def test_another_pid_namespace_never_judges_a_worker_by_its_own_process_table(
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     tl.open_store(url).close()
     (tmp_path / "world" / "tickets").mkdir(parents=True)
-    timeout = 4.0
+    # B must come while A's deadline stands: long enough for a Python to start on a loaded host.
+    timeout = 10.0
     script = [Reply(tool_uses=[ToolUse("create_ticket", {"title": "outage"})]), Reply(text="ok")]
     with ScriptedModel(script) as model:
         a, a_out = _worker(tmp_path, url, model, "a", timeout, spawned)
@@ -171,7 +172,10 @@ def test_another_pid_namespace_never_judges_a_worker_by_its_own_process_table(
             assert (paused["error"], paused["pid"]) == ("LeaseLostError", inner_pid), paused
         else:
             a.wait(10)
-            time.sleep(timeout)  # past A's deadline: now it is in doubt
+            with tl.open_store(url) as store:
+                (intent,) = store.ledger(SESSION).records()
+            assert intent.deadline is not None
+            time.sleep(max(0.0, intent.deadline - time.time()) + 0.2)  # past it: now in doubt
         c, c_out = _worker(tmp_path, url, model, "c", timeout, spawned)
         last = _result(c, c_out)
         if ending == "killed":

@@ -100,3 +100,70 @@ def test_a_database_with_two_names_is_refused(tmp_path: Path) -> None:
             tl.open_store(f"sqlite:///{tmp_path / name}")
     (tmp_path / "other-name.db").unlink()
     tl.open_store(f"sqlite:///{db}").close()
+
+
+# -- what a call costs in statements (counted, not timed) ----------------------------------------
+
+
+def _statements(store: tl.Store) -> list[str]:
+    seen: list[str] = []
+    store.backend._conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
+    return seen
+
+
+def test_a_lone_unsafe_call_writes_its_intent_first_without_reading(tmp_path: Path) -> None:
+    """Insert-if-absent is the read: a fresh non-idempotent call costs its intent and its outcome,
+    two statements, each a transaction of its own."""
+    runs: list[str] = []
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        runs.append(to)
+        return "sent"
+
+    with tl.open_store(f"sqlite:///{tmp_path / 'l.db'}") as store:
+        ledger = store.ledger("s")
+        seen = _statements(store)
+        out = tl.run_tool_uses([tool_use("toolu_1", "send", to="a")], [send], ledger=ledger)
+        assert [s.split()[0] for s in seen] == ["INSERT", "UPDATE"]
+        assert out[0]["content"] == "sent" and runs == ["a"]
+
+        # Recorded: the insert is refused, the record read, the answer replayed; nothing runs.
+        seen.clear()
+        again = tl.run_tool_uses([tool_use("toolu_1", "send", to="a")], [send], ledger=ledger)
+        assert [s.split()[0] for s in seen] == ["INSERT", "SELECT"]
+        assert again == out and runs == ["a"]
+        record = ledger.get("toolu_1")
+        assert record is not None and record.status is tl.Status.SUCCEEDED
+
+        # Another input under the same id: refused before anything runs (rule 7).
+        with pytest.raises(tl.LedgerMismatchError):
+            tl.run_tool_uses([tool_use("toolu_1", "send", to="b")], [send], ledger=ledger)
+        assert runs == ["a"] and ledger.get("toolu_1") == record
+
+
+def test_calls_that_depend_on_their_record_read_it_first(tmp_path: Path) -> None:
+    """A safe call writes only its outcome and an unknown tool writes nothing: either must read
+    first (a recorded answer is replayed, not recomputed). So must several calls at once, which
+    are all checked against their records before any runs (rule 7)."""
+
+    @tl.tool(effect="read_only")
+    def look(path: str) -> str:
+        return path
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        return "sent"
+
+    with tl.open_store(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        ledger = store.ledger("s")
+        seen = _statements(store)
+        tl.run_tool_uses([tool_use("toolu_r", "look", path="/x")], [look], ledger=ledger)
+        assert [s.split()[0] for s in seen] == ["SELECT", "INSERT"]
+        seen.clear()
+        tl.run_tool_uses([tool_use("toolu_u", "nope")], [look], ledger=ledger)
+        assert [s.split()[0] for s in seen] == ["SELECT"]
+        seen.clear()
+        both = [tool_use("toolu_a", "send", to="a"), tool_use("toolu_b", "send", to="b")]
+        tl.run_tool_uses(both, [send], ledger=ledger)
+        assert [s.split()[0] for s in seen][:3] == ["SELECT", "SELECT", "INSERT"]

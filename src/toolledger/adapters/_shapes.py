@@ -5,6 +5,7 @@ for. (The adapters import this, never their package.)"""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -114,7 +115,7 @@ class Provider(Protocol):
 
 def field(obj: Any, name: str) -> Any:
     """``obj[name]`` of a dict, ``obj.name`` of an SDK object; ``None`` when it has none."""
-    if isinstance(obj, Mapping):
+    if type(obj) is dict or isinstance(obj, Mapping):  # a plain dict skips the ABC check
         return obj.get(name)
     return getattr(obj, name, None)
 
@@ -125,14 +126,13 @@ def as_text(value: Any) -> str:
 
 
 MAX_ID_CHARS = 1024
+_NOT_IN_AN_ID = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")  # control characters, lone surrogates
 
 
 def check_call_id(call_id: str, where: str) -> str:
     """A call id the ledger can key on: text without control characters or lone surrogates (no
     store could hold those, and no API sends them), at most ``MAX_ID_CHARS`` long."""
-    bad = len(call_id) > MAX_ID_CHARS or any(
-        ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in call_id
-    )
+    bad = len(call_id) > MAX_ID_CHARS or _NOT_IN_AN_ID.search(call_id) is not None
     if bad:
         shown = call_id[:60].encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
         raise MalformedContentError(

@@ -87,9 +87,14 @@ class SQLiteBackend:
                 url=url,
             )
         self._lock = threading.Lock()
-        self._queue_cv = threading.Condition(threading.Lock())
+        # The queue's lock is taken directly (no Condition method call per commit); only a
+        # caller that must wait for a commit under way uses the condition, and only then is it
+        # notified.
+        self._queue_lock = threading.Lock()
+        self._queue_cv = threading.Condition(self._queue_lock)
         self._queue: list[_Pending] = []
         self._leading = False
+        self._waiting = 0
         self.commits = 0  # physical commits (transactions), for tests and benchmarks
         if path != ":memory:":
             _create_owner_only(Path(path))
@@ -208,10 +213,14 @@ class SQLiteBackend:
         if not ops:
             return []
         me = _Pending(session_id, list(ops))
-        with self._queue_cv:
+        with self._queue_lock:
             self._queue.append(me)
             while self._leading and not me.done:
-                self._queue_cv.wait()
+                self._waiting += 1
+                try:
+                    self._queue_cv.wait()
+                finally:
+                    self._waiting -= 1
             lead = not me.done
             if lead:
                 self._leading = True
@@ -220,9 +229,10 @@ class SQLiteBackend:
             try:
                 self._commit_group(group)
             finally:
-                with self._queue_cv:
+                with self._queue_lock:
                     self._leading = False
-                    self._queue_cv.notify_all()
+                    if self._waiting:
+                        self._queue_cv.notify_all()
         if me.error is not None:
             raise me.error
         assert me.flags is not None
