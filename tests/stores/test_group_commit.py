@@ -166,6 +166,45 @@ def test_concurrent_tasks_share_commits_and_run_every_effect_once(
         assert commits <= 2 * calls - (TASKS - 1), f"{commits} commits for {2 * calls} batches"
 
 
+def test_a_task_that_committed_alone_shares_commits_once_others_come(
+    sqlite_store: tl.Store,
+) -> None:
+    """A task alone commits at once, without waiting for company; when other tasks start
+    beside it, it and they share commits again."""
+    counter = Counter()
+
+    @tl.tool(effect="non_idempotent")
+    async def send(n: int, ctx: tl.ToolContext) -> str:
+        counter.hit(f"{ctx.session_id}/{n}")
+        return f"sent {n}"
+
+    async def calls(k: int, first: int) -> None:
+        ledger = sqlite_store.ledger(f"s{k}")
+        for n in range(first, first + CALLS_PER_TASK):
+            (result,) = await tl.arun_tool_uses(
+                [tool_use(f"toolu_{n}", "send", n=n)], [send], ledger=ledger
+            )
+            assert result["content"] == f"sent {n}"
+
+    commits: list[int] = []
+
+    async def main() -> None:
+        before = _commits(sqlite_store)
+        await calls(0, 0)  # alone: two commits a call
+        commits.append(_commits(sqlite_store) - before)
+        before = _commits(sqlite_store)
+        others = [asyncio.create_task(calls(k, 0)) for k in range(1, TASKS)]
+        await calls(0, CALLS_PER_TASK)  # the same task, now with company
+        await asyncio.gather(*others)
+        commits.append(_commits(sqlite_store) - before)
+
+    asyncio.run(main())
+    assert commits[0] == 2 * CALLS_PER_TASK
+    assert commits[1] < TASKS * CALLS_PER_TASK, f"{commits[1]} commits for the shared calls"
+    assert counter.total == (TASKS + 1) * CALLS_PER_TASK
+    assert {counter[f"s{k}/{n}"] for k in range(TASKS) for n in range(CALLS_PER_TASK)} == {1}
+
+
 def test_concurrent_tasks_batches_keep_their_conditions(sqlite_store: tl.Store) -> None:
     """What the thread test above checks, for tasks: in a shared transaction each batch is
     still evaluated in order, all or nothing, and a failed guard fails its batch alone."""

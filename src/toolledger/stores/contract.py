@@ -16,7 +16,7 @@ import contextlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, cast, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from ..ops import Op
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
@@ -151,11 +151,14 @@ class InlineAsync:
     whose batch finds no group being gathered leads one: it lets the loop run — every task that
     is ready to commit queues its batch behind it — until a turn of the loop brings no batch,
     then commits them all in one transaction, inline, and wakes their tasks. So a group is what
-    became ready while the previous one was being committed; a lone task pays one turn of the
-    loop (a few µs) per commit; and the loop is blocked for each group's commit, as it was
-    before for each batch's. Other backends commit each batch as it comes: ``json://`` rewrites
-    and fsyncs the session's own files, so batches of different sessions have no commit to
-    share; ``memory://`` has no commit to share.
+    became ready while the previous one was being committed, and the loop is blocked for each
+    group's commit as it was before for each batch's. A task whose last group held no one else
+    commits at once, without a turn of the loop, so a lone task pays nothing; another task that
+    comes to commit leads a gathered group again.
+
+    Other backends commit each batch as it comes: ``json://`` rewrites and fsyncs the session's
+    own files, so batches of different sessions have no commit to share; ``memory://`` has no
+    commit to share.
 
     A commit, once asked for, is carried out: a task cancelled while its batch waits in a group
     is cancelled when that group is committed (a commit could not be interrupted when each ran
@@ -182,10 +185,12 @@ class InlineAsync:
         if group is None or group.loop is not loop:
             group = self._local.group = _Group(loop)
         me = Pending(session_id, list(ops))
-        if group.committed is None:
-            await _lead(group, me, backend)
-        else:
+        if group.committed is not None:
             await _follow(group, group.committed, me)
+        elif group.alone is not None and group.alone is asyncio.current_task():
+            backend.apply_group([me])  # it committed alone last time: nobody to wait for
+        else:
+            await _lead(group, me, backend)
         if me.error is not None:
             raise me.error
         assert me.flags is not None
@@ -219,6 +224,7 @@ class _Group:
     loop: asyncio.AbstractEventLoop
     committed: asyncio.Future[None] | None = None  # while gathering: set once it is committed
     followers: list[tuple[Pending, asyncio.Future[None]]] = field(default_factory=list)
+    alone: asyncio.Task[Any] | None = None  # the task whose last group had no one else in it
 
 
 async def _lead(group: _Group, me: Pending, backend: GroupCommit) -> None:
@@ -236,6 +242,7 @@ async def _lead(group: _Group, me: Pending, backend: GroupCommit) -> None:
     except asyncio.CancelledError as exc:
         cancelled = exc  # committed all the same: the followers' batches are in it
     followers, group.followers, group.committed = group.followers, [], None
+    group.alone = None if followers else asyncio.current_task()
     try:
         backend.apply_group([me, *(p for p, _ in followers)])
     finally:
