@@ -1,17 +1,27 @@
-"""SQLite group commit: threads sharing one store share transactions and fsyncs — and every
-batch keeps its own meaning (conditions, all-or-nothing guards, errors)."""
+"""SQLite group commit: threads sharing one store share transactions and fsyncs, and so do
+asyncio tasks (``InlineAsync``) — and every batch keeps its own meaning (conditions,
+all-or-nothing guards, errors)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import toolledger as tl
-from toolledger.ops import InsertEffect, PutSession
+from toolledger.ops import InsertEffect, PutSession, UpdateEffect
+from toolledger.records import Status
+from toolledger.stores.contract import Pending
 from toolledger.stores.sqlite import SQLiteBackend
+from toolledger.testing import Counter
 from toolledger.testing.conformance import make_record, make_state
+
+from ..conftest import tool_use
+from ..helpers import spy_store
 
 THREADS = 16
 PER_THREAD = 40
@@ -78,3 +88,262 @@ def test_a_failing_commit_fails_every_batch_of_its_group(
     assert store.ledger("s").records() == []
     assert backend.apply("s", [InsertEffect(make_record())]) == [True]
     store.close()
+
+
+# -- asyncio tasks ------------------------------------------------------------------------------
+
+TASKS = 16
+CALLS_PER_TASK = 10
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[tl.Store]:
+    store = tl.open_store(f"sqlite:///{tmp_path / 'g.db'}")
+    yield store
+    store.close()
+
+
+def _commits(store: tl.Store) -> int:
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    return backend.commits
+
+
+def _tasks_each_running_calls(store: tl.Store, tool: tl.Tool[Any, Any]) -> list[list[str]]:
+    async def task(k: int) -> list[str]:
+        ledger = store.ledger(f"s{k}")
+        out: list[str] = []
+        for n in range(CALLS_PER_TASK):
+            block = tool_use(f"toolu_{n}", tool.name, n=n)
+            (result,) = await tl.arun_tool_uses([block], [tool], ledger=ledger)
+            out.append(result["content"])
+        return out
+
+    async def main() -> list[list[str]]:
+        return await asyncio.gather(*(task(k) for k in range(TASKS)))
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", ["async def", "def"])
+def test_concurrent_tasks_share_commits_and_run_every_effect_once(
+    sqlite_store: tl.Store, kind: str
+) -> None:
+    """16 tasks, each running 10 non-idempotent calls one after another on its own session:
+    alone, a call commits twice (its intent, its outcome); here the tasks' batches share
+    transactions. An ``async def`` tool keeps the tasks in step (groups of all 16); a plain
+    one runs in a worker thread, and the tasks drift apart after their first commit, which
+    they still share."""
+    counter = Counter()
+
+    if kind == "async def":
+
+        @tl.tool(effect="non_idempotent")
+        async def send(n: int, ctx: tl.ToolContext) -> str:
+            counter.hit(f"{ctx.session_id}/{n}")
+            return f"sent {n}"
+
+    else:
+
+        @tl.tool(effect="non_idempotent")
+        def send(n: int, ctx: tl.ToolContext) -> str:
+            counter.hit(f"{ctx.session_id}/{n}")
+            return f"sent {n}"
+
+    before = _commits(sqlite_store)
+    answers = _tasks_each_running_calls(sqlite_store, send)
+    commits = _commits(sqlite_store) - before
+    calls = TASKS * CALLS_PER_TASK
+    assert answers == [[f"sent {n}" for n in range(CALLS_PER_TASK)]] * TASKS
+    assert counter.total == calls
+    for k in range(TASKS):
+        assert [counter[f"s{k}/{n}"] for n in range(CALLS_PER_TASK)] == [1] * CALLS_PER_TASK
+        records = sqlite_store.ledger(f"s{k}").records()
+        assert [(r.status, r.attempt) for r in records] == [(Status.SUCCEEDED, 1)] * CALLS_PER_TASK
+    if kind == "async def":
+        assert commits < calls, f"{commits} commits for {calls} calls"
+    else:
+        assert commits <= 2 * calls - (TASKS - 1), f"{commits} commits for {2 * calls} batches"
+
+
+def test_a_task_that_committed_alone_shares_commits_once_others_come(
+    sqlite_store: tl.Store,
+) -> None:
+    """A task alone commits at once, without waiting for company; when other tasks start
+    beside it, it and they share commits again."""
+    counter = Counter()
+
+    @tl.tool(effect="non_idempotent")
+    async def send(n: int, ctx: tl.ToolContext) -> str:
+        counter.hit(f"{ctx.session_id}/{n}")
+        return f"sent {n}"
+
+    async def calls(k: int, first: int) -> None:
+        ledger = sqlite_store.ledger(f"s{k}")
+        for n in range(first, first + CALLS_PER_TASK):
+            (result,) = await tl.arun_tool_uses(
+                [tool_use(f"toolu_{n}", "send", n=n)], [send], ledger=ledger
+            )
+            assert result["content"] == f"sent {n}"
+
+    commits: list[int] = []
+
+    async def main() -> None:
+        before = _commits(sqlite_store)
+        await calls(0, 0)  # alone: two commits a call
+        commits.append(_commits(sqlite_store) - before)
+        before = _commits(sqlite_store)
+        others = [asyncio.create_task(calls(k, 0)) for k in range(1, TASKS)]
+        await calls(0, CALLS_PER_TASK)  # the same task, now with company
+        await asyncio.gather(*others)
+        commits.append(_commits(sqlite_store) - before)
+
+    asyncio.run(main())
+    assert commits[0] == 2 * CALLS_PER_TASK
+    assert commits[1] < TASKS * CALLS_PER_TASK, f"{commits[1]} commits for the shared calls"
+    assert counter.total == (TASKS + 1) * CALLS_PER_TASK
+    assert {counter[f"s{k}/{n}"] for k in range(TASKS) for n in range(CALLS_PER_TASK)} == {1}
+
+
+def test_concurrent_tasks_batches_keep_their_conditions(sqlite_store: tl.Store) -> None:
+    """What the thread test above checks, for tasks: in a shared transaction each batch is
+    still evaluated in order, all or nothing, and a failed guard fails its batch alone."""
+
+    async def task(n: int) -> tuple[bool, BaseException | None]:
+        (won,) = await sqlite_store.aapply(
+            "shared", [InsertEffect(make_record("shared", "contested"))]
+        )
+        try:
+            await sqlite_store.aapply(
+                "shared",
+                [
+                    PutSession(make_state("shared"), None),
+                    InsertEffect(make_record("shared", f"only-with-{n}")),
+                ],
+            )
+        except tl.SessionConflictError as exc:
+            return won, exc
+        return won, None
+
+    async def main() -> list[tuple[bool, BaseException | None]]:
+        return await asyncio.gather(*(task(n) for n in range(TASKS)))
+
+    before = _commits(sqlite_store)
+    answers = asyncio.run(main())
+    assert sorted(won for won, _ in answers) == [False] * (TASKS - 1) + [True]
+    assert sum(error is not None for _, error in answers) == TASKS - 1
+    shared = {r.tool_use_id for r in sqlite_store.ledger("shared").records()}
+    assert len(shared - {"contested"}) == 1, "only the batch whose guard held left a record"
+    assert _commits(sqlite_store) - before == 2, "each round of batches was one transaction"
+
+
+@pytest.mark.parametrize("cancelled", ["leader", "follower"])
+def test_a_task_cancelled_while_its_batch_is_in_a_group_is_cancelled_once_it_committed(
+    sqlite_store: tl.Store, cancelled: str
+) -> None:
+    """Task ``a`` queues first and gathers the group; ``b`` queues behind it. Whichever is
+    cancelled meanwhile, the group is committed whole — the other task's batch too — and the
+    cancelled task ends (``CancelledError``) only once its batch is in the store."""
+
+    async def main() -> tuple[list[bool], list[bool]]:
+        a = asyncio.create_task(
+            sqlite_store.aapply("a", [InsertEffect(make_record("a", "toolu_a"))])
+        )
+        b = asyncio.create_task(
+            sqlite_store.aapply("b", [InsertEffect(make_record("b", "toolu_b"))])
+        )
+        await asyncio.sleep(0)  # a leads; b has queued its batch behind a's
+        victim, other = (a, b) if cancelled == "leader" else (b, a)
+        victim.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await victim
+        assert sqlite_store.ledger((victim is a and "a") or "b").records() != [], (
+            "the cancelled task's batch was committed before it ended"
+        )
+        return await other, []
+
+    before = _commits(sqlite_store)
+    other, _ = asyncio.run(main())
+    assert other == [True]
+    assert _commits(sqlite_store) - before == 1, "a and b were committed together"
+    assert [r.tool_use_id for r in sqlite_store.ledger("a").records()] == ["toolu_a"]
+    assert [r.tool_use_id for r in sqlite_store.ledger("b").records()] == ["toolu_b"]
+
+
+def test_a_task_cancelled_while_its_outcome_commits_loses_nothing(
+    sqlite_store: tl.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``b`` is cancelled while the group holding its call's outcome is being committed. The
+    outcome lands (the effect is not left in doubt), ``b`` ends cancelled (it reports nothing),
+    and running its content again answers from the ledger without running the tool again."""
+    counter = Counter()
+
+    @tl.tool(effect="non_idempotent")
+    async def send(n: int, ctx: tl.ToolContext) -> str:
+        counter.hit(ctx.session_id)
+        return f"sent {n}"
+
+    backend = sqlite_store.backend
+    assert isinstance(backend, SQLiteBackend)
+    original = backend.apply_group
+    tasks: dict[str, asyncio.Task[list[dict[str, Any]]]] = {}
+    shared_with: list[list[str]] = []
+
+    def outcome_of_b(p: Pending) -> bool:
+        return p.session_id == "b" and any(
+            isinstance(op, UpdateEffect) and op.record.status is Status.SUCCEEDED for op in p.ops
+        )
+
+    def apply_group(group: list[Pending]) -> None:
+        if any(outcome_of_b(p) for p in group):
+            shared_with.append([p.session_id for p in group])
+            tasks["b"].cancel()  # mid-commit: its batch is in this transaction
+        original(group)
+
+    monkeypatch.setattr(backend, "apply_group", apply_group)
+    block = tool_use("toolu_1", "send", n=1)
+
+    async def main() -> list[dict[str, Any]]:
+        for sid in ("a", "b"):
+            tasks[sid] = asyncio.create_task(
+                tl.arun_tool_uses([block], [send], ledger=sqlite_store.ledger(sid))
+            )
+        with pytest.raises(asyncio.CancelledError):
+            await tasks["b"]
+        return await tasks["a"]
+
+    (result_a,) = asyncio.run(main())
+    assert result_a["content"] == "sent 1"
+    assert shared_with == [["a", "b"]], "b's outcome was committed in a's group"
+    record = sqlite_store.ledger("b").get("toolu_1")
+    assert record is not None and record.status is Status.SUCCEEDED
+    assert counter["a"] == counter["b"] == 1
+    (again,) = asyncio.run(tl.arun_tool_uses([block], [send], ledger=sqlite_store.ledger("b")))
+    assert again["content"] == "sent 1" and not again.get("is_error")
+    assert counter["b"] == 1, "answered from the ledger: the effect ran once"
+
+
+def test_a_wrapper_that_writes_through_its_own_apply_sees_every_async_commit(
+    sqlite_store: tl.Store,
+) -> None:
+    """Tasks share commits through ``apply_group``, a method of the backend's class; a wrapper
+    that hands unknown attributes to the backend it wraps (``SpyBackend``) is not taken for one
+    that can, so every batch still goes through its ``apply``."""
+    spied, spy = spy_store(sqlite_store)
+
+    @tl.tool(effect="non_idempotent")
+    async def send(n: int) -> str:
+        return f"sent {n}"
+
+    async def main() -> None:
+        await asyncio.gather(
+            *(
+                tl.arun_tool_uses(
+                    [tool_use("toolu_1", "send", n=k)], [send], ledger=spied.ledger(f"s{k}")
+                )
+                for k in range(4)
+            )
+        )
+
+    asyncio.run(main())
+    assert len(spy.commits) == 4 * 2, "each call's intent and outcome, through the spy"

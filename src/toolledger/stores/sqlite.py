@@ -13,7 +13,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +23,7 @@ from ._sql import plans
 from ._sql.plans import Outcome, Step
 from ._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
 from ._sql.schema import too_new
+from .contract import Pending
 
 __all__ = ["SQLiteBackend"]
 
@@ -63,17 +63,6 @@ def translate(exc: sqlite3.Error, url: str, action: str) -> StoreError:
     return StoreError(f"{url}: {action} failed: {text}", url=url)
 
 
-@dataclass
-class _Pending:
-    """One caller's batch, waiting in the group-commit queue."""
-
-    session_id: str
-    ops: list[Op]
-    flags: list[bool] | None = None
-    error: BaseException | None = None
-    done: bool = False
-
-
 class SQLiteBackend:
     durable = True
 
@@ -92,7 +81,7 @@ class SQLiteBackend:
         # notified.
         self._queue_lock = threading.Lock()
         self._queue_cv = threading.Condition(self._queue_lock)
-        self._queue: list[_Pending] = []
+        self._queue: list[Pending] = []
         self._leading = False
         self._waiting = 0
         self.commits = 0  # physical commits (transactions), for tests and benchmarks
@@ -197,48 +186,56 @@ class SQLiteBackend:
         return plans.records_by_id(found)
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
-        """Group commit: concurrent callers (threads sharing this store) share one transaction
-        and one fsync.
-
-        A caller queues its batch. If no commit is in progress it leads: it takes every queued
-        batch and applies them in one ``BEGIN IMMEDIATE`` transaction, each inside its own
-        savepoint — a failed guard rolls that batch alone back and is raised to its caller —
-        then commits once. Batches queued meanwhile wait for that commit, and one of them leads
-        the next group. There is no timer: a group is what arrived during the previous fsync,
-        so a lone caller pays nothing extra. Every op is still one conditional statement,
-        evaluated in the queue's serial order; a batch is all or nothing; nobody is answered
-        before the COMMIT that holds its batch has returned. If the COMMIT itself fails, every
-        batch of the group gets the error — none of them was committed.
-        """
+        """Group commit: concurrent callers (threads sharing this store, and the asyncio tasks
+        of ``InlineAsync``) share one transaction and one fsync (``apply_group``)."""
         if not ops:
             return []
-        me = _Pending(session_id, list(ops))
-        with self._queue_lock:
-            self._queue.append(me)
-            while self._leading and not me.done:
-                self._waiting += 1
-                try:
-                    self._queue_cv.wait()
-                finally:
-                    self._waiting -= 1
-            lead = not me.done
-            if lead:
-                self._leading = True
-                group, self._queue = self._queue, []
-        if lead:
-            try:
-                self._commit_group(group)
-            finally:
-                with self._queue_lock:
-                    self._leading = False
-                    if self._waiting:
-                        self._queue_cv.notify_all()
+        me = Pending(session_id, list(ops))
+        self.apply_group([me])
         if me.error is not None:
             raise me.error
         assert me.flags is not None
         return me.flags
 
-    def _commit_group(self, group: list[_Pending]) -> None:
+    def apply_group(self, group: list[Pending]) -> None:
+        """Commit the batches of ``group`` in one transaction, with whatever other callers are
+        committing at the time (``GroupCommit``).
+
+        A caller queues its batches. If no commit is in progress it leads: it takes every queued
+        batch and applies them in one ``BEGIN IMMEDIATE`` transaction, each inside its own
+        savepoint — a failed guard rolls that batch alone back and is its error — then commits
+        once. Batches queued meanwhile wait for that commit, and one of their callers leads the
+        next group. There is no timer: a group is what arrived during the previous fsync, so a
+        lone caller pays nothing extra. Every op is still one conditional statement, evaluated
+        in the queue's serial order; a batch is all or nothing; nobody is answered before the
+        COMMIT that holds its batch has returned. If the COMMIT itself fails, every batch of
+        the group gets the error — none of them was committed.
+        """
+        if not group:
+            return
+        first = group[0]  # a caller's batches are queued, and taken, together
+        with self._queue_lock:
+            self._queue.extend(group)
+            while self._leading and not first.done:
+                self._waiting += 1
+                try:
+                    self._queue_cv.wait()
+                finally:
+                    self._waiting -= 1
+            lead = not first.done
+            if lead:
+                self._leading = True
+                taken, self._queue = self._queue, []
+        if lead:
+            try:
+                self._commit_group(taken)
+            finally:
+                with self._queue_lock:
+                    self._leading = False
+                    if self._waiting:
+                        self._queue_cv.notify_all()
+
+    def _commit_group(self, group: list[Pending]) -> None:
         try:
             with self._lock:
                 c = self._conn
