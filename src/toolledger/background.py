@@ -82,6 +82,8 @@ class Heartbeats:
             self._cv.notify()
 
     def remove(self, io: IOContext) -> None:
+        if id(io) not in self._due:
+            return  # never added (a run without a lease): only its own thread adds it
         with self._cv:
             self._due.pop(id(io), None)
 

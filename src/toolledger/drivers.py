@@ -179,17 +179,18 @@ def refuse_async_in_loop(tools: Iterable[Any], where: str) -> None:
     """The sync entry points cannot run an ``async def`` tool (or check) from inside a running
     event loop. Say so before anything is written, rather than leave a record for a call that
     never ran."""
+    names = [t.name for t in tools if t.is_async or t.check_is_async]
+    if not names:
+        return
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return
-    names = [t.name for t in tools if t.is_async or t.check_is_async]
-    if names:
-        raise ConfigurationError(
-            f"{where} was called inside a running event loop, and {', '.join(names)} "
-            f"{'is' if len(names) == 1 else 'are'} async: use the async twin "
-            "(`await arun_tool_uses(...)` / `await agent.arun(...)`) there. Nothing was run."
-        )
+    raise ConfigurationError(
+        f"{where} was called inside a running event loop, and {', '.join(names)} "
+        f"{'is' if len(names) == 1 else 'are'} async: use the async twin "
+        "(`await arun_tool_uses(...)` / `await agent.arun(...)`) there. Nothing was run."
+    )
 
 
 async def _await(value: Awaitable[T], timeout: float | None = None) -> T:

@@ -358,8 +358,8 @@ def _start(
     toolset = tools if isinstance(tools, ToolSet) else ToolSet(tools)
     calls, shape = read_calls(content)
     if sync:
-        named = {c.name for c in calls}
-        refuse_async_in_loop([t for t in toolset if t.name in named], "run_tool_uses")
+        named = [toolset.get(name) for name in {c.name for c in calls}]
+        refuse_async_in_loop([t for t in named if t is not None], "run_tool_uses")
     gen = process_batch(calls, toolset, ledger, can_ask=approve is not None, wait=wait)
     io = IOContext(
         store=ledger.store, session_id=ledger.session_id, approve=approve, on_alert=on_alert
