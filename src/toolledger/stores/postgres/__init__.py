@@ -26,13 +26,19 @@ from __future__ import annotations
 from ...errors import ConfigurationError
 
 try:
-    import psycopg  # noqa: F401
+    import psycopg
     import psycopg_pool  # noqa: F401
 except ImportError as exc:  # the optional driver is missing or broken
     raise ConfigurationError(
         f"the postgresql:// store needs psycopg 3 and psycopg-pool ({exc}): "
         "pip install 'toolledger[postgres]'"
     ) from exc
+
+if not psycopg.Pipeline.is_supported():
+    raise ConfigurationError(
+        "the postgresql:// store needs libpq 14 or newer (pipeline mode: one round trip per "
+        f"operation); psycopg found libpq {psycopg.pq.version()}: pip install 'psycopg[binary]'"
+    )
 
 from .async_backend import AsyncPostgresBackend
 from .backend import PostgresBackend
