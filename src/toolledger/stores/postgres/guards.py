@@ -74,7 +74,14 @@ class Watchdog:
     stream of operations it wakes about once per ``op_timeout``, not once per operation."""
 
     def __init__(self) -> None:
-        self._cv = threading.Condition(threading.Lock())
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        """A new start (and, in a forked child, no thread yet, no lock held by a thread of the
+        parent, nothing to cut: the parent's operations are the parent's)."""
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
         self._armed: dict[int, tuple[float, Conn]] = {}
         self._fired: set[int] = set()
         self._tokens = itertools.count()
@@ -84,9 +91,9 @@ class Watchdog:
     def arm(self, conn: Conn, seconds: float) -> int:
         token = next(self._tokens)
         at = time.monotonic() + seconds
-        with self._cv:
+        with self._lock:
             self._armed[token] = (at, conn)
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, daemon=True, name="toolledger-pg-deadlines"
                 )
@@ -97,7 +104,7 @@ class Watchdog:
 
     def disarm(self, token: int) -> bool:
         """Whether the deadline had passed and the connection was cut."""
-        with self._cv:
+        with self._lock:
             self._armed.pop(token, None)
             if token in self._fired:
                 self._fired.discard(token)

@@ -31,7 +31,7 @@ from psycopg import pq
 from psycopg.abc import Buffer, PQGen
 from psycopg.adapt import PyFormat, Transformer
 from psycopg.errors import error_from_result
-from psycopg.generators import fetch_many, send
+from psycopg.generators import execute, fetch_many, send
 
 from .._sql.plans import Outcome, Step
 
@@ -129,9 +129,7 @@ def _bind(link: Link, sql: bytes, params: Sequence[Any]) -> _Bound:
 
 
 def _bound(link: Link, sql: bytes, params: Sequence[Any], many: bool) -> list[_Bound]:
-    if many:
-        return [_bind(link, sql, p) for p in params]
-    return [_bind(link, sql, params)]
+    return [_bind(link, sql, p) for p in params] if many else [_bind(link, sql, params)]
 
 
 def _queue(link: Link, bound: _Bound, pending: dict[Any, bytes]) -> tuple[Any, bytes] | None:
@@ -181,7 +179,26 @@ def _leave(pgconn: pq.abc.PGconn) -> None:
 def one(link: Link, sql: str, params: Sequence[Any], many: bool = False) -> PQGen[Outcome]:
     """Run ``sql`` (once per parameter tuple when ``many``: the row counts are added up) in one
     round trip. A failure raises the server's error, or else the connection's."""
-    bound = _bound(link, numbered(sql), params, many)
+    text = numbered(sql)
+    if many:
+        return (yield from _pipelined(link, [_bind(link, text, p) for p in params], many))
+    bound = _bind(link, text, params)
+    name = link.prepared.get((text, bound[2]))
+    if name is None:  # its first use here: prepared in the same round trip
+        return (yield from _pipelined(link, [bound], many))
+    pgconn = link.pgconn
+    pgconn.send_query_prepared(name, bound[1], bound[3])
+    res = _first((yield from execute(pgconn)))
+    if res is None or res.status == FATAL_ERROR:
+        raise _failed(res, link.encoding)
+    if res.status == TUPLES_OK:
+        link.tx.set_pgresult(res)
+        return Outcome(res.ntuples, link.tx.load_rows(0, res.ntuples, tuple))
+    return Outcome(res.command_tuples or 0, [])
+
+
+def _pipelined(link: Link, bound: list[_Bound], many: bool) -> PQGen[Outcome]:
+    """Executions (and the prepares they need) in one pipeline, then its Sync."""
     pgconn = link.pgconn
     pending: dict[Any, bytes] = {}
     pgconn.enter_pipeline_mode()
