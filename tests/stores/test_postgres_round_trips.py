@@ -10,6 +10,7 @@ waited for an answer — starts the next. Each store here has one pooled connect
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -215,6 +216,44 @@ def test_a_refused_guard_rolls_its_batch_back_in_the_same_round_trip(
     with pytest.raises(tl.SessionConflictError, match="the next message is 0"):
         backend.apply("s", gap)
     assert backend.read_effects("s") == {} and backend.read_messages("s") == []
+
+
+def test_a_plan_that_must_read_first_runs_statement_by_statement(store: tl.Store) -> None:
+    """Messages that do not follow one another: the plan reads the transcript's next seq before
+    it can say so, which no guess answers. It runs one statement at a time in a transaction,
+    which rolls back: the intent in the same batch does not land."""
+    backend = pg(store)
+    intent = make_record("s", "toolu_1")
+    apart = [InsertEffect(intent), AppendMessages((make_message(0), make_message(2)))]
+    with pytest.raises(tl.SessionConflictError, match="the next message is 0"):
+        backend.apply("s", apart)
+    assert backend.read_effects("s") == {} and backend.read_messages("s") == []
+    together = [InsertEffect(intent), AppendMessages((make_message(0), make_message(1)))]
+    assert backend.apply("s", together) == [True, True]
+
+
+def test_a_batch_sent_on_a_connection_killed_while_idle_is_sent_again(
+    store: tl.Store, postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server answers the batch with the error it ended the connection with, before
+    anything of it ran: nothing was committed, so it is sent again on a fresh connection."""
+    backend = pg(store)
+    backend.apply("s", [InsertEffect(make_record("s", "toolu_0"))])
+    with backend._pool.connection() as conn:
+        pid = conn.info.backend_pid
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        while admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone() != (0,):
+            pass
+    batch = [InsertEffect(make_record("s", "toolu_1")), PutSession(make_state("s"), None)]
+    with caplog.at_level(logging.WARNING, logger="toolledger"):
+        assert backend.apply("s", batch) == [True, True]
+    assert "retrying on a fresh one" in caplog.text
+    assert sorted(backend.read_effects("s")) == ["toolu_0", "toolu_1"]
+    with backend._pool.connection() as conn:
+        assert conn.info.backend_pid != pid
 
 
 def test_a_fresh_connection_prepares_in_the_same_round_trip(
