@@ -256,6 +256,21 @@ def test_a_batch_sent_on_a_connection_killed_while_idle_is_sent_again(
         assert conn.info.backend_pid != pid
 
 
+def test_a_read_of_some_ids_is_planned_for_the_ids_it_reads(store: tl.Store) -> None:
+    """Statements are prepared once per connection and their plans kept — but not one with an
+    array parameter: a kept plan cannot know how many ids the array holds, and one made while
+    the table was small filters every record of the session instead of looking each id up."""
+    backend = pg(store)
+    records = [make_record("s", f"toolu_{i}") for i in range(12)]
+    backend.apply("s", [InsertEffect(r) for r in records])
+    for r in records:
+        assert backend.read_effects("s", [r.tool_use_id]) == {r.tool_use_id: r}
+    with backend._pool.connection() as conn:
+        kept = [row[0] for row in conn.execute("SELECT statement FROM pg_prepared_statements")]
+    assert any(s.startswith("INSERT INTO effects") for s in kept), kept
+    assert not [s for s in kept if "ANY(" in s], "a read of some ids keeps its plan"
+
+
 def test_a_fresh_connection_prepares_in_the_same_round_trip(
     postgres_url: str, postgres_schema: str, wire: Wire
 ) -> None:

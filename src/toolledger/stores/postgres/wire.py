@@ -113,19 +113,34 @@ def link(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Link:
     return Link(conn)
 
 
-# One execution, its parameters dumped: (statement, values, types, formats). Every value is
-# dumped before anything is sent: one that cannot be fails the operation with nothing on the wire.
+# One execution, its parameters dumped: (statement, values, types, formats, parameters). Every
+# value is dumped before anything is sent: one that cannot be fails the operation with nothing
+# on the wire.
 _Bound = tuple[
-    bytes, Sequence[Buffer | None] | None, tuple[int, ...] | None, Sequence[pq.Format] | None
+    bytes,
+    Sequence[Buffer | None] | None,
+    tuple[int, ...] | None,
+    Sequence[pq.Format] | None,
+    Sequence[Any],
 ]
+EACH_TIME = b""
+"""In ``Link.prepared``: a statement planned afresh at each execution (``worth_preparing``)."""
+
+
+def worth_preparing(params: Sequence[Any]) -> bool:
+    """Whether a statement is prepared (planned once, the plan kept): not one with an array
+    parameter. A plan kept cannot know how many items an array holds, and one made while the
+    table was small filters the rows of a session instead of looking each id up — a read that
+    then grows with the session."""
+    return not any(isinstance(p, list) for p in params)
 
 
 def _bind(link: Link, sql: bytes, params: Sequence[Any]) -> _Bound:
     if not params:
-        return (sql, None, None, None)
+        return (sql, None, None, None, params)
     tx = link.tx
     values = tx.dump_sequence(params, _auto(len(params)))
-    return (sql, values, tx.types, tx.formats)
+    return (sql, values, tx.types, tx.formats, params)
 
 
 def _bound(link: Link, sql: bytes, params: Sequence[Any], many: bool) -> list[_Bound]:
@@ -136,15 +151,22 @@ def _queue(link: Link, bound: _Bound, pending: dict[Any, bytes]) -> tuple[Any, b
     """Queue one execution, preparing its statement first if this connection has not (then
     return what the prepare's answer confirms)."""
     pgconn = link.pgconn
-    sql, values, types, formats = bound
+    sql, values, types, formats, params = bound
     key = (sql, types)
-    name = link.prepared.get(key) or pending.get(key)
+    name = link.prepared.get(key)
+    if name is None:
+        name = pending.get(key)
     prepared = None
+    if name is None and not worth_preparing(params):
+        name = link.prepared[key] = EACH_TIME
     if name is None:
         name = pending[key] = b"_tl_%d" % next(link.names)
         pgconn.send_prepare(name, sql, types)
         prepared = (key, name)
-    pgconn.send_query_prepared(name, values, formats)
+    if name is EACH_TIME:
+        pgconn.send_query_params(sql, values, types, formats)
+    else:
+        pgconn.send_query_prepared(name, values, formats)
     return prepared
 
 
@@ -187,7 +209,10 @@ def one(link: Link, sql: str, params: Sequence[Any], many: bool = False) -> PQGe
     if name is None:  # its first use here: prepared in the same round trip
         return (yield from _pipelined(link, [bound], many))
     pgconn = link.pgconn
-    pgconn.send_query_prepared(name, bound[1], bound[3])
+    if name is EACH_TIME:
+        pgconn.send_query_params(text, bound[1], bound[2], bound[3])
+    else:
+        pgconn.send_query_prepared(name, bound[1], bound[3])
     res = _first((yield from execute(pgconn)))
     if res is None or res.status == FATAL_ERROR:
         raise _failed(res, link.encoding)
