@@ -15,10 +15,14 @@ A dropped connection is retried on a fresh one only when nothing can have been c
 lost *during* COMMIT raises ``StoreUnavailableError`` saying the outcome is unknown, because a
 conditional write sent twice would report "someone else got there first" about our own row.
 
+Each read and each commit is one round trip: statements prepared once per connection, a batch
+of several sent as one transaction ahead of its answers (``wire``).
+
 The package: ``settings`` (the URL), ``errors`` (driver errors in our tree), ``guards``
 (deadlines, orphaned transactions, the server's clock), ``connect``, ``schema`` (migrating),
-``call`` (carrying a plan out; the retry and timeout decisions), ``backend`` and
-``async_backend`` (thin shells over the plans of ``stores._sql``).
+``wire`` (what goes to the server and back), ``call`` (carrying a plan out; the retry and
+timeout decisions), ``backend`` and ``async_backend`` (thin shells over the plans of
+``stores._sql``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,17 @@
 """What one store operation sends to PostgreSQL, and what comes back: one round trip.
 
-Statements go through libpq's pipeline mode: everything an operation sends leaves in one write —
-the ``Parse`` of a statement the connection has not prepared yet travels with its first
-execution — and the answers come back in one read. Each statement is prepared once per
-connection (per set of parameter types psycopg's dumpers give it), so the server parses and
-plans it once; rows are decoded by psycopg's loaders.
+Each statement is prepared once per connection (per set of parameter types psycopg's dumpers
+give it), so the server parses and plans it once — all but one with an array parameter
+(``worth_preparing``); rows are decoded by psycopg's loaders. A prepared statement's execution
+is sent, and its result read, as they are. When more goes out at once — a statement's first
+use here (its ``Parse`` rides with its execution), several executions, a transaction — it goes
+through libpq's pipeline mode: one write, and the answers in one read.
 
 Two shapes of request:
 
-* ``one``: one statement (once per parameter tuple when ``many``), then ``Sync``: a read, a
-  one-statement write in autocommit (its execution is its commit), or one statement of a
-  transaction carried out statement by statement;
+* ``one``: one statement (once per parameter tuple when ``many``): a read, a one-statement
+  write in autocommit (its execution is its commit), or one statement of a transaction carried
+  out statement by statement;
 * ``ahead``: a whole transaction sent ahead of its answers — ``BEGIN`` and the statements, a
   ``Sync``, then ``COMMIT`` and a ``Sync``. A guard cannot wait for its row count here, so it is
   sent as a statement the server refuses (``refusing``) unless it changed exactly one row; the
@@ -303,8 +304,8 @@ def ahead(link: Link, steps: Sequence[Step], committing: Callable[[], None]) -> 
     """``BEGIN``, ``steps``, ``COMMIT`` in one round trip, each guard (``Step.guard``) refused
     by the server when it fails. ``committing`` is called once the ``COMMIT`` is queued: a
     connection lost from then on leaves the outcome unknown (it raises) — unless the server had
-    refused one of the statements first, which it says before anything else: then nothing was
-    committed."""
+    refused one of the statements before it went (it answers in order: that answer came
+    before any of the COMMIT): then nothing was committed."""
     bound = [
         _bound(link, refusing(s.sql) if s.guard else numbered(s.sql), s.params, s.many)
         for s in steps
