@@ -65,7 +65,7 @@ INSERT_MESSAGE = (
     "INSERT INTO messages (session_id, seq, role, content, created_at) VALUES (?, ?, ?, ?, ?)"
 )
 # The first message of an append: inserted only if its seq is the transcript's next, so one
-# statement both checks and writes (the last parameter is the session id again).
+# statement both checks and writes (its seq and the session id come again at the end).
 INSERT_NEXT_MESSAGE = (
     "INSERT INTO messages (session_id, seq, role, content, created_at) SELECT ?, ?, ?, ?, ? "
     "WHERE ? = coalesce((SELECT max(seq) + 1 FROM messages WHERE session_id = ?), 0)"
