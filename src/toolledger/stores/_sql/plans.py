@@ -268,9 +268,12 @@ def _ids(found: list[Any]) -> list[str]:
 def effects_query(
     session_id: str, tool_use_ids: Sequence[str] | None = None
 ) -> Query[dict[str, EffectRecord]]:
-    """The session's records, or those of ``tool_use_ids`` (PostgreSQL: an array parameter)."""
+    """The session's records, or those of ``tool_use_ids`` (PostgreSQL: one id is looked up by
+    the whole key — a plan the server can keep — several travel as one array parameter)."""
     if tool_use_ids is None:
         return Query(q.SELECT_EFFECTS, (session_id,), records_by_id)
+    if len(tool_use_ids) == 1:
+        return effect_query(session_id, tool_use_ids[0])
     return Query(q.SELECT_SOME_EFFECTS, (session_id, list(tool_use_ids)), records_by_id)
 
 
