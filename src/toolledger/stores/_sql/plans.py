@@ -43,6 +43,10 @@ class Step(NamedTuple):
     duplicate: Callable[[], SessionConflictError] | None = None
     """What a duplicate key in this statement means: the driver raises this conflict instead
     of its own unique-violation error. ``None``: a duplicate key is a driver error."""
+    guard: bool = False
+    """The plan raises (and so rolls the batch back) unless this write changes exactly one row.
+    A driver that sends a whole batch before reading any answer has the server refuse the
+    statement then, so that the rest of the batch cannot commit without it."""
 
 
 class Outcome(NamedTuple):
@@ -106,30 +110,20 @@ def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
         if isinstance(op, InsertEffect):
             done = yield Step(q.INSERT_EFFECT, r.insert_params(op))
         elif isinstance(op, UpdateEffect):
-            done = yield Step(q.update_statement(op), r.update_params(op))
+            done = yield Step(q.update_statement(op), r.update_params(op), guard=op.guard)
             if op.guard and done.rowcount != 1:
                 raise moved(session_id, op.record.tool_use_id)
         elif isinstance(op, PutSession):
             if op.expect_version is None:
-                done = yield Step(q.INSERT_SESSION, r.session_values(op.state))
+                done = yield Step(q.INSERT_SESSION, r.session_values(op.state), guard=True)
                 if done.rowcount != 1:
                     raise conflict(session_id, "it already exists")
             else:
-                done = yield Step(q.UPDATE_SESSION, r.update_session_params(op))
+                done = yield Step(q.UPDATE_SESSION, r.update_session_params(op), guard=True)
                 if done.rowcount != 1:
                     raise conflict(session_id, f"it is not at version {op.expect_version}")
         elif isinstance(op, AppendMessages):
-            done = yield Step(q.SELECT_LAST_SEQ, (session_id,))
-            last = done.rows[0][0]
-            expected = 0 if last is None else int(last) + 1
-            if any(m.seq != expected + i for i, m in enumerate(op.messages)):
-                raise conflict(session_id, f"the next message is {expected}")
-            # A racing writer that read the same last seq meets the primary key: the other
-            # inserts are ON CONFLICT DO NOTHING, so only this one can find a duplicate key.
-            values = [r.message_params(session_id, m) for m in op.messages]
-            if values:
-                seq_taken = partial(conflict, session_id, "a message with that seq exists")
-                yield Step(q.INSERT_MESSAGE, values, many=True, duplicate=seq_taken)
+            yield from _append(session_id, op)
             done = Outcome(rowcount=1, rows=[])
         elif isinstance(op, PutApproval):
             if op.expect_status is None:
@@ -137,20 +131,41 @@ def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
             else:
                 done = yield Step(q.UPDATE_APPROVAL, r.update_approval_params(op))
         elif isinstance(op, TakeLease):
-            done = yield Step(q.take_lease_statement(op), r.take_lease_params(op))
+            done = yield Step(q.take_lease_statement(op), r.take_lease_params(op), guard=True)
             if done.rowcount != 1:
                 raise busy(session_id, (yield from query_plan(lease_query(session_id))))
         elif isinstance(op, HoldLease):
             # An UPDATE, so the lease row stays locked until this transaction ends: a take-over
             # waits for our commit and then finds the token it expected — our writes land
             # before the new holder reads anything.
-            done = yield Step(q.HOLD_LEASE, (op.expires_at, session_id, op.token))
+            done = yield Step(q.HOLD_LEASE, (op.expires_at, session_id, op.token), guard=True)
             if done.rowcount != 1:
                 raise lost(session_id, op.token)
         else:
             done = yield Step(q.DROP_LEASE, (session_id, op.token))
         out.append(done.rowcount == 1)
     return out
+
+
+def _append(session_id: str, op: AppendMessages) -> Plan[None]:
+    """The first message goes in only if its seq is the transcript's next (a guard); the rest
+    follow it. A racing writer that found the same next seq meets the primary key: the other
+    inserts are ON CONFLICT DO NOTHING, so only these can find a duplicate key."""
+    if not op.messages:
+        return
+    first = op.messages[0].seq
+    values = [r.message_params(session_id, m) for m in op.messages]
+    seq_taken = partial(conflict, session_id, "a message with that seq exists")
+    if all(m.seq == first + i for i, m in enumerate(op.messages)):
+        done = yield Step(
+            q.INSERT_NEXT_MESSAGE, (*values[0], first, session_id), duplicate=seq_taken, guard=True
+        )
+        if done.rowcount == 1:
+            if values[1:]:
+                yield Step(q.INSERT_MESSAGE, values[1:], many=True, duplicate=seq_taken)
+            return
+    last = (yield Step(q.SELECT_LAST_SEQ, (session_id,))).rows[0][0]
+    raise conflict(session_id, f"the next message is {0 if last is None else int(last) + 1}")
 
 
 def apply_again(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
@@ -253,9 +268,12 @@ def _ids(found: list[Any]) -> list[str]:
 def effects_query(
     session_id: str, tool_use_ids: Sequence[str] | None = None
 ) -> Query[dict[str, EffectRecord]]:
-    """The session's records, or those of ``tool_use_ids`` (PostgreSQL: an array parameter)."""
+    """The session's records, or those of ``tool_use_ids`` (PostgreSQL: one id is looked up by
+    the whole key — a plan the server can keep — several travel as one array parameter)."""
     if tool_use_ids is None:
         return Query(q.SELECT_EFFECTS, (session_id,), records_by_id)
+    if len(tool_use_ids) == 1:
+        return effect_query(session_id, tool_use_ids[0])
     return Query(q.SELECT_SOME_EFFECTS, (session_id, list(tool_use_ids)), records_by_id)
 
 

@@ -64,6 +64,12 @@ SELECT_ALL_SESSION_IDS = (
 INSERT_MESSAGE = (
     "INSERT INTO messages (session_id, seq, role, content, created_at) VALUES (?, ?, ?, ?, ?)"
 )
+# The first message of an append: inserted only if its seq is the transcript's next, so one
+# statement both checks and writes (its seq and the session id come again at the end).
+INSERT_NEXT_MESSAGE = (
+    "INSERT INTO messages (session_id, seq, role, content, created_at) SELECT ?, ?, ?, ?, ? "
+    "WHERE ? = coalesce((SELECT max(seq) + 1 FROM messages WHERE session_id = ?), 0)"
+)
 SELECT_LAST_SEQ = "SELECT max(seq) FROM messages WHERE session_id = ?"
 SELECT_MESSAGES = (
     "SELECT seq, role, content, created_at FROM messages WHERE session_id = ? AND seq >= ? "

@@ -15,10 +15,14 @@ A dropped connection is retried on a fresh one only when nothing can have been c
 lost *during* COMMIT raises ``StoreUnavailableError`` saying the outcome is unknown, because a
 conditional write sent twice would report "someone else got there first" about our own row.
 
+Each read and each commit is one round trip: statements prepared once per connection, a batch
+of several sent as one transaction ahead of its answers (``wire``).
+
 The package: ``settings`` (the URL), ``errors`` (driver errors in our tree), ``guards``
 (deadlines, orphaned transactions, the server's clock), ``connect``, ``schema`` (migrating),
-``call`` (carrying a plan out; the retry and timeout decisions), ``backend`` and
-``async_backend`` (thin shells over the plans of ``stores._sql``).
+``wire`` (what goes to the server and back), ``call`` (carrying a plan out; the retry and
+timeout decisions), ``backend`` and ``async_backend`` (thin shells over the plans of
+``stores._sql``).
 """
 
 from __future__ import annotations
@@ -26,13 +30,19 @@ from __future__ import annotations
 from ...errors import ConfigurationError
 
 try:
-    import psycopg  # noqa: F401
+    import psycopg
     import psycopg_pool  # noqa: F401
 except ImportError as exc:  # the optional driver is missing or broken
     raise ConfigurationError(
         f"the postgresql:// store needs psycopg 3 and psycopg-pool ({exc}): "
         "pip install 'toolledger[postgres]'"
     ) from exc
+
+if not psycopg.Pipeline.is_supported():
+    raise ConfigurationError(
+        "the postgresql:// store needs libpq 14 or newer (pipeline mode: one round trip per "
+        f"operation); psycopg found libpq {psycopg.pq.version()}: pip install 'psycopg[binary]'"
+    )
 
 from .async_backend import AsyncPostgresBackend
 from .backend import PostgresBackend

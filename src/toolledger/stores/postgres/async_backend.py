@@ -7,7 +7,6 @@ import asyncio
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TypeVar
 
 import psycopg
@@ -19,11 +18,12 @@ from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, Stored
 from .._sql import plans
 from .._sql.plans import Plan
 from .backend import PostgresBackend
-from .call import Call, adrive, reading, writing
+from .call import Call, asking, reading, writing
 from .connect import aconfigure
 from .errors import connection_lost, translate
 from .guards import AsyncConn, Orphans, ServerClock, cut_noting, idle_ms
 from .settings import parse_url
+from .wire import AsyncLedgerConnection
 
 T = TypeVar("T")
 
@@ -100,6 +100,7 @@ class AsyncPostgresBackend:
 
         pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
             s.conninfo,
+            connection_class=AsyncLedgerConnection,
             kwargs={"autocommit": True, **s.connect_kwargs},
             min_size=s.pool_min,
             max_size=s.pool_max,
@@ -143,21 +144,18 @@ class AsyncPostgresBackend:
             fired: list[bool] = []
             try:
                 wait_s = min(self.settings.pool_timeout, op_timeout)
-                async with pool.connection(timeout=wait_s) as conn:
+                conn = await pool.getconn(timeout=wait_s)
+                try:
                     call.started(conn)
                     timer = asyncio.get_running_loop().call_later(
                         op_timeout, cut_noting, conn, fired
                     )
                     try:
-                        await adrive(conn, self.orphans.ending(self.url, op_timeout))
-                        if not call.in_transaction:
-                            return await adrive(conn, call.next_plan())
-                        async with conn.transaction():
-                            value = await adrive(conn, call.next_plan())
-                            call.committing = True  # an error from here on is the COMMIT's
-                        return value
+                        return await conn.wait(call.carry(conn))
                     finally:
                         timer.cancel()
+                finally:
+                    await pool.putconn(conn)  # rolled back, or discarded, if it must be
             except (psycopg.Error, UnicodeEncodeError) as exc:
                 call.cut = bool(fired)
                 error = call.failed(exc)
@@ -170,7 +168,7 @@ class AsyncPostgresBackend:
         return await self._run(reading(self, action, plan))
 
     async def _ask(self, action: str, query: plans.Query[T]) -> T:
-        return await self._read(action, partial(plans.query_plan, query))
+        return await self._run(asking(self, action, query))
 
     async def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None

@@ -14,12 +14,13 @@ from ...ops import Op
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from .._sql import plans
 from .._sql.plans import Plan
-from .call import Call, drive, reading, writing
+from .call import Call, asking, drive, reading, writing
 from .connect import configure
 from .errors import connection_lost, translate
 from .guards import Conn, Orphans, ServerClock, idle_ms, watchdog
 from .schema import integrity, migrate
 from .settings import parse_url
+from .wire import LedgerConnection
 
 T = TypeVar("T")
 
@@ -44,6 +45,7 @@ class PostgresBackend:
         s = self.settings
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             s.conninfo,
+            connection_class=LedgerConnection,
             kwargs={"autocommit": True, **s.connect_kwargs},
             min_size=s.pool_min,
             max_size=s.pool_max,
@@ -61,19 +63,16 @@ class PostgresBackend:
             try:
                 # op_timeout bounds the wait for a connection too (a pool that cannot make one
                 # would otherwise wait pool_timeout), and then the operation itself.
-                with self._pool.connection(timeout=self._wait_s) as conn:
+                conn = self._pool.getconn(timeout=self._wait_s)
+                try:
                     call.started(conn)
                     token = watchdog.arm(conn, op_timeout)
                     try:
-                        drive(conn, self.orphans.ending(self.url, op_timeout))
-                        if not call.in_transaction:
-                            return drive(conn, call.next_plan())
-                        with conn.transaction():
-                            value = drive(conn, call.next_plan())
-                            call.committing = True  # an error from here on is the COMMIT's
-                        return value
+                        return conn.wait(call.carry(conn))
                     finally:
                         call.cut = watchdog.disarm(token)
+                finally:
+                    self._pool.putconn(conn)  # rolled back, or discarded, if it must be
             except (psycopg.Error, UnicodeEncodeError) as exc:
                 error = call.failed(exc)
                 if error is not None:
@@ -89,7 +88,7 @@ class PostgresBackend:
         return self._run(reading(self, action, plan))
 
     def _ask(self, action: str, query: plans.Query[T]) -> T:
-        return self._read(action, partial(plans.query_plan, query))
+        return self._run(asking(self, action, query))
 
     def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None

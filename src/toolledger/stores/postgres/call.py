@@ -1,91 +1,151 @@
 """Carrying a plan out on PostgreSQL, for the sync and the async backend alike.
 
-A plan's statements are written with ``?``; here they are rewritten to psycopg's ``%s`` (once
-per statement: the rewrite is cached). ``Call`` holds every decision about one store operation
-across its tries — which plan a try runs, whether a failure is run again, which error it
-becomes — so the two backends differ only in their ``await``.
+A plan runs as a generator psycopg waits on (``conn.wait``; awaited by the async backend), so
+both backends carry out the very same code. Each statement is one round trip (``wire.one``),
+except a write batch of several statements: its plan is run ahead on the guess that every
+statement changes its one row, the statements it yields go out in one transaction in one round
+trip (``wire.ahead``), and the plan is then given the real answers — when they differ from the
+guess — to say what the batch did or raise why it failed. A plan that cannot run on the guess
+(it reads something first) is carried out statement by statement in a transaction instead.
+``Call`` holds every decision about one store operation across its tries — which plan a try
+runs, whether a failure is run again, which error it becomes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
+from psycopg.abc import PQGen
 
 from ...errors import StoreError
 from ...ops import Op
 from .._sql import plans
 from .._sql.plans import Outcome, Plan, Step
-from .._sql.statements import format_style
+from . import wire
 from .errors import connection_lost, failure, timed_out
 from .guards import AsyncConn, Conn, Orphans, gone, identity
 from .settings import Settings
 
 T = TypeVar("T")
 _log = logging.getLogger("toolledger")
+GUESS = Outcome(1, [])  # what a write batch is sent ahead on: each statement changed its row
+_OPEN = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
 
 
-@cache
-def pg(statement: str) -> str:
-    return format_style(statement)
+def _raised(step: Step, exc: Exception) -> Exception:
+    """What a failed statement raises into its plan: a duplicate key the plan gave a meaning
+    to becomes that conflict."""
+    if isinstance(exc, pg_errors.UniqueViolation) and step.duplicate is not None:
+        conflict = step.duplicate()
+        conflict.__cause__ = exc
+        return conflict
+    return exc
 
 
-@contextmanager
-def _duplicate_is_conflict(step: Step) -> Iterator[None]:
+def each(line: wire.Link, plan: Plan[T]) -> PQGen[T]:
+    """Carry ``plan`` out one statement (one round trip) at a time: a statement that fails
+    raises inside the plan, which may handle it (or not: then it raises here)."""
     try:
-        yield
-    except pg_errors.UniqueViolation as exc:
-        if step.duplicate is None:
-            raise
-        raise step.duplicate() from exc
+        return (yield from _onward(line, plan, next(plan)))
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
 
 
-def execute(conn: Conn, step: Step) -> Outcome:
-    with conn.cursor() as cur, _duplicate_is_conflict(step):
-        if step.many:
-            cur.executemany(pg(step.sql), step.params)
-            return Outcome(cur.rowcount, [])
-        cur.execute(pg(step.sql), step.params)
-        return Outcome(cur.rowcount, cur.fetchall() if cur.description is not None else [])
+def _onward(line: wire.Link, plan: Plan[T], step: Step) -> PQGen[T]:
+    try:
+        while True:
+            try:
+                outcome = yield from wire.one(line, step.sql, step.params, step.many)
+            except Exception as exc:
+                step = plan.throw(_raised(step, exc))
+            else:
+                step = plan.send(outcome)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
 
 
-async def aexecute(conn: AsyncConn, step: Step) -> Outcome:
-    async with conn.cursor() as cur:
-        with _duplicate_is_conflict(step):
-            if step.many:
-                await cur.executemany(pg(step.sql), step.params)
-                return Outcome(cur.rowcount, [])
-            await cur.execute(pg(step.sql), step.params)
-            fetched = await cur.fetchall() if cur.description is not None else []
-            return Outcome(cur.rowcount, fetched)
+def _guessed(plan: Plan[T], steps: list[Step]) -> T:
+    """Run ``plan`` on the guess, collecting the statements it yields."""
+    try:
+        step = next(plan)
+        while True:
+            steps.append(step)
+            step = plan.send(GUESS)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+def _replayed(
+    line: wire.Link, plan: Plan[T], steps: Sequence[Step], answer: wire.Ahead
+) -> PQGen[T]:
+    """Give ``plan`` — run afresh — the answers of the batch it sent ahead. After the statement
+    the server refused, the transaction is over: what else the plan asks (to say why) runs on
+    its own."""
+    failed_at, error = answer.failure if answer.failure is not None else (len(steps), None)
+    try:
+        step = next(plan)
+        for i, sent in enumerate(steps):
+            if step.sql != sent.sql or step.params != sent.params:
+                raise StoreError(f"a plan asked for {step.sql!r} where it had sent {sent.sql!r}")
+            outcome = answer.outcomes[i]
+            if i < failed_at and outcome is not None:
+                step = plan.send(outcome)
+                continue
+            if error is None:
+                raise StoreError(f"no answer came for {sent.sql!r}")
+            if sent.guard and error.sqlstate == wire.REFUSED:
+                step = plan.send(Outcome(0, []))
+            else:
+                step = plan.throw(_raised(sent, error))
+            break
+        else:
+            raise StoreError(f"a plan asked for {step.sql!r} after its batch had committed")
+    except StopIteration as stop:
+        if answer.committed:
+            value: T = stop.value
+            return value
+        raise StoreError(_SILENT) from error
+    yield from _onward(line, plan, step)
+    raise StoreError(_SILENT) from error
+
+
+_SILENT = "the server refused a statement of a batch, yet its plan raised nothing"
 
 
 def drive(conn: Conn, plan: Plan[T]) -> T:
-    return plans.drive(plan, lambda step: execute(conn, step))
+    """``plan`` carried out on ``conn``, one statement at a time."""
+    return conn.wait(each(wire.link(conn), plan))
 
 
 async def adrive(conn: AsyncConn, plan: Plan[T]) -> T:
-    return await plans.adrive(plan, lambda step: aexecute(conn, step))
+    return await conn.wait(each(wire.link(conn), plan))
 
 
 @dataclass(slots=True)
 class Call(Generic[T]):
     """One store operation, across its tries.
 
-    A try takes a connection (``started``), ends the orphans, and runs ``next_plan()`` — in a
-    transaction when ``in_transaction`` (``committing`` set once the plan is done: an error from
-    then on is the COMMIT's), else in autocommit. A driver error goes to ``failed``, which says
-    what it means; the backend raises that, or tries again.
+    A try takes a connection (``started``) and ``carry``-s itself out: the orphans ended, then
+    ``next_plan()`` — in a transaction when ``in_transaction`` (``committing`` set once the
+    COMMIT is on its way: an error from then on may be the COMMIT's), else in autocommit. A
+    driver error goes to ``failed``, which says what it means; the backend raises that, or
+    tries again.
     """
 
     action: str
-    plan: Callable[[], Plan[T]]
+    plan: Callable[[], Plan[T]] | None
+    """What a try runs (``None`` for a read that is a ``query``)."""
     url: str
     orphans: Orphans
     op_timeout: float
@@ -101,6 +161,8 @@ class Call(Generic[T]):
     """The deadline passed and the connection was cut (the watchdog, or the async timer)."""
     conn: Conn | AsyncConn | None = None
     ident: tuple[int, Any] | None = None
+    query: plans.Query[T] | None = None
+    """A read of one statement, run as it is (no plan around it: every read takes this path)."""
 
     @property
     def in_transaction(self) -> bool:
@@ -112,7 +174,50 @@ class Call(Generic[T]):
     def next_plan(self) -> Plan[T]:
         if self.single and self.attempt > 0 and self.again is not None:
             return self.again()
+        assert self.plan is not None
         return self.plan()
+
+    def carry(self, conn: Conn | AsyncConn) -> PQGen[T]:
+        """This try on ``conn``: the orphans ended, then the plan (``psycopg``'s ``wait``
+        carries the generator out)."""
+        line = wire.link(conn)
+        if self.orphans.pending():
+            yield from each(line, self.orphans.ending(self.url, self.op_timeout))
+        query = self.query
+        if query is not None:
+            done = yield from wire.one(line, query.sql, query.params)
+            return query.finish(done.rows)
+        if not self.in_transaction:
+            return (yield from each(line, self.next_plan()))
+        assert self.plan is not None
+        steps: list[Step] = []
+        try:
+            guess = _guessed(self.plan(), steps)
+        except Exception:  # the plan needs an answer it cannot guess: one at a time
+            return (yield from self._step_by_step(line))
+        answer = yield from wire.ahead(line, steps, self._committing)
+        if answer.committed and all(o == GUESS for o in answer.outcomes):
+            return guess
+        if not answer.committed:
+            self.committing = False  # the server refused a statement: nothing landed
+        return (yield from _replayed(line, self.plan(), steps, answer))
+
+    def _committing(self) -> None:
+        self.committing = True
+
+    def _step_by_step(self, line: wire.Link) -> PQGen[T]:
+        """The plan in a transaction, one statement (one round trip) at a time."""
+        yield from wire.command(line, b"BEGIN")
+        try:
+            value = yield from each(line, self.next_plan())
+        except Exception:
+            if line.pgconn.transaction_status in _OPEN:
+                with contextlib.suppress(psycopg.Error):  # else the pool rolls back, or discards
+                    yield from wire.command(line, b"ROLLBACK")
+            raise
+        self.committing = True  # an error from here on is the COMMIT's
+        yield from wire.command(line, b"COMMIT")
+        return value
 
     def failed(self, exc: psycopg.Error | UnicodeEncodeError) -> StoreError | None:
         """The error to raise for ``exc``, or ``None``: try again (on a fresh connection)."""
@@ -155,6 +260,10 @@ class Shell(Protocol):
 
 def reading(shell: Shell, action: str, plan: Callable[[], Plan[T]]) -> Call[T]:
     return Call(action, plan, shell.url, shell.orphans, shell.settings.op_timeout)
+
+
+def asking(shell: Shell, action: str, query: plans.Query[T]) -> Call[T]:
+    return Call(action, None, shell.url, shell.orphans, shell.settings.op_timeout, query=query)
 
 
 def writing(shell: Shell, session_id: str, ops: Sequence[Op]) -> Call[list[bool]]:

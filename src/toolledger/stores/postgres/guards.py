@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import os
 import socket
 import threading
@@ -68,30 +69,42 @@ def cut_noting(conn: AsyncConn, fired: list[bool]) -> None:
 
 class Watchdog:
     """One thread per process cutting the connections of sync store operations that outlive
-    their deadline (``?op_timeout=``). Arming and disarming cost a lock and a dict entry."""
+    their deadline (``?op_timeout=``). Arming and disarming cost a lock and a dict entry: the
+    thread is woken only by a deadline earlier than the one it sleeps until — under a steady
+    stream of operations it wakes about once per ``op_timeout``, not once per operation."""
 
     def __init__(self) -> None:
-        self._cv = threading.Condition(threading.Lock())
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        """A new start (and, in a forked child, no thread yet, no lock held by a thread of the
+        parent, nothing to cut: the parent's operations are the parent's)."""
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
         self._armed: dict[int, tuple[float, Conn]] = {}
         self._fired: set[int] = set()
         self._tokens = itertools.count()
         self._thread: threading.Thread | None = None
+        self._wakes_at = -math.inf  # when the sleeping thread wakes; -inf: it is not asleep
 
     def arm(self, conn: Conn, seconds: float) -> int:
         token = next(self._tokens)
-        with self._cv:
-            self._armed[token] = (time.monotonic() + seconds, conn)
-            if self._thread is None or not self._thread.is_alive():
+        at = time.monotonic() + seconds
+        with self._lock:
+            self._armed[token] = (at, conn)
+            if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, daemon=True, name="toolledger-pg-deadlines"
                 )
                 self._thread.start()
-            self._cv.notify()
+            elif at < self._wakes_at:
+                self._cv.notify()
         return token
 
     def disarm(self, token: int) -> bool:
         """Whether the deadline had passed and the connection was cut."""
-        with self._cv:
+        with self._lock:
             self._armed.pop(token, None)
             if token in self._fired:
                 self._fired.discard(token)
@@ -106,9 +119,13 @@ class Watchdog:
                 for token, _ in late:
                     del self._armed[token]
                     self._fired.add(token)
-                wait = min((at for at, _ in self._armed.values()), default=now + 3600) - now
+                wait = max(
+                    min((at for at, _ in self._armed.values()), default=now + 3600) - now, 0.001
+                )
                 if not late:
-                    self._cv.wait(timeout=max(wait, 0.001))
+                    self._wakes_at = now + wait
+                    self._cv.wait(timeout=wait)
+                    self._wakes_at = -math.inf  # it looks at every deadline before sleeping again
                     continue
             for _, conn in late:
                 cut(conn)
