@@ -48,6 +48,7 @@ EXPECTED = {
     "approvals",
     "arun_tool_uses",
     "keys",
+    "notify",
     "open_store",
     "run_tool_uses",
     "tool",

@@ -6,7 +6,7 @@ re-exported here; modules with a leading underscore, and names not in ``__all__`
 
 from __future__ import annotations
 
-from . import approvals, keys
+from . import approvals, keys, notify
 from .adapters.openai_responses import OpenAIResponses
 from .agent import Agent, Run, Usage
 from .codec import DEFAULT_MAX_RESULT_BYTES
@@ -101,6 +101,7 @@ __all__ = [
     "approvals",
     "arun_tool_uses",
     "keys",
+    "notify",
     "open_store",
     "resume_all",
     "run_tool_uses",

@@ -53,6 +53,7 @@ from .errors import (
     ModelCallError,
     SessionConflictError,
 )
+from .notify import Notifier, Target, in_doubt_calls, notifier
 from .ops import AppendMessages, Op, PutSession
 from .outcomes import Batch, CallOutcome
 from .records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage
@@ -71,6 +72,8 @@ class Agent:
     ``toolledger.adapters.openai.OpenAIResponses(client)`` (the Responses API): the provider is
     picked from the client (``toolledger.adapters.provider_for``). ``approve`` is asked before
     high-impact calls (see ``toolledger.approvals``); ``on_alert`` receives ledger alerts.
+    ``on_in_doubt`` is told of each call left in doubt (a callable, a webhook URL or a
+    ``toolledger.notify.Notifier``; see ``toolledger.notify``).
     ``max_turns`` bounds the model calls of one ``run``. ``lease_ttl`` is how long a run's hold on
     its session outlives a worker that stops renewing it (see ``toolledger.leases``).
     """
@@ -88,6 +91,7 @@ class Agent:
         max_tokens: int = 4096,
         on_alert: AlertHook | None = None,
         lease_ttl: float = 30.0,
+        on_in_doubt: Notifier | Target | None = None,
     ) -> None:
         if not isinstance(store, Store):
             raise ConfigurationError("store= must be a toolledger Store (toolledger.open_store)")
@@ -103,6 +107,7 @@ class Agent:
         self.max_tokens = max_tokens
         self.on_alert = on_alert
         self.lease_ttl = lease_ttl
+        self.on_in_doubt = notifier(on_in_doubt)
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -344,6 +349,7 @@ class Agent:
             lease_token=token,
         )
         alerts.extend(batch.alerts)
+        in_doubt_calls(self.on_in_doubt, s.state.session_id, batch.outcomes)
         error = batch.commit_error
         if error is not None:
             if type(error) is SessionConflictError and error.tool_use_id is not None:

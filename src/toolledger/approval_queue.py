@@ -9,6 +9,7 @@ allows exactly one; a denial stands.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, overload
 
 from .errors import (
     ConfigurationError,
@@ -17,6 +18,7 @@ from .errors import (
 )
 from .gate import PENDING, ApprovalRequest, Decision
 from .liveness import Running
+from .notify import Notifier, Target, notifier
 from .ops import PutApproval
 from .records import ApprovalRecord, ApprovalStatus, Status
 from .stores import Store
@@ -26,9 +28,35 @@ __all__ = ["ApprovalQueue", "decide", "pending", "queue"]
 
 class ApprovalQueue:
     """Persist approval requests in the session's store; answer ``PENDING`` until a person
-    decides. Use the ready-made ``toolledger.approvals.queue``."""
+    decides. Use the ready-made ``toolledger.approvals.queue``, or ``queue(notify=...)`` for one
+    that tells someone each time it queues a request (a callable, a webhook URL or a
+    ``toolledger.notify.Notifier``; see ``toolledger.notify``)."""
 
-    def __call__(self, request: ApprovalRequest) -> Decision:
+    def __init__(self, notify: Notifier | Target | None = None) -> None:
+        self.notify = notifier(notify)
+
+    def __repr__(self) -> str:
+        return (
+            "ApprovalQueue()" if self.notify is None else f"ApprovalQueue(notify={self.notify!r})"
+        )
+
+    @overload
+    def __call__(self, request: ApprovalRequest) -> Decision: ...
+    @overload
+    def __call__(self, *, notify: Notifier | Target) -> ApprovalQueue: ...
+    def __call__(
+        self, request: ApprovalRequest | None = None, *, notify: Any = None
+    ) -> Decision | ApprovalQueue:
+        if request is None:
+            if notify is None:
+                raise ConfigurationError(
+                    "approvals.queue is the approver itself (approve=toolledger.approvals.queue); "
+                    "call it only with notify=... to get one that notifies"
+                )
+            return ApprovalQueue(notify)
+        return self._ask(request)
+
+    def _ask(self, request: ApprovalRequest) -> Decision:
         if request.ledger is None:
             raise ConfigurationError(
                 "the approval queue needs the request's ledger; it works through "
@@ -51,7 +79,7 @@ class ApprovalQueue:
             attempt=request.attempt,
         )
         if current is None:
-            store.apply(request.session_id, [PutApproval(fresh, None)])
+            self._queued(request, store.apply(request.session_id, [PutApproval(fresh, None)]))
             return PENDING
         bound = (
             current.tool == request.tool
@@ -68,7 +96,8 @@ class ApprovalQueue:
             # A decision about another question (other input, or a first run when this is an
             # in-doubt re-run), or one spent on an attempt that has since been resolved as not
             # having happened: this is a new request.
-            store.apply(request.session_id, [PutApproval(fresh, current.status)])
+            queued = store.apply(request.session_id, [PutApproval(fresh, current.status)])
+            self._queued(request, queued)
             return PENDING
         if current.status is ApprovalStatus.PENDING:
             return PENDING
@@ -78,6 +107,19 @@ class ApprovalQueue:
             by=current.decided_by,
             approval=current,
         )
+
+    def _queued(self, request: ApprovalRequest, applied: list[bool]) -> None:
+        """Tell the notifier of a request this call put in the store (not one a racing worker
+        put there first: it tells its own)."""
+        if self.notify is not None and applied == [True]:
+            self.notify.approval_requested(
+                session_id=request.session_id,
+                tool_use_id=request.tool_use_id,
+                tool=request.tool,
+                input=request.input,
+                reason=request.reason,
+                in_doubt=request.in_doubt,
+            )
 
 
 def _progressed(request: ApprovalRequest) -> bool:

@@ -40,6 +40,7 @@ from .drivers import (
 from .errors import ConfigurationError, EffectInProgressError, LedgerMismatchError
 from .gate import ApprovalRequest, Decision
 from .liveness import Over, Running, judge
+from .notify import Notifier, Target, in_doubt_calls, notifier
 from .ops import Op, PutApproval
 from .outcomes import Batch, Buffer, Buffered, CallOutcome, Disposition, Env, flush, release, write
 from .records import ApprovalStatus, EffectRecord, Lease, Status, ToolCall
@@ -382,6 +383,7 @@ def run_tool_uses(
     on_alert: AlertHook | None = None,
     wait: float = 0.0,
     raise_alerts: bool = False,
+    on_in_doubt: Notifier | Target | None = None,
 ) -> list[dict[str, Any]]:
     """Run the ``tool_use`` blocks of ``content`` through the ledger; return their
     ``tool_result`` blocks, in order, ready to send as the next user message.
@@ -403,12 +405,17 @@ def run_tool_uses(
     ``raise_alerts=True`` the batch's first alert is raised instead, once every call is over
     and every write made (for a caller that would rather stop than go on past one): its
     ``result`` is what the model would have received, and calling again with the same content
-    answers the other calls from the ledger.
+    answers the other calls from the ledger. ``on_in_doubt`` is told of each call left in doubt
+    (a callable, a webhook URL or a ``toolledger.notify.Notifier`` — pass one ``Notifier`` to
+    every call so that a call is told once; see ``toolledger.notify``).
     """
+    notify = notifier(on_in_doubt)
     gen, io, shape = _start(
         content, tools, ledger, approve=approve, on_alert=on_alert, wait=wait, sync=True
     )
-    return _results(drive(gen, io), shape, raise_alerts)
+    batch = drive(gen, io)
+    in_doubt_calls(notify, ledger.session_id, batch.outcomes)
+    return _results(batch, shape, raise_alerts)
 
 
 async def arun_tool_uses(
@@ -420,11 +427,15 @@ async def arun_tool_uses(
     on_alert: AlertHook | None = None,
     wait: float = 0.0,
     raise_alerts: bool = False,
+    on_in_doubt: Notifier | Target | None = None,
 ) -> list[dict[str, Any]]:
     """The async twin of ``run_tool_uses``: same rules, same results. ``async def`` tools,
     checks and approvers are awaited (an ``async def`` tool is cancelled at its deadline and left
     in doubt); plain ones run in a worker thread."""
+    notify = notifier(on_in_doubt)
     gen, io, shape = _start(
         content, tools, ledger, approve=approve, on_alert=on_alert, wait=wait, sync=False
     )
-    return _results(await adrive(gen, io), shape, raise_alerts)
+    batch = await adrive(gen, io)
+    in_doubt_calls(notify, ledger.session_id, batch.outcomes)
+    return _results(batch, shape, raise_alerts)

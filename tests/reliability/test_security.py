@@ -18,7 +18,7 @@ import pytest
 
 import toolledger as tl
 from toolledger.cli.app import main
-from toolledger.cli.masking import is_secret_key, masked, masked_text
+from toolledger.masking import is_secret_key, masked, masked_text
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 SRC = Path(tl.__file__).parent

@@ -3,7 +3,7 @@
 Everything read from a store is data: it is printed literally (rich markup in a result or a
 session id is shown, never interpreted; terminal control characters are shown escaped), ids and
 commands are never cut (they wrap), and JSON output is never truncated. Secrets are masked unless
-``--show-secrets`` (see ``toolledger.cli.masking``).
+``--show-secrets`` (see ``toolledger.masking``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..liveness import Running, Verdict
+from ..masking import is_secret_key, masked, masked_text
 from ..records import (
     ApprovalRecord,
     EffectRecord,
@@ -28,7 +29,6 @@ from ..records import (
 )
 from ..stores import DEFAULT_STORE_URL
 from .format import STATUS_STYLE, owner, when
-from .masking import is_secret_key, masked, masked_text
 from .timeline import Event, timeline
 
 __all__ = [

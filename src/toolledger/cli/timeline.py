@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from ..adapters import MessageParts, Provider, transcript_reader
 from ..errors import ToolLedgerError
 from ..liveness import Running
+from ..masking import masked, masked_text
 from ..records import Status, StoredMessage
 from ..stores.store import Store
 from .format import STATUS_STYLE, owner, when
-from .masking import masked, masked_text
 
 __all__ = ["Event", "timeline"]
 

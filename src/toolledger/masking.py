@@ -1,4 +1,5 @@
-"""Secrets are masked in everything the command line shows, unless ``--show-secrets``.
+"""Secrets are masked in everything toolledger shows (the command line, the console, notifications)
+unless ``--show-secrets``.
 
 In any JSON value of a tool input, a tool result or an approval request:
 
