@@ -102,9 +102,11 @@ class Alert:
 
 @dataclass(frozen=True, slots=True)
 class CallModel:
-    """Call the model API; answered with the response or a ``Failure``."""
+    """Call the model API; answered with the response or a ``Failure``. ``span``: the model
+    call's tracing span (``toolledger.telemetry``), current while the API is called."""
 
     kwargs: dict[str, Any]
+    span: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from . import leases
+from . import leases, telemetry
 from ._agent_state import Run, Session, Usage, advance, commit_or_raise, still_ours
 from ._agent_stops import behind, stop_reason
 from ._crash import hit as crash_point
@@ -127,13 +127,21 @@ class Agent:
         if self.provider.is_async:
             raise ConfigurationError("this Agent has an async client: use `await agent.arun(...)`")
         refuse_async_in_loop(self.tools, "Agent.run")
-        return drive(self._loop(check_session_id(session), prompt), self._io(session))
+        sid = check_session_id(session)
+        with telemetry.agent_span(sid, self.model, self._vendor) as span:
+            run = drive(self._loop(sid, prompt), self._io(session))
+            telemetry.agent_done(span, run)
+            return run
 
     async def arun(self, *, session: str, prompt: str | None = None) -> Run:
         """The async twin of ``run``."""
         if not self.provider.is_async:
             raise ConfigurationError("this Agent has a sync client: use `agent.run(...)`")
-        return await adrive(self._loop(check_session_id(session), prompt), self._io(session))
+        sid = check_session_id(session)
+        with telemetry.agent_span(sid, self.model, self._vendor) as span:
+            run = await adrive(self._loop(sid, prompt), self._io(session))
+            telemetry.agent_done(span, run)
+            return run
 
     def _io(self, session: str) -> IOContext:
         return IOContext(
@@ -143,6 +151,11 @@ class Agent:
             on_alert=self.on_alert,
             model=self.provider,
         )
+
+    @property
+    def _vendor(self) -> str:
+        """The provider as OpenTelemetry names it (``gen_ai.provider.name``)."""
+        return self.provider.name.split("-")[0]
 
     # -- the loop, once --------------------------------------------------------------------------
 
@@ -259,8 +272,10 @@ class Agent:
             tools=self.tools,
             messages=s.messages,
         )
-        answer = yield CallModel(kwargs)
+        span = telemetry.model_span(self.model, self._vendor, self.max_tokens)
+        answer = yield CallModel(kwargs, span)
         if isinstance(answer, Failure):
+            telemetry.model_done(span, error=answer.exc)
             unreadable = isinstance(answer.exc, RecursionError)  # the SDK's JSON decoder gave up
             if not unreadable and not self.provider.is_api_error(answer.exc):
                 raise answer.exc
@@ -276,7 +291,12 @@ class Agent:
                 session_id=s.state.session_id,
                 status_code=getattr(answer.exc, "status_code", None),
             ) from answer.exc
-        turn = self.provider.read_response(answer)
+        try:
+            turn = self.provider.read_response(answer)
+        except BaseException as exc:
+            telemetry.model_done(span, error=exc)
+            raise
+        telemetry.model_done(span, input_tokens=turn.input_tokens, output_tokens=turn.output_tokens)
         # Content the API can take back: no lone surrogate (escaped in its JSON), no input
         # nested deeper than anything can store (a call with one is then answered with an error).
         content = valid_unicode(shallow(turn.content))

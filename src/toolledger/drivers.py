@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from . import leases
+from . import leases, telemetry
 from ._requests import (
     Alert,
     Ask,
@@ -287,10 +287,13 @@ def _answer(request: Request, io: IOContext) -> Any:
         return normalise(_call_sync(partial(io.approve, request.request)), io.approve)
     if isinstance(request, CallModel):
         assert io.model is not None
+        token = telemetry.enter(request.span)
         try:
             return io.model.create(request.kwargs)
         except Exception as exc:
             return Failure(exc)
+        finally:
+            telemetry.leave(token)
     if isinstance(request, ReadSession):
         return backend.read_session(sid)
     if isinstance(request, ReadMessages):
@@ -359,10 +362,13 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
         return normalise(await _acall(call, _is_async(io.approve)), io.approve)
     if isinstance(request, CallModel):
         assert io.model is not None
+        token = telemetry.enter(request.span)
         try:
             return await io.model.acreate(request.kwargs)
         except Exception as exc:
             return Failure(exc)
+        finally:
+            telemetry.leave(token)
     if isinstance(request, ReadSession):
         return await backend.read_session(sid)
     if isinstance(request, ReadMessages):

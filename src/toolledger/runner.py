@@ -19,7 +19,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from . import decide
+from . import decide, telemetry
 from ._attempt import Again, attempt_of, context, created_of, encode, run
 from .adapters import ResultShape, read_calls
 from .codec import content_of
@@ -108,7 +108,26 @@ def _same_call(record: EffectRecord, call: ToolCall, env: Env) -> None:
 def _one(
     call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer, unread: bool
 ) -> Generator[Request, Any, CallOutcome]:
-    """``unread``: the call's record was not read (it may exist)."""
+    """``unread``: the call's record was not read (it may exist). The call's span (when
+    tracing) is current while it is decided and run."""
+    tool = env.tools.get(call.name)
+    effect = None if tool is None else tool.effect.value
+    span = telemetry.tool_span(env.session_id, call, effect)
+    token = telemetry.enter(span)
+    try:
+        outcome = yield from _settle(call, record, env, buf, unread)
+    except BaseException as exc:
+        telemetry.tool_failed(span, exc)
+        raise
+    finally:
+        telemetry.leave(token)
+    telemetry.tool_done(span, outcome, effect, call.name)
+    return outcome
+
+
+def _settle(
+    call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer, unread: bool
+) -> Generator[Request, Any, CallOutcome]:
     for _ in range(_RESTARTS):
         done = yield from _decide(call, record, env, buf, unread)
         if not isinstance(done, Again):
