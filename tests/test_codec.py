@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -82,3 +84,36 @@ def test_content_is_what_the_stored_text_reads_back_as_for_every_kind_of_value()
     assert encode_result(Colour.RED).content == "red"
     assert type(encode_result(Colour.RED).content) is str
     assert encode_result(Point(3)).content == '{"x": 3}'
+
+
+def lone_surrogates(value: Any) -> int:
+    """How many lone surrogates ``value`` holds, in strings, keys and tuples alike."""
+    if isinstance(value, str):
+        return sum(0xD800 <= ord(c) <= 0xDFFF for c in value)
+    if isinstance(value, dict):
+        return sum(lone_surrogates(k) + lone_surrogates(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return sum(lone_surrogates(v) for v in value)
+    return 0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ["fine", {"k": "v"}],
+        [{"text": "a\ud800b"}],
+        {"ke\udfffy": 1},
+        {1: ["x", ("t\udc00",)]},
+        {(1, 2): "a tuple key: not JSON, walked"},
+        {(1, 2): "a tuple key: not JSON, walked \ud800"},
+        [float("nan"), None, True, 3],
+        {"deep": [[["\ud83d"]]]},
+    ],
+)
+def test_valid_unicode_replaces_every_lone_surrogate_and_keeps_what_has_none(value: Any) -> None:
+    out = valid_unicode(value)
+    assert lone_surrogates(out) == 0
+    if lone_surrogates(value) == 0:
+        assert out is value  # nothing to replace: the very same object, not a copy
+    else:
+        assert out is not value

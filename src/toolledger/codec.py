@@ -39,6 +39,7 @@ _PREVIEW_CHARS = 2000
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_UNESCAPED = json.JSONEncoder(ensure_ascii=False, check_circular=False)
 
 
 def valid_unicode(value: Any) -> Any:
@@ -48,10 +49,22 @@ def valid_unicode(value: Any) -> Any:
         return value
     if isinstance(value, str):
         return _LONE_SURROGATE.sub("\ufffd", value) if _LONE_SURROGATE.search(value) else value
-    if isinstance(value, list):
+    if isinstance(value, list | dict):
+        # One C-encoded pass finds out whether there is anything to replace (half the cost of
+        # walking it in Python); a value JSON cannot hold is walked.
+        try:
+            text = _UNESCAPED.encode(value)
+        except (TypeError, ValueError, RecursionError):
+            pass
+        else:
+            if not _LONE_SURROGATE.search(text):
+                return value
+    if isinstance(value, list | tuple):
         items = [valid_unicode(v) for v in value]
         changed = any(a is not b for a, b in zip(items, value, strict=True))
-        return items if changed else value
+        if not changed:
+            return value
+        return items if isinstance(value, list) else tuple(items)
     if isinstance(value, dict):
         pairs = [(valid_unicode(k), valid_unicode(v)) for k, v in value.items()]
         changed = any(
