@@ -11,22 +11,26 @@ roll the whole batch back when their condition fails, with the error made here.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .errors import LeaseLostError, SessionBusyError, SessionConflictError
+from .errors import ConfigurationError, LeaseLostError, SessionBusyError, SessionConflictError
 from .records import (
     ApprovalRecord,
     ApprovalStatus,
     EffectRecord,
     Lease,
+    RunStatus,
     SessionState,
     Status,
     StoredMessage,
 )
 
 __all__ = [
+    "PRUNABLE",
     "AppendMessages",
     "DropLease",
+    "DropSession",
     "HoldLease",
     "InsertEffect",
     "Op",
@@ -34,12 +38,15 @@ __all__ = [
     "PutSession",
     "TakeLease",
     "UpdateEffect",
+    "alone",
     "approval_applies",
     "busy",
     "conflict",
+    "droppable",
     "effect_applies",
     "lost",
     "moved",
+    "still_there",
 ]
 
 
@@ -125,6 +132,62 @@ class DropLease:
     token: int
 
 
+@dataclass(frozen=True, slots=True)
+class DropSession:
+    """Remove a session whole: its state, transcript, records, approvals and lease (retention,
+    ``Store.prune``). A guard, checked in the same transaction as the removal: the session is
+    still at ``expect_version`` (``None``: it has no state, only records) and ended (completed,
+    max_turns or failed); no call of it is ``started`` (in progress, or in doubt); no approval is
+    pending; its lease is not held at ``now``. Otherwise the batch rolls back
+    (``SessionConflictError``). A record or request that lands while it runs is never removed:
+    the removal skips ``started`` records and pending approvals by its own condition."""
+
+    session_id: str
+    expect_version: int | None
+    now: float
+
+
+PRUNABLE = frozenset({RunStatus.COMPLETED, RunStatus.MAX_TURNS, RunStatus.FAILED})
+"""The statuses of sessions that ended: nothing of them is pending (a failed one failed at the
+model call, with every tool_use answered). ``needs_attention``, ``awaiting_approval`` and
+``running`` sessions are never removed."""
+
+
+def still_there(session_id: str) -> SessionConflictError:
+    """A ``DropSession`` whose guard failed."""
+    return SessionConflictError(
+        f"session {session_id!r} was not removed: it changed since it was read, or it has a call "
+        "in progress or in doubt, a pending approval, or a held lease. Nothing was removed.",
+        session_id=session_id,
+    )
+
+
+def alone(ops: Sequence[Op]) -> None:
+    """A ``DropSession`` is a batch of its own: nothing may be written beside a removal."""
+    if len(ops) != 1:
+        raise ConfigurationError("a session is removed in a batch of its own (DropSession alone)")
+
+
+def droppable(
+    op: DropSession,
+    state: SessionState | None,
+    effects: Iterable[EffectRecord],
+    approvals: Iterable[ApprovalRecord],
+    lease: Lease | None,
+) -> bool:
+    """The guard of ``DropSession``, for backends that evaluate it in Python."""
+    if op.expect_version is None:
+        if state is not None:
+            return False
+    elif state is None or state.version != op.expect_version or state.status not in PRUNABLE:
+        return False
+    return (
+        all(r.status is not Status.STARTED for r in effects)
+        and all(a.status is not ApprovalStatus.PENDING for a in approvals)
+        and (lease is None or lease.expires_at <= op.now)
+    )
+
+
 Op = (
     InsertEffect
     | UpdateEffect
@@ -134,6 +197,7 @@ Op = (
     | TakeLease
     | HoldLease
     | DropLease
+    | DropSession
 )
 
 

@@ -29,6 +29,8 @@ COMMANDS = [
     "resume-all",
     "bench",
     "audit",
+    "prune",
+    "export",
 ]
 
 

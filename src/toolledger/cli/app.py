@@ -3,7 +3,8 @@
 The store comes from ``--store URL``, else ``$TOOLLEDGER_STORE``, else ``sqlite:///toolledger.db``.
 Every command takes ``--json`` for machine-readable output. Every command is registered here
 (``build_parser``); they are written in ``looking`` (what a store holds), ``settling`` (in-doubt
-calls and approvals) and ``running`` (resume-all, bench, audit, demo).
+calls and approvals), ``retention`` (prune, export) and ``running`` (resume-all, bench, audit,
+demo).
 """
 
 from __future__ import annotations
@@ -11,16 +12,19 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from ..errors import ToolLedgerError
+from ..ops import PRUNABLE
 from ..stores import DEFAULT_STORE_URL
 from ._command import Handler, emit_json
 from .looking import cmd_effects, cmd_in_doubt, cmd_sessions, cmd_show, cmd_verify
 from .render import safe
+from .retention import cmd_export, cmd_prune, duration
 from .running import cmd_audit, cmd_bench, cmd_demo, cmd_resume_all
 from .settling import cmd_approvals, cmd_approve, cmd_deny, cmd_resolve
 
@@ -129,9 +133,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="your Agent, or a function taking the store and returning one",
     )
     p.add_argument("--workers", type=int, default=1, help="sessions resumed at once")
+    _retention(add, show_secrets)
     p = add("bench", cmd_bench)
     p.add_argument("--quick", action="store_true", help="about a minute")
     return parser
+
+
+def _retention(
+    add: Callable[..., argparse.ArgumentParser],
+    show_secrets: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    p = add("prune", cmd_prune)
+    p.add_argument(
+        "--older-than",
+        type=duration,
+        required=True,
+        metavar="AGE",
+        help="idle for longer than this: 30d, 12h, 90m, 45s, 2w",
+    )
+    p.add_argument(
+        "--status",
+        choices=sorted(s.value for s in PRUNABLE),
+        help="only sessions that ended so (default: every ended session, and sessions of "
+        "records alone)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="remove nothing; say what would go")
+    p = add("export", cmd_export)
+    p.add_argument("session")
+    p.add_argument("--output", "-o", help="write to this file (default: standard output)")
+    show_secrets(p)
 
 
 def main(argv: list[str] | None = None) -> int:

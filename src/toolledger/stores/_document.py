@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from ..ops import (
     AppendMessages,
+    DropSession,
     HoldLease,
     InsertEffect,
     Op,
@@ -17,12 +18,15 @@ from ..ops import (
     PutSession,
     TakeLease,
     UpdateEffect,
+    alone,
     approval_applies,
     busy,
     conflict,
+    droppable,
     effect_applies,
     lost,
     moved,
+    still_there,
 )
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 
@@ -99,9 +103,22 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
                 raise lost(session_id, op.token)
             data.lease = replace(lease, expires_at=op.expires_at)
             applied = True
+        elif isinstance(op, DropSession):
+            alone(ops)
+            applied = _drop(session_id, data, op)
         else:
             applied = data.lease is not None and data.lease.token == op.token
             if applied and data.lease is not None:
                 data.lease = replace(data.lease, expires_at=0.0)
         out.append(applied)
     return out
+
+
+def _drop(session_id: str, data: SessionData, op: DropSession) -> bool:
+    if not droppable(op, data.state, data.effects.values(), data.approvals.values(), data.lease):
+        raise still_there(session_id)
+    data.state, data.lease = None, None
+    data.effects.clear()
+    data.messages.clear()
+    data.approvals.clear()
+    return True

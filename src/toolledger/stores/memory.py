@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from ..ops import Op
+from ..ops import DropSession, Op
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, Status, StoredMessage
 from ._document import SessionData, apply_ops
 
@@ -58,7 +58,10 @@ class MemoryBackend:
             # Work on a copy and swap it in: a failed guard leaves nothing half-applied.
             draft = current.draft()
             out = apply_ops(session_id, draft, ops)
-            self._sessions[session_id] = draft
+            if any(isinstance(op, DropSession) for op in ops):
+                self._sessions.pop(session_id, None)
+            else:
+                self._sessions[session_id] = draft
             return out
 
     def read_session(self, session_id: str) -> SessionState | None:

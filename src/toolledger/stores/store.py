@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..codec import encode_result
 from ..errors import (
@@ -25,12 +26,16 @@ from ..records import (
     ApprovalRecord,
     EffectRecord,
     Lease,
+    RunStatus,
     SessionState,
     Status,
     StoredMessage,
 )
 from ..redact import redact_ops
 from .contract import AsyncBackend, Backend, InlineAsync, Inspectable
+
+if TYPE_CHECKING:
+    from .retention import PruneReport
 
 __all__ = ["Ledger", "Store", "check_session_id", "in_progress_error"]
 
@@ -186,6 +191,16 @@ class Store:
     def lease(self, session_id: str) -> Lease | None:
         """A session's lease, as stored (``toolledger.liveness`` judges it)."""
         return self.backend.read_lease(session_id)
+
+    def prune(
+        self, *, older_than: float, status: RunStatus | str | None = None, dry_run: bool = False
+    ) -> PruneReport:
+        """Remove ended sessions idle for more than ``older_than`` seconds, one transaction
+        each; never one with a call in progress or in doubt, a pending approval or a held lease.
+        See ``toolledger.stores.retention``."""
+        from .retention import prune
+
+        return prune(self, older_than=older_than, status=status, dry_run=dry_run)
 
     def integrity(self) -> list[str] | None:
         """What the backend's own check finds wrong (an empty list: sound), or ``None`` when it

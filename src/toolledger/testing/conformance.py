@@ -6,9 +6,10 @@ fresh, empty location for each test (``open_store`` on the same URL must reopen 
 
 A backend is done when it passes every test here.
 
-Its tests are written in ``_contract_ledger`` (the effects ledger) and ``_contract_sessions``
-(sessions, transcripts, approvals, leases); each writes through the ``Store``'s own ``apply`` and
-reads through its readers, which reach the backend unchanged (no ``redact`` hook is set here).
+Its tests are written in ``_contract_ledger`` (the effects ledger), ``_contract_sessions``
+(sessions, transcripts, approvals, leases) and ``_contract_retention`` (removing sessions); each
+writes through the ``Store``'s own ``apply`` and reads through its readers, which reach the
+backend unchanged (no ``redact`` hook is set here).
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ import pytest
 
 from ..stores import Store, open_store
 from ._contract_ledger import LedgerContract
+from ._contract_retention import RetentionContract
 from ._contract_sessions import SessionContract
 from ._samples import make_approval, make_message, make_record, make_state
 
 __all__ = ["StoreConformance", "make_approval", "make_message", "make_record", "make_state"]
 
 
-class StoreConformance(LedgerContract, SessionContract):
+class StoreConformance(LedgerContract, SessionContract, RetentionContract):
     """Every store passes these. Tests speak the public API plus the backend primitives (through
     ``Store.apply`` and the ``Store`` readers, which hand them to the backend as they are)."""
 

@@ -16,6 +16,8 @@ from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 from ...errors import SessionConflictError
 from ...ops import (
     AppendMessages,
+    DropLease,
+    DropSession,
     HoldLease,
     InsertEffect,
     Op,
@@ -23,10 +25,12 @@ from ...ops import (
     PutSession,
     TakeLease,
     UpdateEffect,
+    alone,
     busy,
     conflict,
     lost,
     moved,
+    still_there,
 )
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from . import rows as r
@@ -98,8 +102,8 @@ async def adrive(plan: Plan[T], execute: Callable[[Step], Awaitable[Outcome]]) -
 def one_statement(ops: Sequence[Op]) -> bool:
     """A batch whose plan writes with one statement, so autocommit makes it atomic on its own.
     (A guard that fails in it has written nothing: its single UPDATE or INSERT matched no row.)
-    Appending messages reads the last seq first: that takes a transaction."""
-    return len(ops) == 1 and not isinstance(ops[0], AppendMessages)
+    Appending messages, and removing a session, take several statements: a transaction."""
+    return len(ops) == 1 and not isinstance(ops[0], AppendMessages | DropSession)
 
 
 def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
@@ -125,6 +129,10 @@ def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
         elif isinstance(op, AppendMessages):
             yield from _append(session_id, op)
             done = Outcome(rowcount=1, rows=[])
+        elif isinstance(op, DropSession):
+            alone(ops)
+            yield from _drop(session_id, op)
+            done = Outcome(rowcount=1, rows=[])
         elif isinstance(op, PutApproval):
             if op.expect_status is None:
                 done = yield Step(q.INSERT_APPROVAL, r.approval_values(op.record))
@@ -142,6 +150,7 @@ def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
             if done.rowcount != 1:
                 raise lost(session_id, op.token)
         else:
+            assert isinstance(op, DropLease)
             done = yield Step(q.DROP_LEASE, (session_id, op.token))
         out.append(done.rowcount == 1)
     return out
@@ -166,6 +175,24 @@ def _append(session_id: str, op: AppendMessages) -> Plan[None]:
             return
     last = (yield Step(q.SELECT_LAST_SEQ, (session_id,))).rows[0][0]
     raise conflict(session_id, f"the next message is {0 if last is None else int(last) + 1}")
+
+
+def _drop(session_id: str, op: DropSession) -> Plan[None]:
+    """The guard first (the session's own DELETE, or a count for a session without state),
+    then everything else of the session that is not in progress or pending."""
+    pending = (session_id, session_id, session_id, op.now)
+    if op.expect_version is not None:
+        done = yield Step(q.DROP_SESSION, (session_id, op.expect_version, *pending), guard=True)
+        if done.rowcount != 1:
+            raise still_there(session_id)
+    else:
+        found = yield Step(q.LEDGER_ONLY_DROPPABLE, (session_id, *pending))
+        if found.rows[0][0] != 1:
+            raise still_there(session_id)
+    yield Step(q.DELETE_SETTLED_EFFECTS, (session_id,))
+    yield Step(q.DELETE_MESSAGES, (session_id,))
+    yield Step(q.DELETE_DECIDED_APPROVALS, (session_id,))
+    yield Step(q.DELETE_FREE_LEASE, (session_id, op.now))
 
 
 def apply_again(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:

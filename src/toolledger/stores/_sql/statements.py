@@ -6,7 +6,7 @@ constants ever reach SQL text; every value travels as a parameter.
 
 from __future__ import annotations
 
-from ...ops import TakeLease, UpdateEffect
+from ...ops import PRUNABLE, TakeLease, UpdateEffect
 
 EFFECT_COLUMNS = (
     "session_id, tool_use_id, tool, input_hash, status, attempt, result, error, "
@@ -125,6 +125,32 @@ HOLD_LEASE = (
     "UPDATE leases SET expires_at = ? WHERE session_id = ? AND token = ? AND expires_at > 0"
 )
 DROP_LEASE = "UPDATE leases SET expires_at = 0 WHERE session_id = ? AND token = ?"
+
+
+# -- removing a session (retention) -------------------------------------------------------------
+#
+# The guard of DropSession is the WHERE clause of the session's own DELETE. What follows never
+# removes a record in progress or a pending request, whatever landed since: their conditions
+# skip them (PostgreSQL runs each statement on a fresh snapshot).
+_ENDED = ", ".join(f"'{s.value}'" for s in sorted(PRUNABLE))
+_NOTHING_PENDING = (
+    "NOT EXISTS (SELECT 1 FROM effects WHERE session_id = ? AND status = 'started') "
+    "AND NOT EXISTS (SELECT 1 FROM approvals WHERE session_id = ? AND status = 'pending') "
+    "AND NOT EXISTS (SELECT 1 FROM leases WHERE session_id = ? AND expires_at > ?)"
+)
+DROP_SESSION = (
+    f"DELETE FROM sessions WHERE session_id = ? AND version = ? AND status IN ({_ENDED}) "
+    f"AND {_NOTHING_PENDING}"
+)
+# A session with records and no state (run_tool_uses alone): 1 when it may go.
+LEDGER_ONLY_DROPPABLE = (
+    "SELECT count(*) FROM (SELECT 1) AS one WHERE NOT EXISTS "
+    f"(SELECT 1 FROM sessions WHERE session_id = ?) AND {_NOTHING_PENDING}"
+)
+DELETE_SETTLED_EFFECTS = "DELETE FROM effects WHERE session_id = ? AND status <> 'started'"
+DELETE_MESSAGES = "DELETE FROM messages WHERE session_id = ?"
+DELETE_DECIDED_APPROVALS = "DELETE FROM approvals WHERE session_id = ? AND status <> 'pending'"
+DELETE_FREE_LEASE = "DELETE FROM leases WHERE session_id = ? AND expires_at <= ?"
 
 
 def format_style(statement: str) -> str:

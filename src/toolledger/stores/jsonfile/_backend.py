@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...errors import CorruptLedgerError, StoreError, StoreUnavailableError
-from ...ops import InsertEffect, Op, UpdateEffect
+from ...ops import DropSession, InsertEffect, Op, UpdateEffect
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, Status, StoredMessage
 from .._document import SessionData, apply_ops
 from ._codec import (
@@ -181,6 +181,9 @@ class JSONBackend:
                 stored = SessionData(effects, log.state, log.messages, log.approvals, log.lease)
                 draft = stored.draft()
                 out = apply_ops(session_id, draft, ops)  # raises on a failed guard: nothing written
+                if any(isinstance(op, DropSession) for op in ops):
+                    self._drop(session_id)
+                    return out
                 if any(ok for op, ok in zip(ops, out, strict=True) if _is_effect(op)):
                     self._write(session_id, draft.effects)
                 entry = log_entry(
@@ -203,6 +206,16 @@ class JSONBackend:
                 f"cannot write the ledger of {session_id!r} in {self.dir}: {exc}", url=self.url
             ) from exc
         return out
+
+    def _drop(self, session_id: str) -> None:
+        """Remove a session's two files: the log first, so that a crash between the two leaves
+        the ledger — a session of records alone, which a later prune removes — and never a
+        transcript whose calls have lost their records."""
+        for path in (self.log_path_of(session_id), self.path_of(session_id)):
+            self._files.remove(path)
+            self._cache.pop(path, None)
+            self._logs.pop(path, None)
+            self._lines.pop(path, None)
 
     def _write(self, session_id: str, records: dict[str, EffectRecord]) -> None:
         path = self.path_of(session_id)

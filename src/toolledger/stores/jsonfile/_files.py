@@ -172,6 +172,12 @@ class Directory:
         self.fsync()  # make the rename itself durable
         return os.stat(path)
 
+    def remove(self, path: Path) -> None:
+        """Delete ``path`` (gone already is fine), durably. Call under ``locked()``."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self.fsync()
+
     def append(self, path: Path, line: bytes, *, offset: int, torn_tail: bool) -> None:
         """Write ``line`` at ``offset`` (the end of what was parsed), durably; a torn tail past
         it — a commit that never finished — is cut off first. Call under ``locked()``."""

@@ -1,0 +1,147 @@
+"""The retention commands: ``prune`` old sessions, ``export`` one as JSON lines first."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from ..masking import masked
+from ..stores.retention import PruneReport
+from . import render
+from ._command import emit_json, known_session, no_session, store_of
+from .format import when
+from .render import safe
+
+__all__ = ["cmd_export", "cmd_prune", "duration"]
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+
+def duration(text: str) -> float:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` as seconds (an ``argparse`` type)."""
+    m = _DURATION.fullmatch(text.strip())
+    if m is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: a number and a unit, s, m, h, d or w (e.g. 30d)"
+        )
+    return float(m[1]) * _UNITS[m[2]]
+
+
+def cmd_prune(args: argparse.Namespace, console: Console) -> int:
+    """Remove ended sessions (completed, max_turns, failed, or records alone) idle for longer
+    than --older-than, one transaction each: state, transcript, records, approvals. Never one
+    with a call in progress or in doubt, a pending approval or a held lease. Their calls are
+    forgotten: `toolledger export` keeps a copy first."""
+    with store_of(args) as store:
+        report = store.prune(older_than=args.older_than, status=args.status, dry_run=args.dry_run)
+    if args.json:
+        emit_json(_report_json(report))
+        return 0
+    verb = "would remove" if report.dry_run else "removed"
+    if report.removed:
+        table = Table(title=f"{verb} {len(report.removed)} session(s)")
+        for column in ("session", "status", "last activity", "messages", "records", "approvals"):
+            table.add_column(column)
+        for p in report.removed:
+            table.add_row(
+                safe(p.session_id),
+                p.status.value if p.status else "records only",
+                when(p.last_activity),
+                str(p.messages),
+                str(p.records),
+                str(p.approvals),
+            )
+        console.print(table)
+    else:
+        console.print(
+            f"nothing to remove: no ended session idle for longer than {args.older_than:g}s"
+        )
+    for k in report.kept:
+        console.print(safe(f"kept {k.session_id}: {k.why}", "yellow"))
+    return 0
+
+
+def _report_json(report: PruneReport) -> dict[str, Any]:
+    return {
+        "dry_run": report.dry_run,
+        "removed": [
+            {
+                "session_id": p.session_id,
+                "status": p.status.value if p.status else None,
+                "last_activity": p.last_activity,
+                "messages": p.messages,
+                "records": p.records,
+                "approvals": p.approvals,
+            }
+            for p in report.removed
+        ],
+        "kept": [{"session_id": k.session_id, "why": k.why} for k in report.kept],
+    }
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    """Write one session as JSON lines: its state, every message, every ledger record, every
+    approval request and its lease, one object per line with its "kind". Secrets are masked
+    unless --show-secrets (for a faithful copy to keep before `prune`)."""
+    with store_of(args) as store:
+        if not known_session(store, args.session):
+            return no_session(console, args, store)
+        sid = args.session
+        reveal = args.show_secrets
+        state = store.session(sid)
+        lines: list[dict[str, Any]] = [
+            {"kind": "session", "session_id": sid}
+            | ({"state": render.session_json(state)} if state else {"state": None})
+        ]
+        lines += [
+            {
+                "kind": "message",
+                "seq": m.seq,
+                "role": m.role,
+                "content": m.content if reveal else masked(m.content),
+                "created_at": m.created_at,
+            }
+            for m in store.messages(sid)
+        ]
+        lines += [
+            {"kind": "effect"} | render.effect_json(r, reveal=reveal)
+            for r in store.ledger(sid).records()
+        ]
+        lines += [
+            {"kind": "approval"} | render.approval_json(a, reveal=reveal)
+            for a in store.approvals(sid)
+        ]
+        lease = store.lease(sid)
+        if lease is not None:
+            lines.append(
+                {
+                    "kind": "lease",
+                    "owner": lease.owner,
+                    "token": lease.token,
+                    "expires_at": lease.expires_at,
+                }
+            )
+    if args.output is None:
+        _write(sys.stdout, lines)
+    else:
+        # Created private (it may hold what --show-secrets revealed), replaced whole.
+        tmp = f"{args.output}.tmp"
+        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+        with open(fd, "w", encoding="utf-8") as fh:
+            _write(fh, lines)
+        os.replace(tmp, args.output)
+        console.print(safe(f"wrote {len(lines)} lines of session {sid} to {args.output}"))
+    return 0
+
+
+def _write(fh: TextIO, lines: list[dict[str, Any]]) -> None:
+    for line in lines:
+        fh.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")

@@ -1,0 +1,139 @@
+"""Retention: remove old sessions whole — state, transcript, records, approvals, lease — one
+transaction per session (``Store.prune``, ``toolledger prune``).
+
+Only a session that ended is removed: ``completed``, ``max_turns`` or ``failed`` (a model API
+error, with every tool_use answered), or a session of records alone (``run_tool_uses`` without
+an agent) — and never one with a call in progress or in doubt, a pending approval, or a lease
+held. Those conditions are checked when the session is read and again, by the store, in the
+transaction that removes it (``DropSession``): a run that starts meanwhile keeps its session.
+
+Removing a session forgets its calls: a ``tool_use_id`` of it, met again, runs as a new call.
+Remove only what no agent will resume; ``toolledger export SESSION`` keeps a copy first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ConfigurationError, SessionConflictError
+from ..ops import PRUNABLE, DropSession
+from ..records import ApprovalRecord, ApprovalStatus, EffectRecord, Lease, RunStatus, Status
+from .store import Store
+
+__all__ = ["Kept", "PruneReport", "Pruned", "prune"]
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """A session removed (or, in a dry run, that would be)."""
+
+    session_id: str
+    status: RunStatus | None  # None: records alone, no agent state
+    last_activity: float
+    messages: int
+    records: int
+    approvals: int
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """A session old enough to go, kept: ``why`` says what holds it."""
+
+    session_id: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    removed: list[Pruned] = field(default_factory=list)
+    kept: list[Kept] = field(default_factory=list)
+    dry_run: bool = False
+
+
+def prune(
+    store: Store,
+    *,
+    older_than: float,
+    status: RunStatus | str | None = None,
+    dry_run: bool = False,
+) -> PruneReport:
+    """Remove every ended session whose last activity (its state, records and approvals) is
+    more than ``older_than`` seconds old on the store's clock; only those in ``status`` when
+    given (then sessions of records alone are left). ``dry_run``: remove nothing, report what
+    would go."""
+    if isinstance(older_than, bool) or not isinstance(older_than, int | float) or older_than < 0:
+        raise ConfigurationError(f"older_than must be a number of seconds >= 0, not {older_than!r}")
+    wanted = _status(status)
+    now = store.now()
+    report = PruneReport(dry_run=dry_run)
+    for sid in store.sessions():
+        state = store.session(sid)
+        if wanted is not None and (state is None or state.status is not wanted):
+            continue
+        records = store.ledger(sid).records()
+        approvals = store.approvals(sid)
+        stamps = [r.updated_at for r in records]
+        stamps += [a.decided_at or a.requested_at for a in approvals]
+        if state is not None:
+            stamps.append(state.updated_at)
+        last = max(stamps, default=0.0)
+        if now - last <= older_than:
+            continue
+        lease = store.lease(sid)
+        why = _held(state.status if state else None, records, approvals, lease, now)
+        if why is not None:
+            report.kept.append(Kept(sid, why))
+            continue
+        gone = Pruned(
+            session_id=sid,
+            status=state.status if state else None,
+            last_activity=last,
+            messages=state.messages if state else 0,
+            records=len(records),
+            approvals=len(approvals),
+        )
+        if not dry_run:
+            op = DropSession(sid, state.version if state else None, now)
+            try:
+                store.apply(sid, [op])
+            except SessionConflictError:
+                report.kept.append(Kept(sid, "it changed while it was being removed"))
+                continue
+        report.removed.append(gone)
+    return report
+
+
+def _status(status: RunStatus | str | None) -> RunStatus | None:
+    if status is None:
+        return None
+    try:
+        chosen = RunStatus(status)
+    except ValueError:
+        chosen = None
+    if chosen not in PRUNABLE:
+        names = ", ".join(sorted(s.value for s in PRUNABLE))
+        raise ConfigurationError(
+            f"status {status!r} cannot be pruned; sessions that ended are: {names}"
+        )
+    return chosen
+
+
+def _held(
+    status: RunStatus | None,
+    records: list[EffectRecord],
+    approvals: list[ApprovalRecord],
+    lease: Lease | None,
+    now: float,
+) -> str | None:
+    """Why a session must stay, or ``None``."""
+    if status is not None and status not in PRUNABLE:
+        return f"it is {status.value}"
+    started = [r.tool_use_id for r in records if r.status is Status.STARTED]
+    if started:
+        return f"a call is in progress or in doubt ({', '.join(started)})"
+    waiting = [a.tool_use_id for a in approvals if a.status is ApprovalStatus.PENDING]
+    if waiting:
+        return f"an approval is pending ({', '.join(waiting)})"
+    if lease is not None and lease.expires_at > now:
+        return "a worker holds its lease"
+    return None

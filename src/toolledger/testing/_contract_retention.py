@@ -1,0 +1,176 @@
+"""The store contract, part three: removing a session (``DropSession``, ``Store.prune``) takes
+all of it or nothing, and never a session with a call in progress or in doubt, a pending approval
+or a held lease. Run through ``StoreConformance``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ..errors import ConfigurationError, SessionConflictError
+from ..ops import (
+    AppendMessages,
+    DropSession,
+    InsertEffect,
+    Op,
+    PutApproval,
+    PutSession,
+    TakeLease,
+)
+from ..records import ApprovalStatus, Lease, RunStatus, Status
+from ..stores import Store, open_store
+from ._samples import make_approval, make_message, make_record, make_state
+
+__all__ = ["RetentionContract"]
+
+DAY = 86_400.0
+
+
+def _ended(store: Store, sid: str, status: RunStatus = RunStatus.COMPLETED) -> None:
+    """A session as an agent leaves it: state, three messages, a settled call, a decided
+    approval, a lease given back."""
+    ops: list[Op] = [
+        PutSession(make_state(sid, version=3, messages=3, status=status), None),
+        AppendMessages(
+            tuple(make_message(i, "user" if i % 2 == 0 else "assistant") for i in (0, 1, 2))
+        ),
+        InsertEffect(make_record(sid, "toolu_a", status=Status.SUCCEEDED, result="ok")),
+        PutApproval(make_approval(sid, "toolu_a", status=ApprovalStatus.APPROVED, by="ann"), None),
+        TakeLease(Lease(session_id=sid, owner="h:1:a", token=1, expires_at=5.0), expect_token=0),
+    ]
+    assert store.apply(sid, ops) == [True] * len(ops)
+
+
+def _whole(store: Store, sid: str) -> tuple[object, ...]:
+    return (
+        store.session(sid),
+        store.messages(sid),
+        store.ledger(sid).records(),
+        store.approvals(sid),
+        store.lease(sid),
+    )
+
+
+def _gone(store: Store, sid: str) -> None:
+    assert _whole(store, sid) == (None, [], [], [], None)
+    assert sid not in store.sessions()
+    assert sid not in [s.session_id for s in store.session_states()]
+
+
+class RetentionContract:
+    """The retention third of ``StoreConformance``."""
+
+    durable: bool
+
+    def test_a_removed_session_is_gone_whole_and_others_stay(
+        self, store: Store, store_url: str
+    ) -> None:
+        _ended(store, "old")
+        _ended(store, "other")
+        kept = _whole(store, "other")
+        now = store.now()
+        assert store.apply("old", [DropSession("old", 3, now)]) == [True]
+        _gone(store, "old")
+        assert _whole(store, "other") == kept
+        if self.durable:
+            with open_store(store_url) as again:
+                _gone(again, "old")
+                assert _whole(again, "other") == kept
+
+    def test_a_session_of_records_alone_is_removed(self, store: Store) -> None:
+        store.apply("bare", [InsertEffect(make_record("bare", status=Status.SUCCEEDED))])
+        with pytest.raises(SessionConflictError):  # it has no state: a version cannot match
+            store.apply("bare", [DropSession("bare", 1, store.now())])
+        assert store.apply("bare", [DropSession("bare", None, store.now())]) == [True]
+        _gone(store, "bare")
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            "stale version",
+            "has state",
+            "running",
+            "needs_attention",
+            "awaiting_approval",
+            "started call",
+            "pending approval",
+            "held lease",
+        ],
+    )
+    def test_what_holds_a_session_keeps_all_of_it(self, store: Store, change: str) -> None:
+        status = RunStatus(change) if change in {s.value for s in RunStatus} else None
+        _ended(store, "s", status or RunStatus.COMPLETED)
+        now = store.now()
+        version: int | None = 3
+        if change == "stale version":
+            version = 2
+        elif change == "has state":
+            version = None
+        elif change == "started call":
+            store.apply("s", [InsertEffect(make_record("s", "toolu_b", status=Status.STARTED))])
+        elif change == "pending approval":
+            store.apply("s", [PutApproval(make_approval("s", "toolu_b"), None)])
+        elif change == "held lease":
+            held = Lease(session_id="s", owner="h:2:b", token=2, expires_at=now + DAY)
+            taken = TakeLease(held, expect_token=1, expect_expires_at=None)
+            assert store.apply("s", [taken]) == [True]
+        before = _whole(store, "s")
+        with pytest.raises(SessionConflictError) as info:
+            store.apply("s", [DropSession("s", version, now)])
+        assert info.value.session_id == "s"
+        assert _whole(store, "s") == before
+
+    def test_a_removal_is_a_batch_of_its_own(self, store: Store) -> None:
+        _ended(store, "s")
+        before = _whole(store, "s")
+        with pytest.raises(ConfigurationError):
+            store.apply(
+                "s",
+                [
+                    InsertEffect(make_record("s", "toolu_z", status=Status.SUCCEEDED)),
+                    DropSession("s", 3, store.now()),
+                ],
+            )
+        assert _whole(store, "s") == before
+
+    def test_prune_removes_what_ended_long_ago_and_says_what_it_kept(self, store: Store) -> None:
+        _ended(store, "done")
+        _ended(store, "budget", RunStatus.MAX_TURNS)
+        _ended(store, "doubt")
+        store.apply("doubt", [InsertEffect(make_record("doubt", "toolu_b", status=Status.STARTED))])
+        _ended(store, "asking", RunStatus.AWAITING_APPROVAL)
+        store.apply("bare", [InsertEffect(make_record("bare", status=Status.SUCCEEDED))])
+        recent = replace(make_state("fresh", version=1), updated_at=store.now())
+        store.apply("fresh", [PutSession(recent, None)])
+
+        dry = store.prune(older_than=30 * DAY, dry_run=True)
+        assert dry.dry_run and sorted(p.session_id for p in dry.removed) == [
+            "bare",
+            "budget",
+            "done",
+        ]
+        assert len(store.sessions()) == 6  # a dry run removes nothing
+
+        only = store.prune(older_than=30 * DAY, status="max_turns")
+        assert [p.session_id for p in only.removed] == ["budget"]
+        _gone(store, "budget")
+
+        report = store.prune(older_than=30 * DAY)
+        removed = {p.session_id: p for p in report.removed}
+        assert sorted(removed) == ["bare", "done"]
+        done = removed["done"]
+        assert (done.status, done.messages, done.records, done.approvals) == (
+            RunStatus.COMPLETED,
+            3,
+            1,
+            1,
+        )
+        assert removed["bare"].status is None and removed["bare"].records == 1
+        kept = {k.session_id: k.why for k in report.kept}
+        assert sorted(kept) == ["asking", "doubt"]
+        assert "in progress or in doubt (toolu_b)" in kept["doubt"]
+        assert "awaiting_approval" in kept["asking"]
+        assert store.sessions() == ["asking", "doubt", "fresh"]
+        with pytest.raises(ConfigurationError, match="cannot be pruned"):
+            store.prune(older_than=0, status="running")

@@ -1,0 +1,130 @@
+"""Retention from the command line and under overlap: ``prune`` removes what ended and keeps a
+session a worker is running at that very moment; ``export`` writes a session as JSON lines."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import toolledger as tl
+from toolledger.cli.app import main
+from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+    code = main(list(argv))
+    out = capsys.readouterr().out
+    return code, json.loads(out) if "--json" in argv and out.strip() else out
+
+
+def rows(db: Path, session: str) -> dict[str, int]:
+    """What the SQLite file itself holds of ``session``, table by table."""
+    with sqlite3.connect(db) as conn:
+        return {
+            t: conn.execute(
+                f"SELECT count(*) FROM {t} WHERE session_id = ?", (session,)
+            ).fetchone()[0]
+            for t in ("sessions", "messages", "effects", "approvals", "leases")
+        }
+
+
+@tl.tool(effect="non_idempotent")
+def create_ticket(title: str, api_key: str) -> str:
+    """Open a ticket."""
+    return f"T-{title}"
+
+
+def run_one(db: Path, session: str) -> None:
+    script = [
+        Reply(text="On it.", tool_uses=[ToolUse("create_ticket", {"title": "x", "api_key": "k9"})]),
+        Reply(text="Done."),
+    ]
+    with ScriptedModel(script) as m, tl.open_store(f"sqlite:///{db}") as store:
+        agent = tl.Agent(client=m.client(), model="c", tools=[create_ticket], store=store)
+        assert agent.run(session=session, prompt="go").status is tl.RunStatus.COMPLETED
+
+
+def test_prune_and_export_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "l.db"
+    run_one(db, "old")
+    run_one(db, "new")
+    url = f"sqlite:///{db}"
+    code, out = cli(capsys, "--store", url, "export", "old")
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    kinds = [line["kind"] for line in lines]
+    assert kinds[0] == "session" and kinds.count("message") == 4 and kinds.count("effect") == 1
+    assert lines[0]["state"]["status"] == "completed"
+    assert "k9" not in out and "***" in out  # masked unless --show-secrets
+    target = tmp_path / "old.jsonl"
+    code, _ = cli(capsys, "--store", url, "export", "old", "--show-secrets", "-o", str(target))
+    assert code == 0 and "k9" in target.read_text()
+    assert target.stat().st_mode & 0o777 == 0o600
+
+    code, report = cli(capsys, "--store", url, "--json", "prune", "--older-than", "1h")
+    assert code == 0 and report["removed"] == []  # nothing is an hour old
+    code, report = cli(capsys, "--store", url, "--json", "prune", "--older-than", "0s", "--dry-run")
+    assert sorted(p["session_id"] for p in report["removed"]) == ["new", "old"]
+    assert rows(db, "old")["effects"] == 1  # a dry run removes nothing
+    code, text = cli(capsys, "--store", url, "prune", "--older-than", "0s")
+    assert code == 0 and "removed 2 session(s)" in text
+    for session in ("old", "new"):
+        assert rows(db, session) == dict.fromkeys(rows(db, session), 0)
+    code, _ = cli(capsys, "--store", url, "export", "old")
+    assert code == 1  # gone
+
+
+def test_a_bad_age_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["prune", "--older-than", "30 days"])
+    assert done.value.code == 2
+    assert "is not a duration" in capsys.readouterr().err
+
+
+def test_a_session_being_run_is_kept_and_its_call_runs_once(tmp_path: Path) -> None:
+    """A worker continues a completed session; prune runs while its tool is running. The
+    session is kept (its lease is held, its call in progress); the tool runs once; once the run
+    is over the session can go."""
+    db = tmp_path / "l.db"
+    run_one(db, "s")
+    inside, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    @tl.tool(effect="non_idempotent")
+    def slow_send(to: str) -> str:
+        ran.append(to)
+        inside.set()
+        assert release.wait(30)
+        return "sent"
+
+    # The scripted model answers by turn: the session's first two turns are behind it.
+    script = [
+        Reply(text="(turn 1)"),
+        Reply(text="(turn 2)"),
+        Reply(text="Sending.", tool_uses=[ToolUse("slow_send", {"to": "a@b"})]),
+        Reply(text="Sent."),
+    ]
+    with ScriptedModel(script) as m, tl.open_store(f"sqlite:///{db}") as store:
+        agent = tl.Agent(client=m.client(), model="c", tools=[slow_send], store=store)
+        runs: list[tl.Run] = []
+        worker = threading.Thread(target=lambda: runs.append(agent.run(session="s", prompt="more")))
+        worker.start()
+        assert inside.wait(30)
+        with tl.open_store(f"sqlite:///{db}") as operator:
+            report = operator.prune(older_than=0)
+        (kept,) = report.kept
+        assert report.removed == [] and kept.session_id == "s"
+        release.set()
+        worker.join(30)
+        assert runs[0].status is tl.RunStatus.COMPLETED
+        assert ran == ["a@b"]
+        assert rows(db, "s")["effects"] == 2
+        assert [p.session_id for p in store.prune(older_than=0).removed] == ["s"]
+    assert rows(db, "s") == dict.fromkeys(rows(db, "s"), 0)
