@@ -81,13 +81,15 @@ PAY = {"amount": 5, "api_key": SECRET}
 MAIL = {"to": "ops@example.com"}
 
 
-def build(tmp_path: Path, *, in_doubt: bool = True) -> Scene:
+def build(
+    tmp_path: Path, *, in_doubt: bool = True, waiting: tuple[str, ...] = ("pay-1", "pay-2")
+) -> Scene:
     """The scene in ``tmp_path``; ``in_doubt=False`` leaves the in-doubt call out (a console in
     another process sees this process alive: the call would be in progress there)."""
     path = tmp_path / "console.db"
     scene = Scene(url=f"sqlite:///{path}", path=path)
     assert scene.run(XSS_SESSION, "fetch_page", {"url": "https://x"}).status.value == "completed"
-    for session in ("pay-1", "pay-2"):
+    for session in waiting:
         assert scene.run(session, "wire", PAY).status.value == "awaiting_approval"
     if in_doubt:
         scene.crash = True
