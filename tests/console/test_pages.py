@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,21 @@ def test_the_library_refuses_a_decision_about_another_input(scene: Scene) -> Non
             input_hash=request.input_hash,
         )
     assert decided.status is ApprovalStatus.APPROVED
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "chat", "responses"])
+def test_a_session_of_every_provider_shows_its_calls_with_secrets_masked(
+    tmp_path: Path, kind: str
+) -> None:
+    from ..cli.test_show_transcripts import SECRETS, _run_kind
+
+    url = f"sqlite:///{tmp_path / 'kinds.db'}"
+    _run_kind(kind, url)
+    client = TestClient(create_app(url), base_url="http://127.0.0.1")
+    page = client.get("/session", params={"id": "s"}).text
+    calls = re.findall(r'<table class="calls">.*?</table>', page, re.S)[0]
+    assert calls.count("<tr>") == 3, "a header and the two calls"
+    assert "sign_in" in calls and "audit" in calls and "&#34;password&#34;: &#34;***&#34;" in calls
+    assert "model asks: sign_in" in page and "→ model: tool_result" in page
+    for secret in SECRETS:
+        assert secret not in page

@@ -190,3 +190,6 @@ def test_beyond_loopback_the_console_refuses_to_start_without_a_token(
     url = f"sqlite:///{tmp_path / 'none.db'}"
     assert main(["console", "--store", url, "--host", "0.0.0.0"]) == 1
     assert "give it a token" in " ".join(capsys.readouterr().err.split())
+    assert main(["console", "--store", url]) == 1, "on loopback, but there is no store"
+    out, err = capsys.readouterr()
+    assert "no store at" in err and out == ""

@@ -8,7 +8,7 @@ import os
 from rich.console import Console
 
 from ..errors import ConfigurationError
-from ._command import url_of
+from ._command import store_of, url_of
 from .render import safe
 
 __all__ = ["cmd_console"]
@@ -30,6 +30,8 @@ def cmd_console(args: argparse.Namespace, console: Console) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or None
     bind_check(args.host, token)
     url = url_of(args)
+    with store_of(args):
+        pass  # it exists and opens: say so before saying where the console is
     where = f"[{args.host}]" if ":" in args.host else args.host
     console.print(safe(f"toolledger console for {url} on http://{where}:{args.port}/"))
     if token:
