@@ -40,6 +40,8 @@ class Scene:
         def wire(amount: int, api_key: str) -> dict[str, int]:
             """Wire money."""
             self.ran["wire"] += 1
+            if self.crash:
+                raise KeyboardInterrupt
             return {"wired": amount}
 
         @tl.tool(effect="non_idempotent")

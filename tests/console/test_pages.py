@@ -4,6 +4,7 @@ and the next run of the session goes on from it."""
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import re
@@ -243,3 +244,24 @@ def test_a_session_of_every_provider_shows_its_calls_with_secrets_masked(
     assert "model asks: sign_in" in page and "→ model: tool_result" in page
     for secret in SECRETS:
         assert secret not in page
+
+
+def test_a_request_for_a_call_that_may_have_run_says_so_in_red(
+    client: TestClient, scene: Scene
+) -> None:
+    (first,) = [f for f in forms_of(client.get("/approvals").text) if f["session"] == "pay-1"]
+    client.post("/approvals/decide", data={**first, "by": "ana", "decision": "approve"})
+    scene.crash = True  # the approved call starts, and its process stops before it returns
+    with contextlib.suppress(KeyboardInterrupt):
+        scene.run("pay-1", "wire", PAY)
+    scene.crash = False
+    assert scene.run("pay-1", "wire", PAY).status is tl.RunStatus.AWAITING_APPROVAL
+    page = client.get("/approvals").text
+    (card,) = [c for c in page.split('<section class="card approval">') if "pay-1" in c]
+    assert '<p class="danger">This call may already have run' in card
+    assert "pay-2" not in card
+    (again,) = [f for f in forms_of(page) if f["session"] == "pay-1"]
+    done = client.post("/approvals/decide", data={**again, "by": "bo", "decision": "approve"})
+    assert done.status_code == 200
+    assert scene.run("pay-1", "wire", PAY).status is tl.RunStatus.COMPLETED
+    assert scene.ran["wire"] == 2, "run again only because a person approved it, in doubt"
