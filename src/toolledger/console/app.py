@@ -23,6 +23,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from ..cli._command import known_session
 from ..stores import Store, open_store
 from . import views
 from .actions import Notice, decide_from, resolve_from
@@ -173,8 +174,6 @@ def _code(notice: Notice) -> int:
 
 
 def _session_or_none(store: Store, session_id: str) -> dict[str, Any] | None:
-    from ..cli._command import known_session
-
     if not session_id or not known_session(store, session_id):
         return None
     return views.session_view(store, session_id)

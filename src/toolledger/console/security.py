@@ -27,10 +27,10 @@ import hmac
 import ipaddress
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
 from urllib.parse import urlencode
 
 from starlette.datastructures import FormData
+from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
@@ -47,6 +47,7 @@ __all__ = [
     "bind_check",
     "csrf_protected",
     "is_loopback",
+    "middleware_for",
 ]
 
 CSRF_COOKIE = "toolledger_csrf"
@@ -216,8 +217,6 @@ def csrf_protected(
     return wrap
 
 
-def middleware_for(guard: Guard) -> Any:
+def middleware_for(guard: Guard) -> Middleware:
     """The ``Middleware`` entry that installs the guard."""
-    from starlette.middleware import Middleware
-
     return Middleware(GuardMiddleware, guard=guard)
