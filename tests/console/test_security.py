@@ -148,6 +148,10 @@ def test_loopback_answers_loopback_host_names_only(built: Scene) -> None:
         assert TestClient(app, base_url=f"http://{host}").get("/").status_code == 200, host
     rebound = TestClient(app, base_url="http://attacker.example")
     assert rebound.get("/").status_code == 400, "a re-pointed name gets nothing (DNS rebinding)"
+    guarded = create_app(built.url, token="t0ken")  # a proxy may pass its own name: the token
+    proxied = TestClient(guarded, base_url="http://console.example")
+    assert proxied.get("/").status_code == 401
+    assert proxied.get("/", headers={"Authorization": "Bearer t0ken"}).status_code == 200
 
 
 def test_a_token_is_needed_on_every_request(built: Scene) -> None:

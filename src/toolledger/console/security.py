@@ -5,9 +5,10 @@
 * **The token**, when there is one, is checked on every request: an ``Authorization: Bearer``
   header, or the cookie set when a page is first opened as ``/?token=…`` (the browser is then
   sent to the same page without it, so it stays out of the address bar and of the history).
-* **Host names.** On a loopback address only ``127.0.0.1``, ``localhost`` and ``[::1]`` are
-  answered: a page of another site that re-points its own name at 127.0.0.1 (DNS rebinding) gets
-  nothing.
+* **Host names.** On a loopback address without a token only ``127.0.0.1``, ``localhost`` and
+  ``[::1]`` are answered: a page of another site that re-points its own name at 127.0.0.1 (DNS
+  rebinding) gets nothing. With a token any name is answered (a proxy on the same machine may
+  pass its own): the token guards it, and a re-pointed name never carries the token's cookie.
 * **CSRF.** Every POST carries the form field ``csrf`` equal to the ``toolledger_csrf`` cookie,
   and that value is signed with a secret this process drew at start: a missing, forged or stale
   one (from an earlier run of the console) is refused before anything is read or written.
@@ -142,8 +143,8 @@ class Guard:
         )
 
     def host_ok(self, request: Request) -> bool:
-        if not self.loopback:
-            return True  # the token guards it
+        if not self.loopback or self.token is not None:
+            return True  # the token guards it (a re-pointed name never carries its cookie)
         host = request.headers.get("host", "")
         name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
         return name in LOOPBACK_NAMES
