@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck pytest torture torture-concurrent simulate bench bench-full clean
+.PHONY: demo test lint typecheck pytest browser torture torture-concurrent simulate bench bench-full clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+# The console's browser tests drive Debian's chromium: installed here when it is missing.
+browser:
+	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || .ci/install-browser
+
+pytest: $(STAMP) browser
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest

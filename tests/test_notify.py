@@ -96,7 +96,7 @@ def test_a_queued_approval_is_posted_once_signed_and_masked(hook: Hook, tmp_path
     assert event["tool"] == "wire_money" and event["in_doubt"] is False
     assert json.loads(event["input"]) == {"to": "acct-9", "api_key": "***"}
     assert "sk-live" not in body.decode()
-    assert event["console"] == "http://console.local:8765/sessions/pay%20%3Cb%3Eday%3C%2Fb%3E%2F1"
+    assert event["console"] == "http://console.local:8765/session?id=pay%20%3Cb%3Eday%3C%2Fb%3E%2F1"
     assert headers["X-Toolledger-Event"] == "approval_requested"
     assert headers["X-Toolledger-Delivery"] == event["id"]
     stamp, signature = headers["X-Toolledger-Timestamp"], headers["X-Toolledger-Signature"]

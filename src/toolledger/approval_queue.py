@@ -150,11 +150,22 @@ def pending(store: Store, session_id: str | None = None) -> list[ApprovalRecord]
 
 
 def decide(
-    store: Store, session_id: str, tool_use_id: str, *, approved: bool, by: str
+    store: Store,
+    session_id: str,
+    tool_use_id: str,
+    *,
+    approved: bool,
+    by: str,
+    input_hash: str | None = None,
 ) -> ApprovalRecord:
     """Approve or deny a pending request (one compare-and-set). Raises ``NotPendingError`` when
     there is no pending request for that call, ``SessionConflictError`` when it was decided by
-    someone else meanwhile."""
+    someone else meanwhile.
+
+    ``input_hash``: the hash of the input the person was shown. A request whose input is another
+    one by now is refused (``SessionConflictError``), not decided. The decision written is the
+    request as read, hash included, so a request replaced between that read and the write is
+    not decided either: its hash differs, and the queue asks again."""
     current = _find(store, session_id, tool_use_id)
     if current is None or current.status is not ApprovalStatus.PENDING:
         if current is None:
@@ -172,6 +183,13 @@ def decide(
         raise NotPendingError(
             f"{state} (in {store.url}); only a pending request can be decided — "
             "`toolledger approvals` lists them",
+            session_id=session_id,
+            tool_use_id=tool_use_id,
+        )
+    if input_hash is not None and current.input_hash != input_hash:
+        raise SessionConflictError(
+            f"the request for {tool_use_id!r} is not the one you were shown: its input changed "
+            f"(hash {current.input_hash}, not {input_hash}); look at it again",
             session_id=session_id,
             tool_use_id=tool_use_id,
         )

@@ -7,7 +7,7 @@ Two moments need a person: a high-impact call waits for approval
     {"type": "approval_requested" | "in_doubt", "id": "<delivery id>", "at": 1764800000.0,
      "session": "...", "tool_use_id": "...", "tool": "send_email",
      "input": "{\\"to\\":\\"...\\"}", "reason": "...", "in_doubt": false,
-     "console": "http://127.0.0.1:8765/sessions/..."}
+     "console": "http://127.0.0.1:8765/session?id=..."}
 
 ``input`` is a summary: the call's input as JSON with secrets masked (as the command line masks
 them) and cut to 500 characters. ``console`` is a link to the session in ``toolledger console``
@@ -205,7 +205,7 @@ class Notifier:
     def link(self, session_id: str) -> str | None:
         if self.console_url is None:
             return None
-        return f"{self.console_url}/sessions/{quote(session_id, safe='')}"
+        return f"{self.console_url}/session?id={quote(session_id, safe='')}"
 
     # -- delivery --------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ COMMANDS = [
     "approve",
     "deny",
     "verify",
+    "console",
     "resume-all",
     "bench",
     "audit",

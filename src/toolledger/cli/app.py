@@ -3,8 +3,8 @@
 The store comes from ``--store URL``, else ``$TOOLLEDGER_STORE``, else ``sqlite:///toolledger.db``.
 Every command takes ``--json`` for machine-readable output. Every command is registered here
 (``build_parser``); they are written in ``looking`` (what a store holds), ``settling`` (in-doubt
-calls and approvals), ``retention`` (prune, export) and ``running`` (resume-all, bench, audit,
-demo).
+calls and approvals), ``retention`` (prune, export), ``running`` (resume-all, bench, audit,
+demo) and ``serving`` (the web console).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from .looking import cmd_effects, cmd_in_doubt, cmd_sessions, cmd_show, cmd_veri
 from .render import safe
 from .retention import cmd_export, cmd_prune, duration
 from .running import cmd_audit, cmd_bench, cmd_demo, cmd_resume_all
+from .serving import TOKEN_ENV, cmd_console
 from .settling import cmd_approvals, cmd_approve, cmd_deny, cmd_resolve
 
 # -- the parser ----------------------------------------------------------------------------------
@@ -123,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("tool_use_id")
         p.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
     add("verify", cmd_verify)
+    _console(add)
     p = add("audit", cmd_audit)
     p.add_argument("target", metavar="MODULE:TOOLSET", help="e.g. examples.brief_tools:TOOLS")
     p = add("resume-all", cmd_resume_all)
@@ -137,6 +139,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("bench", cmd_bench)
     p.add_argument("--quick", action="store_true", help="about a minute")
     return parser
+
+
+def _console(add: Callable[..., argparse.ArgumentParser]) -> None:
+    p = add("console", cmd_console)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
+    p.add_argument(
+        "--token",
+        default=None,
+        help=f"required on every request (default: ${TOKEN_ENV}); needed beyond 127.0.0.1",
+    )
 
 
 def _retention(

@@ -3,43 +3,79 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 
 from ..liveness import Over, Running, lease_state
-from ..records import RunStatus
+from ..records import RunStatus, SessionState
+from ..stores import Store
 from ..verify import Severity, verify
 from . import render
 from ._command import emit_json, known_session, no_session, store_of, url_of
 from .render import safe
 
-__all__ = ["cmd_effects", "cmd_in_doubt", "cmd_sessions", "cmd_show", "cmd_verify"]
+__all__ = [
+    "Overview",
+    "cmd_effects",
+    "cmd_in_doubt",
+    "cmd_sessions",
+    "cmd_show",
+    "cmd_verify",
+    "overview",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """What ``sessions`` shows of a store: agent sessions, ledgers used on their own, who holds
+    each held session (owner, token, until, why, and a line for people), and the kinds of each
+    session's started calls (``in progress`` / ``in doubt``)."""
+
+    states: list[SessionState]
+    ledger_only: list[str]
+    held: dict[str, dict[str, Any]]
+    calls: dict[str, list[str]]
+
+    def started_summary(self) -> dict[str, str]:
+        """Each session's started calls counted by kind: ``1 in doubt, 2 in progress``."""
+        return {
+            sid: ", ".join(f"{kinds.count(k)} {k}" for k in sorted(set(kinds)))
+            for sid, kinds in self.calls.items()
+        }
+
+
+def overview(store: Store) -> Overview:
+    """The sessions of ``store``, their leases and their started calls (reads only)."""
+    states = store.session_states()
+    with_state = {s.session_id for s in states}
+    ledger_only = [sid for sid in store.sessions() if sid not in with_state]
+    now = store.now()
+    held: dict[str, dict[str, Any]] = {}
+    for s in states:
+        lease = store.lease(s.session_id)
+        state = lease_state(lease, now=now, runtime=store.runtime)
+        if lease is not None and isinstance(state, Running):
+            held[s.session_id] = {
+                "owner": lease.owner,
+                "token": lease.token,
+                "until": state.until,
+                "why": state.why,
+                "text": render.lease_text(lease, state),
+            }
+    calls: dict[str, list[str]] = {}
+    for record, verdict in store.started():
+        kind = "in progress" if isinstance(verdict, Running) else "in doubt"
+        calls.setdefault(record.session_id, []).append(kind)
+    return Overview(states, ledger_only, held, calls)
 
 
 def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
     """List sessions: agent sessions with their status, and ledgers used on their own."""
     with store_of(args) as store:
-        states = store.session_states()
-        with_state = {s.session_id for s in states}
-        ledger_only = [sid for sid in store.sessions() if sid not in with_state]
-        now = store.now()
-        held: dict[str, dict[str, Any]] = {}
-        for s in states:
-            lease = store.lease(s.session_id)
-            state = lease_state(lease, now=now, runtime=store.runtime)
-            if lease is not None and isinstance(state, Running):
-                held[s.session_id] = {
-                    "owner": lease.owner,
-                    "token": lease.token,
-                    "until": state.until,
-                    "why": state.why,
-                    "text": render.lease_text(lease, state),
-                }
-        calls: dict[str, list[str]] = {}
-        for record, verdict in store.started():
-            kind = "in progress" if isinstance(verdict, Running) else "in doubt"
-            calls.setdefault(record.session_id, []).append(kind)
+        seen = overview(store)
+    states, ledger_only, held, calls = seen.states, seen.ledger_only, seen.held, seen.calls
     if args.json:
         emit_json(
             {
@@ -59,10 +95,7 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
             }
         )
     else:
-        summary = {
-            sid: ", ".join(f"{kinds.count(k)} {k}" for k in sorted(set(kinds)))
-            for sid, kinds in calls.items()
-        }
+        summary = seen.started_summary()
         text = {sid: h["text"] for sid, h in held.items()}
         console.print(render.sessions_table(states, ledger_only, text, summary))
     return 0

@@ -16,7 +16,7 @@ from . import render
 from ._command import emit_json, store_of
 from .render import safe
 
-__all__ = ["cmd_approvals", "cmd_approve", "cmd_deny", "cmd_resolve"]
+__all__ = ["cmd_approvals", "cmd_approve", "cmd_deny", "cmd_resolve", "parse_result"]
 
 
 def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
@@ -31,12 +31,11 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
             )
             return 2
         try:
-            result = json.loads(args.result, parse_constant=_not_json)
-            if nesting(result) > MAX_NESTING:
-                raise ValueError(f"nested more than {MAX_NESTING} levels deep")
-        except (ValueError, RecursionError) as exc:
-            why = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
-            console.print(f"[red]--result is not JSON the model can be told: {escape(why)}[/red]")
+            result = parse_result(args.result)
+        except ValueError as exc:
+            console.print(
+                f"[red]--result is not JSON the model can be told: {escape(str(exc))}[/red]"
+            )
             return 2
     with store_of(args) as store:
         record = store.ledger(args.session).resolve(
@@ -49,6 +48,18 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
         if args.force and record.error and "forced while" in record.error:
             console.print(f"[yellow]{escape(record.error)}[/yellow]")
     return 0
+
+
+def parse_result(text: str) -> Any:
+    """The result a person gives for a call that happened: JSON the model can be told (no
+    ``NaN``, not nested too deep). Raises ``ValueError`` saying what is wrong."""
+    try:
+        result = json.loads(text, parse_constant=_not_json)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
+    if nesting(result) > MAX_NESTING:
+        raise ValueError(f"nested more than {MAX_NESTING} levels deep")
+    return result
 
 
 def _not_json(word: str) -> Any:

@@ -1,0 +1,98 @@
+"""What a person does from the console: settle an in-doubt call, decide an approval request.
+
+Each goes through the library's own write, so the rules are those of the command line:
+``Ledger.resolve`` (a call still in progress is refused — the console never forces) and
+``approvals.decide`` (bound to the input hash the page showed). A form that is incomplete or
+refused changes nothing and says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.datastructures import FormData
+
+from ..approval_queue import decide
+from ..cli.settling import parse_result
+from ..errors import ToolLedgerError
+from ..stores import Store
+
+__all__ = ["MAX_NAME", "Notice", "decide_from", "resolve_from"]
+
+MAX_NAME = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """What the page says after an action: done (``ok``) or refused, and why."""
+
+    ok: bool
+    text: str
+
+
+class Refused(ValueError):
+    """A form that cannot be acted on; its message is shown."""
+
+
+def _field(form: FormData, name: str, *, required: bool = True) -> str:
+    value = form.get(name)
+    text = value.strip() if isinstance(value, str) else ""
+    if required and not text:
+        raise Refused(f"the form has no {name}")
+    return text
+
+
+def _name(form: FormData) -> str:
+    by = _field(form, "by")
+    if len(by) > MAX_NAME or any(ord(c) < 0x20 or ord(c) == 0x7F for c in by):
+        raise Refused(f"a name is at most {MAX_NAME} characters, with no control characters")
+    return by
+
+
+def resolve_from(store: Store, form: FormData) -> Notice:
+    """Settle the in-doubt call the form names: it happened (with an optional result JSON the
+    model is told) or it did not (it runs on the next run)."""
+    try:
+        session, call = _field(form, "session"), _field(form, "tool_use_id")
+        by = _name(form)
+        happened = {"yes": True, "no": False}.get(_field(form, "happened"))
+        if happened is None:
+            raise Refused("say whether it happened")
+        text = _field(form, "result", required=False)
+        result: Any = None
+        if text:
+            if not happened:
+                raise Refused("a call that did not happen has no result: leave the result empty")
+            try:
+                result = parse_result(text)
+            except ValueError as exc:
+                raise Refused(f"the result is not JSON the model can be told: {exc}") from None
+        record = store.ledger(session).resolve(call, happened=happened, result=result, by=by)
+    except (Refused, ToolLedgerError) as exc:
+        return Notice(False, f"Nothing changed: {exc}")
+    what = "it happened" if happened else "it did not happen (it runs on the next run)"
+    return Notice(
+        True,
+        f"{record.tool} ({call}) in {session}: {what} — recorded {record.status.value} by {by}. "
+        "Run the session again to go on.",
+    )
+
+
+def decide_from(store: Store, form: FormData) -> Notice:
+    """Approve or deny the request the form names, if it is still the one the page showed."""
+    try:
+        session, call = _field(form, "session"), _field(form, "tool_use_id")
+        shown = _field(form, "input_hash")
+        by = _name(form)
+        approved = {"approve": True, "deny": False}.get(_field(form, "decision"))
+        if approved is None:
+            raise Refused("say approve or deny")
+        record = decide(store, session, call, approved=approved, by=by, input_hash=shown)
+    except (Refused, ToolLedgerError) as exc:
+        return Notice(False, f"Nothing changed: {exc}")
+    return Notice(
+        True,
+        f"{record.tool} ({call}) in {session}: {record.status.value} by {by}. "
+        "Run the session again to go on.",
+    )

@@ -1,0 +1,194 @@
+"""The console's routes: pages that read (GET) and the two actions (POST, CSRF-checked).
+
+``create_app(store)`` builds the Starlette application; ``serve`` runs it with uvicorn. The
+store is a URL (opened for each request, never created) or an open ``Store`` (shared, one
+request at a time).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from ..cli._command import known_session
+from ..stores import Store, open_store
+from . import views
+from .actions import Notice, decide_from, resolve_from
+from .security import Guard, bind_check, csrf_protected, is_loopback, middleware_for
+
+__all__ = ["create_app", "serve"]
+
+HERE = Path(__file__).parent
+
+
+class _Source:
+    """Where the pages read: a URL opened per request, or one open store behind a lock."""
+
+    def __init__(self, store: Store | str) -> None:
+        self.store = store
+        self.lock = threading.Lock()
+        self.url = store.url if isinstance(store, Store) else store
+
+    @contextmanager
+    def open(self) -> Iterator[Store]:
+        if isinstance(self.store, Store):
+            with self.lock:
+                yield self.store
+        else:
+            with open_store(self.store, create=False) as store:
+                yield store
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        with self.open() as store:
+            return fn(store, *args)
+
+
+def _templates() -> Jinja2Templates:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,  # every value from the store is text, whatever it holds
+        undefined=jinja2.StrictUndefined,
+    )
+    return Jinja2Templates(env=env)
+
+
+def create_app(store: Store | str, *, token: str | None = None, loopback: bool = True) -> Starlette:
+    """The console for ``store``. ``token``: required on every request when given (``serve``
+    requires one beyond loopback). ``loopback``: it listens on a loopback address, so only the
+    loopback host names are answered."""
+    source = _Source(store)
+    templates = _templates()
+    guard = Guard(token=token, loopback=loopback)
+
+    async def page(
+        request: Request,
+        name: str,
+        context: dict[str, Any],
+        *,
+        notice: Notice | None = None,
+        status: int = 200,
+    ) -> Response:
+        return templates.TemplateResponse(
+            request,
+            name,
+            {
+                **context,
+                "store_url": source.url,
+                "csrf": guard.csrf_of(request),
+                "notice": notice,
+                "page": name.removesuffix(".html"),
+            },
+            status_code=status,
+        )
+
+    def refuse(request: Request) -> Response:
+        html = templates.get_template("message.html").render(
+            heading="Refused",
+            text="This form is stale or did not come from this console (its CSRF token is "
+            "missing or wrong). Nothing was changed. Open the page again and retry.",
+            store_url=source.url,
+            notice=None,
+            page="",
+        )
+        return HTMLResponse(html, status_code=403)
+
+    async def sessions(request: Request) -> Response:
+        ctx = await run_in_threadpool(source.call, views.sessions_view, _status(request))
+        return await page(request, "sessions.html", ctx)
+
+    async def sessions_rows(request: Request) -> Response:
+        ctx = await run_in_threadpool(source.call, views.sessions_view, _status(request))
+        return await page(request, "_sessions_table.html", ctx)
+
+    async def session(request: Request) -> Response:
+        sid = request.query_params.get("id", "")
+        ctx = await run_in_threadpool(source.call, _session_or_none, sid)
+        if ctx is None:
+            return await page(
+                request,
+                "message.html",
+                {"heading": "No such session", "text": f"There is no session {sid!r} here."},
+                status=404,
+            )
+        return await page(request, "session.html", ctx)
+
+    async def in_doubt(request: Request) -> Response:
+        ctx = await run_in_threadpool(source.call, views.in_doubt_view)
+        return await page(request, "in_doubt.html", ctx)
+
+    @csrf_protected(refuse)
+    async def resolve(request: Request, form: FormData) -> Response:
+        notice = await run_in_threadpool(source.call, resolve_from, form)
+        ctx = await run_in_threadpool(source.call, views.in_doubt_view)
+        return await page(request, "in_doubt.html", ctx, notice=notice, status=_code(notice))
+
+    async def approvals(request: Request) -> Response:
+        ctx = await run_in_threadpool(source.call, views.approvals_view)
+        return await page(request, "approvals.html", ctx)
+
+    @csrf_protected(refuse)
+    async def decide(request: Request, form: FormData) -> Response:
+        notice = await run_in_threadpool(source.call, decide_from, form)
+        ctx = await run_in_threadpool(source.call, views.approvals_view)
+        return await page(request, "approvals.html", ctx, notice=notice, status=_code(notice))
+
+    async def verify(request: Request) -> Response:
+        ctx = await run_in_threadpool(source.call, views.verify_view)
+        return await page(request, "verify.html", ctx)
+
+    routes = [
+        Route("/", sessions, methods=["GET"]),
+        Route("/sessions/rows", sessions_rows, methods=["GET"]),
+        Route("/session", session, methods=["GET"]),
+        Route("/in-doubt", in_doubt, methods=["GET"]),
+        Route("/in-doubt/resolve", resolve, methods=["POST"]),
+        Route("/approvals", approvals, methods=["GET"]),
+        Route("/approvals/decide", decide, methods=["POST"]),
+        Route("/verify", verify, methods=["GET"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(routes=routes, middleware=[middleware_for(guard)])
+    app.state.guard = guard
+    return app
+
+
+def _status(request: Request) -> str | None:
+    return request.query_params.get("status") or None
+
+
+def _code(notice: Notice) -> int:
+    return 200 if notice.ok else 409
+
+
+def _session_or_none(store: Store, session_id: str) -> dict[str, Any] | None:
+    if not session_id or not known_session(store, session_id):
+        return None
+    return views.session_view(store, session_id)
+
+
+def serve(
+    store_url: str, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None
+) -> None:
+    """Serve the console until interrupted. Refuses (``ConfigurationError``) a non-loopback
+    ``host`` without a ``token``; the store must exist (``StoreError`` otherwise)."""
+    import uvicorn
+
+    bind_check(host, token)
+    with open_store(store_url, create=False):
+        pass  # it exists and opens: say so now, not on the first page
+    app = create_app(store_url, token=token, loopback=is_loopback(host))
+    # No access log: a first visit's URL carries the token.
+    uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")

@@ -1,0 +1,324 @@
+"""What each page of the console shows, read from the store through the command line's own
+readers (``toolledger.cli``): the same timeline, the same masking of secrets, the same verdicts
+on started calls. Reads only: nothing here writes.
+
+Values are plain data for the templates, which escape all of them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..adapters import transcript_reader
+from ..approval_queue import pending
+from ..cli.format import owner, when
+from ..cli.looking import overview
+from ..cli.timeline import Event, timeline
+from ..errors import ToolLedgerError
+from ..liveness import Running, Verdict
+from ..masking import masked, masked_text
+from ..records import ApprovalRecord, EffectRecord, RunStatus, SessionState, Status
+from ..stores import Store
+from ..verify import Problem, verify
+
+__all__ = [
+    "CallRow",
+    "DoubtRow",
+    "SessionRow",
+    "approvals_view",
+    "css",
+    "in_doubt_view",
+    "pretty",
+    "session_view",
+    "sessions_view",
+    "verify_view",
+]
+
+STATUSES = [s.value for s in RunStatus]
+
+
+def css(style: str) -> str:
+    """The CSS classes for a CLI style (``bold red`` → ``st-bold st-red``)."""
+    return " ".join(f"st-{word}" for word in style.split())
+
+
+def pretty(value: Any) -> str:
+    """A JSON value, secrets masked, indented for reading."""
+    return json.dumps(masked(value), indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def _pretty_text(text: str | None) -> str:
+    """A stored JSON text (a result), secrets masked, indented when it is JSON."""
+    shown = masked_text(text)
+    if shown is None:
+        return ""
+    try:
+        return json.dumps(json.loads(shown), indent=2, ensure_ascii=False)
+    except ValueError:
+        return shown
+
+
+# -- sessions ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    session_id: str
+    status: str
+    turns: str
+    tokens: str
+    updated: str
+    updated_at: float
+    held: str
+    started: str
+    reason: str
+
+
+def sessions_view(store: Store, status: str | None) -> dict[str, Any]:
+    """Every session (newest activity first), or those with ``status`` (``ledger_only``: ledgers
+    used without an agent)."""
+    seen = overview(store)
+    summary = seen.started_summary()
+    rows: list[SessionRow] = []
+    for s in sorted(seen.states, key=lambda s: s.updated_at, reverse=True):
+        held = seen.held.get(s.session_id, {}).get("text", "")
+        if not held and s.status is RunStatus.RUNNING:
+            held = "nobody: interrupted (run it again to resume)"
+        rows.append(
+            SessionRow(
+                session_id=s.session_id,
+                status=s.status.value,
+                turns=str(s.turns),
+                tokens=f"{s.input_tokens}/{s.output_tokens}",
+                updated=when(s.updated_at),
+                updated_at=s.updated_at,
+                held=held,
+                started=summary.get(s.session_id, ""),
+                reason=s.reason or "",
+            )
+        )
+    for sid in seen.ledger_only:
+        rows.append(
+            SessionRow(
+                session_id=sid,
+                status="ledger_only",
+                turns="-",
+                tokens="-",
+                updated="-",
+                updated_at=0.0,
+                held="",
+                started=summary.get(sid, ""),
+                reason="",
+            )
+        )
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    chosen = status if status in [*STATUSES, "ledger_only"] else None
+    return {
+        "rows": [r for r in rows if chosen is None or r.status == chosen],
+        "status": chosen,
+        "statuses": [*STATUSES, "ledger_only"],
+        "counts": counts,
+        "total": len(rows),
+    }
+
+
+# -- one session ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallRow:
+    """One tool call of a session: what the model asked, and what the ledger and the approval
+    queue know of it."""
+
+    tool_use_id: str
+    tool: str
+    input: str
+    disposition: str
+    disposition_style: str
+    intent: str
+    attempts: list[str] = field(default_factory=list)
+    record: str = ""
+    approval: str = ""
+
+
+def calls_of(store: Store, session_id: str) -> dict[str, tuple[str, Any]]:
+    """The tool calls of a session's transcript: tool_use id → (tool, input), in order."""
+    messages = store.messages(session_id)
+    if not messages:
+        return {}
+    reader = transcript_reader(messages)
+    out: dict[str, tuple[str, Any]] = {}
+    for m in messages:
+        try:
+            parts = reader.read_message(m)
+        except (ToolLedgerError, AttributeError, TypeError, ValueError):
+            continue  # a shape we cannot read: the timeline shows it as it is
+        for call in parts.calls:
+            out[call.tool_use_id] = (call.name, call.input)
+    return out
+
+
+def _disposition(
+    record: EffectRecord | None, verdict: Verdict | None, approval: ApprovalRecord | None
+) -> tuple[str, str]:
+    if record is None:
+        if approval is not None and approval.status.value in ("pending", "denied"):
+            return f"approval {approval.status.value}", approval.status.value
+        return "no ledger record (not run, or answered without running)", ""
+    if record.status is Status.STARTED:
+        if isinstance(verdict, Running):
+            return "in progress", "running"
+        return "in doubt", "started"
+    if record.status is Status.SUCCEEDED and record.error and record.error.startswith("resolved"):
+        return f"succeeded ({record.error})", "succeeded"
+    if record.status is Status.NOT_HAPPENED:
+        return f"did not happen: runs on the next run ({record.error or ''})", "not_happened"
+    return record.status.value, record.status.value
+
+
+def _attempts(record: EffectRecord | None) -> list[str]:
+    if record is None:
+        return []
+    lines = [f"attempt {p.attempt}: settled {p.settled}" for p in record.history]
+    lines += [f"attempt {p.attempt} reported late: {p.late}" for p in record.history if p.late]
+    if record.attempt:
+        deadline = f", deadline {when(record.deadline)}" if record.deadline is not None else ""
+        lines.append(f"attempt {record.attempt} by {owner(record)}{deadline}")
+    return lines
+
+
+def session_view(store: Store, session_id: str) -> dict[str, Any]:
+    """A session's state, its timeline (as ``toolledger show``) and a row per tool call."""
+    state: SessionState | None = store.session(session_id)
+    events: list[Event] = timeline(store, session_id)
+    records = {r.tool_use_id: r for r in store.ledger(session_id).records()}
+    approvals = {a.tool_use_id: a for a in store.approvals(session_id)}
+    asked = calls_of(store, session_id)
+    ids = list(asked) + [i for i in records if i not in asked]
+    ids += [i for i in approvals if i not in asked and i not in records]
+    rows: list[CallRow] = []
+    for tid in ids:
+        record, approval = records.get(tid), approvals.get(tid)
+        known = record.tool if record else approval.tool if approval else "?"
+        tool, given = asked.get(tid, (known, None))
+        if given is None and approval is not None:
+            given = approval.input
+        verdict = store.judge(record) if record and record.status is Status.STARTED else None
+        disposition, style = _disposition(record, verdict, approval)
+        intent = ""
+        if record is not None:
+            intent = (
+                "intent written first (a re-run is not known to be safe)"
+                if record.attempt > 0 or record.deadline is not None
+                else "no intent needed (safe to run again)"
+            )
+        shown = ""
+        if record is not None and record.status is not Status.STARTED:
+            shown = _pretty_text(record.result) if record.result else (record.error or "")
+        approval_text = ""
+        if approval is not None:
+            approval_text = approval.status.value + (
+                f" by {approval.decided_by}" if approval.decided_by else ""
+            )
+            if approval.in_doubt:
+                approval_text += " (asked in doubt)"
+        rows.append(
+            CallRow(
+                tool_use_id=tid,
+                tool=tool,
+                input=pretty(given) if given is not None else "(not in the transcript)",
+                disposition=disposition,
+                disposition_style=style,
+                intent=intent,
+                attempts=_attempts(record),
+                record=shown,
+                approval=approval_text,
+            )
+        )
+    start = events[0].at if events else 0.0
+    return {
+        "session_id": session_id,
+        "state": state,
+        "updated": when(state.updated_at) if state else "-",
+        "events": [
+            {
+                "t": f"{e.at - start:.3f}",
+                "what": e.what,
+                "ref": e.ref,
+                "text": e.text,
+                "css": css(e.style),
+            }
+            for e in events
+        ],
+        "calls": rows,
+    }
+
+
+# -- in doubt ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DoubtRow:
+    session_id: str
+    tool_use_id: str
+    tool: str
+    input: str
+    attempts: list[str]
+    why: str
+    in_progress: bool
+
+
+def in_doubt_view(store: Store) -> dict[str, Any]:
+    """Every started call without an outcome: in doubt (a person may settle it) or in progress
+    (nobody may, yet)."""
+    inputs: dict[str, dict[str, tuple[str, Any]]] = {}
+    rows: list[DoubtRow] = []
+    for record, verdict in store.started():
+        sid = record.session_id
+        if sid not in inputs:
+            inputs[sid] = calls_of(store, sid)
+        found = inputs[sid].get(record.tool_use_id)
+        rows.append(
+            DoubtRow(
+                session_id=sid,
+                tool_use_id=record.tool_use_id,
+                tool=record.tool,
+                input=pretty(found[1])
+                if found
+                else f"(not in a transcript; input hash {record.input_hash})",
+                attempts=_attempts(record),
+                why=verdict.why,
+                in_progress=isinstance(verdict, Running),
+            )
+        )
+    return {
+        "doubt": [r for r in rows if not r.in_progress],
+        "running": [r for r in rows if r.in_progress],
+    }
+
+
+# -- approvals -----------------------------------------------------------------------------------
+
+
+def approvals_view(store: Store) -> dict[str, Any]:
+    """Requests waiting for a person, oldest first, each with its input pretty-printed."""
+    return {
+        "requests": [
+            {"record": a, "input": pretty(a.input), "asked": when(a.requested_at)}
+            for a in pending(store)
+        ]
+    }
+
+
+# -- verify --------------------------------------------------------------------------------------
+
+
+def verify_view(store: Store) -> dict[str, Any]:
+    """The integrity checks of ``toolledger verify``, and their findings."""
+    problems: list[Problem] = verify(store)
+    errors = [p for p in problems if p.severity.value == "error"]
+    return {"problems": problems, "errors": len(errors), "url": store.url}

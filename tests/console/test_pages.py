@@ -1,0 +1,267 @@
+"""The console's pages and actions, through Starlette's test client, against a store written by
+real agent runs: what each page shows, and that each action does what the command line does —
+and the next run of the session goes on from it."""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import re
+from pathlib import Path
+
+import pytest
+from markupsafe import escape
+from starlette.testclient import TestClient
+
+import toolledger as tl
+from toolledger.console import create_app
+from toolledger.ops import PutApproval
+from toolledger.records import ApprovalStatus, Status
+
+from .scene import MAIL, PAY, SECRET, XSS_SESSION, Scene, build, forms_of
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture
+def scene(tmp_path: Path) -> Scene:
+    return build(tmp_path)
+
+
+@pytest.fixture
+def client(scene: Scene) -> TestClient:
+    return TestClient(create_app(scene.url), base_url="http://127.0.0.1")
+
+
+def form_for(client: TestClient, page: str, session: str) -> dict[str, str]:
+    (form,) = [f for f in forms_of(client.get(page).text) if f["session"] == session]
+    return form
+
+
+def test_the_sessions_page_lists_every_session_and_filters_by_status(
+    client: TestClient,
+) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    for sid in ("pay-1", "pay-2", "mail-1", "batch", XSS_SESSION):
+        assert escape(sid) in page.text
+    assert "awaiting_approval" in page.text and "ledger_only" in page.text
+    assert 'hx-trigger="every 2s"' in page.text, "the list refreshes itself"
+    waiting = client.get("/sessions/rows", params={"status": "awaiting_approval"})
+    assert "pay-1" in waiting.text and "pay-2" in waiting.text
+    assert "mail-1" not in waiting.text and "<html" not in waiting.text  # a fragment
+    done = client.get("/", params={"status": "completed"}).text
+    assert "2 shown" not in done and "1 shown of 5" in done
+
+
+def test_a_session_page_shows_its_calls_with_secrets_masked(client: TestClient) -> None:
+    page = client.get("/session", params={"id": "pay-1"})
+    assert page.status_code == 200
+    text = page.text
+    assert SECRET not in text, "masked as the command line masks it"
+    assert "&#34;api_key&#34;: &#34;***&#34;" in text
+    assert "approval pending" in text and "model asks: wire" in text
+    assert client.get("/session", params={"id": "nobody"}).status_code == 404
+
+
+def test_in_doubt_lists_doubtful_and_in_progress_calls_and_only_the_first_can_be_settled(
+    client: TestClient,
+) -> None:
+    page = client.get("/in-doubt").text
+    assert "mail-1" in page and "ops@example.com" in page
+    assert "in progress: its deadline has not passed" in page and "toolu_running" in page
+    forms = forms_of(page)
+    assert [f["session"] for f in forms] == ["mail-1"], "no form for a call in progress"
+
+
+def test_resolving_happened_is_recorded_with_who_and_the_next_run_goes_on(
+    client: TestClient, scene: Scene
+) -> None:
+    form = form_for(client, "/in-doubt", "mail-1")
+    done = client.post(
+        "/in-doubt/resolve",
+        data={**form, "by": "ana", "happened": "yes", "result": '{"message_id": "m-1"}'},
+    )
+    assert done.status_code == 200 and "recorded succeeded by ana" in done.text
+    with tl.open_store(scene.url) as store:
+        record = store.ledger("mail-1").get(form["tool_use_id"])
+    assert record is not None and record.status is Status.SUCCEEDED
+    assert record.error == "resolved by ana: happened" and json.loads(record.result or "") == {
+        "message_id": "m-1"
+    }
+    assert scene.run("mail-1", "send_email", MAIL).status is tl.RunStatus.COMPLETED
+    assert scene.ran["send_email"] == 1, "the interrupted attempt only: never run again"
+
+
+def test_resolving_not_happened_lets_the_next_run_run_it(client: TestClient, scene: Scene) -> None:
+    form = form_for(client, "/in-doubt", "mail-1")
+    done = client.post("/in-doubt/resolve", data={**form, "by": "bo", "happened": "no"})
+    assert done.status_code == 200 and "recorded not_happened by bo" in done.text
+    assert scene.run("mail-1", "send_email", MAIL).status is tl.RunStatus.COMPLETED
+    assert scene.ran["send_email"] == 2, "it did not happen, so it ran once more"
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"happened": "yes", "result": "{nope"}, "not JSON"),
+        ({"happened": "yes", "result": "NaN"}, "NaN is not JSON"),
+        ({"happened": "no", "result": "{}"}, "has no result"),
+        ({"happened": "maybe"}, "say whether it happened"),
+        ({"happened": "yes", "by": ""}, "has no by"),
+        ({"happened": "yes", "by": "x" * 101}, "at most 100"),
+    ],
+)
+def test_a_refused_resolution_changes_nothing(
+    client: TestClient, scene: Scene, fields: dict[str, str], why: str
+) -> None:
+    form = form_for(client, "/in-doubt", "mail-1")
+    before = scene.dump()
+    refused = client.post("/in-doubt/resolve", data={**form, "by": "ana", **fields})
+    assert refused.status_code == 409 and why in html.unescape(refused.text)
+    assert scene.dump() == before
+
+
+def test_a_call_in_progress_cannot_be_settled(client: TestClient, scene: Scene) -> None:
+    form = form_for(client, "/in-doubt", "mail-1")
+    before = scene.dump()
+    refused = client.post(
+        "/in-doubt/resolve",
+        data={**form, "session": "batch", "tool_use_id": "toolu_running", "by": "ana"}
+        | {"happened": "no"},
+    )
+    assert refused.status_code == 409 and "EffectInProgress" not in refused.text
+    assert "may still be running" in refused.text or "in progress" in refused.text
+    assert scene.dump() == before
+
+
+def test_approvals_show_the_input_masked_and_approve_lets_the_next_run_run_it(
+    client: TestClient, scene: Scene
+) -> None:
+    page = client.get("/approvals").text
+    assert SECRET not in page and "&#34;amount&#34;: 5" in page
+    assert "may already have run" not in page, "neither request is in doubt"
+    form = form_for(client, "/approvals", "pay-1")
+    done = client.post("/approvals/decide", data={**form, "by": "ana", "decision": "approve"})
+    assert done.status_code == 200 and "approved by ana" in done.text
+    assert "pay-1" not in "".join(f["session"] for f in forms_of(done.text))
+    assert scene.ran["wire"] == 0, "approving runs nothing by itself"
+    assert scene.run("pay-1", "wire", PAY).status is tl.RunStatus.COMPLETED
+    assert scene.ran["wire"] == 1
+    with tl.open_store(scene.url) as store:
+        record = store.ledger("pay-1").get(form["tool_use_id"])
+    assert record is not None and record.approved_by == "ana"
+
+
+def test_deny_is_told_to_the_model_and_nothing_runs(client: TestClient, scene: Scene) -> None:
+    form = form_for(client, "/approvals", "pay-2")
+    done = client.post("/approvals/decide", data={**form, "by": "bo", "decision": "deny"})
+    assert done.status_code == 200 and "denied by bo" in done.text
+    assert scene.run("pay-2", "wire", PAY).status is tl.RunStatus.COMPLETED
+    assert scene.ran["wire"] == 0
+    with tl.open_store(scene.url) as store:
+        (decided,) = store.approvals("pay-2")
+    assert decided.status is ApprovalStatus.DENIED and decided.decided_by == "bo"
+
+
+def test_a_changed_request_is_refused_not_approved(client: TestClient, scene: Scene) -> None:
+    form = form_for(client, "/approvals", "pay-1")
+    with tl.open_store(scene.url) as store:  # the request changes after the page was shown
+        (shown,) = store.approvals("pay-1")
+        changed = tl.ApprovalRecord(
+            session_id="pay-1",
+            tool_use_id=shown.tool_use_id,
+            tool="wire",
+            input_hash="sha256:" + "0" * 64,
+            input={"amount": 5000, "api_key": SECRET},
+            in_doubt=False,
+            reason=shown.reason,
+            status=ApprovalStatus.PENDING,
+            requested_at=shown.requested_at + 1,
+        )
+        assert store.apply("pay-1", [PutApproval(changed, ApprovalStatus.PENDING)]) == [True]
+    before = scene.dump()
+    refused = client.post("/approvals/decide", data={**form, "by": "ana", "decision": "approve"})
+    assert refused.status_code == 409 and "is not the one you were shown" in refused.text
+    assert scene.dump() == before
+    with tl.open_store(scene.url) as store:
+        (still,) = store.approvals("pay-1")
+    assert still.status is ApprovalStatus.PENDING and still.decided_by is None
+
+
+def test_deciding_twice_is_refused(client: TestClient, scene: Scene) -> None:
+    form = form_for(client, "/approvals", "pay-1")
+    client.post("/approvals/decide", data={**form, "by": "ana", "decision": "approve"})
+    before = scene.dump()
+    again = client.post("/approvals/decide", data={**form, "by": "bo", "decision": "deny"})
+    assert again.status_code == 409 and "already approved by ana" in again.text
+    assert scene.dump() == before
+
+
+def test_verify_shows_the_findings_of_the_command(client: TestClient, scene: Scene) -> None:
+    page = client.get("/verify").text
+    with tl.open_store(scene.url) as store:
+        from toolledger.verify import verify
+
+        problems = verify(store)
+    assert problems, "the in-doubt call is a finding"
+    for p in problems:
+        assert escape(p.message) in page
+
+
+def test_the_library_refuses_a_decision_about_another_input(scene: Scene) -> None:
+    with tl.open_store(scene.url) as store:
+        (request,) = store.approvals("pay-1")
+        with pytest.raises(tl.SessionConflictError, match="not the one you were shown"):
+            tl.approvals.decide(
+                store, "pay-1", request.tool_use_id, approved=True, by="a", input_hash="sha256:x"
+            )
+        decided = tl.approvals.decide(
+            store,
+            "pay-1",
+            request.tool_use_id,
+            approved=True,
+            by="a",
+            input_hash=request.input_hash,
+        )
+    assert decided.status is ApprovalStatus.APPROVED
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "chat", "responses"])
+def test_a_session_of_every_provider_shows_its_calls_with_secrets_masked(
+    tmp_path: Path, kind: str
+) -> None:
+    from ..cli.test_show_transcripts import SECRETS, _run_kind
+
+    url = f"sqlite:///{tmp_path / 'kinds.db'}"
+    _run_kind(kind, url)
+    client = TestClient(create_app(url), base_url="http://127.0.0.1")
+    page = client.get("/session", params={"id": "s"}).text
+    calls = re.findall(r'<table class="calls">.*?</table>', page, re.S)[0]
+    assert calls.count("<tr>") == 3, "a header and the two calls"
+    assert "sign_in" in calls and "audit" in calls and "&#34;password&#34;: &#34;***&#34;" in calls
+    assert "model asks: sign_in" in page and "→ model: tool_result" in page
+    for secret in SECRETS:
+        assert secret not in page
+
+
+def test_a_request_for_a_call_that_may_have_run_says_so_in_red(
+    client: TestClient, scene: Scene
+) -> None:
+    (first,) = [f for f in forms_of(client.get("/approvals").text) if f["session"] == "pay-1"]
+    client.post("/approvals/decide", data={**first, "by": "ana", "decision": "approve"})
+    scene.crash = True  # the approved call starts, and its process stops before it returns
+    with contextlib.suppress(KeyboardInterrupt):
+        scene.run("pay-1", "wire", PAY)
+    scene.crash = False
+    assert scene.run("pay-1", "wire", PAY).status is tl.RunStatus.AWAITING_APPROVAL
+    page = client.get("/approvals").text
+    (card,) = [c for c in page.split('<section class="card approval">') if "pay-1" in c]
+    assert '<p class="danger">This call may already have run' in card
+    assert "pay-2" not in card
+    (again,) = [f for f in forms_of(page) if f["session"] == "pay-1"]
+    done = client.post("/approvals/decide", data={**again, "by": "bo", "decision": "approve"})
+    assert done.status_code == 200
+    assert scene.run("pay-1", "wire", PAY).status is tl.RunStatus.COMPLETED
+    assert scene.ran["wire"] == 2, "run again only because a person approved it, in doubt"

@@ -1,0 +1,199 @@
+"""Who may use the console, and what a page from the store can do in it: nothing.
+
+Store data is escaped; a POST without this browser's CSRF token, signed by this process, changes
+nothing (the database is compared row by row); GET never writes; a token, when there is one, is
+needed on every request; a non-loopback address needs one to start."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from markupsafe import escape
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+import toolledger as tl
+from toolledger.cli.app import main
+from toolledger.console import create_app
+from toolledger.console.security import CSRF_COOKIE, HEADERS, bind_check, is_loopback
+from toolledger.records import ApprovalStatus
+
+from .scene import XSS_RESULT, XSS_SESSION, Scene, build, csrf_of, forms_of
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+PAGES = ["/", "/sessions/rows", "/in-doubt", "/approvals", "/verify", "/session?id=pay-1"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Scene:
+    """One scene for the tests that only read or only try (and fail) to write."""
+    return build(tmp_path_factory.mktemp("security"))
+
+
+@pytest.fixture
+def client(built: Scene) -> TestClient:
+    return TestClient(create_app(built.url), base_url="http://127.0.0.1")
+
+
+def scripts_and_handlers(page: str) -> tuple[list[str], list[str]]:
+    """The script elements of a page, and any element with an event-handler attribute."""
+    return re.findall(r"<script[^>]*>", page), re.findall(r"<[a-z]+[^>]*\son[a-z]+=", page)
+
+
+@pytest.mark.parametrize("path", [*PAGES, "/session?id=" + quote(XSS_SESSION, safe="")])
+def test_store_data_is_text_on_every_page(client: TestClient, path: str) -> None:
+    page = client.get(path).text
+    scripts, handlers = scripts_and_handlers(page)
+    htmx = [] if path.startswith("/sessions/rows") else ['<script src="/static/htmx.min.js">']
+    assert scripts == htmx, "htmx, from the console only (a fragment has none)"
+    assert handlers == []
+    assert "<img" not in page
+
+
+def test_a_session_id_and_a_tool_result_with_html_show_as_text(client: TestClient) -> None:
+    listed = client.get("/").text
+    assert str(escape(XSS_SESSION)) in listed
+    page = client.get("/session", params={"id": XSS_SESSION})
+    assert page.status_code == 200
+    assert str(escape(XSS_SESSION)) in page.text
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in page.text  # the tool result
+    assert XSS_RESULT not in page.text and XSS_SESSION not in page.text
+
+
+@pytest.mark.parametrize("path", [*PAGES, "/static/htmx.min.js", "/nowhere"])
+def test_every_response_carries_the_security_headers(client: TestClient, path: str) -> None:
+    response = client.get(path)
+    for name, value in HEADERS.items():
+        assert response.headers[name] == value
+    csp = response.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert "frame-ancestors 'none'" in csp and response.headers["x-frame-options"] == "DENY"
+
+
+def test_get_never_changes_the_store(client: TestClient, built: Scene) -> None:
+    before = built.dump()
+    for path in PAGES:
+        assert client.get(path).status_code == 200
+    # GET on the actions, with every field an action would take: not allowed, nothing done.
+    (form,) = [f for f in forms_of(client.get("/approvals").text) if f["session"] == "pay-1"]
+    for action in ("/approvals/decide", "/in-doubt/resolve"):
+        asked = client.get(action, params={**form, "by": "x", "decision": "approve"})
+        assert asked.status_code == 405
+    assert built.dump() == before
+
+
+def test_every_post_route_checks_its_csrf_token() -> None:
+    app = create_app("memory://nothing")
+    posts = [r for r in app.routes if isinstance(r, Route) and "POST" in (r.methods or ())]
+    assert [r.path for r in posts] == ["/in-doubt/resolve", "/approvals/decide"]
+    for route in posts:
+        assert getattr(route.endpoint, "csrf_protected", False), route.path
+        assert "GET" not in (route.methods or ())
+
+
+def stale_token(built: Scene) -> str:
+    """A token another run of the console signed (and so gave this very browser)."""
+    earlier = TestClient(create_app(built.url), base_url="http://127.0.0.1")
+    return csrf_of(earlier.get("/approvals").text)
+
+
+@pytest.mark.parametrize("how", ["missing", "forged", "stale", "cookie only", "field only"])
+@pytest.mark.parametrize("action", ["/approvals/decide", "/in-doubt/resolve"])
+def test_a_post_without_this_browsers_token_changes_nothing(
+    client: TestClient, built: Scene, how: str, action: str
+) -> None:
+    page = "/approvals" if action == "/approvals/decide" else "/in-doubt"
+    session = "pay-1" if page == "/approvals" else "mail-1"
+    (form,) = [f for f in forms_of(client.get(page).text) if f["session"] == session]
+    good = form.pop("csrf")
+    data = {**form, "by": "mallory", "decision": "approve", "happened": "no"}
+    if how == "forged":
+        data["csrf"] = "AAAA." + "0" * 64
+        client.cookies.set(CSRF_COOKIE, data["csrf"])
+    elif how == "stale":
+        data["csrf"] = stale_token(built)
+        client.cookies.set(CSRF_COOKIE, data["csrf"])
+    elif how == "cookie only":
+        pass  # the browser's cookie is sent, the form has no token
+    elif how == "field only":
+        data["csrf"] = good
+        client.cookies.clear()
+    before = built.dump()
+    refused = client.post(action, data=data)
+    assert refused.status_code == 403 and "Nothing was changed" in refused.text
+    assert built.dump() == before
+
+
+def test_a_post_with_the_token_of_another_browser_changes_nothing(
+    built: Scene, client: TestClient
+) -> None:
+    """Both tokens are signed by this process; the form's is not this browser's cookie."""
+    other = TestClient(client.app, base_url="http://127.0.0.1")
+    (form,) = [f for f in forms_of(client.get("/approvals").text) if f["session"] == "pay-1"]
+    form["csrf"] = csrf_of(other.get("/approvals").text)
+    assert form["csrf"] != client.cookies[CSRF_COOKIE]
+    before = built.dump()
+    refused = client.post("/approvals/decide", data={**form, "by": "m", "decision": "approve"})
+    assert refused.status_code == 403
+    assert built.dump() == before
+
+
+def test_loopback_answers_loopback_host_names_only(built: Scene) -> None:
+    app = create_app(built.url)
+    for host in ("127.0.0.1", "localhost", "127.0.0.1:8765", "[::1]:8765"):
+        assert TestClient(app, base_url=f"http://{host}").get("/").status_code == 200, host
+    rebound = TestClient(app, base_url="http://attacker.example")
+    assert rebound.get("/").status_code == 400, "a re-pointed name gets nothing (DNS rebinding)"
+    guarded = create_app(built.url, token="t0ken")  # a proxy may pass its own name: the token
+    proxied = TestClient(guarded, base_url="http://console.example")
+    assert proxied.get("/").status_code == 401
+    assert proxied.get("/", headers={"Authorization": "Bearer t0ken"}).status_code == 200
+
+
+def test_a_token_is_needed_on_every_request(built: Scene) -> None:
+    app = create_app(built.url, token="s3cret-token", loopback=False)
+    anonymous = TestClient(app, base_url="http://console.example")
+    before = built.dump()
+    for path in [*PAGES, "/static/htmx.min.js"]:
+        assert anonymous.get(path).status_code == 401, path
+    assert anonymous.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert anonymous.get("/?token=wrong").status_code == 401
+    assert anonymous.post("/approvals/decide", data={"by": "m"}).status_code == 401
+    assert built.dump() == before
+    assert anonymous.get("/", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
+
+    browser = TestClient(app, base_url="http://console.example", follow_redirects=False)
+    first = browser.get("/approvals?token=s3cret-token")
+    assert first.status_code == 303 and first.headers["location"] == "/approvals"
+    assert "httponly" in first.headers["set-cookie"].lower()
+    assert "samesite=strict" in first.headers["set-cookie"].lower()
+    page = browser.get("/approvals")
+    assert page.status_code == 200
+    (form,) = [f for f in forms_of(page.text) if f["session"] == "pay-2"]
+    denied = browser.post("/approvals/decide", data={**form, "by": "ana", "decision": "deny"})
+    assert denied.status_code == 200
+    with tl.open_store(built.url) as store:
+        (decided,) = store.approvals("pay-2")
+    assert decided.status is ApprovalStatus.DENIED and decided.decided_by == "ana"
+
+
+def test_beyond_loopback_the_console_refuses_to_start_without_a_token(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
+    bind_check("127.0.0.1", None)
+    bind_check("0.0.0.0", "t")
+    with pytest.raises(tl.ConfigurationError, match="give it a token"):
+        bind_check("0.0.0.0", None)
+    monkeypatch.delenv("TOOLLEDGER_CONSOLE_TOKEN", raising=False)
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    assert main(["console", "--store", url, "--host", "0.0.0.0"]) == 1
+    assert "give it a token" in " ".join(capsys.readouterr().err.split())
+    assert main(["console", "--store", url]) == 1, "on loopback, but there is no store"
+    out, err = capsys.readouterr()
+    assert "no store at" in err and out == ""
