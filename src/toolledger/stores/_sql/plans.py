@@ -175,7 +175,7 @@ def _apply(session_id: str, ops: Sequence[Op], rider: tuple[int, int] | None) ->
                 done = yield Step(q.INSERT_APPROVAL, r.approval_values(op.record))
             else:
                 done = yield Step(q.UPDATE_APPROVAL, r.update_approval_params(op))
-        elif isinstance(op, HoldLease) and rider is not None:
+        elif n == 0 and rider is not None:
             done = Outcome(rowcount=1, rows=[])  # it rides a write of this batch
         else:
             done = yield from _lease_op(session_id, op)
@@ -186,15 +186,18 @@ def _apply(session_id: str, ops: Sequence[Op], rider: tuple[int, int] | None) ->
 def _effect(session_id: str, op: InsertEffect | UpdateEffect, fence: int | None) -> Plan[Outcome]:
     """A record inserted if absent, or moved on by compare-and-set; with ``fence`` (a token),
     only if the lease still carries it."""
-    held = () if fence is None else (session_id, fence)
     if isinstance(op, InsertEffect):
-        sql = q.INSERT_EFFECT if fence is None else q.INSERT_EFFECT_FENCED
-        done = yield Step(sql, (*r.insert_params(op), *held))
+        if fence is None:
+            return (yield Step(q.INSERT_EFFECT, r.insert_params(op)))
+        done = yield Step(q.INSERT_EFFECT_FENCED, (*r.insert_params(op), session_id, fence))
         if done.rowcount != 1:
             yield from _refused(session_id, fence)
         return done
-    sql = q.update_statement(op) if fence is None else q.fenced_update_statement(op)
-    done = yield Step(sql, (*r.update_params(op), *held), guard=op.guard)
+    if fence is None:
+        done = yield Step(q.update_statement(op), r.update_params(op), guard=op.guard)
+    else:
+        params = (*r.update_params(op), session_id, fence)
+        done = yield Step(q.fenced_update_statement(op), params, guard=op.guard)
     if done.rowcount != 1:
         yield from _refused(session_id, fence)
         if op.guard:
@@ -208,9 +211,11 @@ def _put_session(session_id: str, op: PutSession, fence: int | None) -> Plan[Out
         if done.rowcount != 1:
             raise conflict(session_id, "it already exists")
         return done
-    held = () if fence is None else (session_id, fence)
-    sql = q.UPDATE_SESSION if fence is None else q.UPDATE_SESSION_FENCED
-    done = yield Step(sql, (*r.update_session_params(op), *held), guard=True)
+    if fence is None:
+        done = yield Step(q.UPDATE_SESSION, r.update_session_params(op), guard=True)
+    else:
+        params = (*r.update_session_params(op), session_id, fence)
+        done = yield Step(q.UPDATE_SESSION_FENCED, params, guard=True)
     if done.rowcount != 1:
         yield from _refused(session_id, fence)
         raise conflict(session_id, f"it is not at version {op.expect_version}")
