@@ -51,6 +51,8 @@ class IOContext(Protocol):
 
     def fenced(self, ops: list[Op], fenced: bool = True) -> list[Op]: ...
 
+    def landed(self, ops: list[Op]) -> None: ...
+
 
 __all__ = ["heartbeats", "keeper"]
 
@@ -130,7 +132,9 @@ class Heartbeats:
                     time.monotonic() - stuck,
                 )
                 return
-            io.store.apply(io.session_id, io.fenced([]))
+            ops = io.fenced([])
+            io.store.apply(io.session_id, ops)
+            io.landed(ops)
         except SessionConflictError:
             self.remove(io)  # taken over (or given back): the run's next commit says so
         except Exception as exc:  # a store hiccup: the next beat (or commit) tries again

@@ -45,7 +45,7 @@ from .errors import (
     StoreError,
 )
 from .gate import normalise
-from .ops import DropLease, Op
+from .ops import DropLease, HoldLease, Op
 from .stores.store import Store
 
 __all__ = [
@@ -93,11 +93,32 @@ class IOContext:
     fence: Fence | None = None
     keeper: Any = None  # the async run's heartbeat task
     busy_since: float | None = None  # monotonic time the run's store operation under way began
+    held_until: float = 0.0
+    """The lease's expiry as the last renewal of this run that landed left it (the store's
+    clock); 0: the next commit renews."""
 
     def fenced(self, ops: list[Op], fenced: bool = True) -> list[Op]:
-        if self.fence is None or not fenced:
+        """``ops`` behind the run's fence. A commit renews the lease only once a third of its
+        life has passed since the last renewal (``leases.fence``); a renewal alone (``ops``
+        empty: a heartbeat) always renews."""
+        fence = self.fence
+        if fence is None or not fenced:
             return ops
-        return [leases.fence(self.fence.lease, self.store.now, self.fence.ttl), *ops]
+        held = self.held_until if ops else None
+        return [leases.fence(fence.lease, self.store.now, fence.ttl, held), *ops]
+
+    def landed(self, ops: list[Op]) -> None:
+        """A commit of ``ops`` landed: if its fence renewed the run's lease, remember until
+        when."""
+        op = ops[0] if ops else None
+        fence = self.fence
+        if (
+            isinstance(op, HoldLease)
+            and op.expires_at is not None
+            and fence is not None
+            and op.token == fence.lease.token
+        ):
+            self.held_until = max(self.held_until, op.expires_at)
 
     def unfenced(self, flags: list[bool], fenced: bool = True) -> list[bool]:
         return flags[1:] if self.fence is not None and fenced else flags
@@ -117,7 +138,9 @@ async def _abeat(io: IOContext, fence: Fence) -> None:
             )
             continue
         try:
-            await io.store.aapply(io.session_id, io.fenced([]))
+            ops = io.fenced([])
+            await io.store.aapply(io.session_id, ops)
+            io.landed(ops)
         except SessionConflictError:
             return
         except Exception as exc:
@@ -137,6 +160,7 @@ def _give_back_later(io: IOContext, dropped: list[Op], exc: Exception) -> None:
 
 def _hold(io: IOContext, fence: Fence) -> None:
     io.fence = fence
+    io.held_until = fence.lease.expires_at
     io.store.runtime.live_runs.add(fence.lease.owner)
 
 
@@ -269,7 +293,9 @@ def _answer(request: Request, io: IOContext) -> Any:
     if isinstance(request, Commit):
         try:
             ops = io.fenced(request.ops, request.fenced)
-            return io.unfenced(io.store.apply(sid, ops), request.fenced)
+            flags = io.store.apply(sid, ops)
+            io.landed(ops)
+            return io.unfenced(flags, request.fenced)
         except _COMMIT_ERRORS as exc:
             return Failure(exc)
     if isinstance(request, Invoke):
@@ -343,7 +369,9 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
     if isinstance(request, Commit):
         try:
             ops = io.fenced(request.ops, request.fenced)
-            return io.unfenced(await io.store.aapply(sid, ops), request.fenced)
+            flags = await io.store.aapply(sid, ops)
+            io.landed(ops)
+            return io.unfenced(flags, request.fenced)
         except _COMMIT_ERRORS as exc:
             return Failure(exc)
     if isinstance(request, Invoke):

@@ -1,10 +1,11 @@
 """Session leases: two workers never run one session at once.
 
 ``Agent.run`` takes the session's lease before it reads anything (``take``), carries a fence in
-every commit it makes (``HoldLease``: the lease must still hold its token; each commit also
-renews it), keeps it alive from a background heartbeat while a tool or the model takes its time,
-and gives it up at the end. A worker whose lease was taken over finds every later write refused
-(``LeaseLostError``) — the fencing token, not the clock, is what keeps a stale worker out.
+every commit it makes (``HoldLease``: the lease must still hold its token; a commit also renews
+it once a third of its life has passed since the run last renewed it), keeps it alive from a
+background heartbeat while a tool or the model takes its time, and gives it up at the end. A
+worker whose lease was taken over finds every later write refused (``LeaseLostError``) — the
+fencing token, not the clock, is what keeps a stale worker out.
 
 When a lease may be taken over is ``liveness.lease_state``: when it was given back; at once when
 its holder is a process of this process table that has ended (or a run of this process that
@@ -53,7 +54,19 @@ def take(
     return TakeLease(lease, expect_token=current.token, expect_expires_at=current.expires_at)
 
 
-def fence(lease: Lease, now: Callable[[], float], ttl: float) -> HoldLease:
-    """The fence every commit of a run carries, renewing the lease to ``now() + ttl`` (``now``:
-    the store's clock)."""
-    return HoldLease(lease.session_id, lease.token, now() + ttl)
+def fence(
+    lease: Lease, now: Callable[[], float], ttl: float, held_until: float | None = None
+) -> HoldLease:
+    """The fence every commit of a run carries (``now``: the store's clock). It renews the
+    lease to ``now() + ttl`` unless the run's last renewal, which left it ``held_until``, is
+    less than a third of ``ttl`` old: then it only checks the token (``expires_at=None``), which
+    a store can fold into a write the commit makes anyway.
+
+    Either way the token is what keeps a stale worker out: a run paused past its lease and taken
+    over is refused at its next commit, renewing or not. The age is read on the store's clock,
+    the clock the expiry is judged by (a worker whose own clock is off does not count on it);
+    a clock that stepped back only delays a renewal the heartbeat makes anyway."""
+    at = now()
+    if held_until is not None and held_until - at > ttl * 2 / 3:
+        return HoldLease(lease.session_id, lease.token, None)
+    return HoldLease(lease.session_id, lease.token, at + ttl)

@@ -116,12 +116,12 @@ class TakeLease:
 @dataclass(frozen=True, slots=True)
 class HoldLease:
     """The fence: the session's lease must still carry ``token`` (and not have been given
-    back); it is renewed to ``expires_at``. A guard: a taken-over lease rolls the batch back
-    (``LeaseLostError``)."""
+    back); it is renewed to ``expires_at`` (``None``: only checked, its expiry left as it is).
+    A guard: a taken-over lease rolls the batch back (``LeaseLostError``)."""
 
     session_id: str
     token: int
-    expires_at: float
+    expires_at: float | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -311,3 +311,57 @@ def test_a_renewal_never_revives_a_lease_given_back(store: tl.Store) -> None:
         store.backend.apply("s", [HoldLease("s", 1, store.now() + 30)])
     given_back = store.backend.read_lease("s")
     assert given_back is not None and given_back.expires_at == 0.0
+
+
+def test_a_commit_renews_the_lease_only_once_a_third_of_it_has_passed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every commit is fenced; while the run's last renewal is younger than a third of the ttl
+    the fence only checks the token. A heartbeat always renews. A run taken over meanwhile is
+    refused either way."""
+    from toolledger._requests import Fence
+    from toolledger.drivers import IOContext, _hold
+    from toolledger.ops import HoldLease, InsertEffect
+    from toolledger.testing.conformance import make_record
+
+    clock = [1000.0]
+    with tl.open_store("memory://") as store:
+        monkeypatch.setattr(store.backend, "now", lambda: clock[0])
+        lease = Lease(session_id="s", owner="o", token=1, expires_at=1030.0)
+        store.apply("s", [TakeLease(lease, expect_token=0)])
+        io = IOContext(store=store, session_id="s")
+        _hold(io, Fence(lease, 30.0))
+
+        def commit(tool_use_id: str) -> HoldLease:
+            ops = io.fenced([InsertEffect(make_record(tool_use_id=tool_use_id))])
+            assert store.apply("s", ops) == [True, True]
+            io.landed(ops)
+            fence = ops[0]
+            assert isinstance(fence, HoldLease) and fence.token == 1
+            return fence
+
+        clock[0] = 1009.0  # 9 s of 30 since the lease was taken: only checked
+        assert commit("t1").expires_at is None
+        assert store.lease("s") == lease
+        clock[0] = 1011.0  # past a third: this commit renews
+        assert commit("t2").expires_at == 1041.0
+        assert store.lease("s") == Lease(session_id="s", owner="o", token=1, expires_at=1041.0)
+        clock[0] = 1012.0
+        assert commit("t3").expires_at is None
+        beat = io.fenced([])  # a heartbeat renews whatever the age
+        assert beat == [HoldLease("s", 1, 1042.0)]
+        store.apply("s", beat)
+        io.landed(beat)
+        clock[0] = 1021.0  # 9 s after the heartbeat's renewal
+        assert commit("t4").expires_at is None
+
+        # Taken over (as a run paused past its lease is): refused, renewing or not.
+        theirs = Lease(session_id="s", owner="p", token=2, expires_at=2000.0)
+        store.apply("s", [TakeLease(theirs, expect_token=1)])
+        for at in (1052.0, 1500.0):
+            clock[0] = at
+            ops = io.fenced([InsertEffect(make_record(tool_use_id=f"late-{at}"))])
+            with pytest.raises(tl.LeaseLostError):
+                store.apply("s", ops)
+            assert store.ledger("s").get(f"late-{at}") is None
+        assert store.lease("s") == theirs

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import toolledger as tl
+from toolledger.ops import HoldLease, InsertEffect, TakeLease
+from toolledger.records import Lease
 from toolledger.stores._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
+from toolledger.testing.conformance import make_record
 
 from ..conftest import tool_use
 
@@ -167,3 +172,209 @@ def test_calls_that_depend_on_their_record_read_it_first(tmp_path: Path) -> None
         both = [tool_use("toolu_a", "send", to="a"), tool_use("toolu_b", "send", to="b")]
         tl.run_tool_uses(both, [send], ledger=ledger)
         assert [s.split()[0] for s in seen][:3] == ["SELECT", "SELECT", "INSERT"]
+
+
+# -- the lease's fence, riding the writes of an agent turn ------------------------------------
+
+
+def _kind(sql: str) -> str:
+    """A statement as its verb and table; ``+fence`` when a write carries the lease check."""
+    if sql in ("model", "tool", "approve"):
+        return sql
+    words = sql.split()
+    verb = words[0]
+    if verb in ("BEGIN", "COMMIT", "ROLLBACK"):
+        return verb
+    table = (
+        words[1]
+        if verb == "UPDATE"
+        else words[words.index("INTO" if verb == "INSERT" else "FROM") + 1]
+    )
+    fence = "+fence" if verb != "SELECT" and "FROM leases" in sql else ""
+    return f"{verb} {table}{fence}"
+
+
+class _Model:
+    """``messages.create``: one call of ``send`` per turn for ``turns`` turns, then the final
+    answer. ``before(n)`` runs as request ``n`` arrives."""
+
+    def __init__(self, seen: list[str], turns: int, before: Any = None) -> None:
+        self.messages = self
+        self.seen, self.turns, self.before, self.requests = seen, turns, before, 0
+
+    def create(self, **kwargs: Any) -> dict[str, Any]:
+        n, self.requests = self.requests, self.requests + 1
+        self.seen.append("model")
+        if self.before is not None:
+            self.before(n)
+        usage = {"input_tokens": 10, "output_tokens": 5}
+        if n < self.turns:
+            block = {
+                "type": "tool_use",
+                "id": f"toolu_{n}",
+                "name": "send",
+                "input": {"to": f"{n}"},
+            }
+            return {"content": [block], "stop_reason": "tool_use", "usage": usage}
+        return {
+            "content": [{"type": "text", "text": "done"}],
+            "stop_reason": "end_turn",
+            "usage": usage,
+        }
+
+
+def _take_over(store: tl.Store, session_id: str) -> None:
+    """Another worker takes the session's lease over (as it may once a paused run's lease has
+    expired): the token moves on."""
+    current = store.lease(session_id)
+    assert current is not None
+    theirs = Lease(
+        session_id=session_id, owner="elsewhere:1:b", token=current.token + 1, expires_at=2e9
+    )
+    take = TakeLease(theirs, expect_token=current.token, expect_expires_at=current.expires_at)
+    assert store.apply(session_id, [take]) == [True]
+
+
+def _rows(db: Path, table: str) -> int:
+    with sqlite3.connect(db) as raw:
+        return int(raw.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+def test_an_agent_turn_carries_its_fence_in_the_writes_it_makes(tmp_path: Path) -> None:
+    """Checkpoint A, the intent and outcome + checkpoint B: ten statements. The fence is a
+    condition of the session's update and of the intent's insert (no UPDATE of the lease while
+    it is young), and the intent, one statement, is a transaction of its own."""
+    runs: list[str] = []
+
+    with tl.open_store(f"sqlite:///{tmp_path / 'a.db'}") as store:
+        seen = _statements(store)
+
+        @tl.tool(effect="non_idempotent")
+        def send(to: str) -> str:
+            runs.append(to)
+            seen.append("tool")
+            return "sent"
+
+        agent = tl.Agent(
+            client=_Model(seen, turns=2), model="m", tools=[send], store=store, lease_ttl=3600
+        )
+        run = agent.run(session="s", prompt="go")
+    assert run.status is tl.RunStatus.COMPLETED and runs == ["0", "1"]
+    kinds = [_kind(s) for s in seen]
+    models = [n for n, k in enumerate(kinds) if k == "model"]
+    for start, end in itertools.pairwise(models):
+        assert kinds[start + 1 : end] == [
+            "BEGIN",  # A
+            "INSERT messages",
+            "UPDATE sessions+fence",
+            "COMMIT",
+            "INSERT effects+fence",  # the intent, in autocommit
+            "tool",
+            "BEGIN",  # outcome + B
+            "UPDATE effects",
+            "INSERT messages",
+            "UPDATE sessions+fence",
+            "COMMIT",
+        ]
+    assert "UPDATE leases" not in kinds[models[0] :][:-1], "only the give-back touches the lease"
+
+
+def test_a_taken_over_run_s_intent_is_refused_and_its_tool_never_runs(tmp_path: Path) -> None:
+    """The lease moves on while the approver decides: the intent that rode the fence matches no
+    row, the lease read says why, nothing is written and the tool does not run."""
+    db = tmp_path / "i.db"
+    runs: list[str] = []
+    with tl.open_store(f"sqlite:///{db}") as store:
+        seen = _statements(store)
+
+        @tl.tool(effect="non_idempotent", high_impact=True)
+        def send(to: str) -> str:
+            runs.append(to)
+            return "sent"
+
+        def approve(request: tl.ApprovalRequest) -> bool:
+            _take_over(store, "s")
+            seen.clear()
+            return True
+
+        agent = tl.Agent(
+            client=_Model(seen, turns=1),
+            model="m",
+            tools=[send],
+            store=store,
+            approve=approve,
+            lease_ttl=3600,
+        )
+        with pytest.raises(tl.LeaseLostError):
+            agent.run(session="s", prompt="go")
+        assert [_kind(s) for s in seen][:2] == ["INSERT effects+fence", "SELECT leases"]
+        assert "BEGIN" not in [_kind(s) for s in seen]
+        assert runs == []
+        assert _rows(db, "effects") == 0
+        lease = store.lease("s")
+        assert lease is not None and lease.owner == "elsewhere:1:b"
+
+
+def test_a_taken_over_run_s_checkpoint_is_refused_whole(tmp_path: Path) -> None:
+    """Taken over while the model answers: checkpoint A is refused whole (its messages rolled
+    back with it), and the turn's tool never runs."""
+    db = tmp_path / "c.db"
+    runs: list[str] = []
+    with tl.open_store(f"sqlite:///{db}") as store:
+        seen = _statements(store)
+
+        @tl.tool(effect="non_idempotent")
+        def send(to: str) -> str:
+            runs.append(to)
+            return "sent"
+
+        def before(n: int) -> None:
+            if n == 1:
+                _take_over(store, "s")
+                seen.clear()
+
+        agent = tl.Agent(
+            client=_Model(seen, turns=2, before=before),
+            model="m",
+            tools=[send],
+            store=store,
+            lease_ttl=3600,
+        )
+        with pytest.raises(tl.LeaseLostError):
+            agent.run(session="s", prompt="go")
+        assert [_kind(s) for s in seen][:5] == [
+            "BEGIN",
+            "INSERT messages",
+            "UPDATE sessions+fence",
+            "SELECT leases",
+            "ROLLBACK",
+        ]
+        assert runs == ["0"], "turn 0 ran; turn 1's checkpoint was refused before its tool"
+        assert _rows(db, "messages") == 3  # the prompt and turn 0's A and B
+        assert _rows(db, "effects") == 1
+        session = store.session("s")
+        assert session is not None and session.messages == 3
+
+
+def test_a_fence_that_only_checks_rides_one_statement(tmp_path: Path) -> None:
+    """At the store: a young lease's fence is a condition of the batch's one write — no BEGIN,
+    no UPDATE of the lease; a record that exists is told apart from a lost lease by reading
+    the lease, and a renewing fence is still its own UPDATE."""
+    with tl.open_store(f"sqlite:///{tmp_path / 'f.db'}") as store:
+        mine = Lease(session_id="s", owner="o", token=1, expires_at=store.now() + 60)
+        store.apply("s", [TakeLease(mine, expect_token=0)])
+        seen = _statements(store)
+        intent = InsertEffect(make_record())
+        assert store.apply("s", [HoldLease("s", 1, None), intent]) == [True, True]
+        assert [_kind(s) for s in seen] == ["INSERT effects+fence"]
+        seen.clear()
+        assert store.apply("s", [HoldLease("s", 1, None), intent]) == [True, False]
+        assert [_kind(s) for s in seen] == ["INSERT effects+fence", "SELECT leases"]
+        assert store.lease("s") == mine, "not renewed"
+        seen.clear()
+        later = mine.expires_at + 30
+        other = InsertEffect(make_record(tool_use_id="toolu_2"))
+        assert store.apply("s", [HoldLease("s", 1, later), other]) == [True, True]
+        assert [_kind(s) for s in seen] == ["BEGIN", "UPDATE leases", "INSERT effects", "COMMIT"]
+        renewed = store.lease("s")
+        assert renewed is not None and renewed.expires_at == later

@@ -101,7 +101,8 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
             lease = data.lease
             if lease is None or lease.token != op.token or lease.expires_at <= 0:
                 raise lost(session_id, op.token)
-            data.lease = replace(lease, expires_at=op.expires_at)
+            if op.expires_at is not None:
+                data.lease = replace(lease, expires_at=op.expires_at)
             applied = True
         elif isinstance(op, DropSession):
             alone(ops)

@@ -157,8 +157,11 @@ class SQLiteBackend:
         return Outcome(cur.rowcount, cur.fetchall() if cur.description is not None else [])
 
     def _apply_batch(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
-        """One batch's plan, inside whatever transaction or savepoint the caller opened."""
-        return plans.drive(plans.apply(session_id, ops), self._execute)
+        """One batch's plan, inside whatever transaction or savepoint the caller opened. A fence
+        that only checks rides one of the batch's writes (``plans.apply``): the write lock this
+        connection holds from the transaction's first statement (or the autocommit statement)
+        to its commit keeps a take-over out in between."""
+        return plans.drive(plans.apply(session_id, ops, ride=True), self._execute)
 
     def _ask(self, action: str, query: plans.Query[T]) -> T:
         """A read's statement on the connection, its rows turned into its answer."""
@@ -240,7 +243,7 @@ class SQLiteBackend:
             with self._lock:
                 c = self._conn
                 self._check_identity()
-                if len(group) == 1 and plans.one_statement(group[0].ops):
+                if len(group) == 1 and plans.one_statement(group[0].ops, ride=True):
                     # One conditional statement is a transaction of its own (autocommit): one
                     # call into SQLite instead of BEGIN, statement, COMMIT. A guard that fails
                     # in it has written nothing (its statement matched no row).

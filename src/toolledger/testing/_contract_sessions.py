@@ -16,6 +16,7 @@ from ..ops import (
     PutApproval,
     PutSession,
     TakeLease,
+    UpdateEffect,
 )
 from ..records import ApprovalStatus, Lease, Status
 from ..stores import Store, open_store
@@ -142,6 +143,71 @@ class SessionContract:
         assert store.lease("s") == takeover
         with pytest.raises(SessionBusyError):  # expect_token 1 is stale now
             store.apply("s", [TakeLease(theirs, expect_token=1)])
+
+    def test_a_fence_that_only_checks_leaves_the_expiry_and_refuses_a_stale_token(
+        self, store: Store
+    ) -> None:
+        mine = Lease(session_id="s", owner="host:1:a", token=1, expires_at=100.0)
+        store.apply("s", [TakeLease(mine, expect_token=0)])
+        check = HoldLease("s", 1, None)
+        first = make_state(version=1, messages=1)
+        store.apply("s", [PutSession(first, None), AppendMessages((make_message(0),))])
+        # A checkpoint and an intent go through; the lease is not renewed.
+        checkpoint: list[Op] = [
+            check,
+            AppendMessages((make_message(1, "assistant"),)),
+            PutSession(make_state(version=2, messages=2), expect_version=1),
+        ]
+        assert store.apply("s", checkpoint) == [True, True, True]
+        assert store.apply("s", [check, InsertEffect(make_record())]) == [True, True]
+        assert store.lease("s") == mine
+        # A record that exists is the op's own refusal, not a lost lease.
+        assert store.apply("s", [check, InsertEffect(make_record(result=2))]) == [True, False]
+        done = make_record(status=Status.SUCCEEDED, result=1)
+        assert store.apply("s", [check, UpdateEffect(done, Status.STARTED, 2)]) == [True, False]
+        # A stale session version is the checkpoint's own conflict, the lease being held.
+        stale_version: list[Op] = [
+            check,
+            PutSession(make_state(version=3, messages=2), expect_version=7),
+        ]
+        with pytest.raises(SessionConflictError) as conflict:
+            store.apply("s", stale_version)
+        assert not isinstance(conflict.value, LeaseLostError)
+        # Taken over: every batch behind the old token is refused whole.
+        theirs = Lease(session_id="s", owner="host:2:b", token=2, expires_at=300.0)
+        store.apply("s", [TakeLease(theirs, expect_token=1)])
+        with pytest.raises(LeaseLostError):
+            store.apply("s", [check, InsertEffect(make_record(tool_use_id="t2"))])
+        with pytest.raises(LeaseLostError):
+            store.apply("s", [check, InsertEffect(make_record())])  # exists, and lost
+        with pytest.raises(LeaseLostError):
+            store.apply(
+                "s",
+                [
+                    check,
+                    AppendMessages((make_message(2),)),
+                    PutSession(make_state(version=3, messages=3), expect_version=2),
+                ],
+            )
+        with pytest.raises(LeaseLostError):
+            store.apply(
+                "s", [check, PutSession(make_state(version=3, messages=2), expect_version=7)]
+            )
+        with pytest.raises(LeaseLostError):
+            store.apply("s", [check, UpdateEffect(done, Status.STARTED, 1)])
+        with pytest.raises(LeaseLostError):
+            store.apply("s", [check, UpdateEffect(done, Status.STARTED, 1, guard=True)])
+        assert store.ledger("s").get("t2") is None
+        assert store.ledger("s").get("toolu_1") == make_record()
+        assert len(store.messages("s")) == 2 and store.session("s") == make_state(
+            version=2, messages=2
+        )
+        assert store.lease("s") == theirs
+        # Given back: refused too.
+        store.apply("s", [DropLease("s", 2)])
+        with pytest.raises(LeaseLostError):
+            store.apply("s", [HoldLease("s", 2, None), InsertEffect(make_record(tool_use_id="t3"))])
+        assert store.ledger("s").get("t3") is None
 
     def test_a_dropped_lease_expires_now_and_keeps_its_token(self, store: Store) -> None:
         store.apply(

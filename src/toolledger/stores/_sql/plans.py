@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from functools import partial
 from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
-from ...errors import SessionConflictError
+from ...errors import LeaseLostError, SessionConflictError
 from ...ops import (
     AppendMessages,
     DropLease,
@@ -99,33 +99,78 @@ async def adrive(plan: Plan[T], execute: Callable[[Step], Awaitable[Outcome]]) -
 # -- writes --------------------------------------------------------------------------------------
 
 
-def one_statement(ops: Sequence[Op]) -> bool:
+def one_statement(ops: Sequence[Op], ride: bool = False) -> bool:
     """A batch whose plan writes with one statement, so autocommit makes it atomic on its own.
     (A guard that fails in it has written nothing: its single UPDATE or INSERT matched no row.)
-    Appending messages, and removing a session, take several statements: a transaction."""
+    Appending messages, and removing a session, take several statements: a transaction. With
+    ``ride``, a fence that does not renew and rides its batch's one write leaves it one
+    statement."""
+    if ride and len(ops) == 2 and _carrier(ops) == 1:
+        return True
     return len(ops) == 1 and not isinstance(ops[0], AppendMessages | DropSession)
 
 
-def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
+def _carrier(ops: Sequence[Op]) -> int | None:
+    """Where the batch's fence can ride (``apply(ride=True)``): the index of a write that can
+    carry the lease check, preferring one that is a guard (its refusal rolls the batch back
+    anyway) — or ``None``: the batch does not open with a fence that only checks, or nothing
+    in it can carry one."""
+    if not ops or not isinstance(ops[0], HoldLease) or ops[0].expires_at is not None:
+        return None
+    found: int | None = None
+    for n in range(len(ops) - 1, 0, -1):
+        op = ops[n]
+        if isinstance(op, PutSession) and op.expect_version is not None:
+            return n
+        if isinstance(op, UpdateEffect) and op.guard:
+            return n
+        if found is None and isinstance(op, (InsertEffect, UpdateEffect)):
+            found = n
+    return found
+
+
+def apply(session_id: str, ops: Sequence[Op], ride: bool = False) -> Plan[list[bool]]:
     """Every op is one conditional statement; a failed guard raises and so rolls back the
-    transaction (or savepoint) the backend opened around the plan."""
+    transaction (or savepoint) the backend opened around the plan.
+
+    ``ride`` (SQLite, whose write lock makes a check atomic with the write it rides): a fence
+    that only checks (``HoldLease`` without an expiry) is not a statement of its own but a
+    condition of one of the batch's writes. When that write matches no row, the lease is read
+    to tell a lost lease from the op's own refusal; and a batch refused for any reason says
+    the lease was lost if it was (as it would have had the fence gone first)."""
+    at = _carrier(ops) if ride else None
+    if at is None:
+        return (yield from _apply(session_id, ops, None))
+    fence = ops[0]
+    assert isinstance(fence, HoldLease)
+    try:
+        return (yield from _apply(session_id, ops, (at, fence.token)))
+    except SessionConflictError as exc:
+        if isinstance(exc, LeaseLostError) or (yield from _lease_held(session_id, fence.token)):
+            raise
+        raise lost(session_id, fence.token) from None
+
+
+def _lease_held(session_id: str, token: int) -> Plan[bool]:
+    lease = yield from query_plan(lease_query(session_id))
+    return lease is not None and lease.token == token and lease.expires_at > 0
+
+
+def _refused(session_id: str, token: int | None) -> Plan[None]:
+    """A write that carried the fence matched no row: if the lease is gone, that is why."""
+    if token is not None and not (yield from _lease_held(session_id, token)):
+        raise lost(session_id, token)
+
+
+def _apply(session_id: str, ops: Sequence[Op], rider: tuple[int, int] | None) -> Plan[list[bool]]:
+    """``apply``'s ops, the fence riding the write at ``rider``'s index (with its token)."""
     out: list[bool] = []
-    for op in ops:
-        if isinstance(op, InsertEffect):
-            done = yield Step(q.INSERT_EFFECT, r.insert_params(op))
-        elif isinstance(op, UpdateEffect):
-            done = yield Step(q.update_statement(op), r.update_params(op), guard=op.guard)
-            if op.guard and done.rowcount != 1:
-                raise moved(session_id, op.record.tool_use_id)
+    for n, op in enumerate(ops):
+        fence = rider[1] if rider is not None and rider[0] == n else None
+        if isinstance(op, (InsertEffect, UpdateEffect)):
+            done = yield from _effect(session_id, op, fence)
         elif isinstance(op, PutSession):
-            if op.expect_version is None:
-                done = yield Step(q.INSERT_SESSION, r.session_values(op.state), guard=True)
-                if done.rowcount != 1:
-                    raise conflict(session_id, "it already exists")
-            else:
-                done = yield Step(q.UPDATE_SESSION, r.update_session_params(op), guard=True)
-                if done.rowcount != 1:
-                    raise conflict(session_id, f"it is not at version {op.expect_version}")
+            done = yield from _put_session(session_id, op, fence)
         elif isinstance(op, AppendMessages):
             yield from _append(session_id, op)
             done = Outcome(rowcount=1, rows=[])
@@ -138,22 +183,71 @@ def apply(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
                 done = yield Step(q.INSERT_APPROVAL, r.approval_values(op.record))
             else:
                 done = yield Step(q.UPDATE_APPROVAL, r.update_approval_params(op))
-        elif isinstance(op, TakeLease):
-            done = yield Step(q.take_lease_statement(op), r.take_lease_params(op), guard=True)
-            if done.rowcount != 1:
-                raise busy(session_id, (yield from query_plan(lease_query(session_id))))
-        elif isinstance(op, HoldLease):
-            # An UPDATE, so the lease row stays locked until this transaction ends: a take-over
-            # waits for our commit and then finds the token it expected — our writes land
-            # before the new holder reads anything.
-            done = yield Step(q.HOLD_LEASE, (op.expires_at, session_id, op.token), guard=True)
-            if done.rowcount != 1:
-                raise lost(session_id, op.token)
+        elif n == 0 and rider is not None:
+            done = Outcome(rowcount=1, rows=[])  # it rides a write of this batch
         else:
-            assert isinstance(op, DropLease)
-            done = yield Step(q.DROP_LEASE, (session_id, op.token))
+            done = yield from _lease_op(session_id, op)
         out.append(done.rowcount == 1)
     return out
+
+
+def _effect(session_id: str, op: InsertEffect | UpdateEffect, fence: int | None) -> Plan[Outcome]:
+    """A record inserted if absent, or moved on by compare-and-set; with ``fence`` (a token),
+    only if the lease still carries it."""
+    if isinstance(op, InsertEffect):
+        if fence is None:
+            return (yield Step(q.INSERT_EFFECT, r.insert_params(op)))
+        done = yield Step(q.INSERT_EFFECT_FENCED, (*r.insert_params(op), session_id, fence))
+        if done.rowcount != 1:
+            yield from _refused(session_id, fence)
+        return done
+    if fence is None:
+        done = yield Step(q.update_statement(op), r.update_params(op), guard=op.guard)
+    else:
+        params = (*r.update_params(op), session_id, fence)
+        done = yield Step(q.fenced_update_statement(op), params, guard=op.guard)
+    if done.rowcount != 1:
+        yield from _refused(session_id, fence)
+        if op.guard:
+            raise moved(session_id, op.record.tool_use_id)
+    return done
+
+
+def _put_session(session_id: str, op: PutSession, fence: int | None) -> Plan[Outcome]:
+    if op.expect_version is None:
+        done = yield Step(q.INSERT_SESSION, r.session_values(op.state), guard=True)
+        if done.rowcount != 1:
+            raise conflict(session_id, "it already exists")
+        return done
+    if fence is None:
+        done = yield Step(q.UPDATE_SESSION, r.update_session_params(op), guard=True)
+    else:
+        params = (*r.update_session_params(op), session_id, fence)
+        done = yield Step(q.UPDATE_SESSION_FENCED, params, guard=True)
+    if done.rowcount != 1:
+        yield from _refused(session_id, fence)
+        raise conflict(session_id, f"it is not at version {op.expect_version}")
+    return done
+
+
+def _lease_op(session_id: str, op: TakeLease | HoldLease | DropLease) -> Plan[Outcome]:
+    if isinstance(op, TakeLease):
+        done = yield Step(q.take_lease_statement(op), r.take_lease_params(op), guard=True)
+        if done.rowcount != 1:
+            raise busy(session_id, (yield from query_plan(lease_query(session_id))))
+        return done
+    if isinstance(op, HoldLease):
+        # An UPDATE, so the lease row stays locked until this transaction ends: a take-over
+        # waits for our commit and then finds the token it expected — our writes land before
+        # the new holder reads anything.
+        if op.expires_at is None:
+            done = yield Step(q.CHECK_LEASE, (session_id, op.token), guard=True)
+        else:
+            done = yield Step(q.HOLD_LEASE, (op.expires_at, session_id, op.token), guard=True)
+        if done.rowcount != 1:
+            raise lost(session_id, op.token)
+        return done
+    return (yield Step(q.DROP_LEASE, (session_id, op.token)))
 
 
 def _append(session_id: str, op: AppendMessages) -> Plan[None]:
@@ -235,7 +329,9 @@ def _holds(session_id: str, op: Op) -> Plan[bool]:
         return (yield from query_plan(lease_query(session_id))) == op.lease
     lease = yield from query_plan(lease_query(session_id))
     if isinstance(op, HoldLease):
-        return lease is not None and (lease.token, lease.expires_at) == (op.token, op.expires_at)
+        if lease is None or lease.token != op.token or lease.expires_at <= 0:
+            return False
+        return op.expires_at is None or lease.expires_at == op.expires_at
     return False  # DropLease reports its own outcome again: it is idempotent
 
 

@@ -124,6 +124,35 @@ def take_lease_statement(op: TakeLease) -> str:
 HOLD_LEASE = (
     "UPDATE leases SET expires_at = ? WHERE session_id = ? AND token = ? AND expires_at > 0"
 )
+# A fence that does not renew, alone: the same compare-and-set, writing the expiry it found. An
+# UPDATE, so that (on PostgreSQL) the lease row stays locked until the transaction ends.
+CHECK_LEASE = (
+    "UPDATE leases SET expires_at = expires_at "
+    "WHERE session_id = ? AND token = ? AND expires_at > 0"
+)
+
+# -- fences riding a write (SQLite) --------------------------------------------------------------
+#
+# A fence that does not renew can ride the write a commit makes anyway: the write applies only
+# if the lease still carries the run's token (its session id and token come last). SQLite holds
+# the database's write lock from BEGIN IMMEDIATE (or the autocommit statement) to the commit, so
+# nobody can take the lease over between this check and the commit. Not for PostgreSQL: there a
+# subquery reads a snapshot and locks nothing, and a take-over could commit in between.
+LEASE_HELD = "EXISTS (SELECT 1 FROM leases WHERE session_id = ? AND token = ? AND expires_at > 0)"
+INSERT_EFFECT_FENCED = (
+    f"INSERT INTO effects ({EFFECT_COLUMNS}) "
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {LEASE_HELD} "
+    "ON CONFLICT (session_id, tool_use_id) DO NOTHING"
+)
+UPDATE_EFFECT_FENCED = f"{UPDATE_EFFECT} AND {LEASE_HELD}"
+UPDATE_EFFECT_AT_FENCED = f"{UPDATE_EFFECT_AT} AND {LEASE_HELD}"
+UPDATE_SESSION_FENCED = f"{UPDATE_SESSION} AND {LEASE_HELD}"
+
+
+def fenced_update_statement(op: UpdateEffect) -> str:
+    return UPDATE_EFFECT_FENCED if op.expect_at is None else UPDATE_EFFECT_AT_FENCED
+
+
 DROP_LEASE = "UPDATE leases SET expires_at = 0 WHERE session_id = ? AND token = ?"
 
 

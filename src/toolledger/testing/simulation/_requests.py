@@ -134,6 +134,7 @@ class Requests(Truth):
             return
         if isinstance(request, Fence):
             io.fence = request
+            io.held_until = request.lease.expires_at
             p.runtime.live_runs.add(request.lease.owner)
             self._heartbeat(w, io, request)
             self._at(0, lambda: self._deliver(w, gen, None))
@@ -177,6 +178,7 @@ class Requests(Truth):
             flags = p.store.apply(w.session, ops)
         except (StoreError, SessionConflictError) as exc:
             return Failure(exc)
+        io.landed(ops)
         if self.t < p.lose_replies_until:
             self.stats["lost_replies"] += 1
             self.note(f"{w.name} commit landed, answer lost")
@@ -232,7 +234,9 @@ class Requests(Truth):
                 self._at(fence.ttl / 3, beat)
                 return
             try:
-                w.process.store.apply(io.session_id, io.fenced([]))
+                ops = io.fenced([])
+                w.process.store.apply(io.session_id, ops)
+                io.landed(ops)
             except SessionConflictError:
                 return
             except StoreError:  # cut off: the renewal hung until its deadline
