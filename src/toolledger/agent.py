@@ -74,6 +74,10 @@ class Agent:
     high-impact calls (see ``toolledger.approvals``); ``on_alert`` receives ledger alerts.
     ``max_turns`` bounds the model calls of one ``run``. ``lease_ttl`` is how long a run's hold on
     its session outlives a worker that stops renewing it (see ``toolledger.leases``).
+
+    An agent keeps the transcripts of the last few sessions it ran in memory: running one of
+    them again reads only what the store holds beyond them (nothing, when its state is
+    unchanged), never a transcript the store does not hold (``toolledger._transcripts``).
     """
 
     def __init__(
