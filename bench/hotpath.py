@@ -10,63 +10,20 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import toolledger as tl
 from toolledger.adapters import anthropic as anthropic_adapter
 from toolledger.codec import canonical_json, encode_result, input_hash
-from toolledger.records import StoredMessage
 from toolledger.stores._sql.rows import sql_json
 
 from . import core, floor
 from .measure import Contender, Sample, interleaved
 
 Patch = Callable[[], Any]
-
-
-@contextmanager
-def incremental_request() -> Iterator[None]:
-    """Build the request's ``messages`` from the previous turn's list instead of from the whole
-    transcript. ``AnthropicProvider.request`` calls ``merged(messages)``, which makes a new dict
-    per stored message on every turn: O(transcript) per turn.
-
-    In src: adapters/anthropic.py ``AnthropicProvider.request`` (or agent.py, which owns the
-    transcript) — keep the merged wire list with the session and extend it with the messages
-    added since (copying, not mutating, a last entry that a same-role message merges into).
-    """
-    cls = anthropic_adapter.AnthropicProvider
-    original = cls.request
-    cache: dict[str, Any] = {"last": None, "n": 0, "wire": []}
-
-    def request(self: Any, **kw: Any) -> dict[str, Any]:
-        messages: list[StoredMessage] = kw["messages"]
-        n = cache["n"]
-        if n and len(messages) >= n and messages[n - 1] is cache["last"]:
-            wire = list(cache["wire"])
-            for m in messages[n:]:
-                if wire and wire[-1]["role"] == m.role:
-                    content = anthropic_adapter._blocks(wire[-1]["content"])
-                    wire[-1] = {
-                        "role": m.role,
-                        "content": content + anthropic_adapter._blocks(m.content),
-                    }
-                else:
-                    wire.append({"role": m.role, "content": m.content})
-        else:
-            wire = anthropic_adapter.merged(messages)
-        cache.update(last=messages[-1] if messages else None, n=len(messages), wire=wire)
-        out = original(self, **{**kw, "messages": messages[:0]})
-        out["messages"] = wire
-        return out
-
-    cls.request = request  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        cls.request = original  # type: ignore[method-assign]
 
 
 def no_in_doubt_index(store: tl.Store) -> None:

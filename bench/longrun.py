@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +19,6 @@ import toolledger as tl
 from toolledger.ops import AppendMessages, Op
 
 from . import core
-from .hotpath import incremental_request
 from .measure import Contender, Sample, summarise
 
 TURNS = 20
@@ -96,7 +94,7 @@ def long_run(store: tl.Store, *, grow_to: int) -> LongRun:
 
     backend.apply = timed_apply  # type: ignore[method-assign]
 
-    def make(name: str, key: str, session: str | None, around: Any = nullcontext) -> Contender:
+    def make(name: str, key: str, session: str | None) -> Contender:
         client = _StampedClient()
         agent = tl.Agent(
             client=client, model="bench", tools=core.TOOLS, store=store, max_turns=TURNS
@@ -113,9 +111,7 @@ def long_run(store: tl.Store, *, grow_to: int) -> LongRun:
             current[0] = ""
             return [float(b - a) for a, b in itertools.pairwise(stamps)]
 
-        return Contender(
-            name, step, ops_per_step=TURNS - 1, self_timed=True, key=key, around=around
-        )
+        return Contender(name, step, ops_per_step=TURNS - 1, self_timed=True, key=key)
 
     def opening(name: str, key: str, session: str) -> Contender:
         """``agent.run`` on the finished long session with a new prompt, timed until the model
@@ -142,12 +138,6 @@ def long_run(store: tl.Store, *, grow_to: int) -> LongRun:
         [
             make("turns 1-20 of new sessions: one turn", "turn_early", None),
             make(f"{late}: one turn", "turn_late", long_session),
-            make(
-                f"{late}: one turn, patched: incremental request (see hot path)",
-                "turn_late_patched",
-                long_session,
-                incremental_request,
-            ),
             opening(
                 f"agent.run on the {state.turns:,}-turn session until the model is asked",
                 "open_late",

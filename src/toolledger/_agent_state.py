@@ -8,6 +8,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ._transcripts import Wire
 from .drivers import Failure, ReadLease, Request
 from .errors import LedgerWriteError
 from .ops import Op, lost
@@ -45,12 +46,15 @@ class Run:
 
 @dataclass(slots=True)
 class Session:
-    """The loop's view of one session: its state and transcript, as last committed, and the
-    calls its last message asks for when they are already known (read once per turn)."""
+    """The loop's view of one session: its state and transcript, as last committed, the
+    calls its last message asks for when they are already known (read once per turn), and the
+    request's messages built for the transcript so far (extended, not rebuilt, by the next
+    request: ``toolledger._transcripts``)."""
 
     state: SessionState
     messages: list[StoredMessage]
     calls: list[ToolCall] | None = None
+    wire: Wire | None = None
 
 
 def advance(

@@ -24,6 +24,7 @@ __all__ = [
     "Failure",
     "Fence",
     "Invoke",
+    "ReadEffectIds",
     "ReadEffects",
     "ReadLease",
     "ReadMessages",
@@ -37,6 +38,11 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class ReadEffects:
     tool_use_ids: list[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEffectIds:
+    """The tool_use ids of every record of the session (not the records)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +138,7 @@ class Failure:
 
 Request = (
     ReadEffects
+    | ReadEffectIds
     | ReadSession
     | ReadMessages
     | ReadLease

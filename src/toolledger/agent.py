@@ -30,6 +30,7 @@ from . import leases, telemetry
 from ._agent_state import Run, Session, Usage, advance, commit_or_raise, still_ours
 from ._agent_stops import behind, stop_reason
 from ._crash import hit as crash_point
+from ._transcripts import Kept, Transcripts, copied, wire_for
 from .adapters import provider_for
 from .codec import shallow, valid_unicode
 from .drivers import (
@@ -38,7 +39,7 @@ from .drivers import (
     Failure,
     Fence,
     IOContext,
-    ReadEffects,
+    ReadEffectIds,
     ReadLease,
     ReadMessages,
     ReadSession,
@@ -56,7 +57,7 @@ from .errors import (
 from .notify import Notifier, Target, in_doubt_calls, notifier
 from .ops import AppendMessages, Op, PutSession
 from .outcomes import Batch, CallOutcome
-from .records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage
+from .records import Lease, RunStatus, SessionState, StoredMessage
 from .runner import process_batch
 from .stores.store import Store, check_session_id
 from .tools import ToolSet
@@ -76,6 +77,10 @@ class Agent:
     ``toolledger.notify.Notifier``; see ``toolledger.notify``).
     ``max_turns`` bounds the model calls of one ``run``. ``lease_ttl`` is how long a run's hold on
     its session outlives a worker that stops renewing it (see ``toolledger.leases``).
+
+    An agent keeps the transcripts of the last few sessions it ran in memory: running one of
+    them again reads only what the store holds beyond them (nothing, when its state is
+    unchanged), never a transcript the store does not hold (``toolledger._transcripts``).
     """
 
     def __init__(
@@ -108,6 +113,8 @@ class Agent:
         self.on_alert = on_alert
         self.lease_ttl = lease_ttl
         self.on_in_doubt = notifier(on_in_doubt)
+        # The last sessions this agent ran, so opening one again reads only what is new.
+        self._transcripts = Transcripts()
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -175,10 +182,17 @@ class Agent:
         yield from commit_or_raise([take])
         yield Fence(take.lease, self.lease_ttl)
         token = take.lease.token
-        s = yield from self._open(sid, prompt, take.lease)
-        if s is None:
+        opened = yield from self._open(sid, prompt, take.lease)
+        if opened is None:
             return (yield from self._result(sid, ()))
+        s, called = opened
+        first = len(s.messages)
         alerts: list[LedgerWriteError] = []
+
+        def finish(s: Session) -> Run:
+            self._keep(s, called, first)
+            return self._finish(s, alerts)
+
         calls_left = self.max_turns
         while True:
             last = s.messages[-1]
@@ -188,32 +202,35 @@ class Agent:
                 if not s.calls:
                     if s.state.status is not RunStatus.COMPLETED:
                         s = yield from self._set_status(s, RunStatus.COMPLETED, None)
-                    return self._finish(s, alerts)
+                    return finish(s)
                 s, stop = yield from self._run_tools(s, alerts, token)
                 if stop:
-                    return self._finish(s, alerts)
+                    return finish(s)
                 continue
             if calls_left == 0:
                 reason = f"stopped after {self.max_turns} model calls (max_turns)"
                 s = yield from self._set_status(s, RunStatus.MAX_TURNS, reason)
-                return self._finish(s, alerts)
+                return finish(s)
             calls_left -= 1
             s = yield from self._call_model(s)
 
     def _open(
         self, sid: str, prompt: str | None, lease: Lease
-    ) -> Generator[Request, Any, Session | None]:
-        """Load the session, creating it or appending ``prompt`` as the rules say. ``None``:
-        there is nothing to do (a completed session, asked its own last prompt again)."""
+    ) -> Generator[Request, Any, tuple[Session, frozenset[str]] | None]:
+        """Load the session, creating it or appending ``prompt`` as the rules say, with the call
+        ids its transcript holds. ``None``: there is nothing to do (a completed session, asked
+        its own last prompt again)."""
         prompt = valid_unicode(prompt)
         state: SessionState | None = yield ReadSession()
-        records: dict[str, EffectRecord] = yield ReadEffects(None)
+        # Only the ids: a record the transcript does not ask for is a checkpoint behind its
+        # ledger; what the records say is read when their calls are run.
+        recorded: list[str] = yield ReadEffectIds()
         now = self.store.clock()
         if state is None:
-            if records:
+            if recorded:
                 yield from still_ours(sid, lease)
                 raise behind(
-                    sid, sorted(records), "it has no checkpoint at all", url=self.store.url
+                    sid, sorted(recorded), "it has no checkpoint at all", url=self.store.url
                 )
             if prompt is None:
                 raise ConfigurationError(
@@ -230,16 +247,10 @@ class Agent:
                 updated_at=now,
             )
             yield from commit_or_raise([PutSession(state, None), AppendMessages((first,))])
-            return Session(state, [first])
-        s = Session(state, (yield ReadMessages(0)))
-        if records:
-            called = {
-                c.tool_use_id
-                for m in s.messages
-                if m.role == "assistant"
-                for c in self.provider.tool_calls(m)
-            }
-            stray = sorted(set(records) - called)
+            return Session(state, [first]), frozenset()
+        s, called = yield from self._transcript(sid, state)
+        if recorded:
+            stray = sorted(set(recorded) - called)
             if stray:
                 yield from still_ours(sid, lease)
                 raise behind(
@@ -248,7 +259,7 @@ class Agent:
         if prompt is None or prompt == self._last_prompt(s):
             if state.status is RunStatus.COMPLETED:
                 return None
-            return s
+            return s, called
         if not state.status.finished:
             why = state.reason or "it was interrupted"
             raise ConfigurationError(
@@ -262,15 +273,52 @@ class Agent:
             s.state, self.store.clock(), status=RunStatus.RUNNING, reason=None, messages=1
         )
         yield from commit_or_raise([AppendMessages((message,)), PutSession(new, state.version)])
-        return Session(new, [*s.messages, message])
+        return Session(new, [*s.messages, message], wire=s.wire), called
+
+    def _transcript(
+        self, sid: str, state: SessionState
+    ) -> Generator[Request, Any, tuple[Session, frozenset[str]]]:
+        """The stored transcript of ``state`` and the call ids it holds: what this agent kept of
+        the session, with only the messages appended since read (``Transcripts.reuse``), or
+        else read whole."""
+        kept = self._transcripts.get(sid) if self.store.redact is None else None
+        since = None if kept is None else Transcripts.reuse(kept, state)
+        if kept is not None and since is not None:
+            read: list[StoredMessage] = (
+                [] if since == len(kept.messages) else (yield ReadMessages(since))
+            )
+            added = read[1:]
+            if (
+                Transcripts.continues(kept, since, read)
+                and len(kept.messages) + len(added) == state.messages
+            ):
+                called = kept.called.union(i for m in added for i in self.provider.call_ids(m))
+                return Session(state, [*kept.messages, *added], wire=kept.wire), called
+        self._transcripts.drop(sid)
+        messages: list[StoredMessage] = yield ReadMessages(0)
+        called = frozenset(i for m in messages for i in self.provider.call_ids(m))
+        return Session(state, messages), called
+
+    def _keep(self, s: Session, called: frozenset[str], first: int) -> None:
+        """Keep ``s`` (as committed) for this agent's next run of the session; ``called``: the
+        call ids of its first ``first`` messages. Not with a ``redact`` hook: the store holds
+        other text than the run's messages."""
+        if self.store.redact is not None or s.state.messages != len(s.messages):
+            return
+        added = s.messages[first:]
+        called = called.union(i for m in added for i in self.provider.call_ids(m))
+        kept = Kept(state=s.state, messages=tuple(s.messages), called=called, wire=s.wire)
+        self._transcripts.put(s.state.session_id, kept)
 
     def _call_model(self, s: Session) -> Generator[Request, Any, Session]:
+        sent, wire = wire_for(self.provider, s.messages, s.wire)
         kwargs = self.provider.request(
             model=self.model,
             max_tokens=self.max_tokens,
             system=self.system,
             tools=self.tools,
             messages=s.messages,
+            wire=sent,
         )
         span = telemetry.model_span(self.model, self._vendor, self.max_tokens)
         answer = yield CallModel(kwargs, span)
@@ -324,7 +372,7 @@ class Agent:
         # any tool runs.
         yield from commit_or_raise([AppendMessages((message,)), PutSession(new, s.state.version)])
         crash_point("after_checkpoint_a")
-        return Session(new, [*s.messages, message], calls=turn.calls)
+        return Session(new, [*s.messages, message], calls=turn.calls, wire=wire)
 
     def _run_tools(
         self, s: Session, alerts: list[LedgerWriteError], token: int
@@ -339,7 +387,7 @@ class Agent:
             stop = stop_reason(outcomes, s.state.session_id, self.store.url)
             if stop is not None:
                 new = advance(s.state, self.store.clock(), status=stop[0], reason=stop[1])
-                committed.append(Session(new, s.messages))
+                committed.append(Session(new, s.messages, wire=s.wire))
                 return [PutSession(new, s.state.version)]
             now = self.store.clock()
             produced = self.provider.results_messages(
@@ -356,7 +404,7 @@ class Agent:
                 reason=None,
                 messages=len(results),
             )
-            committed.append(Session(new, [*s.messages, *results]))
+            committed.append(Session(new, [*s.messages, *results], wire=s.wire))
             return [AppendMessages(results), PutSession(new, s.state.version)]
 
         ledger = self.store.ledger(s.state.session_id)
@@ -398,7 +446,7 @@ class Agent:
     ) -> Generator[Request, Any, Session]:
         new = advance(s.state, self.store.clock(), status=status, reason=reason)
         yield from commit_or_raise([PutSession(new, s.state.version)])
-        return Session(new, s.messages)
+        return Session(new, s.messages, wire=s.wire)
 
     def _last_prompt(self, s: Session) -> str | None:
         for m in reversed(s.messages):
@@ -419,7 +467,8 @@ class Agent:
             reason=state.reason,
             turns=state.turns,
             usage=Usage(input_tokens=state.input_tokens, output_tokens=state.output_tokens),
-            messages=self.provider.transcript(s.messages),
+            # Copied: the messages are kept for the session's next run, and are the caller's.
+            messages=copied(self.provider.transcript(s.messages)),
             final_text=final,
             alerts=tuple(alerts),
         )

@@ -28,6 +28,7 @@ from ._requests import (
     Failure,
     Fence,
     Invoke,
+    ReadEffectIds,
     ReadEffects,
     ReadLease,
     ReadMessages,
@@ -57,6 +58,7 @@ __all__ = [
     "Fence",
     "IOContext",
     "Invoke",
+    "ReadEffectIds",
     "ReadEffects",
     "ReadLease",
     "ReadMessages",
@@ -175,7 +177,7 @@ def _drop_lease(io: IOContext) -> list[Op]:
 
 _COMMIT_ERRORS = (StoreError, SessionConflictError)
 # What a run waits on the store for: a heartbeat stops renewing a run stuck in one too long.
-_STORE_REQUESTS = (ReadEffects, ReadSession, ReadMessages, ReadLease, Commit)
+_STORE_REQUESTS = (ReadEffects, ReadEffectIds, ReadSession, ReadMessages, ReadLease, Commit)
 
 
 def _emit(alert: LedgerWriteError, on_alert: AlertHook | None) -> Any:
@@ -324,6 +326,8 @@ def _answer(request: Request, io: IOContext) -> Any:
         return backend.read_session(sid)
     if isinstance(request, ReadMessages):
         return backend.read_messages(sid, request.since)
+    if isinstance(request, ReadEffectIds):
+        return backend.read_effect_ids(sid)
     if isinstance(request, ReadLease):
         return backend.read_lease(sid)
     if isinstance(request, Fence):
@@ -401,6 +405,8 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
         return await backend.read_session(sid)
     if isinstance(request, ReadMessages):
         return await backend.read_messages(sid, request.since)
+    if isinstance(request, ReadEffectIds):
+        return await backend.read_effect_ids(sid)
     if isinstance(request, ReadLease):
         return await backend.read_lease(sid)
     if isinstance(request, Fence):

@@ -41,13 +41,24 @@ class StopsBeforeTheLedger:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
 
+    def _stop_once(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            os.kill(os.getpid(), signal.SIGSTOP)
+
     def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
     ) -> dict[str, EffectRecord]:
-        if tool_use_ids is None and not self._stopped:
-            self._stopped = True
-            os.kill(os.getpid(), signal.SIGSTOP)
+        if tool_use_ids is None:
+            self._stop_once()
         found: dict[str, EffectRecord] = self._backend.read_effects(session_id, tool_use_ids)
+        return found
+
+    def read_effect_ids(self, session_id: str) -> list[str]:
+        # Opening a session reads the ledger's ids alone: the same read, as far as a take-over
+        # between it and the state is concerned.
+        self._stop_once()
+        found: list[str] = self._backend.read_effect_ids(session_id)
         return found
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -77,7 +77,25 @@ class Provider(Protocol):
         system: str | None,
         tools: ToolSet,
         messages: list[StoredMessage],
-    ) -> dict[str, Any]: ...
+        wire: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """The request's arguments. ``wire``, when given, is ``wire(messages)`` already built
+        (the request takes it as it is, and hands it to the API)."""
+        ...
+
+    def wire(
+        self, messages: Sequence[StoredMessage], start: Sequence[dict[str, Any]] = ()
+    ) -> list[dict[str, Any]]:
+        """The request's messages (or input items) for a transcript: those of its earlier part,
+        ``start`` (``wire`` of the messages before ``messages``), followed by those of
+        ``messages``. A new list; ``start`` and its entries are never changed (an entry that a
+        message merges into is copied), so a list once handed out never changes."""
+        ...
+
+    def call_ids(self, message: StoredMessage) -> list[str]:
+        """The call ids a stored message holds (none for messages that are not model turns):
+        ``tool_calls(message)``'s ids, without reading or hashing the calls' inputs."""
+        ...
 
     def read_response(self, response: Any) -> ModelTurn: ...
 

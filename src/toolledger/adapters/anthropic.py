@@ -7,7 +7,7 @@ nothing from the SDK.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..codec import MAX_NESTING, input_hash, nesting, shallow, valid_unicode
@@ -152,11 +152,12 @@ class AnthropicProvider:
         system: str | None,
         tools: ToolSet,
         messages: list[StoredMessage],
+        wire: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": model,
             "max_tokens": max_tokens,
-            "messages": merged(messages),
+            "messages": merged(messages) if wire is None else wire,
         }
         if len(tools):
             kwargs["tools"] = tools.to_anthropic()
@@ -176,10 +177,26 @@ class AnthropicProvider:
             calls=read_tool_uses(content),
         )
 
+    def wire(
+        self, messages: Sequence[StoredMessage], start: Sequence[dict[str, Any]] = ()
+    ) -> list[dict[str, Any]]:
+        return merged(messages, start)
+
     def tool_calls(self, message: StoredMessage) -> list[ToolCall]:
         if message.role != "assistant" or not isinstance(message.content, list):
             return []
         return read_tool_uses(message.content)
+
+    def call_ids(self, message: StoredMessage) -> list[str]:
+        if message.role != "assistant" or not isinstance(message.content, list):
+            return []
+        return [
+            b["id"]
+            for b in message.content
+            if isinstance(b, Mapping)
+            and b.get("type") == "tool_use"
+            and isinstance(b.get("id"), str)
+        ]
 
     def results_messages(self, results: list[tuple[str, str, bool]]) -> list[tuple[str, Any]]:
         # One user message, every tool_result first and in call order (the pairing rule).
@@ -260,14 +277,17 @@ def _plain(block: Any) -> dict[str, Any]:
     raise MalformedContentError(f"cannot read content block {block!r:.200}")
 
 
-def merged(messages: list[StoredMessage]) -> list[dict[str, Any]]:
+def merged(
+    messages: Iterable[StoredMessage], start: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
     """The transcript as the Messages API wants it: consecutive messages of one role become one
     (the tool_result message and a following prompt are sent as a single user turn, results
-    first)."""
-    out: list[dict[str, Any]] = []
+    first). ``start``, the merged messages before ``messages``, is continued: a new list, and a
+    last entry that a message merges into is replaced by a new one, never changed."""
+    out: list[dict[str, Any]] = list(start)
     for m in messages:
         if out and out[-1]["role"] == m.role:
-            out[-1]["content"] = _blocks(out[-1]["content"]) + _blocks(m.content)
+            out[-1] = {"role": m.role, "content": _blocks(out[-1]["content"]) + _blocks(m.content)}
         else:
             out.append({"role": m.role, "content": m.content})
     return out

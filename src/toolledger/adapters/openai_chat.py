@@ -8,7 +8,7 @@ sent as text starting with ``ERROR_PREFIX`` (the API has no error flag). Nothing
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..codec import shallow, valid_unicode
@@ -148,13 +148,14 @@ class OpenAIChat(OpenAIBase):
         system: str | None,
         tools: ToolSet,
         messages: list[StoredMessage],
+        wire: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        wire = chat_wire(messages)
+        sent = chat_wire(messages) if wire is None else wire
         if system:
-            wire.insert(0, {"role": "system", "content": system})
+            sent = [{"role": "system", "content": system}, *sent]
         kwargs: dict[str, Any] = {
             "model": model,
-            "messages": wire,
+            "messages": sent,
             self.max_tokens_param: max_tokens,
         }
         if len(tools):
@@ -175,10 +176,23 @@ class OpenAIChat(OpenAIBase):
             calls=read_chat_tool_calls(message.get("tool_calls")),
         )
 
+    def wire(
+        self, messages: Sequence[StoredMessage], start: Sequence[dict[str, Any]] = ()
+    ) -> list[dict[str, Any]]:
+        return [*start, *chat_wire(messages)]
+
     def tool_calls(self, message: StoredMessage) -> list[ToolCall]:
         if message.role != "assistant" or not isinstance(message.content, Mapping):
             return []
         return read_chat_tool_calls(message.content.get("tool_calls"))
+
+    def call_ids(self, message: StoredMessage) -> list[str]:
+        if message.role != "assistant" or not isinstance(message.content, Mapping):
+            return []
+        calls = message.content.get("tool_calls") or []
+        return [
+            tc["id"] for tc in calls if isinstance(tc, Mapping) and isinstance(tc.get("id"), str)
+        ]
 
     def results_messages(self, results: list[tuple[str, str, bool]]) -> list[tuple[str, Any]]:
         # One tool message per call, in call order, right after the assistant message.

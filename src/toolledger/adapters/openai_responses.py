@@ -8,7 +8,7 @@ as text starting with ``ERROR_PREFIX`` (the API has no error flag). Nothing here
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..codec import shallow, valid_unicode
@@ -120,10 +120,11 @@ class OpenAIResponses(OpenAIBase):
         system: str | None,
         tools: ToolSet,
         messages: list[StoredMessage],
+        wire: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": model,
-            "input": responses_wire(messages),
+            "input": responses_wire(messages) if wire is None else wire,
             "max_output_tokens": max_tokens,
         }
         if system:
@@ -144,10 +145,26 @@ class OpenAIResponses(OpenAIBase):
             calls=calls,
         )
 
+    def wire(
+        self, messages: Sequence[StoredMessage], start: Sequence[dict[str, Any]] = ()
+    ) -> list[dict[str, Any]]:
+        return [*start, *responses_wire(messages)]
+
     def tool_calls(self, message: StoredMessage) -> list[ToolCall]:
         if message.role != "assistant" or not isinstance(message.content, list):
             return []
         return read_function_calls(message.content)
+
+    def call_ids(self, message: StoredMessage) -> list[str]:
+        if message.role != "assistant" or not isinstance(message.content, list):
+            return []
+        return [
+            item["call_id"]
+            for item in message.content
+            if isinstance(item, Mapping)
+            and item.get("type") == "function_call"
+            and isinstance(item.get("call_id"), str)
+        ]
 
     def results_messages(self, results: list[tuple[str, str, bool]]) -> list[tuple[str, Any]]:
         items = [function_call_output(tid, text, is_error=err) for tid, text, err in results]

@@ -37,6 +37,11 @@ class Backend(Protocol):
         """Records of one session; all of them when ``tool_use_ids`` is None."""
         ...
 
+    def read_effect_ids(self, session_id: str) -> list[str]:
+        """The tool_use ids of every record of one session (in no set order), without reading
+        the records themselves."""
+        ...
+
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         """Commit ``ops`` (all of one session) durably in one transaction; per op, whether its
         condition held. A failed guard (``PutSession``, ``AppendMessages``) rolls everything
@@ -84,6 +89,8 @@ class AsyncBackend(Protocol):
     async def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
     ) -> dict[str, EffectRecord]: ...
+
+    async def read_effect_ids(self, session_id: str) -> list[str]: ...
 
     async def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]: ...
 
@@ -175,6 +182,9 @@ class InlineAsync:
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
     ) -> dict[str, EffectRecord]:
         return self._backend.read_effects(session_id, tool_use_ids)
+
+    async def read_effect_ids(self, session_id: str) -> list[str]:
+        return self._backend.read_effect_ids(session_id)
 
     async def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         backend = self._group_commit

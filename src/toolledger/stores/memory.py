@@ -52,6 +52,10 @@ class MemoryBackend:
                 return dict(effects)
             return {i: effects[i] for i in tool_use_ids if i in effects}
 
+    def read_effect_ids(self, session_id: str) -> list[str]:
+        with self._lock:
+            return list(self._sessions.get(session_id, SessionData()).effects)
+
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         with self._lock:
             current = self._sessions.get(session_id, SessionData())

@@ -188,6 +188,9 @@ class SQLiteBackend:
             raise translate(exc, self.url, "reading the ledger") from exc
         return plans.records_by_id(found)
 
+    def read_effect_ids(self, session_id: str) -> list[str]:
+        return self._ask("reading the ledger", plans.effect_ids_query(session_id))
+
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         """Group commit: concurrent callers (threads sharing this store, and the asyncio tasks
         of ``InlineAsync``) share one transaction and one fsync (``apply_group``)."""

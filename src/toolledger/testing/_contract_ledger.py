@@ -4,6 +4,7 @@ tool_use_id run once end to end. Run through ``StoreConformance``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -107,6 +108,29 @@ class LedgerContract:
         assert store.ledger("one").get("toolu_1") == one
         assert store.ledger("two").get("toolu_1") == two
         assert store.sessions() == ["one", "two"]
+
+    def test_record_ids_are_read_alone_and_kept_apart(self, store: Store) -> None:
+        assert store.backend.read_effect_ids("s") == []
+        ids = ["toolu_b", "toolu_a", "toolu_'; DROP TABLE effects; --"]
+        store.apply("s", [InsertEffect(make_record("s", i)) for i in ids])
+        store.apply("other", [InsertEffect(make_record("other", "toolu_z"))])
+        assert sorted(store.backend.read_effect_ids("s")) == sorted(ids)
+        assert sorted(store.backend.read_effect_ids("s")) == sorted(
+            r.tool_use_id for r in store.ledger("s").records()
+        )
+        assert store.backend.read_effect_ids("other") == ["toolu_z"]
+        assert store.backend.read_effect_ids("never-written") == []
+
+    def test_record_ids_are_read_alone_through_the_async_contract(self, store: Store) -> None:
+        store.apply("s", [InsertEffect(make_record("s", i)) for i in ("toolu_1", "toolu_2")])
+
+        async def read() -> tuple[list[str], list[str]]:
+            backend = store.async_backend
+            return await backend.read_effect_ids("s"), await backend.read_effect_ids("none")
+
+        found, none = asyncio.run(read())
+        assert sorted(found) == ["toolu_1", "toolu_2"]
+        assert none == []
 
     @pytest.mark.parametrize("session_id", WEIRD_SESSION_IDS)
     def test_any_session_id_is_stored_safely(self, store: Store, session_id: str) -> None:

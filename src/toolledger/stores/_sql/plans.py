@@ -400,6 +400,10 @@ def effects_query(
     return Query(q.SELECT_SOME_EFFECTS, (session_id, list(tool_use_ids)), records_by_id)
 
 
+def effect_ids_query(session_id: str) -> Query[list[str]]:
+    return Query(q.SELECT_EFFECT_IDS, (session_id,), _ids)
+
+
 def effect_query(session_id: str, tool_use_id: str) -> Query[dict[str, EffectRecord]]:
     """One record (SQLite reads several ids one query each: it has no round trips to save)."""
     return Query(q.SELECT_EFFECT, (session_id, tool_use_id), records_by_id)

@@ -8,7 +8,7 @@ compare-and-set expects.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...codec import json_text
@@ -132,9 +132,29 @@ def message_params(session_id: str, m: StoredMessage) -> tuple[Any, ...]:
     return (session_id, m.seq, m.role, sql_json(m.content), m.created_at)
 
 
+# The decoder's C scanner (one value from a position); typeshed does not list the attribute.
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def stored_json(text: Any) -> Any:
+    """The value of one stored JSON text, as ``json.loads`` reads it. A transcript read is one
+    decode per message: the scanner is called directly (no whitespace passes, no wrappers), and
+    anything it does not read whole — whitespace around, bytes, a damaged text — goes to
+    ``json.loads``, which reads it or raises as it always did."""
+    if type(text) is str:
+        try:
+            value, end = _scan(text, 0)
+        except StopIteration:
+            pass
+        else:
+            if end == len(text):
+                return value
+    return json.loads(text)
+
+
 def row_to_message(row: Sequence[Any]) -> StoredMessage:
     return StoredMessage(
-        seq=int(row[0]), role=row[1], content=json.loads(row[2]), created_at=float(row[3])
+        seq=int(row[0]), role=row[1], content=stored_json(row[2]), created_at=float(row[3])
     )
 
 

@@ -38,6 +38,8 @@ SELECT_EFFECTS = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ?"
 SELECT_EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ? AND tool_use_id = ?"
 # PostgreSQL only: the ids travel as one array parameter, one round trip for any number.
 SELECT_SOME_EFFECTS = SELECT_EFFECTS + " AND tool_use_id = ANY(?)"
+# The ids alone: what opening a session checks its transcript against, without reading records.
+SELECT_EFFECT_IDS = "SELECT tool_use_id FROM effects WHERE session_id = ?"
 SELECT_IN_DOUBT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE status = 'started'"
 
 # -- sessions, transcripts, approvals ------------------------------------------------------------

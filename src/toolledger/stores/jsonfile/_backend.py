@@ -95,6 +95,9 @@ class JSONBackend:
             return dict(records)
         return {i: records[i] for i in tool_use_ids if i in records}
 
+    def read_effect_ids(self, session_id: str) -> list[str]:
+        return list(self._load(session_id))
+
     # -- reading the session log -----------------------------------------------------------------
 
     def _load_log(self, session_id: str) -> Log:

@@ -176,6 +176,9 @@ class AsyncPostgresBackend:
         plan = plans.effects_query(session_id, tool_use_ids)
         return await self._ask("reading the ledger", plan)
 
+    async def read_effect_ids(self, session_id: str) -> list[str]:
+        return await self._ask("reading the ledger", plans.effect_ids_query(session_id))
+
     async def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         return await self._run(writing(self, session_id, ops)) if ops else []
 

@@ -96,6 +96,9 @@ class PostgresBackend:
         plan = plans.effects_query(session_id, tool_use_ids)
         return self._ask("reading the ledger", plan)
 
+    def read_effect_ids(self, session_id: str) -> list[str]:
+        return self._ask("reading the ledger", plans.effect_ids_query(session_id))
+
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         return self._run(writing(self, session_id, ops)) if ops else []
 

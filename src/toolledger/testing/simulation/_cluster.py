@@ -181,6 +181,10 @@ class ActorBackend:
         self._reach("reading the ledger")
         return self.inner.read_effects(session_id, tool_use_ids)
 
+    def read_effect_ids(self, session_id: str) -> list[str]:
+        self._reach("reading the ledger")
+        return self.inner.read_effect_ids(session_id)
+
     def read_session(self, session_id: str) -> SessionState | None:
         self._reach("reading a session")
         return self.inner.read_session(session_id)
