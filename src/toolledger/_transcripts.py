@@ -18,8 +18,6 @@ against the store by reading the kept last message again with the ones after it.
 
 from __future__ import annotations
 
-import copy
-import marshal
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -128,9 +126,10 @@ class Transcripts:
 
 def copied(value: Any) -> Any:
     """A copy of plain JSON (dicts and lists copied all the way down), so what a caller is handed
-    shares nothing mutable with what a ``Transcripts`` keeps. ``marshal`` copies plain values
-    in C; anything else it cannot write is copied by ``copy.deepcopy``."""
-    try:
-        return marshal.loads(marshal.dumps(value))  # noqa: S302 - the bytes just written here
-    except ValueError:
-        return copy.deepcopy(value)
+    shares nothing mutable with what a ``Transcripts`` keeps. Content is stored nested no deeper
+    than ``codec.MAX_NESTING``: the recursion is bounded far below Python's limit."""
+    if isinstance(value, dict):
+        return {k: copied(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [copied(v) for v in value]
+    return value
