@@ -13,15 +13,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 import toolledger as tl
+from toolledger.codec import input_hash
+from toolledger.errors import StoreUnavailableError
+from toolledger.ops import InsertEffect
 from toolledger.records import Status
 from toolledger.testing import Counter
+from toolledger.testing.conformance import make_record
 
 from .conftest import tool_use
+from .helpers import SpyBackend
 
 THREADS = 8
 CALLS = 30
@@ -236,3 +242,92 @@ def test_a_call_in_flight_elsewhere_in_this_process_is_waited_for(store: tl.Stor
     (result,) = tl.run_tool_uses([block], [send], ledger=store.ledger("s"), wait=10)
     first.join(30)
     assert result["content"] == '{"sent_to": "x"}' and counter["send"] == 1
+
+
+@pytest.mark.parametrize("then", ["store back", "store still gone"])
+def test_a_later_call_whose_read_fails_never_drops_an_earlier_calls_outcome(
+    tmp_path: Any, then: str
+) -> None:
+    """A message of two calls: the first runs; deciding the second needs the session's lease
+    (its record is ``started`` under a lease), and that read fails — the store went away. The
+    error goes up, but not before the first call's outcome is written (or, when the store is
+    still gone, alerted): never left ``started`` for a person, as if its process had died."""
+    counter = Counter()
+    alerts: list[tl.LedgerWriteError] = []
+
+    @tl.tool(effect="non_idempotent")
+    def send_email(to: str) -> str:
+        counter.hit(to)
+        return f"sent to {to}"
+
+    class Flaky(SpyBackend):
+        down = False
+
+        def read_lease(self, session_id: str) -> Any:
+            self.down = True  # from now on, with "store still gone", commits fail too
+            raise StoreUnavailableError("injected: the network went away", url=self.url)
+
+    with tl.open_store(f"sqlite:///{tmp_path / 'l.db'}") as real:
+        running = replace(
+            make_record("s", "toolu_2", status=Status.STARTED), tool="send_email", lease_token=1
+        )
+        running = replace(running, input_hash=input_hash({"to": "b@c"}))
+        real.backend.apply("s", [InsertEffect(running)])
+        gone = then == "store still gone"
+        flaky = Flaky(real.backend, fail_when=lambda ops: gone and flaky.down)  # type: ignore[arg-type]
+        store = tl.Store(flaky, clock=real.clock, worker_id=real.worker_id)
+        calls = [
+            tool_use("toolu_1", "send_email", to="a@b"),
+            tool_use("toolu_2", "send_email", to="b@c"),
+        ]
+        with pytest.raises(StoreUnavailableError):
+            tl.run_tool_uses(calls, [send_email], ledger=store.ledger("s"), on_alert=alerts.append)
+        assert counter["a@b"] == 1 and counter["b@c"] == 0
+        record = real.ledger("s").get("toolu_1")
+        assert record is not None
+        if gone:
+            assert [a.tool_use_id for a in alerts] == ["toolu_1"]  # a person is told
+        else:
+            assert record.status is Status.SUCCEEDED and alerts == []
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "memory"], indirect=True)
+def test_a_later_call_that_raises_never_drops_an_earlier_calls_outcome(
+    ledger: tl.Ledger,
+) -> None:
+    """A message of two calls: the first runs; the second is being run by another thread at
+    that moment, so deciding it raises ``EffectInProgressError``. The first call's outcome is
+    written before the error goes up — not left ``started`` for a person to settle — and the
+    next run answers it from the ledger without running it again."""
+    counter = Counter()
+    inside, release = threading.Event(), threading.Event()
+
+    @tl.tool(effect="non_idempotent")
+    def send_email(to: str) -> str:
+        counter.hit(f"send_email {to}")
+        if to == "slow@b":
+            inside.set()
+            assert release.wait(30)
+        return f"sent to {to}"
+
+    first, second = (
+        tool_use("toolu_1", "send_email", to="a@b"),
+        tool_use("toolu_2", "send_email", to="slow@b"),
+    )
+    other = threading.Thread(
+        target=tl.run_tool_uses, args=([second], [send_email]), kwargs={"ledger": ledger}
+    )
+    other.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(tl.EffectInProgressError):
+            tl.run_tool_uses([first, second], [send_email], ledger=ledger)
+        record = ledger.get("toolu_1")
+        assert record is not None and record.status is Status.SUCCEEDED
+        assert json.loads(record.result or "null") == "sent to a@b"
+    finally:
+        release.set()
+        other.join(30)
+    results = tl.run_tool_uses([first, second], [send_email], ledger=ledger)
+    assert [r["content"] for r in results] == ["sent to a@b", "sent to slow@b"]
+    assert counter["send_email a@b"] == 1 and counter["send_email slow@b"] == 1

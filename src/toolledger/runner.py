@@ -78,7 +78,17 @@ def _process(
     try:
         outcomes: list[CallOutcome] = []
         for call in calls:
-            outcomes.append((yield from _one(call, found.get(call.tool_use_id), env, buf, unread)))
+            try:
+                outcomes.append(
+                    (yield from _one(call, found.get(call.tool_use_id), env, buf, unread))
+                )
+            except Exception:
+                # A later call of the message raised (the store went away while it was being
+                # decided, another attempt holds it): the outcomes of the calls that already
+                # ran are written — or alerted — before the error goes up, never dropped.
+                if any(i.urgent for i in buf.items):
+                    yield from flush(buf, env, [])
+                raise
         extra = list(tail(outcomes)) if tail is not None else []
         error = None
         if buf.items or extra:

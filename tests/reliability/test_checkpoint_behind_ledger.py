@@ -5,6 +5,7 @@ and so does a session whose log is gone altogether."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -35,8 +36,10 @@ def test_a_checkpoint_behind_its_ledger_is_not_resumed_blindly(tmp_path: Path) -
             )
             agent.run(session="s", prompt="go")
         log = tmp_path / "l" / "s.session.jsonl"
-        lines = log.read_bytes().split(b"\n")
-        log.write_bytes(b"\n".join(lines[:5]) + b"\n")  # up to checkpoint B of turn 1
+        lines = log.read_bytes().splitlines()
+        seqs = [[m["seq"] for m in json.loads(line).get("messages", [])] for line in lines]
+        turn_1_b = next(n for n, s in enumerate(seqs) if 2 in s)  # turn 1's tool_result
+        log.write_bytes(b"\n".join(lines[: turn_1_b + 1]) + b"\n")  # up to checkpoint B of turn 1
         time.sleep(0.3)  # any lease the cut brought back has expired
         with tl.open_store(url) as store:
             agent = tl.Agent(

@@ -19,6 +19,7 @@ from ...drivers import (
     Fence,
     Invoke,
     IOContext,
+    ReadEffectIds,
     ReadEffects,
     ReadLease,
     ReadMessages,
@@ -95,7 +96,7 @@ class Requests(Truth):
         gen, io, p = w.gen, w.io, w.process
         assert io is not None
         sid = w.session
-        if isinstance(request, (ReadEffects, ReadSession, ReadMessages, ReadLease)):
+        if isinstance(request, (ReadEffects, ReadEffectIds, ReadSession, ReadMessages, ReadLease)):
             self._read(w, request)
             return
         if isinstance(request, Commit):
@@ -150,13 +151,17 @@ class Requests(Truth):
         raise AssertionError(f"unknown request {request!r}")
 
     def _read(
-        self, w: Worker, request: ReadEffects | ReadSession | ReadMessages | ReadLease
+        self,
+        w: Worker,
+        request: ReadEffects | ReadEffectIds | ReadSession | ReadMessages | ReadLease,
     ) -> None:
         gen, backend, sid = w.gen, w.process.store.backend, w.session
         w.busy_since = self.t
         try:
             if isinstance(request, ReadEffects):
                 answer: Any = backend.read_effects(sid, request.tool_use_ids)
+            elif isinstance(request, ReadEffectIds):
+                answer = backend.read_effect_ids(sid)
             elif isinstance(request, ReadSession):
                 answer = backend.read_session(sid)
             elif isinstance(request, ReadMessages):
