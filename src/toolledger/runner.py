@@ -37,7 +37,12 @@ from .drivers import (
     drive,
     refuse_async_in_loop,
 )
-from .errors import ConfigurationError, EffectInProgressError, LedgerMismatchError
+from .errors import (
+    ConfigurationError,
+    EffectInProgressError,
+    LedgerMismatchError,
+    StoreUnavailableError,
+)
 from .gate import ApprovalRequest, Decision
 from .liveness import Over, Running, judge
 from .notify import Notifier, Target, in_doubt_calls, notifier
@@ -89,6 +94,20 @@ def _process(
                 if any(i.urgent for i in buf.items):
                     yield from flush(buf, env, [])
                 raise
+        unwritten = [
+            o.call.tool_use_id
+            for o in outcomes
+            if o.alert is not None and o.alert.cause is not None
+        ]
+        if tail is not None and unwritten:
+            # An outcome whose write failed earlier in this batch (the store failed; this process
+            # keeps trying) is not in the ledger yet: a checkpoint reporting it would be a
+            # transcript claiming a success its ledger lacks, for good if this process dies
+            # first. The checkpoint waits; the next run answers from the ledger once the write
+            # lands, or finds the call in doubt.
+            if buf.items:
+                yield from flush(buf, env, [])
+            return Batch(outcomes, commit_error=_held_back(env, unwritten))
         extra = list(tail(outcomes)) if tail is not None else []
         error = None
         if buf.items or extra:
@@ -97,6 +116,17 @@ def _process(
     finally:
         for key in list(buf.flights):  # an exception, or an outcome that never committed
             release(env, key, buf)
+
+
+def _held_back(env: Env, unwritten: list[str]) -> StoreUnavailableError:
+    return StoreUnavailableError(
+        f"the outcome of {', '.join(unwritten)} in session {env.session_id!r} could not be "
+        "written (the store failed; this process keeps trying, and an alert was raised), so the "
+        "checkpoint that would report it to the model was not written either. Run the session "
+        "again: it answers from the ledger once the write lands, or finds the call in doubt.",
+        url=env.url,
+        session_id=env.session_id,
+    )
 
 
 def _same_call(record: EffectRecord, call: ToolCall, env: Env) -> None:

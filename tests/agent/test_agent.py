@@ -189,6 +189,47 @@ def test_ledger_alert_stops_the_session_and_the_outcome_lands_later(
     assert len(world.tickets()) == 1 and len(world.executions()) == 1
 
 
+def test_a_checkpoint_never_reports_an_outcome_still_being_written(
+    store: tl.Store, world: World
+) -> None:
+    """A turn of two calls: the ticket is opened, then its outcome is written before the
+    read-only lookup runs — and that write fails (the store refuses it for as long as the test
+    says). The lookup's record and checkpoint B could go through; but checkpoint B would tell
+    the model a success the ledger lacks, for good if this process died now. So it waits: the
+    run stops, the transcript still ends with the model's calls, verify finds nothing, and once
+    the outcome lands the next run answers the ticket from the ledger."""
+    spied, spy = spy_store(store, fail_when=writes_status(Status.SUCCEEDED))
+
+    @tl.tool(effect="read_only")
+    def lookup(title: str) -> str:
+        """Look a ticket up."""
+        return f"{title}: open"
+
+    tools = [*world.toolset(), lookup]
+    alerts: list[tl.LedgerWriteError] = []
+    turn = Reply(tool_uses=[TICKET, ToolUse("lookup", {"title": "Outage"})])
+    with ScriptedModel([turn, Reply(text="done")]) as m:
+        agent = tl.Agent(
+            client=m.client(), model="x", tools=tools, store=spied, on_alert=alerts.append
+        )
+        with pytest.raises(tl.StoreError, match="checkpoint that would report it"):
+            agent.run(session="s", prompt="go")
+        (alert,) = alerts
+        assert alert.tool == "create_ticket"
+        last = store.messages("s")[-1]
+        assert last.role == "assistant"  # checkpoint B did not land
+        assert [p for p in verify(store) if p.severity is tl.Severity.ERROR] == []
+        spy.fail_when = None  # the store takes writes again: this process's writer lands it
+        deadline = time.time() + 10
+        while store.ledger("s").get(alert.tool_use_id).status is Status.STARTED:  # type: ignore[union-attr]
+            assert time.time() < deadline, "the outcome was never written"
+            time.sleep(0.05)
+        run = agent.run(session="s")
+    assert run.status is tl.RunStatus.COMPLETED
+    assert len(world.tickets()) == 1 and len(world.executions()) == 1
+    assert verify(store) == []
+
+
 def test_queued_approval_stops_then_proceeds(store: tl.Store, world: World) -> None:
     @tl.tool(high_impact=True)
     def wire(amount: int) -> str:
