@@ -33,6 +33,7 @@ from .errors import (
     ToolLedgerError,
 )
 from .gate import ApprovalRequest, Decision
+from .history import Disposition, Turn, TurnCall
 from .records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -61,6 +62,7 @@ __all__ = [
     "ConfigurationError",
     "CorruptLedgerError",
     "Decision",
+    "Disposition",
     "EffectClass",
     "EffectInProgressError",
     "EffectRecord",
@@ -96,6 +98,8 @@ __all__ = [
     "ToolContext",
     "ToolLedgerError",
     "ToolSet",
+    "Turn",
+    "TurnCall",
     "Usage",
     "__version__",
     "approvals",
