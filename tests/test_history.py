@@ -58,6 +58,11 @@ def four_tools(calls: Counter) -> tl.ToolSet:
     return tl.ToolSet([lookup, create_ticket, flaky, refund])
 
 
+def decline(request: tl.ApprovalRequest) -> bool:
+    """The approver of the four-turn session: it declines the refund."""
+    return False
+
+
 def run_four_turns(store: tl.Store, session: str, calls: Counter) -> tl.Run:
     tools = four_tools(calls)
     with ScriptedModel(FOUR_TURNS) as model:
@@ -66,7 +71,7 @@ def run_four_turns(store: tl.Store, session: str, calls: Counter) -> tl.Run:
             model="claude-test",
             tools=tools,
             store=store,
-            approve=lambda request: False,
+            approve=decline,
         )
         return agent.run(session=session, prompt="A customer reports an outage.")
 

@@ -19,8 +19,12 @@ __all__ = ["Flaky", "Reply", "ScriptedServer", "Step", "ToolUse"]
 
 @dataclass(frozen=True)
 class ToolUse:
+    """A tool call the model makes. Its id is minted per response, as the API does, unless
+    ``id`` is given (a replayed session's calls keep the ids they were recorded with)."""
+
     name: str
     input: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
 
 
 @dataclass(frozen=True)

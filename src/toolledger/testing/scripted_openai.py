@@ -90,7 +90,7 @@ class ScriptedOpenAI(ScriptedServer):
         if reply.tool_uses:
             message["tool_calls"] = [
                 {
-                    "id": _call_id(),  # minted per response, as the API does
+                    "id": use.id or _call_id(),  # minted per response, as the API does
                     "type": "function",
                     "function": {"name": use.name, "arguments": _arguments(use)},
                 }
@@ -130,7 +130,7 @@ class ScriptedOpenAI(ScriptedServer):
                 {
                     "id": "fc_" + uuid.uuid4().hex[:24],
                     "type": "function_call",
-                    "call_id": _call_id(),
+                    "call_id": use.id or _call_id(),
                     "name": use.name,
                     "arguments": _arguments(use),
                     "status": "completed",
