@@ -184,3 +184,27 @@ def test_a_call_left_in_doubt_by_a_real_kill(
     assert call.disposition is tl.Disposition.IN_DOUBT
     assert call.effect is tl.EffectClass.NON_IDEMPOTENT
     assert call.why
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_history_reads_openai_transcripts(api: str) -> None:
+    """The same turns, whatever the API the session spoke."""
+    from toolledger.testing.scripted_openai import ScriptedOpenAI
+
+    calls = Counter()
+    with ScriptedOpenAI(FOUR_TURNS) as model, tl.open_store("memory://") as store:
+        client = model.client() if api == "chat" else tl.OpenAIResponses(model.client())
+        agent = tl.Agent(
+            client=client, model="gpt-test", tools=four_tools(calls), store=store, approve=decline
+        )
+        assert agent.run(session="s", prompt="go").status is tl.RunStatus.COMPLETED
+        turns = store.history("s")
+        records = {r.tool_use_id for r in store.ledger("s").records()}
+    assert [t.text for t in turns] == [r.text for r in FOUR_TURNS]
+    assert [[(c.tool, c.input, c.disposition.value) for c in t.calls] for t in turns] == [
+        [("lookup", {"q": "outage"}, "succeeded")],
+        [("create_ticket", {"title": "Outage"}, "succeeded"), ("flaky", {"n": 1}, "failed")],
+        [("refund", {"amount": 10}, "declined")],
+        [],
+    ]
+    assert {c.tool_use_id for t in turns for c in t.calls} >= records and len(records) == 3

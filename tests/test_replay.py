@@ -66,3 +66,49 @@ def test_what_cannot_be_replayed_is_refused(store: tl.Store) -> None:
         store.backend.apply(session, [AppendMessages(messages)])
         with pytest.raises(tl.ConfigurationError, match=why):
             ScriptedModel.from_session(store, session)
+
+
+def test_a_replayed_chat_completions_session_reproduces_its_transcript(store: tl.Store) -> None:
+    from toolledger.testing.scripted_openai import ScriptedOpenAI
+
+    from .test_history import FOUR_TURNS
+
+    def run(model: ScriptedOpenAI, on: tl.Store, calls: Counter) -> None:
+        agent = tl.Agent(
+            client=model.client(),
+            model="gpt-test",
+            tools=four_tools(calls),
+            store=on,
+            approve=decline,
+        )
+        assert agent.run(session="s", prompt="go").status is tl.RunStatus.COMPLETED
+
+    recorded, replayed = Counter(), Counter()
+    with ScriptedOpenAI(FOUR_TURNS) as model:
+        run(model, store, recorded)
+    with ScriptedOpenAI.from_session(store, "s") as model, tl.open_store("memory://") as fresh:
+        run(model, fresh, replayed)
+        assert transcript(fresh, "s") == transcript(store, "s")
+        assert model.rejected == []
+    names = ("lookup", "create_ticket", "flaky", "refund")
+    assert [recorded[n] for n in names] == [replayed[n] for n in names] == [1, 1, 1, 0]
+
+
+def test_a_responses_session_is_not_replayed() -> None:
+    from toolledger.testing.scripted_openai import ScriptedOpenAI
+
+    from .test_history import FOUR_TURNS
+
+    with ScriptedOpenAI(FOUR_TURNS) as model, tl.open_store("memory://") as store:
+        agent = tl.Agent(
+            client=tl.OpenAIResponses(model.client()),
+            model="gpt-test",
+            tools=four_tools(Counter()),
+            store=store,
+            approve=decline,
+        )
+        agent.run(session="s", prompt="go")
+        with pytest.raises(tl.ConfigurationError, match="openai-responses transcript"):
+            ScriptedOpenAI.from_session(store, "s")
+        with pytest.raises(tl.ConfigurationError, match="openai-responses transcript"):
+            ScriptedModel.from_session(store, "s")

@@ -27,11 +27,10 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..adapters._shapes import transcript_kind
 from ..adapters.anthropic import AnthropicProvider, pairing_errors
 from ..errors import ConfigurationError
 from ..records import StoredMessage
-from ._server import Flaky, Reply, ScriptedServer, Step, ToolUse
+from ._server import Flaky, Reply, ScriptedServer, Step, ToolUse, recorded_turns
 
 if TYPE_CHECKING:
     from ..stores.store import Store
@@ -66,19 +65,10 @@ class ScriptedModel(ScriptedServer):
         transcript of another API (OpenAI), or a turn the script cannot say: a block other
         than text and tool_use, or text after a tool call or in more than one block.
         """
-        messages = store.messages(session_id)
-        kind = transcript_kind(messages)
-        if kind != AnthropicProvider.name:
-            raise ConfigurationError(
-                f"session {session_id!r} is a {kind} transcript: ScriptedModel replays "
-                "Anthropic Messages transcripts only"
-            )
-        script: list[Step] = [
-            _recorded_reply(m, session_id, turn)
-            for turn, m in enumerate((m for m in messages if m.role == "assistant"), 1)
-        ]
-        if not script:
-            raise ConfigurationError(f"session {session_id!r} has no model turn to replay")
+        turns = recorded_turns(
+            store, session_id, kinds=(AnthropicProvider.name,), replayer="ScriptedModel"
+        )
+        script: list[Step] = [_recorded_reply(m, session_id, n) for n, m in enumerate(turns, 1)]
         return cls(script, model=model)
 
     def client(self, **kwargs: Any) -> Any:
