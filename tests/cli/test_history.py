@@ -12,8 +12,12 @@ import pytest
 import toolledger as tl
 from toolledger.cli.app import main
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+from toolledger.testing.world import World
 
+from .test_cli import crashed
 from .test_output import _cells
+
+__all__ = ["crashed"]  # a fixture, shared with test_cli
 
 SESSION = "[red]s[/red] <i>x</i>"
 SAID = "[bold]Sending[/bold] <script>alert(1)</script>"
@@ -102,3 +106,21 @@ def test_history_table_prints_store_data_literally(
 def test_history_of_an_unknown_session(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out = run(capsys, "history", "nope", "--store", url, "--json")
     assert code == 1 and json.loads(out)["error"] == "NoSuchSession"
+
+
+def test_history_shows_a_call_left_in_doubt_by_a_kill(
+    crashed: tuple[str, World], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, _ = crashed
+    code, out = run(capsys, "history", "broken", "--store", url, "--json")
+    assert code == 0
+    (turn,) = json.loads(out)["turns"]
+    (call,) = turn["calls"]
+    code, doubts = run(capsys, "in-doubt", "--store", url, "--json")
+    (doubt,) = json.loads(doubts)
+    assert (call["tool_use_id"], call["tool"]) == (doubt["tool_use_id"], "create_ticket")
+    assert call["disposition"] == "in_doubt" and call["why"]
+    # the session stopped for a person (needs_attention): the model has not been answered
+    assert call["result"] is None
+    code, table = run(capsys, "history", "broken", "--store", url)
+    assert "in_doubt" in table and doubt["tool_use_id"] in "".join(_cells(table).split())
