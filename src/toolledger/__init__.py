@@ -33,6 +33,7 @@ from .errors import (
     ToolLedgerError,
 )
 from .gate import ApprovalRequest, Decision
+from .history import CallState, Turn, TurnCall
 from .records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -58,6 +59,7 @@ __all__ = [
     "ApprovalRecord",
     "ApprovalRequest",
     "ApprovalStatus",
+    "CallState",
     "ConfigurationError",
     "CorruptLedgerError",
     "Decision",
@@ -96,6 +98,8 @@ __all__ = [
     "ToolContext",
     "ToolLedgerError",
     "ToolSet",
+    "Turn",
+    "TurnCall",
     "Usage",
     "__version__",
     "approvals",

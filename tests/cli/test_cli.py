@@ -19,6 +19,7 @@ COMMANDS = [
     "demo",
     "sessions",
     "show",
+    "history",
     "effects",
     "in-doubt",
     "resolve",

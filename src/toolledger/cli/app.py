@@ -2,9 +2,9 @@
 
 The store comes from ``--store URL``, else ``$TOOLLEDGER_STORE``, else ``sqlite:///toolledger.db``.
 Every command takes ``--json`` for machine-readable output. Every command is registered here
-(``build_parser``); they are written in ``looking`` (what a store holds), ``settling`` (in-doubt
-calls and approvals), ``retention`` (prune, export), ``running`` (resume-all, bench, audit,
-demo) and ``serving`` (the web console).
+(``build_parser``); they are written in ``looking`` (what a store holds), ``history`` (a
+session's turns), ``settling`` (in-doubt calls and approvals), ``retention`` (prune, export),
+``running`` (resume-all, bench, audit, demo) and ``serving`` (the web console).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from ..errors import ToolLedgerError
 from ..ops import PRUNABLE
 from ..stores import DEFAULT_STORE_URL
 from ._command import Handler, emit_json
+from .history import cmd_history
 from .looking import cmd_effects, cmd_in_doubt, cmd_sessions, cmd_show, cmd_verify
 from .render import safe
 from .retention import cmd_export, cmd_prune, duration
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("show", cmd_show)
     p.add_argument("session")
     show_secrets(p)
+    _history(add, show_secrets)
     p = add("effects", cmd_effects)
     p.add_argument("session")
     show_secrets(p)
@@ -139,6 +141,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("bench", cmd_bench)
     p.add_argument("--quick", action="store_true", help="about a minute")
     return parser
+
+
+def _history(
+    add: Callable[..., argparse.ArgumentParser],
+    show_secrets: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    p = add("history", cmd_history)
+    p.add_argument("session")
+    p.add_argument(
+        "--tools",
+        metavar="MODULE:TOOLSET",
+        help="the session's tools, to show each call's effect class (e.g. myapp.tools:TOOLS)",
+    )
+    show_secrets(p)
 
 
 def _console(add: Callable[..., argparse.ArgumentParser]) -> None:

@@ -35,6 +35,8 @@ from ..redact import redact_ops
 from .contract import AsyncBackend, Backend, InlineAsync, Inspectable
 
 if TYPE_CHECKING:
+    from ..history import Turn
+    from ..tools import ToolSet
     from .retention import PruneReport
 
 __all__ = ["Ledger", "Store", "check_session_id", "in_progress_error"]
@@ -201,6 +203,14 @@ class Store:
         from .retention import prune
 
         return prune(self, older_than=older_than, status=status, dry_run=dry_run)
+
+    def history(self, session_id: str, *, tools: ToolSet | None = None) -> list[Turn]:
+        """Every turn of a session — when, what the model asked for, each call's tool, effect
+        class (when ``tools`` knows it) and disposition in the ledger — oldest first. Reads
+        only. See ``toolledger.history``."""
+        from ..history import history
+
+        return history(self, session_id, tools=tools)
 
     def integrity(self) -> list[str] | None:
         """What the backend's own check finds wrong (an empty list: sound), or ``None`` when it

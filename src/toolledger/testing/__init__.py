@@ -1,7 +1,8 @@
 """Public helpers for testing code built on toolledger.
 
 * ``ScriptedModel``, ``Reply``, ``ToolUse``, ``Flaky`` — a fake Messages API on 127.0.0.1 for
-  the real ``anthropic`` SDK (see ``toolledger.testing.scripted``).
+  the real ``anthropic`` SDK (see ``toolledger.testing.scripted``);
+  ``ScriptedModel.from_session(store, session)`` replays a recorded session's model turns.
 * ``arm_crash(point)`` / ``CRASH_POINTS`` — make this process ``SIGKILL`` itself at a named
   point, as ``TOOLLEDGER_CRASH_AT`` does.
 * ``World``, ``AgentSpec``, ``run_agent`` — tools whose effects are files, and an agent run in a

@@ -12,15 +12,26 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-__all__ = ["Flaky", "Reply", "ScriptedServer", "Step", "ToolUse"]
+from ..adapters._shapes import transcript_kind
+from ..errors import ConfigurationError
+from ..records import StoredMessage
+
+if TYPE_CHECKING:
+    from ..stores.store import Store
+
+__all__ = ["Flaky", "Reply", "ScriptedServer", "Step", "ToolUse", "recorded_turns"]
 
 
 @dataclass(frozen=True)
 class ToolUse:
+    """A tool call the model makes. Its id is minted per response, as the API does, unless
+    ``id`` is given (a replayed session's calls keep the ids they were recorded with)."""
+
     name: str
     input: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +149,25 @@ class ScriptedServer:
         with self._lock:
             self.rejected.extend(problems)
         return 400, self.error("invalid_request_error", message)
+
+
+def recorded_turns(
+    store: Store, session_id: str, *, kinds: tuple[str, ...], replayer: str
+) -> list[StoredMessage]:
+    """The assistant messages of a recorded session whose transcript is one of ``kinds`` (a
+    ``Provider.name``), in order — what ``from_session`` turns into a script. Reads only;
+    raises ``ConfigurationError`` for another kind of transcript or no model turn."""
+    messages = store.messages(session_id)
+    kind = transcript_kind(messages)
+    if kind not in kinds:
+        raise ConfigurationError(
+            f"session {session_id!r} is a {kind} transcript: {replayer} replays "
+            f"{' and '.join(kinds)} transcripts"
+        )
+    turns = [m for m in messages if m.role == "assistant"]
+    if not turns:
+        raise ConfigurationError(f"session {session_id!r} has no model turn to replay")
+    return turns
 
 
 def _handler_for(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:

@@ -4,7 +4,8 @@ It speaks real HTTP, so the real ``anthropic`` SDK is exercised end to end, and 
 the API where it matters for crash recovery:
 
 * it mints a **fresh tool_use id for every response**, as the API does — a turn lost before
-  checkpoint A comes back with new ids;
+  checkpoint A comes back with new ids — unless a ``ToolUse`` names its ``id``, as the turns of
+  ``ScriptedModel.from_session`` (a recorded session, replayed) do;
 * it picks the reply by **position**: the number of assistant turns in the request. A resumed
   conversation gets the next step; a re-asked turn gets the same step again;
 * it **rejects a transcript that breaks the tool_use / tool_result pairing rule** with the API's
@@ -24,10 +25,15 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..adapters.anthropic import pairing_errors
-from ._server import Flaky, Reply, ScriptedServer, Step, ToolUse
+from ..adapters.anthropic import AnthropicProvider, pairing_errors
+from ..errors import ConfigurationError
+from ..records import StoredMessage
+from ._server import Flaky, Reply, ScriptedServer, Step, ToolUse, recorded_turns
+
+if TYPE_CHECKING:
+    from ..stores.store import Store
 
 __all__ = ["Flaky", "Reply", "ScriptedModel", "Step", "ToolUse", "pairing_errors"]
 
@@ -39,6 +45,31 @@ class ScriptedModel(ScriptedServer):
 
     def __init__(self, script: Sequence[Step], *, model: str = "claude-scripted") -> None:
         super().__init__(script, model=model)
+
+    @classmethod
+    def from_session(
+        cls, store: Store, session_id: str, *, model: str = "claude-scripted"
+    ) -> ScriptedModel:
+        """A model that answers as the recorded ``session_id`` did: its script is the session's
+        assistant messages, in order, each a ``Reply`` with the recorded text and tool calls —
+        their ids and inputs as recorded. An agent with the same prompt, system and tools run
+        against it, on another store, stores the same transcript, ids included: a production
+        session becomes a regression test.
+
+        The replay's tools **run**: a ledger record answers a call only in its own session
+        (records are keyed by session and tool_use_id), and a new session's ledger is empty.
+        Give the replay test doubles (``toolledger.testing.Counter``, a ``World``), not tools
+        that touch the real world.
+
+        Reads only. Raises ``ConfigurationError`` for a session with no model turn, a
+        transcript of another API (OpenAI), or a turn the script cannot say: a block other
+        than text and tool_use, or text after a tool call or in more than one block.
+        """
+        turns = recorded_turns(
+            store, session_id, kinds=(AnthropicProvider.name,), replayer="ScriptedModel"
+        )
+        script: list[Step] = [_recorded_reply(m, session_id, n) for n, m in enumerate(turns, 1)]
+        return cls(script, model=model)
 
     def client(self, **kwargs: Any) -> Any:
         """An ``anthropic.Anthropic`` pointed at this server (no retries unless asked)."""
@@ -70,7 +101,8 @@ class ScriptedModel(ScriptedServer):
             content.append(
                 {
                     "type": "tool_use",
-                    "id": "toolu_" + uuid.uuid4().hex[:24],  # minted per response, as the API does
+                    # minted per response, as the API does (a replay keeps the recorded id)
+                    "id": use.id or "toolu_" + uuid.uuid4().hex[:24],
                     "name": use.name,
                     "input": use.input,
                 }
@@ -89,3 +121,29 @@ class ScriptedModel(ScriptedServer):
                 "output_tokens": max(1, len(json.dumps(content)) // 4),
             },
         }
+
+
+def _recorded_reply(message: StoredMessage, session_id: str, turn: int) -> Reply:
+    """A stored assistant message as the ``Reply`` that makes the server answer with it."""
+    content = message.content
+    if isinstance(content, str):
+        return Reply(text=content)
+    texts: list[str] = []
+    uses: list[ToolUse] = []
+    for block in content if isinstance(content, list) else []:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and not uses:
+            texts.append(str(block["text"]))
+        elif kind == "tool_use":
+            uses.append(ToolUse(str(block["name"]), dict(block["input"]), id=str(block["id"])))
+        else:
+            what = "text after a tool call" if kind == "text" else f"a {kind!r} block"
+            raise ConfigurationError(
+                f"turn {turn} of session {session_id!r} has {what}: a Reply says one text, "
+                "then tool calls"
+            )
+    if len(texts) > 1:
+        raise ConfigurationError(
+            f"turn {turn} of session {session_id!r} has {len(texts)} text blocks: a Reply says one"
+        )
+    return Reply(text=texts[0] if texts else "", tool_uses=uses)

@@ -26,10 +26,15 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..adapters.openai import chat_pairing_errors, responses_pairing_errors
-from ._server import Flaky, Reply, ScriptedServer, Step, ToolUse
+from ..adapters.openai_chat import OpenAIChat
+from ..records import StoredMessage
+from ._server import Flaky, Reply, ScriptedServer, Step, ToolUse, recorded_turns
+
+if TYPE_CHECKING:
+    from ..stores.store import Store
 
 __all__ = ["Flaky", "RawArguments", "Reply", "ScriptedOpenAI", "ToolUse"]
 
@@ -53,6 +58,25 @@ class ScriptedOpenAI(ScriptedServer):
 
     def __init__(self, script: Sequence[Step], *, model: str = "gpt-scripted") -> None:
         super().__init__(script, model=model)
+
+    @classmethod
+    def from_session(
+        cls, store: Store, session_id: str, *, model: str = "gpt-scripted"
+    ) -> ScriptedOpenAI:
+        """A model that answers as the recorded Chat Completions session ``session_id`` did:
+        each assistant message as a ``Reply`` — its text, and its tool calls with their recorded
+        ids and ``arguments`` strings, byte for byte. An agent with the same prompt, system and
+        tools run against it on another store stores the same transcript. As with
+        ``ScriptedModel.from_session``, the replay's tools run (its ledger is empty).
+
+        Reads only. Raises ``ConfigurationError`` for a session with no model turn, or a
+        transcript of another API: a Responses API turn carries the ids of its output items,
+        minted per response, which a ``Reply`` does not say.
+        """
+        turns = recorded_turns(
+            store, session_id, kinds=(OpenAIChat.name,), replayer="ScriptedOpenAI"
+        )
+        return cls([_recorded_reply(m) for m in turns], model=model)
 
     def client(self, **kwargs: Any) -> Any:
         """An ``openai.OpenAI`` pointed at this server (no retries unless asked)."""
@@ -90,7 +114,7 @@ class ScriptedOpenAI(ScriptedServer):
         if reply.tool_uses:
             message["tool_calls"] = [
                 {
-                    "id": _call_id(),  # minted per response, as the API does
+                    "id": use.id or _call_id(),  # minted per response, as the API does
                     "type": "function",
                     "function": {"name": use.name, "arguments": _arguments(use)},
                 }
@@ -130,7 +154,7 @@ class ScriptedOpenAI(ScriptedServer):
                 {
                     "id": "fc_" + uuid.uuid4().hex[:24],
                     "type": "function_call",
-                    "call_id": _call_id(),
+                    "call_id": use.id or _call_id(),
                     "name": use.name,
                     "arguments": _arguments(use),
                     "status": "completed",
@@ -155,6 +179,20 @@ class ScriptedOpenAI(ScriptedServer):
                 "output_tokens_details": {"reasoning_tokens": 0},
             },
         }
+
+
+def _recorded_reply(message: StoredMessage) -> Reply:
+    """A stored Chat Completions assistant message as the ``Reply`` that makes the server answer
+    with it."""
+    content = message.content
+    calls = content.get("tool_calls") or []
+    return Reply(
+        text=content.get("content") or "",
+        tool_uses=[
+            RawArguments(c["function"]["name"], id=c["id"], arguments=c["function"]["arguments"])
+            for c in calls
+        ],
+    )
 
 
 def _call_id() -> str:

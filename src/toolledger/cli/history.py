@@ -1,0 +1,114 @@
+"""``toolledger history``: a session's turns — when, what the model asked for, and each call's
+tool, effect class and disposition in the ledger (see ``toolledger.history``).
+
+Everything shown is data from the store: printed literally (``safe``), secrets masked unless
+``--show-secrets``, ids never cut. The model's text is shortened in the table only; ``--json``
+has it whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..history import CallState, Turn, TurnCall
+from ..masking import masked, masked_text
+from ..tools import ToolSet
+from ._command import emit_json, known_session, no_session, store_of
+from .format import when
+from .render import preview, safe
+
+__all__ = ["cmd_history", "history_json", "history_table"]
+
+DISPOSITION_STYLE = {
+    CallState.SUCCEEDED: "green",
+    CallState.FAILED: "red",
+    CallState.IN_PROGRESS: "bold yellow",
+    CallState.IN_DOUBT: "bold red",
+    CallState.DECLINED: "yellow",
+    CallState.NOT_HAPPENED: "magenta",
+    CallState.NOT_RECORDED: "dim",
+}
+
+
+def cmd_history(args: argparse.Namespace, console: Console) -> int:
+    """Show a session's history: every turn (one per model reply), when, what the model asked
+    for, and each call's tool, effect class (with --tools) and disposition in the ledger."""
+    tools: ToolSet | None = None
+    if args.tools:
+        from .audit import load_toolset
+
+        tools = load_toolset(args.tools)
+    with store_of(args) as store:
+        if not known_session(store, args.session):
+            return no_session(console, args, store)
+        turns = store.history(args.session, tools=tools)
+    if args.json:
+        emit_json(
+            {"session_id": args.session, "turns": history_json(turns, reveal=args.show_secrets)}
+        )
+    else:
+        console.print(history_table(turns, f"history of {args.session}", reveal=args.show_secrets))
+    return 0
+
+
+def history_json(turns: list[Turn], *, reveal: bool = False) -> list[dict[str, Any]]:
+    """The turns as JSON, whole (nothing cut), secrets masked unless ``reveal``."""
+    return [
+        {
+            "turn": t.number,
+            "at": t.at,
+            "text": t.text if reveal else masked_text(t.text),
+            "calls": [_call_json(c, reveal) for c in t.calls],
+        }
+        for t in turns
+    ]
+
+
+def _call_json(c: TurnCall, reveal: bool) -> dict[str, Any]:
+    return {
+        "tool_use_id": c.tool_use_id,
+        "tool": c.tool,
+        "input": c.input if reveal else masked(c.input),
+        "effect": None if c.effect is None else c.effect.value,
+        "disposition": c.disposition.value,
+        "why": c.why or None,
+        "result": c.result if reveal else masked_text(c.result),
+    }
+
+
+def history_table(turns: list[Turn], title: str, *, reveal: bool = False) -> Table:
+    """One row per call, the turn's number, time and text on its first (a turn without calls
+    has one row). Ids wrap, never cut; the text, inputs and results the model was told are
+    previews (``--json``: whole)."""
+    table = Table(title=safe(title))
+    columns = ("turn", "when", "model said", "tool_use_id", "asks", "effect", "disposition", "told")
+    for col in columns:
+        table.add_column(
+            col, overflow="fold", no_wrap=False, min_width=8 if col == "tool_use_id" else None
+        )
+    for t in turns:
+        text = t.text if reveal else masked_text(t.text)
+        head = [safe(t.number), safe(when(t.at)), safe(preview(text, 60))]
+        blank = [safe(""), safe(""), safe("")]
+        for i, c in enumerate(t.calls):
+            shown = json.dumps(c.input if reveal else masked(c.input), ensure_ascii=False)
+            table.add_row(
+                *(head if i == 0 else blank),
+                safe(c.tool_use_id),
+                safe(f"{c.tool} {preview(shown, 40)}"),
+                safe("?" if c.effect is None else c.effect.value),
+                safe(c.disposition.value, DISPOSITION_STYLE[c.disposition]),
+                safe(preview(c.result if reveal else masked_text(c.result), 40)),
+            )
+        if not t.calls:
+            table.add_row(*head, *[safe("")] * 5)
+    if not turns:
+        table.caption = "no turns: the session has no transcript (a ledger used on its own)"
+    elif any(c.effect is None for t in turns for c in t.calls):
+        table.caption = "effect ?: a tool not given (--tools MODULE:TOOLSET names them)"
+    return table
