@@ -21,7 +21,7 @@ import pytest
 from toolledger.testing import ConcurrentReport, run_concurrent_torture
 from toolledger.testing.concurrent_torture import main
 
-CHAOS_SECONDS = {"sqlite": 15.0, "json": 10.0, "postgres": 15.0}
+CHAOS_SECONDS = {"sqlite": 15.0, "json": 15.0, "postgres": 15.0}
 
 
 def seed() -> int:
