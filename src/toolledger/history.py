@@ -24,15 +24,13 @@ rewind and fork do not exist yet.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from .adapters import MessageParts, Provider, transcript_reader
-from .errors import ToolLedgerError
+from .adapters import read_or_text, transcript_reader
 from .liveness import Running
-from .records import EffectClass, EffectRecord, Lease, Status, StoredMessage
+from .records import EffectClass, EffectRecord, Lease, Status
 
 if TYPE_CHECKING:
     from .stores.store import Store
@@ -93,7 +91,7 @@ def history(store: Store, session_id: str, *, tools: ToolSet | None = None) -> l
     reader = transcript_reader(messages)
     records = {r.tool_use_id: r for r in store.ledger(session_id).records()}
     lease = store.lease(session_id)
-    parts_of = [(m, _read(m, reader)) for m in messages]
+    parts_of = [(m, read_or_text(m, reader)) for m in messages]
     results = {call_id: (text, bad) for _, p in parts_of for call_id, text, bad in p.results}
     turns: list[Turn] = []
     for m, parts in parts_of:
@@ -148,14 +146,3 @@ def _disposition(
     verdict = store.judge(record, lease)
     running = isinstance(verdict, Running)
     return (CallState.IN_PROGRESS if running else CallState.IN_DOUBT), verdict.why
-
-
-def _read(m: StoredMessage, reader: Provider) -> MessageParts:
-    """A stored message's texts and calls; a shape its reader cannot read is its text, whole."""
-    try:
-        return reader.read_message(m)
-    except (ToolLedgerError, AttributeError, TypeError, ValueError):
-        shown = (
-            m.content if isinstance(m.content, str) else json.dumps(m.content, ensure_ascii=False)
-        )
-        return MessageParts([shown], [], [])

@@ -17,9 +17,11 @@ Completions), ``openai_responses`` (Responses API); ``openai`` tells the OpenAI 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import ToolLedgerError
 from ..records import StoredMessage, ToolCall
 from ._shapes import (
     MAX_ID_CHARS,
@@ -44,6 +46,7 @@ __all__ = [
     "check_call_id",
     "provider_for",
     "read_calls",
+    "read_or_text",
     "transcript_reader",
 ]
 
@@ -86,6 +89,18 @@ def transcript_reader(messages: list[StoredMessage]) -> Provider:
     if kind == OpenAIResponses.name:
         return OpenAIResponses(None)
     return AnthropicProvider(None)
+
+
+def read_or_text(m: StoredMessage, reader: Provider) -> MessageParts:
+    """``m``'s texts, calls and results as ``reader`` reads them; a shape it cannot read is
+    its text, whole (for showing a transcript, never for running it)."""
+    try:
+        return reader.read_message(m)
+    except (ToolLedgerError, AttributeError, TypeError, ValueError):
+        shown = (
+            m.content if isinstance(m.content, str) else json.dumps(m.content, ensure_ascii=False)
+        )
+        return MessageParts([shown], [], [])
 
 
 def register(

@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..adapters import MessageParts, Provider, transcript_reader
-from ..errors import ToolLedgerError
+from ..adapters import Provider, read_or_text, transcript_reader
 from ..liveness import Running
 from ..masking import masked, masked_text
 from ..records import Status, StoredMessage
@@ -107,7 +106,7 @@ def timeline(store: Store, session_id: str, *, reveal: bool = False) -> list[Eve
 
 
 def _message_events(m: StoredMessage, reader: Provider, reveal: bool) -> list[Event]:
-    read = _read(m, reader)
+    read = read_or_text(m, reader)
     speaker = "model" if m.role == "assistant" else "user"
     out = [
         Event(m.created_at, 0, speaker, "", text, "cyan" if speaker == "model" else "")
@@ -139,15 +138,3 @@ def _message_events(m: StoredMessage, reader: Provider, reveal: bool) -> list[Ev
             )
         )
     return out
-
-
-def _read(m: StoredMessage, reader: Provider) -> MessageParts:
-    """A stored message's texts, calls and results, read by its API's provider."""
-    try:
-        return reader.read_message(m)
-    except (ToolLedgerError, AttributeError, TypeError, ValueError):
-        # A shape we cannot read: shown as it is.
-        shown = (
-            m.content if isinstance(m.content, str) else json.dumps(m.content, ensure_ascii=False)
-        )
-        return MessageParts([shown], [], [])
