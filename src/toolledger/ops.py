@@ -28,6 +28,7 @@ from .records import (
 
 __all__ = [
     "PRUNABLE",
+    "AbandonMessages",
     "AppendMessages",
     "DropLease",
     "DropSession",
@@ -92,6 +93,20 @@ class AppendMessages:
 
 
 @dataclass(frozen=True, slots=True)
+class AbandonMessages:
+    """Take the transcript's messages from seq ``from_seq`` on out of it and keep them, with
+    their seqs, as the session's abandoned branch number ``branch`` (a rewind,
+    ``toolledger.branching``); the transcript then continues at ``from_seq``. Nothing is
+    deleted: ``Backend.read_abandoned`` returns them, and a session's removal removes them
+    with it. A guard: a ``from_seq`` past the transcript's end, or a ``branch`` number already
+    taken, rolls the batch back (``SessionConflictError``). Pair it with a ``PutSession``
+    compare-and-set: the session must not have moved since the rewind read it."""
+
+    from_seq: int
+    branch: int
+
+
+@dataclass(frozen=True, slots=True)
 class PutApproval:
     """Create an approval request (``expect_status=None``) or move one on (compare-and-set on
     its status). Applied → ``True``."""
@@ -134,7 +149,8 @@ class DropLease:
 
 @dataclass(frozen=True, slots=True)
 class DropSession:
-    """Remove a session whole: its state, transcript, records, approvals and lease (retention,
+    """Remove a session whole: its state, transcript (with its abandoned branches), records,
+    approvals and lease (retention,
     ``Store.prune``). A guard, checked in the same transaction as the removal: the session is
     still at ``expect_version`` (``None``: it has no state, only records) and ended (completed,
     max_turns or failed); no call of it is ``started`` (in progress, or in doubt); no approval is
@@ -193,6 +209,7 @@ Op = (
     | UpdateEffect
     | PutSession
     | AppendMessages
+    | AbandonMessages
     | PutApproval
     | TakeLease
     | HoldLease

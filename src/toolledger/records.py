@@ -9,6 +9,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from .lineage import Branch
+
 __all__ = [
     "SAFE_RERUN",
     "ApprovalRecord",
@@ -285,6 +287,9 @@ class SessionState:
     messages: int = 0
     created_at: float
     updated_at: float
+    lineage: tuple[Branch, ...] = ()
+    """The forks and rewinds that made this transcript, oldest first (``toolledger.lineage``);
+    empty for a session that was never branched."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

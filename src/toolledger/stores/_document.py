@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..ops import (
+    AbandonMessages,
     AppendMessages,
     DropSession,
     HoldLease,
@@ -40,6 +41,7 @@ class SessionData:
     messages: list[StoredMessage] = field(default_factory=list)
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
     lease: Lease | None = None
+    abandoned: dict[int, list[StoredMessage]] = field(default_factory=dict)
 
     def draft(self) -> SessionData:
         """A copy to apply a batch to: swapped in (or written) only if every guard held."""
@@ -49,6 +51,7 @@ class SessionData:
             messages=list(self.messages),
             approvals=dict(self.approvals),
             lease=self.lease,
+            abandoned=dict(self.abandoned),
         )
 
 
@@ -81,6 +84,16 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
                         session_id, f"message {message.seq} is not next ({len(data.messages)})"
                     )
                 data.messages.append(message)
+            applied = True
+        elif isinstance(op, AbandonMessages):
+            if op.from_seq > len(data.messages) or op.from_seq < 0 or op.branch in data.abandoned:
+                raise conflict(
+                    session_id,
+                    f"cannot abandon from message {op.from_seq} of {len(data.messages)} as "
+                    f"branch {op.branch}",
+                )
+            data.abandoned[op.branch] = data.messages[op.from_seq :]
+            del data.messages[op.from_seq :]
             applied = True
         elif isinstance(op, PutApproval):
             applied = approval_applies(op, data.approvals.get(op.record.tool_use_id))
@@ -122,4 +135,5 @@ def _drop(session_id: str, data: SessionData, op: DropSession) -> bool:
     data.effects.clear()
     data.messages.clear()
     data.approvals.clear()
+    data.abandoned.clear()
     return True

@@ -59,6 +59,11 @@ class Backend(Protocol):
         """Approval records of one session, or of every session."""
         ...
 
+    def read_abandoned(self, session_id: str) -> dict[int, list[StoredMessage]]:
+        """The session's abandoned branches (``AbandonMessages``): by branch number, their
+        messages in order, each with the seq it had in the transcript."""
+        ...
+
     def read_lease(self, session_id: str) -> Lease | None: ...
 
     def now(self) -> float:

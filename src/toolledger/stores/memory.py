@@ -77,6 +77,11 @@ class MemoryBackend:
             messages = self._sessions.get(session_id, SessionData()).messages[since:]
             return copy.deepcopy(messages)  # content is mutable JSON: callers get their own
 
+    def read_abandoned(self, session_id: str) -> dict[int, list[StoredMessage]]:
+        with self._lock:
+            branches = self._sessions.get(session_id, SessionData()).abandoned
+            return copy.deepcopy({n: list(ms) for n, ms in sorted(branches.items())})
+
     def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
         with self._lock:
             chosen = (

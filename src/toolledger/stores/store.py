@@ -186,6 +186,11 @@ class Store:
         """A session's transcript, from ``seq`` ``since`` on."""
         return self.backend.read_messages(session_id, since)
 
+    def abandoned(self, session_id: str) -> dict[int, list[StoredMessage]]:
+        """A rewound session's abandoned branches, by number: the messages a rewind took out of
+        its transcript, each with the seq it had (``toolledger.branching``)."""
+        return self.backend.read_abandoned(session_id)
+
     def approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
         """The approval requests of one session, or of all."""
         return self.backend.read_approvals(session_id)
