@@ -9,8 +9,10 @@ from __future__ import annotations
 from . import approvals, keys, notify
 from .adapters.openai_responses import OpenAIResponses
 from .agent import Agent, Run, Usage
+from .branching import fork, rewind
 from .codec import DEFAULT_MAX_RESULT_BYTES
 from .errors import (
+    BranchPointError,
     ConfigurationError,
     CorruptLedgerError,
     EffectInProgressError,
@@ -33,7 +35,8 @@ from .errors import (
     ToolLedgerError,
 )
 from .gate import ApprovalRequest, Decision
-from .history import CallState, Turn, TurnCall
+from .history import BranchHistory, CallState, Turn, TurnCall
+from .lineage import Branch, BranchKind, ForkedEffect
 from .records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -59,6 +62,10 @@ __all__ = [
     "ApprovalRecord",
     "ApprovalRequest",
     "ApprovalStatus",
+    "Branch",
+    "BranchHistory",
+    "BranchKind",
+    "BranchPointError",
     "CallState",
     "ConfigurationError",
     "CorruptLedgerError",
@@ -66,6 +73,7 @@ __all__ = [
     "EffectClass",
     "EffectInProgressError",
     "EffectRecord",
+    "ForkedEffect",
     "InvalidSessionIdError",
     "LateOutcomeError",
     "LeaseLostError",
@@ -104,10 +112,12 @@ __all__ = [
     "__version__",
     "approvals",
     "arun_tool_uses",
+    "fork",
     "keys",
     "notify",
     "open_store",
     "resume_all",
+    "rewind",
     "run_tool_uses",
     "tool",
     "verify",

@@ -11,6 +11,7 @@ from typing import Any
 from ._transcripts import Wire
 from .drivers import Failure, ReadLease, Request
 from .errors import LedgerWriteError
+from .lineage import ForkedEffect
 from .ops import Op, lost
 from .reconcile import commit
 from .records import Lease, RunStatus, SessionState, StoredMessage, ToolCall
@@ -31,7 +32,10 @@ class Run:
     ``status`` says whether it finished (``completed``), needs a person (``needs_attention``,
     ``awaiting_approval``) or stopped (``max_turns``); ``reason`` says why in words.
     ``messages`` is the whole transcript in the API's own message shape; ``alerts`` the ledger
-    alerts raised during this run.
+    alerts raised during this run. ``effects_after_fork`` lists, for a session made by a fork
+    or a rewind, every call the world saw on the paths it left behind that took effect or may
+    have (``toolledger.branching``): they are not undone, and unless the branch was made with
+    ``effects_after_fork="ignore"`` the model was told of them.
     """
 
     session_id: str
@@ -42,6 +46,7 @@ class Run:
     messages: list[dict[str, Any]]
     final_text: str = ""
     alerts: tuple[LedgerWriteError, ...] = field(default=())
+    effects_after_fork: tuple[ForkedEffect, ...] = field(default=())
 
 
 @dataclass(slots=True)

@@ -54,6 +54,7 @@ from .errors import (
     ModelCallError,
     SessionConflictError,
 )
+from .lineage import abandoned_calls, effects_of
 from .notify import Notifier, Target, in_doubt_calls, notifier
 from .ops import AppendMessages, Op, PutSession
 from .outcomes import Batch, CallOutcome
@@ -250,7 +251,7 @@ class Agent:
             return Session(state, [first]), frozenset()
         s, called = yield from self._transcript(sid, state)
         if recorded:
-            stray = sorted(set(recorded) - called)
+            stray = sorted(set(recorded) - called - abandoned_calls(state))
             if stray:
                 yield from still_ours(sid, lease)
                 raise behind(
@@ -471,6 +472,7 @@ class Agent:
             messages=copied(self.provider.transcript(s.messages)),
             final_text=final,
             alerts=tuple(alerts),
+            effects_after_fork=effects_of(state.lineage),
         )
 
     def _result(self, sid: str, alerts: Sequence[LedgerWriteError]) -> Generator[Request, Any, Run]:

@@ -10,6 +10,7 @@ ToolLedgerError                      base of everything below
 ├── LedgerMismatchError (ValueError) a tool_use id already recorded with another tool or input
 ├── NotInDoubtError (ValueError)     resolve: the call has no record, or has an outcome already
 ├── NotPendingError (ValueError)     approve/deny: the request was decided or used already
+├── BranchPointError (ValueError)    fork/rewind: no such turn, or its calls are not all answered
 ├── EffectInProgressError            another attempt at the call may still be running
 ├── SessionConflictError             the session (or a call's record, an approval request)
 │   │                                moved on since this worker read it
@@ -44,6 +45,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "BranchPointError",
     "ConfigurationError",
     "CorruptLedgerError",
     "EffectInProgressError",
@@ -132,6 +134,17 @@ class NotInDoubtError(ToolLedgerError, ValueError):
 class NotPendingError(ToolLedgerError, ValueError):
     """A decision on an approval request that is not pending: there is none, or it was decided
     or used already. Nothing was changed (``toolledger approvals`` lists the pending ones)."""
+
+
+class BranchPointError(ToolLedgerError, ValueError):
+    """A fork or rewind at a point that cannot be branched from: the session does not exist,
+    has no such turn, or the turn's calls are not all answered yet (a branch starts at a
+    checkpoint-B boundary). Nothing was written; ``toolledger history SESSION`` shows the
+    turns."""
+
+    def __init__(self, message: str, *, session_id: str, turn: int) -> None:
+        super().__init__(message, session_id=session_id)
+        self.turn = turn
 
 
 class EffectInProgressError(ToolLedgerError):

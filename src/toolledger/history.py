@@ -18,8 +18,10 @@ API. Each call's disposition comes from its ledger record:
                    ledger)
 =================  ==========================================================================
 
-Reading a history writes nothing. Branches of a rewound or forked session are not part of it:
-rewind and fork do not exist yet.
+Reading a history writes nothing. The turns are those of the session's transcript as it stands;
+``branches`` gives the forks and rewinds that made it (``toolledger.branching``): for each, the
+effects it listed, and for a rewind the turns it abandoned, read from where they are kept, each
+call's disposition still from the session's ledger.
 """
 
 from __future__ import annotations
@@ -29,14 +31,15 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .adapters import read_or_text, transcript_reader
+from .lineage import Branch
 from .liveness import Running
-from .records import EffectClass, EffectRecord, Lease, Status
+from .records import EffectClass, EffectRecord, Lease, Status, StoredMessage
 
 if TYPE_CHECKING:
     from .stores.store import Store
     from .tools import ToolSet
 
-__all__ = ["CallState", "Turn", "TurnCall", "history"]
+__all__ = ["BranchHistory", "CallState", "Turn", "TurnCall", "branches", "history"]
 
 
 class CallState(StrEnum):
@@ -83,14 +86,56 @@ class Turn:
     seq: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BranchHistory:
+    """One fork or rewind in the making of a session: its lineage entry (where from, at which
+    turn, when, the effects it listed) and, for a rewind of this very session, the turns it
+    abandoned, numbered from the turn after its point (``()`` for a fork, or a rewind inherited
+    from a forked parent: those turns are the parent's)."""
+
+    branch: Branch
+    abandoned: tuple[Turn, ...] = ()
+
+
 def history(store: Store, session_id: str, *, tools: ToolSet | None = None) -> list[Turn]:
     """Every turn of ``session_id``, oldest first (an unknown session has none). ``tools``, when
     given, names each known call's effect class. Reads the transcript, the ledger and the lease
     once each; writes nothing."""
     messages = store.messages(session_id)
-    reader = transcript_reader(messages)
     records = {r.tool_use_id: r for r in store.ledger(session_id).records()}
-    lease = store.lease(session_id)
+    return _turns(store, messages, records, store.lease(session_id), tools, first=1)
+
+
+def branches(store: Store, session_id: str, *, tools: ToolSet | None = None) -> list[BranchHistory]:
+    """The forks and rewinds that made ``session_id``, oldest first (none for a session never
+    branched, or unknown). Reads only."""
+    state = store.session(session_id)
+    if state is None or not state.lineage:
+        return []
+    own = any(b.branch is not None and b.source == session_id for b in state.lineage)
+    abandoned = store.abandoned(session_id) if own else {}
+    records = {r.tool_use_id: r for r in store.ledger(session_id).records()} if own else {}
+    lease = store.lease(session_id) if own else None
+    out: list[BranchHistory] = []
+    for b in state.lineage:
+        turns: list[Turn] = []
+        if b.branch is not None and b.source == session_id:
+            kept = abandoned.get(b.branch, [])
+            turns = _turns(store, kept, records, lease, tools, first=b.turn + 1)
+        out.append(BranchHistory(branch=b, abandoned=tuple(turns)))
+    return out
+
+
+def _turns(
+    store: Store,
+    messages: list[StoredMessage],
+    records: dict[str, EffectRecord],
+    lease: Lease | None,
+    tools: ToolSet | None,
+    *,
+    first: int,
+) -> list[Turn]:
+    reader = transcript_reader(messages)
     parts_of = [(m, read_or_text(m, reader)) for m in messages]
     results = {call_id: (text, bad) for _, p in parts_of for call_id, text, bad in p.results}
     turns: list[Turn] = []
@@ -117,7 +162,7 @@ def history(store: Store, session_id: str, *, tools: ToolSet | None = None) -> l
             )
         turns.append(
             Turn(
-                number=len(turns) + 1,
+                number=first + len(turns),
                 at=m.created_at,
                 text="\n".join(t for t in parts.texts if t),
                 calls=tuple(calls),

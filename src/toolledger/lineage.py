@@ -17,12 +17,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .records import SessionState
 
 __all__ = [
     "Branch",
     "BranchKind",
     "ForkedEffect",
+    "abandoned_calls",
     "effects_of",
     "lineage_from_json",
     "lineage_json",
@@ -168,3 +172,14 @@ def effects_of(lineage: tuple[Branch, ...]) -> tuple[ForkedEffect, ...]:
                 seen.add(e.key)
                 out.append(e)
     return tuple(out)
+
+
+def abandoned_calls(state: SessionState) -> set[str]:
+    """The call ids of the session's own abandoned branches: their records stay in its ledger
+    although its transcript no longer holds them."""
+    return {
+        i
+        for b in state.lineage
+        if b.branch is not None and b.source == state.session_id
+        for i in b.abandoned_calls
+    }

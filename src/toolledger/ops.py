@@ -150,23 +150,24 @@ class DropLease:
 @dataclass(frozen=True, slots=True)
 class DropSession:
     """Remove a session whole: its state, transcript (with its abandoned branches), records,
-    approvals and lease (retention,
-    ``Store.prune``). A guard, checked in the same transaction as the removal: the session is
-    still at ``expect_version`` (``None``: it has no state, only records) and ended (completed,
-    max_turns or failed); no call of it is ``started`` (in progress, or in doubt); no approval is
-    pending; its lease is not held at ``now``. Otherwise the batch rolls back
-    (``SessionConflictError``). A record or request that lands while it runs is never removed:
-    the removal skips ``started`` records and pending approvals by its own condition."""
+    approvals and lease (retention, ``Store.prune``). A guard, checked in the same transaction
+    as the removal: the session is still at ``expect_version`` (``None``: it has no state, only
+    records) and ended (completed, ready, max_turns or failed); no call of it is ``started`` (in
+    progress, or in doubt); no approval is pending; its lease is not held at ``now``. Otherwise
+    the batch rolls back (``SessionConflictError``). A record or request that lands while it
+    runs is never removed: the removal skips ``started`` records and pending approvals by its
+    own condition."""
 
     session_id: str
     expect_version: int | None
     now: float
 
 
-PRUNABLE = frozenset({RunStatus.COMPLETED, RunStatus.MAX_TURNS, RunStatus.FAILED})
+PRUNABLE = frozenset({RunStatus.COMPLETED, RunStatus.MAX_TURNS, RunStatus.FAILED, RunStatus.READY})
 """The statuses of sessions that ended: nothing of them is pending (a failed one failed at the
-model call, with every tool_use answered). ``needs_attention``, ``awaiting_approval`` and
-``running`` sessions are never removed."""
+model call, with every tool_use answered; a ready one was forked or rewound and not run
+since). ``needs_attention``, ``awaiting_approval`` and ``running`` sessions are never
+removed."""
 
 
 def still_there(session_id: str) -> SessionConflictError:

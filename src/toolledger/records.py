@@ -262,11 +262,15 @@ class RunStatus(StrEnum):
     """The turn budget ran out; a new prompt continues the conversation."""
     FAILED = "failed"
     """The model API failed (reason stored); running again retries."""
+    READY = "ready"
+    """Made by a fork or a rewind (``toolledger.branching``): every call of its last turn is
+    answered and nothing is pending. Running it with no prompt asks the model to go on; a new
+    prompt is appended first."""
 
     @property
     def finished(self) -> bool:
         """Finished sessions take a new prompt; unfinished ones resume."""
-        return self in (RunStatus.COMPLETED, RunStatus.MAX_TURNS)
+        return self in (RunStatus.COMPLETED, RunStatus.MAX_TURNS, RunStatus.READY)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,8 +20,9 @@ from enum import StrEnum
 
 from .adapters import transcript_reader
 from .errors import ToolLedgerError
+from .lineage import abandoned_calls
 from .liveness import Running
-from .records import EffectRecord, Lease, RunStatus, Status
+from .records import EffectRecord, Lease, RunStatus, SessionState, Status
 from .stores.store import Store
 
 __all__ = ["Problem", "Severity", "verify"]
@@ -122,7 +123,8 @@ def _session(store: Store, sid: str) -> list[Problem]:
                         "world, then resolve it.",
                     )
                 )
-    for tid in sorted(set(by_id) - called):
+    out += _branches(store, sid, state)
+    for tid in sorted(set(by_id) - called - abandoned_calls(state)):
         out.append(
             Problem(
                 Severity.ERROR,
@@ -130,6 +132,40 @@ def _session(store: Store, sid: str) -> list[Problem]:
                 f"ledger record {tid} ({by_id[tid].tool}) matches no tool_use in the transcript",
             )
         )
+    return out
+
+
+def _branches(store: Store, sid: str, state: SessionState) -> list[Problem]:
+    """A rewound session's abandoned branches are where its lineage says, holding the calls it
+    says: their records stay in its ledger, and only this accounts for them."""
+    own = [b for b in state.lineage if b.branch is not None and b.source == sid]
+    if not own:
+        return []
+    stored = store.abandoned(sid)
+    out: list[Problem] = []
+    for b in own:
+        messages = stored.get(b.branch or 0)
+        if messages is None:
+            out.append(
+                Problem(
+                    Severity.ERROR,
+                    sid,
+                    f"abandoned branch {b.branch} (rewind to turn {b.turn}) is missing",
+                )
+            )
+            continue
+        reader = transcript_reader(messages)
+        held = {i for m in messages for i in reader.call_ids(m)}
+        missing = sorted(set(b.abandoned_calls) - held)
+        if missing:
+            out.append(
+                Problem(
+                    Severity.ERROR,
+                    sid,
+                    f"abandoned branch {b.branch} does not hold the calls its rewind listed: "
+                    + ", ".join(missing),
+                )
+            )
     return out
 
 

@@ -21,6 +21,7 @@ STATUS_STYLE = {
     "running": "cyan",
     "not_happened": "magenta",
     "max_turns": "yellow",
+    "ready": "cyan",
     "used": "dim",
 }
 

@@ -86,15 +86,7 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
                 data.messages.append(message)
             applied = True
         elif isinstance(op, AbandonMessages):
-            if op.from_seq > len(data.messages) or op.from_seq < 0 or op.branch in data.abandoned:
-                raise conflict(
-                    session_id,
-                    f"cannot abandon from message {op.from_seq} of {len(data.messages)} as "
-                    f"branch {op.branch}",
-                )
-            data.abandoned[op.branch] = data.messages[op.from_seq :]
-            del data.messages[op.from_seq :]
-            applied = True
+            applied = _abandon(session_id, data, op)
         elif isinstance(op, PutApproval):
             applied = approval_applies(op, data.approvals.get(op.record.tool_use_id))
             if applied:
@@ -126,6 +118,18 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
                 data.lease = replace(data.lease, expires_at=0.0)
         out.append(applied)
     return out
+
+
+def _abandon(session_id: str, data: SessionData, op: AbandonMessages) -> bool:
+    if op.from_seq > len(data.messages) or op.from_seq < 0 or op.branch in data.abandoned:
+        raise conflict(
+            session_id,
+            f"cannot abandon from message {op.from_seq} of {len(data.messages)} as "
+            f"branch {op.branch}",
+        )
+    data.abandoned[op.branch] = data.messages[op.from_seq :]
+    del data.messages[op.from_seq :]
+    return True
 
 
 def _drop(session_id: str, data: SessionData, op: DropSession) -> bool:

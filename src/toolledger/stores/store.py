@@ -35,7 +35,7 @@ from ..redact import redact_ops
 from .contract import AsyncBackend, Backend, InlineAsync, Inspectable
 
 if TYPE_CHECKING:
-    from ..history import Turn
+    from ..history import BranchHistory, Turn
     from ..tools import ToolSet
     from .retention import PruneReport
 
@@ -216,6 +216,14 @@ class Store:
         from ..history import history
 
         return history(self, session_id, tools=tools)
+
+    def branches(self, session_id: str, *, tools: ToolSet | None = None) -> list[BranchHistory]:
+        """The forks and rewinds that made a session, oldest first: each one's point, the
+        effects it listed, and a rewind's abandoned turns. Reads only. See
+        ``toolledger.history`` and ``toolledger.branching``."""
+        from ..history import branches
+
+        return branches(self, session_id, tools=tools)
 
     def integrity(self) -> list[str] | None:
         """What the backend's own check finds wrong (an empty list: sound), or ``None`` when it
