@@ -22,6 +22,7 @@ from ..errors import ToolLedgerError
 from ..ops import PRUNABLE
 from ..stores import DEFAULT_STORE_URL
 from ._command import Handler, emit_json
+from .branching import add_branching
 from .history import cmd_history
 from .looking import cmd_effects, cmd_in_doubt, cmd_sessions, cmd_show, cmd_verify
 from .render import safe
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session")
     show_secrets(p)
     _history(add, show_secrets)
+    add_branching(add, show_secrets)
     p = add("effects", cmd_effects)
     p.add_argument("session")
     show_secrets(p)

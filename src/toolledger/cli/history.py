@@ -19,6 +19,7 @@ from ..history import CallState, Turn, TurnCall
 from ..masking import masked, masked_text
 from ..tools import ToolSet
 from ._command import emit_json, known_session, no_session, store_of
+from .branching import branch_lines, branches_json
 from .format import when
 from .render import preview, safe
 
@@ -37,7 +38,8 @@ DISPOSITION_STYLE = {
 
 def cmd_history(args: argparse.Namespace, console: Console) -> int:
     """Show a session's history: every turn (one per model reply), when, what the model asked
-    for, and each call's tool, effect class (with --tools) and disposition in the ledger."""
+    for, and each call's tool, effect class (with --tools) and disposition in the ledger; then
+    the forks and rewinds that made it, with what they left behind and abandoned."""
     tools: ToolSet | None = None
     if args.tools:
         from .audit import load_toolset
@@ -47,12 +49,26 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
         if not known_session(store, args.session):
             return no_session(console, args, store)
         turns = store.history(args.session, tools=tools)
+        branches = store.branches(args.session, tools=tools)
+    reveal = args.show_secrets
     if args.json:
         emit_json(
-            {"session_id": args.session, "turns": history_json(turns, reveal=args.show_secrets)}
+            {
+                "session_id": args.session,
+                "turns": history_json(turns, reveal=reveal),
+                "branches": branches_json(
+                    branches, lambda ts: history_json(ts, reveal=reveal), reveal=reveal
+                ),
+            }
         )
-    else:
-        console.print(history_table(turns, f"history of {args.session}", reveal=args.show_secrets))
+        return 0
+    console.print(history_table(turns, f"history of {args.session}", reveal=reveal))
+    for h in branches:
+        for line in branch_lines(h.branch, reveal=reveal):
+            console.print(line)
+        if h.abandoned:
+            title = f"abandoned branch {h.branch.branch} of {args.session}"
+            console.print(history_table(list(h.abandoned), title, reveal=reveal))
     return 0
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from ..liveness import Over, Running, lease_state
 from ..records import RunStatus, SessionState
@@ -14,6 +15,7 @@ from ..stores import Store
 from ..verify import Severity, verify
 from . import render
 from ._command import emit_json, known_session, no_session, store_of, url_of
+from .branching import branch_json, branch_lines
 from .render import safe
 
 __all__ = [
@@ -112,6 +114,9 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         emit_json(
             {
                 "session": render.session_json(state) if state else None,
+                "lineage": [branch_json(b, reveal=args.show_secrets) for b in state.lineage]
+                if state
+                else [],
                 "timeline": render.timeline_json(events),
             }
         )
@@ -125,6 +130,9 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         )
         if state.reason:
             console.print(safe(f"  {state.reason}"))
+        for b in state.lineage:
+            for line in branch_lines(b, reveal=args.show_secrets):
+                console.print(Text("  ").append_text(line))
     console.print(render.timeline_table(events, f"timeline of {args.session}"))
     return 0
 
