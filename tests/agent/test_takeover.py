@@ -26,8 +26,6 @@ from toolledger.testing import elsewhere
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.verify import Severity, verify
 
-from ..conftest import url_for
-
 LEASE_TTL = 0.5
 SESSION = "outage-7"
 
@@ -113,13 +111,6 @@ def agent(
     )
     made.alerts = alerts  # type: ignore[attr-defined]
     return made
-
-
-@pytest.fixture(params=["sqlite", "json", "postgres"])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        return str(request.getfixturevalue("postgres_store_url"))
-    return url_for(str(request.param), tmp_path)
 
 
 def _start_paused_worker(

@@ -1,0 +1,159 @@
+"""Fork and rewind under ``SIGKILL``: the crash matrix run on a forked session, and forks and
+rewinds killed at random instants — each leaves the whole branch or nothing.
+
+Effects are counted in the world the tools write (ticket files), never in toolledger's records.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import toolledger as tl
+from toolledger._crash import POINTS
+from toolledger.ops import AppendMessages, PutSession
+from toolledger.records import RunStatus, SessionState, StoredMessage
+from toolledger.testing.scripted import Reply, ScriptedModel
+from toolledger.testing.world import KINDS, AgentSpec, World, run_agent
+from toolledger.verify import Severity, verify
+
+from ..crashcase import SESSION, assert_one_effect_per_call, crash_and_recover, script
+
+ORIGIN = "origin"
+
+
+def write_origin(store: tl.Store) -> None:
+    """A finished one-turn session to fork from: a greeting, answered with no call."""
+    now = store.clock()
+    state = SessionState(
+        session_id=ORIGIN,
+        status=RunStatus.COMPLETED,
+        version=1,
+        turns=1,
+        messages=2,
+        created_at=now,
+        updated_at=now,
+    )
+    messages = (
+        StoredMessage(seq=0, role="user", content="Say hello.", created_at=now),
+        StoredMessage(
+            seq=1, role="assistant", content=[{"type": "text", "text": "Hello."}], created_at=now
+        ),
+    )
+    store.apply(ORIGIN, [PutSession(state, None), AppendMessages(messages)])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("point", POINTS)
+def test_the_crash_matrix_on_a_fork(shared_url: str, point: str, kind: str, tmp_path: Path) -> None:
+    """The session the matrix crashes and resumes is a fork of another one: every point, every
+    recovery strategy, two calls in the turn; one effect per call in the world."""
+    with tl.open_store(shared_url) as store:
+        write_origin(store)
+        assert tl.fork(store, ORIGIN, at_turn=1, new_session=SESSION) == SESSION
+    world = World(tmp_path / "world")
+    # The fork already holds one answer: the script's first step is that turn's.
+    with ScriptedModel([Reply(text="Hello."), *script(kind, 2)]) as model:
+        spec = AgentSpec(
+            store_url=shared_url, base_url=model.url, world=str(world.path), session=SESSION
+        )
+        crash_and_recover(
+            lambda at: run_agent(spec, crash_at=at), shared_url, point=point, kind=kind, calls=2
+        )
+        assert model.rejected == [], "every request obeyed the pairing rule"
+        first = model.requests[0]["messages"]
+        assert first[:2] == [
+            {"role": "user", "content": "Say hello."},
+            {"role": "assistant", "content": [{"type": "text", "text": "Hello."}]},
+        ]
+    assert_one_effect_per_call(world, kind, 2)
+    with tl.open_store(shared_url) as store:
+        assert store.messages(ORIGIN)[-1].role == "assistant"  # the parent never moved
+        assert [p for p in verify(store) if p.severity is Severity.ERROR] == []
+
+
+def _four_turns(url: str) -> None:
+    from toolledger.testing import Counter
+
+    from ..test_history import run_four_turns
+
+    with tl.open_store(url) as store:
+        run_four_turns(store, ORIGIN, Counter())
+
+
+def _kill_soon(pid: int, rng: random.Random) -> None:
+    time.sleep(rng.uniform(0.05, 0.4))
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+def test_a_fork_killed_at_any_instant_leaves_all_of_it_or_nothing(shared_url: str) -> None:
+    _four_turns(shared_url)
+    with tl.open_store(shared_url) as store:
+        parent = store.messages(ORIGIN)
+        records = {r.tool_use_id: r for r in store.ledger(ORIGIN).records()}
+    rng = random.Random(15)
+    start = 0
+    for _ in range(6):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                with tl.open_store(shared_url) as store:
+                    for i in range(start, start + 10_000):
+                        tl.fork(store, ORIGIN, at_turn=2, new_session=f"k-{i:05d}")
+            finally:
+                os._exit(0)
+        _kill_soon(pid, rng)
+        with tl.open_store(shared_url) as store:
+            forks = [s for s in store.sessions() if s.startswith("k-")]
+            start = len(forks) + 1
+    with tl.open_store(shared_url) as store:
+        forks = [s for s in store.sessions() if s.startswith("k-")]
+        assert len(forks) >= 6, "the forks ran before they were killed"
+        for sid in forks:
+            state = store.session(sid)
+            assert state is not None, f"{sid}: records without a session"
+            messages = store.messages(sid)
+            assert messages[:5] == parent[:5] and len(messages) == state.messages == 6
+            copies = store.ledger(sid).records()
+            kept = {i for m in parent[:5] for i in _ids(m)}
+            assert {r.tool_use_id for r in copies} == kept & set(records)
+            assert all(r.session_id == sid for r in copies)
+        assert [p for p in verify(store) if p.severity is Severity.ERROR] == []
+
+
+def test_a_rewind_killed_at_any_instant_leaves_the_session_whole(shared_url: str) -> None:
+    _four_turns(shared_url)
+    rng = random.Random(16)
+    for _ in range(6):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                with tl.open_store(shared_url) as store:
+                    for _ in range(10_000):  # each abandons the last note: a branch of one
+                        tl.rewind(store, ORIGIN, to_turn=1)
+            finally:
+                os._exit(0)
+        _kill_soon(pid, rng)
+    with tl.open_store(shared_url) as store:
+        state = store.session(ORIGIN)
+        assert state is not None
+        messages = store.messages(ORIGIN)
+        assert len(messages) == state.messages == 4 and state.turns == 1
+        abandoned = store.abandoned(ORIGIN)
+        branches = [b.branch for b in state.lineage]
+        assert branches == list(range(1, len(branches) + 1)) and len(branches) >= 6
+        assert sorted(abandoned) == branches
+        assert len(abandoned[1]) == 5 and all(len(abandoned[n]) == 1 for n in branches[1:])
+        assert [p for p in verify(store) if p.severity is Severity.ERROR] == []
+
+
+def _ids(m: StoredMessage) -> list[str]:
+    if m.role != "assistant" or not isinstance(m.content, list):
+        return []
+    return [b["id"] for b in m.content if b.get("type") == "tool_use"]
