@@ -13,9 +13,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ..masking import masked
+from ..records import StoredMessage
 from ..stores.retention import PruneReport
 from . import render
 from ._command import emit_json, known_session, no_session, store_of
+from .branching import branch_json
 from .format import when
 from .render import safe
 
@@ -87,9 +89,19 @@ def _report_json(report: PruneReport) -> dict[str, Any]:
     }
 
 
+def _message(m: StoredMessage, reveal: bool) -> dict[str, Any]:
+    return {
+        "seq": m.seq,
+        "role": m.role,
+        "content": m.content if reveal else masked(m.content),
+        "created_at": m.created_at,
+    }
+
+
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
-    """Write one session as JSON lines: its state, every message, every ledger record, every
-    approval request and its lease, one object per line with its "kind". Secrets are masked
+    """Write one session as JSON lines: its state (with how forks and rewinds made it), every
+    message, every message of its abandoned branches, every ledger record, every approval
+    request and its lease, one object per line with its "kind". Secrets are masked
     unless --show-secrets (for a faithful copy to keep before `prune`)."""
     with store_of(args) as store:
         if not known_session(store, args.session):
@@ -100,16 +112,13 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
         lines: list[dict[str, Any]] = [
             {"kind": "session", "session_id": sid}
             | ({"state": render.session_json(state)} if state else {"state": None})
+            | {"lineage": [branch_json(b, reveal=reveal) for b in state.lineage] if state else []}
         ]
+        lines += [{"kind": "message"} | _message(m, reveal) for m in store.messages(sid)]
         lines += [
-            {
-                "kind": "message",
-                "seq": m.seq,
-                "role": m.role,
-                "content": m.content if reveal else masked(m.content),
-                "created_at": m.created_at,
-            }
-            for m in store.messages(sid)
+            {"kind": "abandoned", "branch": n} | _message(m, reveal)
+            for n, messages in store.abandoned(sid).items()
+            for m in messages
         ]
         lines += [
             {"kind": "effect"} | render.effect_json(r, reveal=reveal)
