@@ -9,6 +9,7 @@ import html
 import json
 import re
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from markupsafe import escape
@@ -265,3 +266,20 @@ def test_a_request_for_a_call_that_may_have_run_says_so_in_red(
     assert done.status_code == 200
     assert scene.run("pay-1", "wire", PAY).status is tl.RunStatus.COMPLETED
     assert scene.ran["wire"] == 2, "run again only because a person approved it, in doubt"
+
+
+def test_a_forked_and_a_rewound_session_show_what_they_left_behind(
+    client: TestClient, scene: Scene
+) -> None:
+    with tl.open_store(scene.url) as store:
+        fork = tl.fork(store, XSS_SESSION, at_turn=0, new_session=XSS_SESSION + "~fork")
+        tl.rewind(store, "mail-1", to_turn=0, by="<b>ana</b>")
+    text = client.get("/session", params={"id": fork}).text
+    assert "Forks and rewinds" in text and "forked at turn 0 from" in text
+    assert f'href="/session?id={quote(XSS_SESSION)}"' in text, "the parent, linked"
+    assert str(escape(XSS_SESSION)) in text and "<script>window.__pwned" not in text
+    assert "fetch_page" in text and "told to the model" in text
+    text = client.get("/session", params={"id": "mail-1"}).text
+    assert "rewound to turn 0: later turns kept as abandoned branch 1" in text
+    assert "by &lt;b&gt;ana&lt;/b&gt;" in text and "<b>ana</b>" not in text
+    assert "send_email" in text and "ops@example.com" in text

@@ -13,10 +13,12 @@ from typing import Any
 
 from ..adapters import transcript_reader
 from ..approval_queue import pending
+from ..cli.branching import STATE_STYLE
 from ..cli.format import owner, when
 from ..cli.looking import overview
 from ..cli.timeline import Event, timeline
 from ..errors import ToolLedgerError
+from ..lineage import Branch, BranchKind
 from ..liveness import Running, Verdict
 from ..masking import masked, masked_text
 from ..records import ApprovalRecord, EffectRecord, RunStatus, SessionState, Status
@@ -255,6 +257,32 @@ def session_view(store: Store, session_id: str) -> dict[str, Any]:
             for e in events
         ],
         "calls": rows,
+        "branches": [_branch(b) for b in state.lineage] if state else [],
+    }
+
+
+def _branch(b: Branch) -> dict[str, Any]:
+    """A fork or rewind that made the session, and the effects it left behind."""
+    if b.kind is BranchKind.FORK:
+        head = f"forked at turn {b.turn} from"
+    else:
+        head = f"rewound to turn {b.turn}: later turns kept as abandoned branch {b.branch}"
+    told = "told to the model" if b.note_seq is not None else "not told to the model"
+    return {
+        "head": head,
+        "source": b.source if b.kind is BranchKind.FORK else None,
+        "when": f"{when(b.at)} UTC" + (f" by {b.by}" if b.by else ""),
+        "told": told if b.effects else "nothing left behind",
+        "effects": [
+            {
+                "state": e.state,
+                "css": css(STATE_STYLE.get(e.state, "")),
+                "tool": e.tool,
+                "tool_use_id": e.tool_use_id,
+                "input": pretty(e.input),
+            }
+            for e in b.effects
+        ],
     }
 
 
