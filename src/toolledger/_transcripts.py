@@ -10,10 +10,13 @@
   continues the kept one (see ``Transcripts.reuse``); anything else reads the whole transcript.
 
 Every message the store holds was appended with a ``PutSession`` that moved the session's
-version on, in one transaction (``Agent`` is the one writer of transcripts), and a transcript is
-append-only: seq ``n`` once written never changes. So a kept transcript whose session state is
-read back unchanged is the stored one, and one whose state moved on is its prefix — checked
-against the store by reading the kept last message again with the ones after it.
+version on, in one transaction (``Agent``, ``fork`` and ``rewind`` are the writers of
+transcripts), and a transcript only grows — except by a rewind, which takes its tail out (into
+an abandoned branch) and may then write other messages at the same seqs. So a kept transcript
+whose session state is read back unchanged is the stored one, and one whose state moved on may be
+its prefix — checked against the store by reading the kept last message again, by value, with
+the ones after it: after a rewind that cut into the kept messages, that message is gone or
+another one, and the whole transcript is read.
 """
 
 from __future__ import annotations
