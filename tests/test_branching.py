@@ -337,3 +337,27 @@ def test_a_turn_whose_calls_are_not_answered_cannot_be_a_branch_point(store: tl.
     assert declined.status is tl.ApprovalStatus.DENIED
     assert declined.decided_by == "rewind to turn 2"
     assert calls["refund"] == 0
+
+
+def test_an_agent_that_kept_a_transcript_reads_the_rewound_one(store: tl.Store) -> None:
+    """An ``Agent`` keeps the transcripts it ran; a rewind (and a run by another agent) since
+    then replaced its last kept message at the same seq. The next request is the stored
+    transcript, not the kept one."""
+    calls = Counter()
+    with ScriptedModel([*FOUR_TURNS, Reply(text="After the second prompt.")]) as model:
+        agent = tl.Agent(
+            client=model.client(), model="m", tools=four_tools(calls), store=store, approve=decline
+        )
+        assert agent.run(session=SESSION, prompt="A customer reports an outage.").turns == 4
+        tl.rewind(store, SESSION, to_turn=3)  # the final answer goes; nothing was left behind
+        run, _ = go_on(store, SESSION, calls, 3, Reply(text="Another ending."))
+        assert run.final_text == "Another ending." and len(run.messages) == 8
+        again = agent.run(session=SESSION, prompt="And now?")
+        sent = model.requests[-1]["messages"]
+        assert sent[-2] == {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Another ending."}],
+        }
+        assert sent[-1]["content"] == "And now?"
+        assert again.final_text == "After the second prompt."
+        assert again.messages[:8] == run.messages
