@@ -1,10 +1,11 @@
 """The store contract as a state machine (hypothesis ``RuleBasedStateMachine``).
 
 Hypothesis interleaves intents, outcomes, resolutions, approvals, checkpoints (some with a stale
-version, which must roll back their whole batch), and reopenings, each through one of two handles
-open on the same store at once. After every step, both handles must read back exactly what a
-plain-Python model of the contract says: every record, every in-doubt call, every approval,
-every session state and transcript.
+version, which must roll back their whole batch), rewinds (some refused: a stale version, a seq
+past the transcript's end, a branch number taken) and reopenings, each through one of two
+handles open on the same store at once. After every step, both handles must read back exactly
+what a plain-Python model of the contract says: every record, every in-doubt call, every
+approval, every session state (its lineage with it), transcript and abandoned branch.
 """
 
 from __future__ import annotations
@@ -19,11 +20,26 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import toolledger as tl
 from toolledger.codec import encode_result
-from toolledger.ops import AppendMessages, InsertEffect, Op, PutApproval, PutSession, UpdateEffect
+from toolledger.lineage import Branch, BranchKind
+from toolledger.ops import (
+    AbandonMessages,
+    AppendMessages,
+    InsertEffect,
+    Op,
+    PutApproval,
+    PutSession,
+    UpdateEffect,
+)
 from toolledger.records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -65,6 +81,7 @@ def machine_for(open_url: Callable[[], tuple[str, Callable[[], None]]]) -> type[
             self.approvals: dict[Key, ApprovalRecord] = {}
             self.states: dict[str, SessionState] = {}
             self.messages: dict[str, list[StoredMessage]] = {s: [] for s in SESSIONS}
+            self.abandoned: dict[str, dict[int, list[StoredMessage]]] = {s: {} for s in SESSIONS}
 
         def open(self) -> tl.Store:
             return tl.open_store(self.url, clock=self.clock)
@@ -197,6 +214,50 @@ def machine_for(open_url: Callable[[], tuple[str, Callable[[], None]]]) -> type[
             self.states[sid] = new_state
             self.messages[sid] = [*seen, *appended]
 
+        @precondition(lambda self: bool(self.states))
+        @rule(
+            h=HANDLES,
+            data=st.data(),
+            back=st.integers(-1, 3),
+            branch=st.integers(1, 3),
+            n=st.integers(0, 2),
+            stale=st.booleans(),
+        )
+        def rewind(
+            self, h: int, data: st.DataObject, back: int, branch: int, n: int, stale: bool
+        ) -> None:
+            """The transcript taken back by ``back`` messages (its tail kept as ``branch``;
+            -1 is past its end, more than it holds before its start), then going on from there,
+            with the state and its lineage: all of it, or — refused — nothing."""
+            sid = data.draw(st.sampled_from(sorted(self.states)))
+            state = self.states[sid]
+            seen = self.messages[sid]
+            at = len(seen) - back
+            start = max(at, 0)
+            note = Branch(
+                kind=BranchKind.REWIND, source=sid, turn=0, at=self.clock(), cut=at,
+                note_seq=None, branch=branch,
+            )  # fmt: skip
+            new_state = replace(
+                make_state(sid, version=state.version + 1, messages=start + n),
+                updated_at=self.clock(),
+                lineage=(*state.lineage, note),
+            )
+            appended = tuple(make_message(start + i, "assistant") for i in range(n))
+            ops: list[Op] = [
+                AbandonMessages(from_seq=at, branch=branch),
+                AppendMessages(appended),
+                PutSession(new_state, state.version + 7 if stale else state.version),
+            ]
+            if stale or not 0 <= at <= len(seen) or branch in self.abandoned[sid]:
+                with pytest.raises(tl.SessionConflictError):
+                    self.handles[h].apply(sid, ops)
+                return
+            assert self.handles[h].apply(sid, ops) == [True, True, True]
+            self.abandoned[sid][branch] = seen[at:]
+            self.messages[sid] = [*seen[:at], *appended]
+            self.states[sid] = new_state
+
         @rule(h=HANDLES)
         def reopen(self, h: int) -> None:
             self.handles[h].close()
@@ -212,6 +273,7 @@ def machine_for(open_url: Callable[[], tuple[str, Callable[[], None]]]) -> type[
                     assert store.backend.read_effects(sid) == want
                     assert store.backend.read_session(sid) == self.states.get(sid)
                     assert store.backend.read_messages(sid) == self.messages[sid]
+                    assert store.backend.read_abandoned(sid) == self.abandoned[sid]
                     approvals = store.backend.read_approvals(sid)
                     assert {a.tool_use_id: a for a in approvals} == {
                         t: a for (s, t), a in self.approvals.items() if s == sid

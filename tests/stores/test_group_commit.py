@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-from toolledger.ops import InsertEffect, PutSession, UpdateEffect
+from toolledger.ops import AbandonMessages, AppendMessages, InsertEffect, PutSession, UpdateEffect
 from toolledger.records import Status
 from toolledger.stores.contract import Pending
 from toolledger.stores.sqlite import SQLiteBackend
 from toolledger.testing import Counter
-from toolledger.testing.conformance import make_record, make_state
+from toolledger.testing.conformance import make_message, make_record, make_state
 
 from ..conftest import tool_use
 from ..helpers import spy_store
@@ -347,3 +347,31 @@ def test_a_wrapper_that_writes_through_its_own_apply_sees_every_async_commit(
 
     asyncio.run(main())
     assert len(spy.commits) == 4 * 2, "each call's intent and outcome, through the spy"
+
+
+def test_rewinds_in_one_group_keep_their_guards(tmp_path: Path) -> None:
+    """Three callers' batches in one transaction: a refused rewind rolls its own batch back
+    (its savepoint), never its neighbours'."""
+    with tl.open_store(f"sqlite:///{tmp_path / 'g.db'}") as store:
+        backend = store.backend
+        assert isinstance(backend, SQLiteBackend)
+        for sid in ("a", "b"):
+            messages = tuple(make_message(i) for i in range(4))
+            store.apply(
+                sid, [PutSession(make_state(sid, messages=4), None), AppendMessages(messages)]
+            )
+        before = backend.commits
+        group = [
+            Pending("a", [AbandonMessages(2, 1), AppendMessages((make_message(2, "user", "x"),))]),
+            Pending("b", [AbandonMessages(9, 1), InsertEffect(make_record("b"))]),
+            Pending("b", [AbandonMessages(1, 1)]),
+        ]
+        backend.apply_group(group)
+        assert backend.commits == before + 1
+        assert group[0].flags == [True, True] and group[2].flags == [True]
+        assert isinstance(group[1].error, tl.SessionConflictError)
+        assert [m.content for m in store.messages("a")] == ["message 0", "message 1", "x"]
+        assert [m.seq for m in store.abandoned("a")[1]] == [2, 3]
+        assert [m.seq for m in store.messages("b")] == [0]
+        assert [m.seq for m in store.abandoned("b")[1]] == [1, 2, 3]
+        assert store.ledger("b").records() == [], "the refused batch's record rolled back"

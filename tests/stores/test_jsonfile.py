@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolledger as tl
+from toolledger.ops import InsertEffect, PutSession
+from toolledger.records import Status
 from toolledger.stores.jsonfile import file_stem, legacy_stem
 from toolledger.stores.store import check_session_id
 from toolledger.testing import Counter
+from toolledger.testing.conformance import make_message, make_record, make_state
 
 from ..conftest import tool_use
 
@@ -216,3 +223,123 @@ def test_files_under_their_old_names_are_found_and_renamed(tmp_path: Path) -> No
         assert store.sessions() == [sid]
     assert result["content"] == "T-1" and calls["create_ticket"] == 1
     assert new.exists() and not old.exists()
+
+
+# -- a session created with records (a fork), killed between its two files -----------------------
+
+# A child process writes a fork's batch (state, transcript, three records) into a new session
+# and SIGKILLs itself at one point of the commit: ``replace`` (writing the ledger file, after the
+# log line) or ``append`` (writing the log line: before anything of it is durable).
+_FORK_AND_DIE = """
+import os, signal, sys
+from toolledger import open_store
+from toolledger.ops import AppendMessages, InsertEffect, PutSession
+from toolledger.records import Status
+from toolledger.stores.jsonfile import _files
+from toolledger.testing.conformance import make_message, make_record, make_state
+
+url, point = sys.argv[1], sys.argv[2]
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+setattr(_files.Directory, point, die)
+batch = [
+    PutSession(make_state("fork", version=1, messages=2), None),
+    AppendMessages((make_message(0), make_message(1, "assistant"))),
+    *(
+        InsertEffect(make_record("fork", f"toolu_{i}", status=Status.SUCCEEDED, result=i))
+        for i in range(3)
+    ),
+]
+open_store(url).backend.apply("fork", batch)
+"""
+
+
+def _fork_and_die(url: str, point: str) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", _FORK_AND_DIE, url, point],
+        check=False,
+        capture_output=True,
+        timeout=60,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+
+
+def _fork_records() -> list[tl.EffectRecord]:
+    return [make_record("fork", f"toolu_{i}", status=Status.SUCCEEDED, result=i) for i in range(3)]
+
+
+def test_a_session_created_with_records_survives_a_kill_before_its_ledger_file(
+    tmp_path: Path,
+) -> None:
+    url = f"json:///{tmp_path / 'ledger'}"
+    _fork_and_die(url, "replace")
+    ledger, log = (
+        tmp_path / "ledger" / "fork.effects.json",
+        tmp_path / "ledger" / "fork.session.jsonl",
+    )
+    assert not ledger.exists() and log.exists(), "killed between the log line and the ledger"
+    with tl.open_store(url) as store:
+        assert store.session("fork") == make_state("fork", version=1, messages=2)
+        assert store.messages("fork") == [make_message(0), make_message(1, "assistant")]
+        assert sorted(store.ledger("fork").records(), key=lambda r: r.tool_use_id) == (
+            _fork_records()
+        )
+        # The next commit that writes records writes the file, every record in it.
+        more = make_record("fork", "toolu_9", status=Status.SUCCEEDED, result=9)
+        assert store.apply("fork", [InsertEffect(more)]) == [True]
+    on_disk = json.loads(ledger.read_text())
+    assert sorted(on_disk) == ["toolu_0", "toolu_1", "toolu_2", "toolu_9"]
+    with tl.open_store(url) as store:
+        assert len(store.ledger("fork").records()) == 4
+        assert store.session("fork") == make_state("fork", version=1, messages=2)
+
+
+def test_a_session_created_with_records_killed_before_its_log_line_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    url = f"json:///{tmp_path / 'ledger'}"
+    _fork_and_die(url, "append")
+    with tl.open_store(url) as store:
+        assert store.session("fork") is None
+        assert store.ledger("fork").records() == [], "no record of a session that never was"
+        assert store.sessions() == []
+
+
+def test_other_commits_still_write_the_ledger_first(tmp_path: Path) -> None:
+    """Records written into a session that exists go to the ledger file before the log line,
+    and the log line does not carry them."""
+    url = f"json:///{tmp_path / 'ledger'}"
+    with tl.open_store(url) as store:
+        store.apply("s", [PutSession(make_state(version=1), None)])
+        order: list[str] = []
+        files = store.backend._files  # type: ignore[attr-defined]
+        replace, append = files.replace, files.append
+
+        def replacing(path: Path, data: bytes) -> os.stat_result:
+            order.append(path.name)
+            return replace(path, data)
+
+        def appending(path: Path, line: bytes, **kwargs: Any) -> None:
+            order.append(path.name)
+            assert b'"records"' not in line
+            append(path, line, **kwargs)
+
+        files.replace, files.append = replacing, appending
+        batch = [InsertEffect(make_record()), PutSession(make_state(version=2), expect_version=1)]
+        assert store.apply("s", batch) == [True, True]
+    assert order == ["s.effects.json", "s.session.jsonl"]
+
+
+def test_a_damaged_lineage_is_a_corrupt_log(tmp_path: Path) -> None:
+    from toolledger.stores.jsonfile._codec import _digest
+
+    url = f"json:///{tmp_path / 'ledger'}"
+    with tl.open_store(url) as store:
+        store.apply("s", [PutSession(make_state(version=1), None)])
+    log = tmp_path / "ledger" / "s.session.jsonl"
+    entry = json.loads(log.read_text())
+    entry["state"]["lineage"] = [{"kind": "sideways"}]  # a hand edit, its digest made to match
+    entry["digest"] = _digest(entry)
+    log.write_text(json.dumps(entry) + "\n")
+    with tl.open_store(url) as store, pytest.raises(tl.CorruptLedgerError):
+        store.session("s")

@@ -30,7 +30,7 @@ except ImportError:  # the conformance suite's TestPostgres still fails under CI
     )
 
 import toolledger as tl
-from toolledger.ops import AppendMessages, InsertEffect, PutSession, UpdateEffect
+from toolledger.ops import AbandonMessages, AppendMessages, InsertEffect, PutSession, UpdateEffect
 from toolledger.records import Status, StoredMessage
 from toolledger.stores._sql import plans
 from toolledger.stores._sql.schema import POSTGRES_MIGRATIONS, TABLES
@@ -783,3 +783,45 @@ def test_a_resent_one_statement_write_recognises_its_own_first_send(
             theirs = TakeLease(_replace(lease, owner="them"), expect_token=0)
             with pytest.raises(tl.SessionBusyError):
                 drive(conn, plans.apply_again("s", [theirs]))
+
+
+# -- branches -------------------------------------------------------------------------------------
+
+
+def test_a_damaged_lineage_is_a_corrupt_store_not_an_empty_lineage(
+    postgres_store_url: str, postgres_schema: str, admin: Admin
+) -> None:
+    with tl.open_store(postgres_store_url) as store:
+        store.backend.apply("s", [PutSession(make_state(), None)])
+        in_schema(admin, postgres_schema, "UPDATE sessions SET lineage = '[{\"kind\": 1}]'")
+        with pytest.raises(tl.CorruptLedgerError, match="lineage of session 's'") as info:
+            store.session("s")
+        assert info.value.url == store.backend.url and info.value.session_id == "s"
+        with pytest.raises(tl.CorruptLedgerError):
+            store.session_states()
+
+
+def test_the_async_backend_reads_abandoned_branches(postgres_store_url: str) -> None:
+    store = tl.open_store(postgres_store_url)
+    messages = tuple(StoredMessage(seq=i, role="user", content=i, created_at=1.0) for i in range(3))
+    rewind = [
+        AbandonMessages(from_seq=1, branch=1),
+        PutSession(make_state(version=2, messages=1), expect_version=1),
+    ]
+
+    async def rewound() -> dict[int, list[StoredMessage]]:
+        backend = store.async_backend
+        assert isinstance(backend, AsyncPostgresBackend)
+        await backend.apply(
+            "s", [PutSession(make_state(messages=3), None), AppendMessages(messages)]
+        )
+        assert await backend.apply("s", rewind) == [True, True]
+        assert await backend.read_messages("s") == list(messages[:1])
+        found = await backend.read_abandoned("s")
+        await backend.close()
+        return found
+
+    try:
+        assert asyncio.run(rewound()) == {1: list(messages[1:])}
+    finally:
+        store.close()

@@ -24,6 +24,7 @@ psycopg = pytest.importorskip("psycopg")
 
 import toolledger as tl  # noqa: E402
 from toolledger.ops import (  # noqa: E402
+    AbandonMessages,
     AppendMessages,
     DropLease,
     HoldLease,
@@ -315,3 +316,29 @@ def test_the_async_backend_takes_as_many(store: tl.Store, wire: Wire) -> None:
     assert asyncio.run(counted()) == [1, 1, 1, 1]
     assert pg(store).read_effects("s", ["toolu_1"]) == {"toolu_1": record}
     assert pg(store).read_session("s") == state
+
+
+def test_a_rewind_commits_in_one_round_trip(store: tl.Store, wire: Wire) -> None:
+    """A rewind — its guard, the tail moved, the transcript going on, the session's
+    compare-and-set, under a fence — is one transaction sent ahead; its branches are read in
+    one round trip. A refused rewind lands nothing."""
+    backend = pg(store)
+    messages = tuple(make_message(i) for i in range(4))
+    backend.apply("s", [PutSession(make_state("s", messages=4), None), AppendMessages(messages)])
+    backend.apply("s", [TakeLease(LEASE, expect_token=0)])
+    again = make_message(2, "user", "again")
+    rewind = [
+        HoldLease("s", 1, 2e9 + 1),
+        AbandonMessages(from_seq=2, branch=1),
+        AppendMessages((again,)),
+        PutSession(make_state("s", version=2, messages=3), expect_version=1),
+    ]
+    assert wire.run(backend, partial(backend.apply, "s", rewind)) == (1, [True] * 4)
+    assert wire.run(backend, partial(backend.read_abandoned, "s")) == (1, {1: list(messages[2:])})
+    assert backend.read_messages("s") == [*messages[:2], again]
+    taken = [AbandonMessages(from_seq=0, branch=1), InsertEffect(make_record("s"))]
+    with pytest.raises(tl.SessionConflictError, match="from message 0 of 3 as branch 1"):
+        backend.apply("s", taken)
+    assert backend.read_messages("s") == [*messages[:2], again]
+    assert backend.read_abandoned("s") == {1: list(messages[2:])}
+    assert backend.read_effects("s") == {}

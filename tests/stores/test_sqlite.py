@@ -11,10 +11,17 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-from toolledger.ops import HoldLease, InsertEffect, TakeLease
+from toolledger.ops import (
+    AbandonMessages,
+    AppendMessages,
+    HoldLease,
+    InsertEffect,
+    PutSession,
+    TakeLease,
+)
 from toolledger.records import Lease
 from toolledger.stores._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
-from toolledger.testing.conformance import make_record
+from toolledger.testing.conformance import make_message, make_record, make_state
 
 from ..conftest import tool_use
 
@@ -378,3 +385,58 @@ def test_a_fence_that_only_checks_rides_one_statement(tmp_path: Path) -> None:
         assert [_kind(s) for s in seen] == ["BEGIN", "UPDATE leases", "INSERT effects", "COMMIT"]
         renewed = store.lease("s")
         assert renewed is not None and renewed.expires_at == later
+
+
+# -- branches -----------------------------------------------------------------------------------
+
+
+def test_a_rewind_is_its_three_statements_in_one_transaction(tmp_path: Path) -> None:
+    """The guard (the branch's row), the tail copied, the tail taken out — then the transcript
+    goes on at the seq it was taken back to; a refused guard writes nothing."""
+    db = tmp_path / "r.db"
+    with tl.open_store(f"sqlite:///{db}") as store:
+        messages = tuple(make_message(i) for i in range(4))
+        store.apply("s", [PutSession(make_state(messages=4), None), AppendMessages(messages)])
+        seen = _statements(store)
+        rewind = [
+            AbandonMessages(from_seq=2, branch=1),
+            AppendMessages((make_message(2, "user", "again"),)),
+            PutSession(make_state(version=2, messages=3), expect_version=1),
+        ]
+        assert store.apply("s", rewind) == [True, True, True]
+        assert [_kind(s) for s in seen] == [
+            "BEGIN",
+            "INSERT abandoned_branches",
+            "INSERT abandoned_messages",
+            "DELETE messages",
+            "INSERT messages",
+            "UPDATE sessions",
+            "COMMIT",
+        ]
+        seen.clear()
+        with pytest.raises(tl.SessionConflictError, match="from message 2 of 3 as branch 1"):
+            store.apply("s", [AbandonMessages(from_seq=2, branch=1)])
+        assert [_kind(s) for s in seen] == [
+            "BEGIN",
+            "INSERT abandoned_branches",
+            "SELECT messages",
+            "ROLLBACK",
+        ]
+    assert _rows(db, "abandoned_branches") == 1
+    assert _rows(db, "abandoned_messages") == 2
+    assert _rows(db, "messages") == 3
+
+
+def test_a_damaged_lineage_is_a_corrupt_store_not_an_empty_lineage(tmp_path: Path) -> None:
+    db = tmp_path / "d.db"
+    url = f"sqlite:///{db}"
+    with tl.open_store(url) as store:
+        store.apply("s", [PutSession(make_state(), None)])
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE sessions SET lineage = ?", ('[{"kind": "fork"',))
+    with tl.open_store(url) as store:
+        with pytest.raises(tl.CorruptLedgerError, match="lineage of session 's'") as info:
+            store.session("s")
+        assert info.value.url == url and info.value.session_id == "s"
+        with pytest.raises(tl.CorruptLedgerError):
+            store.session_states()

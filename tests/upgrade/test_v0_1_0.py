@@ -13,12 +13,15 @@ import shutil
 import socket
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import toolledger as tl
+from toolledger.lineage import Branch, BranchKind
+from toolledger.ops import AbandonMessages, PutSession
 from toolledger.records import Status
 from toolledger.testing import ScriptedModel
 from toolledger.verify import verify
@@ -129,6 +132,8 @@ def test_every_record_reads_as_it_was_written(old_store: tuple[str, str]) -> Non
                 assert record.holder is None and record.deadline is None and record.history == ()
             state = store.backend.read_session(name)
             assert (state.status.value if state else None) == want["status"]
+            assert state is None or state.lineage == (), "written before branches: none"
+            assert store.abandoned(name) == {}
         problems = [p for p in verify(store) if p.severity.value == "error"]
         assert problems == []
 
@@ -144,6 +149,27 @@ def test_a_completed_session_stays_completed(old_store: tuple[str, str], tmp_pat
     assert run.status is tl.RunStatus.COMPLETED
     assert run.final_text == s["on_resume"]["final_text"]
     assert added(world, before) == {}
+
+
+def test_a_session_written_before_branches_can_be_rewound(old_store: tuple[str, str]) -> None:
+    """The store grew what branches need (the lineage beside the state, the abandoned
+    branches): a session 0.1 wrote takes a rewind and keeps its lineage."""
+    _, url = old_store
+    with tl.open_store(url) as store:
+        state = store.session("completed")
+        assert state is not None and state.messages >= 2
+        messages = store.messages("completed")
+        branch = Branch(
+            kind=BranchKind.REWIND, source="completed", turn=0, at=2e9, cut=1, note_seq=None,
+            branch=1,
+        )  # fmt: skip
+        moved = replace(state, version=state.version + 1, messages=1, lineage=(branch,))
+        rewind = [AbandonMessages(from_seq=1, branch=1), PutSession(moved, state.version)]
+        assert store.apply("completed", rewind) == [True, True]
+    with tl.open_store(url) as store:
+        assert store.session("completed") == moved
+        assert store.messages("completed") == messages[:1]
+        assert store.abandoned("completed") == {1: messages[1:]}
 
 
 @pytest.mark.parametrize("name", ["in-doubt", "needs-attention"])

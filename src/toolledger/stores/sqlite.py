@@ -170,7 +170,11 @@ class SQLiteBackend:
                 found = self._conn.execute(query.sql, query.params).fetchall()
         except sqlite3.Error as exc:
             raise translate(exc, self.url, action) from exc
-        return query.finish(found)
+        try:
+            return query.finish(found)
+        except CorruptLedgerError as exc:  # a damaged value in a sound row: name the store
+            exc.url = exc.url or self.url
+            raise
 
     def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
@@ -312,6 +316,9 @@ class SQLiteBackend:
 
     def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
         return self._ask("reading a transcript", plans.messages_query(session_id, since))
+
+    def read_abandoned(self, session_id: str) -> dict[int, list[StoredMessage]]:
+        return self._ask("reading abandoned branches", plans.abandoned_query(session_id))
 
     def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
         return self._ask("reading approvals", plans.approvals_query(session_id))

@@ -15,6 +15,7 @@ from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 from ...errors import LeaseLostError, SessionConflictError
 from ...ops import (
+    AbandonMessages,
     AppendMessages,
     DropLease,
     DropSession,
@@ -102,12 +103,12 @@ async def adrive(plan: Plan[T], execute: Callable[[Step], Awaitable[Outcome]]) -
 def one_statement(ops: Sequence[Op], ride: bool = False) -> bool:
     """A batch whose plan writes with one statement, so autocommit makes it atomic on its own.
     (A guard that fails in it has written nothing: its single UPDATE or INSERT matched no row.)
-    Appending messages, and removing a session, take several statements: a transaction. With
-    ``ride``, a fence that does not renew and rides its batch's one write leaves it one
-    statement."""
+    Appending messages, abandoning them (a rewind) and removing a session take several
+    statements: a transaction. With ``ride``, a fence that does not renew and rides its batch's
+    one write leaves it one statement."""
     if ride and len(ops) == 2 and _carrier(ops) == 1:
         return True
-    return len(ops) == 1 and not isinstance(ops[0], AppendMessages | DropSession)
+    return len(ops) == 1 and not isinstance(ops[0], AppendMessages | AbandonMessages | DropSession)
 
 
 def _carrier(ops: Sequence[Op]) -> int | None:
@@ -173,6 +174,9 @@ def _apply(session_id: str, ops: Sequence[Op], rider: tuple[int, int] | None) ->
             done = yield from _put_session(session_id, op, fence)
         elif isinstance(op, AppendMessages):
             yield from _append(session_id, op)
+            done = Outcome(rowcount=1, rows=[])
+        elif isinstance(op, AbandonMessages):
+            yield from _abandon(session_id, op)
             done = Outcome(rowcount=1, rows=[])
         elif isinstance(op, DropSession):
             alone(ops)
@@ -271,6 +275,23 @@ def _append(session_id: str, op: AppendMessages) -> Plan[None]:
     raise conflict(session_id, f"the next message is {0 if last is None else int(last) + 1}")
 
 
+def _abandon(session_id: str, op: AbandonMessages) -> Plan[None]:
+    """The branch's row first, inserted only if its number is free and the transcript reaches
+    ``from_seq`` (the guard); then the tail copied to the branch and taken out of the
+    transcript. An ``AppendMessages`` after it in the batch finds ``from_seq`` next."""
+    guard = (session_id, op.branch, op.from_seq, op.from_seq, session_id)
+    done = yield Step(q.ABANDON_BRANCH, guard, guard=True)
+    if done.rowcount != 1:
+        last = (yield Step(q.SELECT_LAST_SEQ, (session_id,))).rows[0][0]
+        count = 0 if last is None else int(last) + 1
+        raise conflict(
+            session_id,
+            f"cannot abandon from message {op.from_seq} of {count} as branch {op.branch}",
+        )
+    yield Step(q.ABANDON_MESSAGES, (op.branch, session_id, op.from_seq))
+    yield Step(q.DELETE_MESSAGES_FROM, (session_id, op.from_seq))
+
+
 def _drop(session_id: str, op: DropSession) -> Plan[None]:
     """The guard first (the session's own DELETE, or a count for a session without state),
     then everything else of the session that is not in progress or pending."""
@@ -285,6 +306,8 @@ def _drop(session_id: str, op: DropSession) -> Plan[None]:
             raise still_there(session_id)
     yield Step(q.DELETE_SETTLED_EFFECTS, (session_id,))
     yield Step(q.DELETE_MESSAGES, (session_id,))
+    yield Step(q.DELETE_ABANDONED_MESSAGES, (session_id,))
+    yield Step(q.DELETE_ABANDONED_BRANCHES, (session_id,))
     yield Step(q.DELETE_DECIDED_APPROVALS, (session_id,))
     yield Step(q.DELETE_FREE_LEASE, (session_id, op.now))
 
@@ -376,6 +399,15 @@ def _messages(found: list[Any]) -> list[StoredMessage]:
     return [r.row_to_message(row) for row in found]
 
 
+def _abandoned(found: list[Any]) -> dict[int, list[StoredMessage]]:
+    out: dict[int, list[StoredMessage]] = {}
+    for row in found:
+        messages = out.setdefault(int(row[0]), [])
+        if row[1] is not None:  # a branch without messages has one row, its columns NULL
+            messages.append(r.row_to_message(row[1:]))
+    return out
+
+
 def _approvals(found: list[Any]) -> list[ApprovalRecord]:
     return [r.row_to_approval(row) for row in found]
 
@@ -415,6 +447,10 @@ def session_query(session_id: str) -> Query[SessionState | None]:
 
 def messages_query(session_id: str, since: int) -> Query[list[StoredMessage]]:
     return Query(q.SELECT_MESSAGES, (session_id, since), _messages)
+
+
+def abandoned_query(session_id: str) -> Query[dict[int, list[StoredMessage]]]:
+    return Query(q.SELECT_ABANDONED, (session_id,), _abandoned)
 
 
 def approvals_query(session_id: str | None) -> Query[list[ApprovalRecord]]:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...codec import json_text
+from ...errors import CorruptLedgerError
+from ...lineage import Branch, lineage_from_json, lineage_json
 from ...ops import InsertEffect, PutApproval, PutSession, TakeLease, UpdateEffect
 from ...records import (
     ApprovalRecord,
@@ -105,6 +107,7 @@ def session_values(s: SessionState) -> tuple[Any, ...]:
         s.messages,
         s.created_at,
         s.updated_at,
+        lineage_json(s.lineage),
     )
 
 
@@ -125,7 +128,22 @@ def row_to_session(row: Sequence[Any]) -> SessionState:
         messages=int(row[7]),
         created_at=float(row[8]),
         updated_at=float(row[9]),
+        lineage=_lineage(row[0], row[10]),
     )
+
+
+def _lineage(session_id: str, text: Any) -> tuple[Branch, ...]:
+    """A session's stored lineage; damaged text is a damaged store (the backend names it in
+    ``url``), never a lineage read as empty — its effects would no longer be told."""
+    try:
+        return lineage_from_json(text)
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise CorruptLedgerError(
+            f"the stored lineage of session {session_id!r} is damaged ({exc!r}). It is not "
+            "read as empty: the effects it lists would no longer be told. Restore the store "
+            "from a backup, or run `toolledger verify` to see what is readable.",
+            session_id=session_id,
+        ) from exc
 
 
 def message_params(session_id: str, m: StoredMessage) -> tuple[Any, ...]:

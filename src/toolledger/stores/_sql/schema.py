@@ -88,6 +88,27 @@ SQLITE_MIGRATIONS: list[str] = [
     ALTER TABLE leases ADD COLUMN holder TEXT;
     ALTER TABLE approvals ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
     """,
+    # 5: branches (toolledger.lineage). A session's lineage as JSON text (NULL: never branched,
+    # as every session written before); a rewind's abandoned branches, each a row of its own
+    # (it may hold no message) and its messages under the seqs they had.
+    """
+    ALTER TABLE sessions ADD COLUMN lineage TEXT;
+    CREATE TABLE abandoned_branches (
+        session_id TEXT    NOT NULL,
+        branch     INTEGER NOT NULL,
+        from_seq   INTEGER NOT NULL,
+        PRIMARY KEY (session_id, branch)
+    ) WITHOUT ROWID;
+    CREATE TABLE abandoned_messages (
+        session_id TEXT    NOT NULL,
+        branch     INTEGER NOT NULL,
+        seq        INTEGER NOT NULL,
+        role       TEXT    NOT NULL,
+        content    TEXT    NOT NULL,
+        created_at REAL    NOT NULL,
+        PRIMARY KEY (session_id, branch, seq)
+    ) WITHOUT ROWID;
+    """,
 ]
 
 
@@ -175,9 +196,38 @@ POSTGRES_MIGRATIONS: list[str] = [
     ALTER TABLE leases ADD COLUMN holder TEXT;
     ALTER TABLE approvals ADD COLUMN attempt BIGINT NOT NULL DEFAULT 0
     """,
+    # 5: branches (toolledger.lineage). A session's lineage as JSON text (NULL: never branched,
+    # as every session written before); a rewind's abandoned branches, each a row of its own
+    # (it may hold no message) and its messages under the seqs they had.
+    """
+    ALTER TABLE sessions ADD COLUMN lineage TEXT;
+    CREATE TABLE abandoned_branches (
+        session_id TEXT COLLATE "C" NOT NULL,
+        branch     BIGINT           NOT NULL,
+        from_seq   BIGINT           NOT NULL,
+        PRIMARY KEY (session_id, branch)
+    );
+    CREATE TABLE abandoned_messages (
+        session_id TEXT COLLATE "C" NOT NULL,
+        branch     BIGINT           NOT NULL,
+        seq        BIGINT           NOT NULL,
+        role       TEXT             NOT NULL,
+        content    TEXT             NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (session_id, branch, seq)
+    )
+    """,
 ]
 
-TABLES = ("effects", "sessions", "messages", "approvals", "leases")
+TABLES = (
+    "effects",
+    "sessions",
+    "messages",
+    "approvals",
+    "leases",
+    "abandoned_branches",
+    "abandoned_messages",
+)
 VERSION = len(SQLITE_MIGRATIONS)
 """The schema version this toolledger writes (both lists have this many entries)."""
 

@@ -46,15 +46,15 @@ SELECT_IN_DOUBT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE status = 'started
 
 SESSION_COLUMNS = (
     "session_id, status, reason, version, turns, input_tokens, output_tokens, messages, "
-    "created_at, updated_at"
+    "created_at, updated_at, lineage"
 )
 INSERT_SESSION = (
-    f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (session_id) DO NOTHING"
 )
 UPDATE_SESSION = (
     "UPDATE sessions SET status = ?, reason = ?, version = ?, turns = ?, input_tokens = ?, "
-    "output_tokens = ?, messages = ?, created_at = ?, updated_at = ? "
+    "output_tokens = ?, messages = ?, created_at = ?, updated_at = ?, lineage = ? "
     "WHERE session_id = ? AND version = ?"
 )
 SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?"
@@ -76,6 +76,28 @@ SELECT_LAST_SEQ = "SELECT max(seq) FROM messages WHERE session_id = ?"
 SELECT_MESSAGES = (
     "SELECT seq, role, content, created_at FROM messages WHERE session_id = ? AND seq >= ? "
     "ORDER BY seq"
+)
+
+# A rewind (AbandonMessages) is three statements. The first is its guard: the branch's own row,
+# inserted only if its number is free and the transcript reaches ``from_seq`` (the session id,
+# branch and from_seq, then from_seq and the session id again). Then the transcript's tail is
+# copied to the branch under the seqs it had, and taken out of the transcript.
+ABANDON_BRANCH = (
+    "INSERT INTO abandoned_branches (session_id, branch, from_seq) SELECT ?, ?, ? "
+    "WHERE ? BETWEEN 0 AND coalesce((SELECT max(seq) + 1 FROM messages WHERE session_id = ?), 0) "
+    "ON CONFLICT (session_id, branch) DO NOTHING"
+)
+ABANDON_MESSAGES = (
+    "INSERT INTO abandoned_messages (session_id, branch, seq, role, content, created_at) "
+    "SELECT session_id, ?, seq, role, content, created_at FROM messages "
+    "WHERE session_id = ? AND seq >= ?"
+)
+DELETE_MESSAGES_FROM = "DELETE FROM messages WHERE session_id = ? AND seq >= ?"
+# Every branch, one without messages included (its message columns NULL).
+SELECT_ABANDONED = (
+    "SELECT b.branch, m.seq, m.role, m.content, m.created_at FROM abandoned_branches AS b "
+    "LEFT JOIN abandoned_messages AS m ON m.session_id = b.session_id AND m.branch = b.branch "
+    "WHERE b.session_id = ? ORDER BY b.branch, m.seq"
 )
 
 APPROVAL_COLUMNS = (
@@ -180,6 +202,8 @@ LEDGER_ONLY_DROPPABLE = (
 )
 DELETE_SETTLED_EFFECTS = "DELETE FROM effects WHERE session_id = ? AND status <> 'started'"
 DELETE_MESSAGES = "DELETE FROM messages WHERE session_id = ?"
+DELETE_ABANDONED_MESSAGES = "DELETE FROM abandoned_messages WHERE session_id = ?"
+DELETE_ABANDONED_BRANCHES = "DELETE FROM abandoned_branches WHERE session_id = ?"
 DELETE_DECIDED_APPROVALS = "DELETE FROM approvals WHERE session_id = ? AND status <> 'pending'"
 DELETE_FREE_LEASE = "DELETE FROM leases WHERE session_id = ? AND expires_at <= ?"
 

@@ -17,6 +17,19 @@ check out is ``CorruptLedgerError``. A commit that touches both files writes the
 a crash between the two leaves a recorded effect whose checkpoint is missing — which a resume
 answers from the ledger — never the reverse.
 
+One commit is the exception: the one that creates a session together with records (a fork
+copies the ledger records it keeps into a brand-new session). Ledger first, a crash between the
+two would leave records of a session that was never created. So, when no ledger file exists yet,
+its log line — the commit point — carries the records, and the ledger file is written after it.
+A crash before the line's fsync leaves nothing (a torn last line is ignored); after it, the
+session is there with every record: while the ledger file is missing, the ledger is read from
+the records its creating line carries, and the next commit that writes records writes the file
+from them. The line keeps them afterwards, unused once the file exists.
+
+A rewind's abandoned messages (``AbandonMessages``) are kept in the log too: its line records
+the rewind, and reading the log moves the transcript's tail to the abandoned branch as the
+commit did. The session's two files hold all of it, so removing them removes the branches.
+
 The package: ``_files`` (names, the write lock, atomic writes, appends), ``_codec`` (records and
 log entries to and from JSON), ``_backend`` (``JSONBackend``: load, cache, apply).
 """

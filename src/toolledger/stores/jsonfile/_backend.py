@@ -1,6 +1,7 @@
 """``JSONBackend``: a session's ledger and log read (and cached) from its files, a batch of
 operations evaluated by ``_document.apply_ops`` on a draft, and what changed written back under
-the directory's lock — the ledger first, then the log line."""
+the directory's lock — the ledger first, then the log line; but for a batch that creates the
+session together with records, the log line first, carrying the records."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...errors import CorruptLedgerError, StoreError, StoreUnavailableError
-from ...ops import DropSession, InsertEffect, Op, UpdateEffect
+from ...ops import DropSession, InsertEffect, Op, PutSession, UpdateEffect
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, Status, StoredMessage
 from .._document import SessionData, apply_ops
 from ._codec import (
@@ -67,7 +68,10 @@ class JSONBackend:
                     return cached[2]
                 data = fh.read()
         except FileNotFoundError:
-            return {}  # a missing ledger is an empty one (DESIGN.md rule 5)
+            # A missing ledger is an empty one (DESIGN.md rule 5) — unless the line creating
+            # the session carried its records, and the process died before it wrote the file.
+            inline = self._load_log(session_id).records
+            return {} if inline is None else inline
         except OSError as exc:
             raise StoreUnavailableError(f"cannot read {path}: {exc}", url=self.url) from exc
         try:
@@ -124,6 +128,7 @@ class JSONBackend:
         log = copy.copy(log)
         log.messages = list(log.messages)
         log.approvals = dict(log.approvals)
+        log.abandoned = dict(log.abandoned)
         for number, line in enumerate(lines):
             try:
                 read_log_line(log, line, session_id)
@@ -145,6 +150,10 @@ class JSONBackend:
 
     def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
         return copy.deepcopy(self._load_log(session_id).messages[since:])
+
+    def read_abandoned(self, session_id: str) -> dict[int, list[StoredMessage]]:
+        branches = self._load_log(session_id).abandoned
+        return copy.deepcopy({n: list(ms) for n, ms in sorted(branches.items())})
 
     def read_lease(self, session_id: str) -> Lease | None:
         return self._load_log(session_id).lease
@@ -181,27 +190,24 @@ class JSONBackend:
             with self._files.locked():
                 effects = self._load(session_id)
                 log = self._load_log(session_id)
-                stored = SessionData(effects, log.state, log.messages, log.approvals, log.lease)
+                stored = SessionData(
+                    effects, log.state, log.messages, log.approvals, log.lease, log.abandoned
+                )
                 draft = stored.draft()
                 out = apply_ops(session_id, draft, ops)  # raises on a failed guard: nothing written
                 if any(isinstance(op, DropSession) for op in ops):
                     self._drop(session_id)
                     return out
-                if any(ok for op, ok in zip(ops, out, strict=True) if _is_effect(op)):
+                records = any(ok for op, ok in zip(ops, out, strict=True) if _is_effect(op))
+                if records and self._creates(session_id, log.state, ops):
+                    # The log line is the commit point: it carries the records, then the file
+                    # is written from them (a crash between the two reads them from the line).
+                    self._log(session_id, log, ops, out, draft, records=draft.effects)
                     self._write(session_id, draft.effects)
-                entry = log_entry(
-                    session_id,
-                    ops,
-                    out,
-                    draft,
-                    state_changed=draft.state is not log.state,
-                    lease_changed=draft.lease is not log.lease,
-                )
-                if entry is not None:
-                    path = self.log_path_of(session_id)
-                    line = log_line(entry)
-                    self._files.append(path, line, offset=log.offset, torn_tail=log.torn_tail)
-                    self._load_log(session_id)  # advance the parsed view past our own line
+                    return out
+                if records:
+                    self._write(session_id, draft.effects)
+                self._log(session_id, log, ops, out, draft)
         except OSError as exc:
             if isinstance(exc, StoreError):
                 raise
@@ -209,6 +215,41 @@ class JSONBackend:
                 f"cannot write the ledger of {session_id!r} in {self.dir}: {exc}", url=self.url
             ) from exc
         return out
+
+    def _creates(self, session_id: str, state: SessionState | None, ops: Sequence[Op]) -> bool:
+        """Whether the batch creates the session (it had no state) while no ledger file exists:
+        then writing the ledger first could leave records of a session that never was."""
+        return (
+            state is None
+            and any(isinstance(op, PutSession) and op.expect_version is None for op in ops)
+            and not self.path_of(session_id).exists()
+        )
+
+    def _log(
+        self,
+        session_id: str,
+        log: Log,
+        ops: Sequence[Op],
+        out: list[bool],
+        draft: SessionData,
+        *,
+        records: dict[str, EffectRecord] | None = None,
+    ) -> None:
+        """Append the batch's log line, if it changed anything the log holds."""
+        entry = log_entry(
+            session_id,
+            ops,
+            out,
+            draft,
+            state_changed=draft.state is not log.state,
+            lease_changed=draft.lease is not log.lease,
+            records=records,
+        )
+        if entry is not None:
+            path = self.log_path_of(session_id)
+            line = log_line(entry)
+            self._files.append(path, line, offset=log.offset, torn_tail=log.torn_tail)
+            self._load_log(session_id)  # advance the parsed view past our own line
 
     def _drop(self, session_id: str) -> None:
         """Remove a session's two files: the log first, so that a crash between the two leaves

@@ -2,7 +2,14 @@
 ``<session>.effects.json``) and session log entries (one line each in ``<session>.session.jsonl``:
 state, appended messages, approvals, lease). Every record and entry carries a digest of its
 fields; one that does not check out is ``Damaged``. The format is fixed: files written by
-earlier releases must read, and a record without a newer field reads as it was written."""
+earlier releases must read, and a record without a newer field reads as it was written.
+
+Fields added since 0.1, each written only when it holds something (so a line without it reads
+as before): a state's ``lineage`` (``toolledger.lineage``, as a list of objects); an entry's
+``abandoned`` — the rewinds of its batch, each ``{"branch", "from_seq", "after"}``, ``after``
+counting the entry's ``messages`` appended before it — and ``records``, the whole ledger as
+the batch left it, carried by the line that creates a session together with records (the
+package docstring says why)."""
 
 from __future__ import annotations
 
@@ -14,7 +21,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...codec import canonical_json, json_text
-from ...ops import AppendMessages, Op, PutApproval
+from ...lineage import Branch
+from ...ops import AbandonMessages, AppendMessages, Op, PutApproval
 from ...records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -169,6 +177,10 @@ class Log:
     messages: list[StoredMessage] = field(default_factory=list)
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
     lease: Lease | None = None
+    abandoned: dict[int, list[StoredMessage]] = field(default_factory=dict)
+    records: dict[str, EffectRecord] | None = None
+    """The ledger carried by the line that created the session with records (``None``: no such
+    line): what the ledger holds while its file is missing."""
 
 
 def log_entry(
@@ -179,13 +191,21 @@ def log_entry(
     *,
     state_changed: bool,
     lease_changed: bool,
+    records: dict[str, EffectRecord] | None = None,
 ) -> dict[str, Any] | None:
-    """The log line a batch adds (``None`` when it changed nothing the log holds)."""
-    messages = [m for op in ops if isinstance(op, AppendMessages) for m in op.messages]
+    """The log line a batch adds (``None`` when it changed nothing the log holds), with
+    ``records`` (the whole ledger) inline when given."""
+    messages: list[StoredMessage] = []
+    abandoned: list[dict[str, int]] = []
+    for op in ops:  # in the batch's order: a rewind, then the transcript going on from it
+        if isinstance(op, AppendMessages):
+            messages += op.messages
+        elif isinstance(op, AbandonMessages):  # applied: a refused one refuses the batch
+            abandoned.append({"branch": op.branch, "from_seq": op.from_seq, "after": len(messages)})
     approvals = [
         op.record for op, ok in zip(ops, applied, strict=True) if isinstance(op, PutApproval) and ok
     ]
-    if not (messages or approvals or state_changed or lease_changed):
+    if not (messages or abandoned or approvals or state_changed or lease_changed):
         return None
     entry: dict[str, Any] = {
         "session_id": session_id,
@@ -205,6 +225,10 @@ def log_entry(
         }
         if lease.holder is not None:
             entry["lease"]["holder"] = lease.holder.text()
+    if abandoned:
+        entry["abandoned"] = abandoned
+    if records is not None:
+        entry["records"] = {tid: _record_json(r) for tid, r in records.items()}
     entry["digest"] = _digest(entry)
     return entry
 
@@ -214,7 +238,7 @@ def log_line(entry: dict[str, Any]) -> bytes:
 
 
 def _state_json(s: SessionState) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "status": s.status.value,
         "reason": s.reason,
         "version": s.version,
@@ -225,6 +249,17 @@ def _state_json(s: SessionState) -> dict[str, Any]:
         "created_at": s.created_at,
         "updated_at": s.updated_at,
     }
+    if s.lineage:
+        out["lineage"] = [b.as_json() for b in s.lineage]
+    return out
+
+
+def _lineage(raw: Any) -> tuple[Branch, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise Damaged("a session's lineage is not a list")
+    return tuple(Branch.from_json(b) for b in raw)
 
 
 def _approval_json(a: ApprovalRecord) -> dict[str, Any]:
@@ -265,8 +300,14 @@ def read_log_line(log: Log, line: bytes, session_id: str) -> None:
             messages=int(state["messages"]),
             created_at=float(state["created_at"]),
             updated_at=float(state["updated_at"]),
+            lineage=_lineage(state.get("lineage")),
         )
-    for m in entry["messages"]:
+    rewinds = iter(entry.get("abandoned", ()))
+    rewind = next(rewinds, None)
+    for n, m in enumerate(entry["messages"]):
+        while rewind is not None and rewind["after"] == n:
+            _abandon(log, rewind)
+            rewind = next(rewinds, None)
         if m["seq"] != len(log.messages):
             raise Damaged(f"message {m['seq']} out of order")
         log.messages.append(
@@ -277,6 +318,19 @@ def read_log_line(log: Log, line: bytes, session_id: str) -> None:
                 created_at=float(m["created_at"]),
             )
         )
+    while rewind is not None:
+        if rewind["after"] != len(entry["messages"]):
+            raise Damaged(f"a rewind after message {rewind['after']} of the line")
+        _abandon(log, rewind)
+        rewind = next(rewinds, None)
+    inline = entry.get("records")
+    if inline is not None:
+        if not isinstance(inline, dict):
+            raise Damaged("the records a line carries are not an object")
+        records = {tid: _record_from_json(tid, raw) for tid, raw in inline.items()}
+        if any(r.session_id != session_id for r in records.values()):
+            raise Damaged(f"it carries records of another session than {session_id!r}")
+        log.records = records
     lease = entry.get("lease")
     if lease is not None:
         log.lease = Lease(
@@ -302,3 +356,12 @@ def read_log_line(log: Log, line: bytes, session_id: str) -> None:
             used_at=a["used_at"],
             attempt=int(a.get("attempt", 0)),
         )
+
+
+def _abandon(log: Log, rewind: Any) -> None:
+    """A rewind of a line: the transcript's messages from ``from_seq`` on become the branch."""
+    from_seq, branch = int(rewind["from_seq"]), int(rewind["branch"])
+    if not 0 <= from_seq <= len(log.messages) or branch in log.abandoned:
+        raise Damaged(f"a rewind from message {from_seq} as branch {branch} cannot apply")
+    log.abandoned[branch] = log.messages[from_seq:]
+    del log.messages[from_seq:]

@@ -12,7 +12,7 @@ from typing import TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from ...errors import StoreError
+from ...errors import CorruptLedgerError, StoreError
 from ...ops import Op
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from .._sql import plans
@@ -168,7 +168,11 @@ class AsyncPostgresBackend:
         return await self._run(reading(self, action, plan))
 
     async def _ask(self, action: str, query: plans.Query[T]) -> T:
-        return await self._run(asking(self, action, query))
+        try:
+            return await self._run(asking(self, action, query))
+        except CorruptLedgerError as exc:  # a damaged value in a sound row: name the store
+            exc.url = exc.url or self.url
+            raise
 
     async def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
@@ -188,6 +192,9 @@ class AsyncPostgresBackend:
     async def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
         plan = plans.messages_query(session_id, since)
         return await self._ask("reading a transcript", plan)
+
+    async def read_abandoned(self, session_id: str) -> dict[int, list[StoredMessage]]:
+        return await self._ask("reading abandoned branches", plans.abandoned_query(session_id))
 
     async def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
         return await self._ask("reading approvals", plans.approvals_query(session_id))

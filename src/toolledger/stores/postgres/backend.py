@@ -10,6 +10,7 @@ from typing import Protocol, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from ...errors import CorruptLedgerError
 from ...ops import Op
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from .._sql import plans
@@ -88,7 +89,11 @@ class PostgresBackend:
         return self._run(reading(self, action, plan))
 
     def _ask(self, action: str, query: plans.Query[T]) -> T:
-        return self._run(asking(self, action, query))
+        try:
+            return self._run(asking(self, action, query))
+        except CorruptLedgerError as exc:  # a damaged value in a sound row: name the store
+            exc.url = exc.url or self.url
+            raise
 
     def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
@@ -108,6 +113,9 @@ class PostgresBackend:
     def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
         plan = plans.messages_query(session_id, since)
         return self._ask("reading a transcript", plan)
+
+    def read_abandoned(self, session_id: str) -> dict[int, list[StoredMessage]]:
+        return self._ask("reading abandoned branches", plans.abandoned_query(session_id))
 
     def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
         return self._ask("reading approvals", plans.approvals_query(session_id))

@@ -193,6 +193,10 @@ class ActorBackend:
         self._reach("reading a transcript")
         return self.inner.read_messages(session_id, since)
 
+    def read_abandoned(self, session_id: str) -> dict[int, list[StoredMessage]]:
+        self._reach("reading abandoned branches")
+        return self.inner.read_abandoned(session_id)
+
     def read_approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
         self._reach("reading approvals")
         return self.inner.read_approvals(session_id)
