@@ -200,6 +200,18 @@ def test_the_note_says_what_is_done_and_what_may_have_happened() -> None:
         "[toolu_3]: may have happened: it was still running, its outcome is not known"
     )
     assert len(lines[3]) < 450  # the input is cut in the note; the id is whole
+    secret = tl.ForkedEffect(
+        session_id="s",
+        tool_use_id="toolu_4",
+        tool="charge",
+        input={"card": "4242", "api_key": "sk-live-1"},
+        state="succeeded",
+        result='{"token": "tok-9", "ok": true}',
+        at=4.0,
+    )
+    line = note_text([secret], 1).splitlines()[1]
+    assert "sk-live-1" not in line and "tok-9" not in line  # free text: masked once, here
+    assert '"api_key": "***"' in line and '"card": "4242"' in line
 
 
 def test_a_rewound_session_goes_on_and_keeps_its_abandoned_turns(store: tl.Store) -> None:

@@ -41,6 +41,7 @@ from .adapters._shapes import Provider
 from .errors import BranchPointError, ConfigurationError, SessionConflictError
 from .lineage import Branch, BranchKind, ForkedEffect
 from .liveness import Running
+from .masking import masked, masked_text
 from .ops import (
     AbandonMessages,
     AppendMessages,
@@ -249,16 +250,21 @@ def rewind(
 
 
 def note_text(effects: Sequence[ForkedEffect], turn: int) -> str:
-    """The note told to the model: what was already done since turn ``turn``."""
+    """The note told to the model: what was already done since turn ``turn``, each call's
+    input and result cut short, secret-looking fields masked (``toolledger.masking``)."""
     lines = [
         f"[toolledger] This conversation continues from an earlier point (after turn {turn}). "
         "Since that point, these actions were already carried out, and going back did not undo "
         "them. Do not repeat one unless you are asked to:"
     ]
     for e in effects:
-        args = _short(json.dumps(e.input, ensure_ascii=False, sort_keys=True))
+        # Secret-looking fields are masked: the note is free text, which no later reader (a
+        # display, an export) could mask again, and the model needs no password to know what
+        # was done.
+        args = _short(json.dumps(masked(e.input), ensure_ascii=False, sort_keys=True))
+        result = masked_text(e.result)
         if e.state == Status.SUCCEEDED.value:
-            told = "done" + (f", result: {_short(e.result)}" if e.result is not None else "")
+            told = "done" + (f", result: {_short(result)}" if result is not None else "")
         elif e.state == "in_progress":
             told = "may have happened: it was still running, its outcome is not known"
         else:
