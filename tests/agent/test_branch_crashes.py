@@ -119,7 +119,8 @@ def test_a_fork_killed_at_any_instant_leaves_all_of_it_or_nothing(shared_url: st
             state = store.session(sid)
             assert state is not None, f"{sid}: records without a session"
             messages = store.messages(sid)
-            assert messages[:5] == parent[:5] and len(messages) == state.messages == 6
+            # Nothing after turn 2 took effect (the refund was declined): no note.
+            assert messages == parent[:5] and state.messages == 5
             copies = store.ledger(sid).records()
             kept = {i for m in parent[:5] for i in _ids(m)}
             assert {r.tool_use_id for r in copies} == kept & set(records)

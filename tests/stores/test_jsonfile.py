@@ -228,8 +228,9 @@ def test_files_under_their_old_names_are_found_and_renamed(tmp_path: Path) -> No
 # -- a session created with records (a fork), killed between its two files -----------------------
 
 # A child process writes a fork's batch (state, transcript, three records) into a new session
-# and SIGKILLs itself at one point of the commit: ``replace`` (writing the ledger file, after the
-# log line) or ``append`` (writing the log line: before anything of it is durable).
+# and SIGKILLs itself at one point of the commit: ``append`` (about to write the log line: before
+# anything of it is durable), ``rename`` (the new log written to its temporary file, not yet
+# renamed into place), ``replace:2`` (writing the ledger file, after the log line).
 _FORK_AND_DIE = """
 import os, signal, sys
 from toolledger import open_store
@@ -241,7 +242,16 @@ from toolledger.testing.conformance import make_message, make_record, make_state
 url, point = sys.argv[1], sys.argv[2]
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
-setattr(_files.Directory, point, die)
+if point == "rename":
+    _files.os.replace = die
+elif point == "replace:2":
+    first = _files.Directory.replace
+    def second(self, *args, **kwargs):
+        _files.Directory.replace = die
+        return first(self, *args, **kwargs)
+    _files.Directory.replace = second
+else:
+    setattr(_files.Directory, point, die)
 batch = [
     PutSession(make_state("fork", version=1, messages=2), None),
     AppendMessages((make_message(0), make_message(1, "assistant"))),
@@ -272,7 +282,7 @@ def test_a_session_created_with_records_survives_a_kill_before_its_ledger_file(
     tmp_path: Path,
 ) -> None:
     url = f"json:///{tmp_path / 'ledger'}"
-    _fork_and_die(url, "replace")
+    _fork_and_die(url, "replace:2")
     ledger, log = (
         tmp_path / "ledger" / "fork.effects.json",
         tmp_path / "ledger" / "fork.session.jsonl",
@@ -294,11 +304,15 @@ def test_a_session_created_with_records_survives_a_kill_before_its_ledger_file(
         assert store.session("fork") == make_state("fork", version=1, messages=2)
 
 
+@pytest.mark.parametrize("point", ["append", "rename"])
 def test_a_session_created_with_records_killed_before_its_log_line_leaves_nothing(
-    tmp_path: Path,
+    tmp_path: Path, point: str
 ) -> None:
+    """Not even an empty log file, which would list a session that is not there."""
     url = f"json:///{tmp_path / 'ledger'}"
-    _fork_and_die(url, "append")
+    _fork_and_die(url, point)
+    visible = [p.name for p in (tmp_path / "ledger").iterdir() if not p.name.startswith(".")]
+    assert visible == []
     with tl.open_store(url) as store:
         assert store.session("fork") is None
         assert store.ledger("fork").records() == [], "no record of a session that never was"

@@ -180,8 +180,14 @@ class Directory:
 
     def append(self, path: Path, line: bytes, *, offset: int, torn_tail: bool) -> None:
         """Write ``line`` at ``offset`` (the end of what was parsed), durably; a torn tail past
-        it — a commit that never finished — is cut off first. Call under ``locked()``."""
-        new = not path.exists()
+        it — a commit that never finished — is cut off first. Call under ``locked()``.
+
+        A new file is made whole, as ``replace`` makes one: a process killed while creating it
+        leaves no file at all (never an empty one, which would list a session that is not
+        there)."""
+        if offset == 0 and not path.exists():
+            self.replace(path, line)
+            return
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
         try:
             if torn_tail:
@@ -191,8 +197,6 @@ class Directory:
             os.fsync(fd)
         finally:
             os.close(fd)
-        if new:
-            self.fsync()
 
     def fsync(self) -> None:
         """Make the directory's entries (a rename, a new file) durable."""
