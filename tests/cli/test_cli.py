@@ -20,6 +20,8 @@ COMMANDS = [
     "sessions",
     "show",
     "history",
+    "fork",
+    "rewind",
     "effects",
     "in-doubt",
     "resolve",
