@@ -178,7 +178,7 @@ def test_a_high_impact_call_asks_the_approver_once() -> None:
 
     def approve(request: tl.ApprovalRequest) -> bool:
         asked.append(request.tool_use_id)
-        return request.input["amount"] < 100
+        return bool(request.input["amount"] < 100)
 
     store = tl.open_store("memory://")
     app = tools_only_graph(
