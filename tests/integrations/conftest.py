@@ -9,13 +9,13 @@ import os
 import pytest
 
 
-def require(module: str, extra: str) -> None:
+def require(module: str, extra: str, what: str | None = None) -> None:
     """Skip the calling test module unless ``module`` imports; fail instead under CI=true."""
     try:
         importlib.import_module(module)
     except ImportError as exc:
         reason = (
-            f"{extra.upper()} INTEGRATION NOT TESTED: {module} does not import ({exc}). "
+            f"{(what or extra).upper()} INTEGRATION NOT TESTED: {module} does not import ({exc}). "
             f"pip install 'toolledger[{extra}]' (make test installs it)."
         )
         if os.environ.get("CI", "").lower() == "true":
