@@ -14,6 +14,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from dbos import DBOS, SetWorkflowID
 from pydantic_ai import Agent
@@ -61,7 +62,7 @@ def main(directory: str, phase: str) -> None:
             if phase == "start":
                 with SetWorkflowID(WORKFLOW):
                     return await conversation("checkout is down")
-            handle = await DBOS.retrieve_workflow_async(WORKFLOW)
+            handle: Any = await DBOS.retrieve_workflow_async(WORKFLOW)
             output: str = await handle.get_result()
             return output
 

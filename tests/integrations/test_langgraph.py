@@ -26,6 +26,7 @@ from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 
 import toolledger as tl  # noqa: E402
+from toolledger.codec import idempotency_key  # noqa: E402
 from toolledger.integrations.langgraph import (  # noqa: E402
     LedgerInterceptor,
     ledgered_tool_node,
@@ -134,6 +135,53 @@ def test_async_graph_and_declarations_from_tl_tool() -> None:
     assert keys == [ctx.idempotency_key]
     (record,) = store.ledger("mail").records()
     assert record.attempt == 1, "non_idempotent: its intent was written before it ran"
+    store.close()
+
+
+def test_tl_tools_run_in_the_tool_node_with_their_context() -> None:
+    """A ``@tl.tool`` given to ``ledgered_tool_node`` is a LangChain tool declared by itself:
+    its schema reaches the model's side, its function gets the call's ToolContext, and its
+    arguments are validated by its signature."""
+    sent: list[tuple[str, str]] = []
+
+    @tl.tool(effect="non_idempotent", forwards_idempotency_key=True)
+    def send_email(to: str, ctx: tl.ToolContext) -> dict[str, str]:
+        """Send an e-mail."""
+        sent.append((to, ctx.idempotency_key))
+        return {"sent_to": to}
+
+    @tl.tool(effect="read_only")
+    def inbox(limit: int = 3) -> list[str]:
+        """Read the inbox."""
+        return [f"mail {i}" for i in range(limit)]
+
+    store = tl.open_store("memory://")
+    node = ledgered_tool_node([send_email, inbox], store=store)
+    assert node.tools_by_name["inbox"].tool_call_schema == {
+        **inbox.input_schema,
+        "description": "Read the inbox.",
+    }
+    app = tools_only_graph(node)
+    turn = AIMessage(
+        content="",
+        tool_calls=[
+            {"name": "send_email", "args": {"to": "ops"}, "id": "c1"},
+            {"name": "inbox", "args": {"limit": 2}, "id": "c2"},
+        ],
+    )
+    for invoke in (app.invoke, lambda *a: asyncio.run(app.ainvoke(*a))):
+        out = invoke({"messages": [turn]}, config("t"))
+        email, mails = tool_messages(out["messages"])
+        assert json.loads(str(email.content)) == {"sent_to": "ops"}
+        assert json.loads(str(mails.content)) == ["mail 0", "mail 1"]
+    (record,) = [r for r in store.ledger("t").records() if r.tool_use_id == "c1"]
+    assert sent == [("ops", idempotency_key("t", "c1"))], "ran once, with the call's own key"
+    assert record.attempt == 1, "declared non_idempotent by its @tl.tool: intent first"
+
+    bad = AIMessage(content="", tool_calls=[{"name": "inbox", "args": {"limit": "x"}, "id": "c3"}])
+    out = app.invoke({"messages": [bad]}, config("t"))
+    (refused,) = tool_messages(out["messages"])
+    assert refused.status == "error" and "limit" in str(refused.content)
     store.close()
 
 

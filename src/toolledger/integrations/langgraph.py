@@ -41,6 +41,7 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
@@ -55,7 +56,13 @@ from ..stores import Ledger, Store
 from ..tools import SchemaTool, Tool, ToolContext
 from ._declarations import Declaration, checked_declarations, one_call_tool
 
-__all__ = ["LedgerInterceptor", "ledgered_tool_node", "thread_id", "tool_context"]
+__all__ = [
+    "LedgerInterceptor",
+    "langchain_tool",
+    "ledgered_tool_node",
+    "thread_id",
+    "tool_context",
+]
 
 Result = ToolMessage | Command[Any]
 SessionOf = Callable[[RunnableConfig], str]
@@ -187,6 +194,35 @@ class LedgerInterceptor:
         return one_call_tool(name, run, self.effects.get(name))
 
 
+def langchain_tool(tool: Tool[..., Any]) -> BaseTool:
+    """A ``@tl.tool`` as a LangChain tool: its name, description and input schema, its function
+    called with the arguments its signature validates — and, if it asks for one, the
+    ``ToolContext`` of the ledgered call it serves (so it must run in a ledgered ``ToolNode``).
+    """
+
+    def arguments(raw: dict[str, Any]) -> tuple[dict[str, Any], ToolContext]:
+        ctx = _context.get()
+        if ctx is None:
+            raise ConfigurationError(
+                f"tool {tool.name!r} ran outside a ledgered ToolNode: it has no ToolContext"
+            )
+        return tool.validate(raw), ctx
+
+    def run(**raw: Any) -> Any:
+        return tool.invocation(*arguments(raw))()
+
+    async def arun(**raw: Any) -> Any:
+        return await tool.invocation(*arguments(raw))()
+
+    return StructuredTool.from_function(
+        func=None if tool.is_async else run,
+        coroutine=arun if tool.is_async else None,
+        name=tool.name,
+        description=tool.description or tool.name,
+        args_schema=tool.input_schema,
+    )
+
+
 def ledgered_tool_node(
     tools: Sequence[Any],
     *,
@@ -199,13 +235,19 @@ def ledgered_tool_node(
     wait: float = 0.0,
     **tool_node_options: Any,
 ) -> ToolNode:
-    """A ``ToolNode`` over ``tools`` (LangChain tools or functions, as ``ToolNode`` takes them)
-    whose calls, sync and async, go through a ``LedgerInterceptor`` built from the other
-    arguments; ``tool_node_options`` (``name=``, ``handle_tool_errors=``, ...) go to ``ToolNode``.
+    """A ``ToolNode`` over ``tools`` whose calls, sync and async, go through a
+    ``LedgerInterceptor`` built from the other arguments; ``tool_node_options`` (``name=``,
+    ``handle_tool_errors=``, ...) go to ``ToolNode``.
+
+    ``tools`` are what ``ToolNode`` takes (LangChain tools, functions) and ``@tl.tool``
+    declarations, which become LangChain tools (``langchain_tool``) declared by themselves —
+    their effect class, ``check`` and ``ToolContext`` — unless ``effects`` names them too.
     """
+    declared = {t.name: t for t in tools if isinstance(t, Tool)}
+    named = checked_declarations(effects)
     interceptor = LedgerInterceptor(
         store,
-        effects=effects,
+        effects={**declared, **named},
         approve=approve,
         session=session,
         on_alert=on_alert,
@@ -213,7 +255,7 @@ def ledgered_tool_node(
         wait=wait,
     )
     return ToolNode(
-        tools,
+        [langchain_tool(t) if isinstance(t, Tool) else t for t in tools],
         wrap_tool_call=interceptor.wrap_tool_call,
         awrap_tool_call=interceptor.awrap_tool_call,
         **tool_node_options,
