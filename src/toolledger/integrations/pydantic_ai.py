@@ -68,13 +68,15 @@ def tool_context() -> ToolContext | None:
 
 
 def conversation(ctx: RunContext[Any]) -> str:
-    """The session of a run: its ``conversation_id``."""
-    if not ctx.conversation_id:
+    """The session of a run: its ``conversation_id``. Raises ``ConfigurationError`` when the
+    run has none (a Pydantic AI older than ``RunContext.conversation_id``)."""
+    found: str | None = getattr(ctx, "conversation_id", None)
+    if not found:
         raise ConfigurationError(
-            "a LedgerToolset needs the run's conversation_id (Pydantic AI sets one on every run; "
-            "pass session= to name the session another way)"
+            "a LedgerToolset needs the run's conversation_id, which this Pydantic AI does not "
+            "give: pass session= (a string, or a function of the RunContext) to name the session"
         )
-    return ctx.conversation_id
+    return found
 
 
 @dataclass
