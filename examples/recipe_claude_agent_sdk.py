@@ -4,7 +4,7 @@ The SDK's in-process tools (`@claude_agent_sdk.tool`) get their arguments but no
 `tool_use_id`; its `PreToolUse` hook gets both. So a hook passes the id on to the tool inside its
 input (`updatedInput`), and the tool's handler runs the toolledger tool through the ledger with
 that id: a resumed session that repeats a call gets the recorded result, and the effect happens
-once. See docs/recipes/claude-agent-sdk.md.
+once. See docs/integrations/claude-agent-sdk.md.
 
 The SDK's agent loop needs the Claude Code CLI and the Anthropic API (the network); this example
 runs offline by calling the hook and the tool handler exactly as the SDK would, with the SDK's

@@ -1,69 +1,32 @@
-"""LangGraph: a `ToolNode` whose tool calls go through the toolledger ledger.
+"""LangGraph: a `ToolNode` whose tool calls go through the toolledger ledger of their thread.
 
-`ToolNode(tools, wrap_tool_call=ledgered(...))` — the LangChain tools stay as they are; each
-call is looked up in the ledger by its `tool_call["id"]` first, and runs (through `execute`,
-so LangGraph's own validation, injection and error handling apply) only if the ledger has no
-outcome for it. The effect class of each tool is declared by name. See
-docs/recipes/langgraph.md. Runs offline; exits 0 with a note when langgraph is not installed:
+`ledgered_tool_node(tools, store=..., effects={...})` from `toolledger.integrations.langgraph`:
+the LangChain tools stay as they are; each call is looked up in the ledger of the run's
+`thread_id` by its `tool_call["id"]` first, and runs (through LangGraph's `execute`, so its own
+validation, injection and error handling apply) only if the ledger has no outcome for it. One
+compiled graph serves every thread. See docs/integrations/langgraph.md. Runs offline; exits 0
+with a note when langgraph is not installed:
 
-    pip install langgraph && python examples/recipe_langgraph.py
+    pip install 'toolledger[langgraph]' && python examples/recipe_langgraph.py
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import toolledger as tl
-from toolledger.tools import SchemaTool
 
 try:
-    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.messages import AIMessage
     from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode
-    from langgraph.prebuilt.tool_node import ToolCallRequest
+
+    from toolledger.integrations.langgraph import ledgered_tool_node
 except ImportError:
     print("langgraph is not installed: pip install langgraph (skipping this recipe)")
     sys.exit(0)
-
-
-def ledgered(
-    ledger: tl.Ledger, effects: Mapping[str, Mapping[str, Any]], *, approve: Any = None
-) -> Callable[[ToolCallRequest, Callable[[ToolCallRequest], Any]], Any]:
-    """A `wrap_tool_call` for `ToolNode`: the ledger gate (and approval gate) before `execute`.
-
-    `effects` maps a tool name to its declaration (`effect`, `high_impact`,
-    `forwards_idempotency_key`); an undeclared tool is non_idempotent.
-    """
-
-    def wrap(request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> Any:
-        call = request.tool_call
-        produced: list[Any] = []
-
-        def run(arguments: dict[str, Any]) -> Any:
-            message = execute(request)  # LangGraph runs the tool
-            produced.append(message)
-            if isinstance(message, ToolMessage) and message.status == "error":
-                raise RuntimeError(str(message.content))  # recorded failed, answered is_error
-            return message.content if isinstance(message, ToolMessage) else str(message)
-
-        declared = SchemaTool(
-            run, name=call["name"], input_schema={"type": "object"}, **effects.get(call["name"], {})
-        )
-        block = {"type": "tool_use", "id": call["id"], "name": call["name"], "input": call["args"]}
-        (result,) = tl.run_tool_uses([block], [declared], ledger=ledger, approve=approve)
-        if produced and not result.get("is_error"):
-            return produced[0]  # ran now: LangGraph's own message
-        return ToolMessage(  # answered from the ledger (or refused): nothing ran
-            content=result["content"],
-            tool_call_id=call["id"],
-            name=call["name"],
-            status="error" if result.get("is_error") else "success",
-        )
-
-    return wrap
 
 
 tickets: list[str] = []
@@ -84,13 +47,22 @@ def status_page() -> str:
 
 def main() -> None:
     store = tl.open_store("memory://langgraph-recipe")
-    node = ToolNode(
-        [create_ticket, status_page],
-        wrap_tool_call=ledgered(
-            store.ledger("thread-1"),
-            {"create_ticket": {"effect": "non_idempotent"}, "status_page": {"effect": "read_only"}},
+    graph = StateGraph(MessagesState)
+    graph.add_node(
+        "tools",
+        ledgered_tool_node(
+            [create_ticket, status_page],
+            store=store,
+            effects={
+                "create_ticket": {"effect": "non_idempotent"},
+                "status_page": {"effect": "read_only"},
+            },
         ),
     )
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    app = graph.compile(checkpointer=InMemorySaver())  # compiled once, for every thread
+
     turn = AIMessage(
         content="",
         tool_calls=[
@@ -98,15 +70,13 @@ def main() -> None:
             {"name": "create_ticket", "args": {"title": "Checkout down"}, "id": "call_2"},
         ],
     )
-    graph = StateGraph(MessagesState)
-    graph.add_node("tools", node)
-    graph.add_edge(START, "tools")
-    graph.add_edge("tools", END)
-    app = graph.compile()
-    first = app.invoke({"messages": [turn]})["messages"][1:]
-    again = app.invoke({"messages": [turn]})["messages"][1:]  # a resume replays the same turn
+    config: Any = {"configurable": {"thread_id": "thread-1"}}
+    first = app.invoke({"messages": [turn]}, config)["messages"][1:]
+    (before_tools,) = [s for s in app.get_state_history(config) if s.next == ("tools",)]
+    again = app.invoke(None, before_tools.config)["messages"][1:]  # the same turn, replayed
     print("first:", [m.content for m in first])
     print("again:", [m.content for m in again])
+    print("ledger of thread-1:", [r.tool_use_id for r in store.ledger("thread-1").records()])
     print(f"tickets opened: {len(tickets)}")
     store.close()
     if len(tickets) != 1 or [m.content for m in first] != [m.content for m in again]:

@@ -1,0 +1,150 @@
+"""Pydantic AI: a toolset whose calls go through the toolledger ledger of their conversation.
+
+```python
+from pydantic_ai import Agent
+from toolledger.integrations.pydantic_ai import LedgerToolset
+
+store = tl.open_store("sqlite:///agent.db")
+agent = Agent(model, toolsets=[LedgerToolset(my_toolset, store=store, effects={
+    "create_ticket": {"effect": "non_idempotent"},
+    "status_page": {"effect": "read_only"},
+})])
+result = await agent.run(prompt, conversation_id="outage-42")
+...  # after a crash: the saved messages come back with their call ids
+result = await agent.run(message_history=saved_messages)
+```
+
+The key: a call is ``(session, tool_use_id)`` = ``(conversation_id, ctx.tool_call_id)``. The
+session is read at each call from the run (``ctx.conversation_id``: the run's
+``conversation_id=``, else the one stamped on ``message_history``), so one ``Agent`` serves every
+conversation, each with its own ledger; ``session=`` names it another way (a fixed string, or a
+function of the ``RunContext``, e.g. of ``ctx.deps``).
+
+Each call is looked up in its conversation's ledger first and reaches the wrapped toolset only
+when the ledger has no outcome for it, under toolledger's rules (intent before a non-idempotent
+tool, approval of a high-impact one, in-doubt handling after a crash). Pydantic AI validates the
+arguments before ``call_tool``, as usual. While the tool runs, ``tool_context()`` is its
+``ToolContext`` and ``toolledger.keys.current_key()`` its idempotency key.
+
+Limits: the tool's answer is what the ledger recorded — its JSON text (a string result as
+itself) — the first time and on every replay, so a ``ToolReturn``'s metadata or binary content
+is not passed through as such. Deferral (``ApprovalRequired``, ``CallDeferred``) raised inside the
+ledger would be recorded as the call's outcome: put ``.approval_required()`` around the
+``LedgerToolset``, not inside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic_ai import ModelRetry, RunContext
+from pydantic_ai.toolsets import WrapperToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+
+from .. import keys
+from ..drivers import AlertHook
+from ..errors import ConfigurationError
+from ..notify import Notifier, Target
+from ..runner import arun_tool_uses
+from ..stores import Ledger, Store
+from ..tools import Tool, ToolContext
+from ._declarations import Declaration, checked_declarations, one_call_tool
+
+__all__ = ["LedgerToolset", "conversation", "tool_context"]
+
+DepsT = TypeVar("DepsT")
+SessionOf = Callable[[RunContext[Any]], str]
+
+_context: ContextVar[ToolContext | None] = ContextVar("toolledger_pydantic_ai_call", default=None)
+
+
+def tool_context() -> ToolContext | None:
+    """The ``ToolContext`` of the ledgered call running in this context (its idempotency key,
+    whether an earlier attempt is in doubt, its attempt number), or ``None`` outside one."""
+    return _context.get()
+
+
+def conversation(ctx: RunContext[Any]) -> str:
+    """The session of a run: its ``conversation_id``. Raises ``ConfigurationError`` when the
+    run has none (a Pydantic AI older than ``RunContext.conversation_id``)."""
+    found: str | None = getattr(ctx, "conversation_id", None)
+    if not found:
+        raise ConfigurationError(
+            "a LedgerToolset needs the run's conversation_id, which this Pydantic AI does not "
+            "give: pass session= (a string, or a function of the RunContext) to name the session"
+        )
+    return found
+
+
+@dataclass
+class LedgerToolset(WrapperToolset[DepsT]):
+    """The ledger gate (and approval gate) in front of another toolset's tools.
+
+    ``store`` holds the ledgers; ``session`` names the session of a run — ``None`` (default) for
+    its ``conversation_id``, a string for one fixed session, or a function of the
+    ``RunContext``. ``effects`` declares tools by name (``Declaration``: a mapping such as
+    ``{"effect": "read_only"}`` or a ``@tl.tool`` declaration, whose ``check`` is used for a
+    call in doubt); an undeclared tool is ``non_idempotent``. ``approve``, ``on_alert``,
+    ``on_in_doubt`` and ``wait`` are those of ``tl.arun_tool_uses``. Raises
+    ``ConfigurationError`` at construction for a bad declaration.
+
+    A call answers the JSON the ledger recorded (a string result as itself); an error result
+    (the tool raised, the call is in doubt, an approval was declined) is raised as
+    ``ModelRetry`` with toolledger's message, so the model is told. ``LedgerMismatchError`` and
+    ``EffectInProgressError`` are raised, as ``run_tool_uses`` does.
+    """
+
+    store: Store = field(kw_only=True)
+    effects: Mapping[str, Declaration] | Iterable[Tool[..., Any]] | None = field(
+        default=None, kw_only=True
+    )
+    approve: Any = field(default=None, kw_only=True)
+    session: str | SessionOf | None = field(default=None, kw_only=True)
+    on_alert: AlertHook | None = field(default=None, kw_only=True)
+    on_in_doubt: Notifier | Target | None = field(default=None, kw_only=True)
+    wait: float = field(default=0.0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        self._declarations = checked_declarations(self.effects)
+
+    def ledger_for(self, ctx: RunContext[Any]) -> Ledger:
+        """The ledger of the run ``ctx`` belongs to."""
+        if self.session is None:
+            return self.store.ledger(conversation(ctx))
+        if isinstance(self.session, str):
+            return self.store.ledger(self.session)
+        return self.store.ledger(self.session(ctx))
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[DepsT], tool: ToolsetTool[DepsT]
+    ) -> Any:
+        if not ctx.tool_call_id:
+            raise ConfigurationError(
+                f"tool call {name!r} has no id: the ledger keys every call by its id"
+            )
+        ledger = self.ledger_for(ctx)
+
+        async def run(arguments: dict[str, Any], call: ToolContext) -> Any:
+            token = _context.set(call)
+            try:
+                with keys.forwarding(call):
+                    return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+            finally:
+                _context.reset(token)
+
+        block = {"type": "tool_use", "id": ctx.tool_call_id, "name": name, "input": tool_args}
+        (result,) = await arun_tool_uses(
+            [block],
+            [one_call_tool(name, run, self._declarations.get(name))],
+            ledger=ledger,
+            approve=self.approve,
+            on_alert=self.on_alert,
+            on_in_doubt=self.on_in_doubt,
+            wait=self.wait,
+        )
+        if result.get("is_error"):
+            raise ModelRetry(str(result["content"]))
+        return result["content"]  # the JSON the ledger recorded: a replay answers the same
