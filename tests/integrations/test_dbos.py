@@ -177,3 +177,18 @@ def test_a_worker_without_the_agent_fails_the_workflow(launched: None) -> None:
 def test_enqueue_names_a_queue_nobody_declared(launched: None) -> None:
     with pytest.raises(tl.ConfigurationError, match="register_queue"):
         tl_dbos.enqueue(session="s", prompt="go", queue="nobody-declared-it")
+
+
+def test_an_async_agent_runs_in_its_own_event_loop(
+    launched: None, store: tl.Store, tmp_path: Path
+) -> None:
+    world = World(tmp_path / "world")
+    script = [Reply(tool_uses=[ToolUse("create_ticket_keyed", {"title": "a"})]), Reply(text="ok")]
+    with ScriptedModel(script) as model:
+        tl_dbos.register(
+            tl.Agent(client=model.async_client(), model="x", tools=world.toolset(), store=store),
+            name="async",
+        )
+        outcome = tl_dbos.enqueue(session="a", prompt="go", agent="async").get_result()
+    assert (outcome.status, outcome.final_text) == (tl.RunStatus.COMPLETED, "ok")
+    assert [t["title"] for t in world.tickets()] == ["a"]

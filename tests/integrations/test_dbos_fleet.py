@@ -337,3 +337,90 @@ def _dbos_version() -> str:
     from importlib.metadata import version
 
     return version("dbos")
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_a_workflow_dbos_runs_twice_at_once_does_its_effects_once(
+    postgres_store_url: str, system_database: str, tmp_path: Path
+) -> None:
+    """A worker frozen (``SIGSTOP``) in the middle of sessions, its workflows resumed on another
+    worker while it is frozen, then thawed: DBOS runs those workflows twice at once. The lease
+    keeps one run of a session at a time (the copy waits: the frozen holder is alive), the
+    ledger keeps every effect once."""
+    world = World(tmp_path / "world")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    tl.open_store(postgres_store_url).close()
+    sids = [f"twice-{n}" for n in range(8)]
+    with ScriptedModel([turn_1, turn_2, turn_3]) as model:
+        argv = [
+            sys.executable,
+            "-m",
+            "tests.integrations.dbos_fleet_worker",
+            system_database,
+            postgres_store_url,
+            model.url,
+            str(world.path),
+        ]
+        fleet = Fleet(argv=argv, logs=logs, rng=random.Random(0), armed=False)
+        client = DBOSClient(system_database_url=system_database, application_name=APP)
+        store = tl.open_store(postgres_store_url)
+        try:
+            fleet.start("frozen")
+            frozen = fleet.procs["frozen"]
+            deadline = time.monotonic() + 60
+            while not (world.path / "ready-frozen").exists():
+                assert frozen.poll() is None and time.monotonic() < deadline, f"see {logs}"
+                time.sleep(0.1)
+            handles = {
+                sid: tl_dbos.enqueue(
+                    session=sid, prompt=f"open the tickets of {sid}", client=client
+                )
+                for sid in sids
+            }
+            held = wait_for_a_lease(store, sids, frozen.pid)
+            frozen.send_signal(signal.SIGSTOP)
+            pending = client.list_workflows(
+                status="PENDING", executor_id="frozen", load_input=False, load_output=False
+            )
+            ids = [w.workflow_id for w in pending]
+            assert handles[held].get_workflow_id() in ids
+            fleet.start("thawed")  # the second worker, which runs the resumed copies
+            client.resume_workflows(ids, queue_name=tl_dbos.QUEUE)
+            time.sleep(3.0)  # the copies wait for the frozen holder's lease
+            lease = store.lease(held)
+            assert lease is not None and lease.holder is not None
+            assert lease.holder.pid == frozen.pid, "a live holder's session was not taken"
+            frozen.send_signal(signal.SIGCONT)
+            outcomes = {sid: h.get_result() for sid, h in handles.items()}
+            deadline = time.monotonic() + 60
+            while client.list_workflows(status=["PENDING", "ENQUEUED"], load_input=False):
+                assert time.monotonic() < deadline, "the resumed copies did not finish"
+                time.sleep(0.2)
+        finally:
+            fleet.stop()
+            client.destroy()
+        tickets = Counter(t["title"] for t in world.tickets())
+        problems = [p.message for p in tl.verify(store)]
+        states = {sid: store.session(sid) for sid in sids}
+        store.close()
+        rejected = list(model.rejected)
+    assert all(o.status is tl.RunStatus.COMPLETED for o in outcomes.values()), outcomes
+    assert all(s is not None and s.status is tl.RunStatus.COMPLETED for s in states.values())
+    assert tickets == Counter({t: 1 for sid in sids for t in titles(sid)}), tickets
+    assert problems == [] and rejected == []
+    print(f"\nDBOS ran {len(ids)} workflows twice at once; {sum(tickets.values())} tickets")
+
+
+def wait_for_a_lease(store: tl.Store, sids: list[str], pid: int) -> str:
+    """A session whose lease ``pid`` holds now (it is in the middle of its run)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = store.now()
+        for sid in sids:
+            lease = store.lease(sid)
+            if lease and lease.expires_at > now and lease.holder and lease.holder.pid == pid:
+                return sid
+        time.sleep(0.05)
+    raise AssertionError("the worker never held a session's lease")
