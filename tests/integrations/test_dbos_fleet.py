@@ -140,8 +140,11 @@ class Fleet:
 
     def start(self, executor_id: str) -> None:
         env = {k: v for k, v in os.environ.items() if k != "TOOLLEDGER_CRASH_AT"}
-        if self.armed and self.starts[executor_id] and self.rng.random() < 0.6:
-            point = self.rng.choice(["after_intent", "before_record", "after_record"])
+        if self.armed and self.starts[executor_id] and self.rng.random() < 0.75:
+            # mostly inside a tool (its intent written, its outcome not): a plain call in doubt
+            point = self.rng.choice(
+                ["after_intent", "before_record", "before_record", "after_record"]
+            )
             env["TOOLLEDGER_CRASH_AT"] = f"{point}:{self.rng.randint(1, 4)}"
         self.starts[executor_id] += 1
         log = open(self.logs / f"{executor_id}.{self.starts[executor_id]}.log", "wb")  # noqa: SIM115
