@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 3
 SESSIONS = 50
 MAX_KILLS = 20  # the chaos stops after this many kills (crash points included); then it drains
+FIRST_CRASHES = ["after_intent:1", "before_record:1", None]
 TIME_LIMIT = 150.0  # seconds for every session to finish; far more means it is stuck
 
 
@@ -138,9 +139,11 @@ class Fleet:
     crashes: int = 0  # workers that SIGKILLed themselves at an armed crash point
     armed: bool = True
 
-    def start(self, executor_id: str) -> None:
+    def start(self, executor_id: str, crash_at: str | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if k != "TOOLLEDGER_CRASH_AT"}
-        if self.armed and self.starts[executor_id] and self.rng.random() < 0.75:
+        if crash_at:
+            env["TOOLLEDGER_CRASH_AT"] = crash_at
+        elif self.armed and self.starts[executor_id] and self.rng.random() < 0.75:
             # mostly inside a tool (its intent written, its outcome not): a plain call in doubt
             point = self.rng.choice(
                 ["after_intent", "before_record", "before_record", "after_record"]
@@ -238,8 +241,10 @@ def test_a_dbos_fleet_killed_at_random_does_every_effect_once(
         ]
         fleet = Fleet(argv=argv, logs=logs, rng=rng)
         executor_ids = [f"worker-{n}" for n in range(WORKERS)]
-        for executor_id in executor_ids:
-            fleet.start(executor_id)
+        # The first workers die at the first call they run — a plain one, its session's first:
+        # in doubt before it ran, and after. A person settles both.
+        for executor_id, crash_at in zip(executor_ids, FIRST_CRASHES, strict=True):
+            fleet.start(executor_id, crash_at)
         client = DBOSClient(system_database_url=system_database, application_name=APP)
         store = tl.open_store(postgres_store_url)
         reruns: Counter[str] = Counter()
@@ -333,7 +338,8 @@ def test_a_dbos_fleet_killed_at_random_does_every_effect_once(
     )
     assert not violations, f"seed {schedule}: " + "\n".join(violations[:20])
     assert sum(tickets.values()) == effects == 3 * SESSIONS
-    assert fleet.kills + fleet.crashes > 0
+    assert fleet.kills > 0 and fleet.crashes > 0, "the chaos happened"
+    assert resolved > 0, f"seed {schedule}: no call was left in doubt for a person to settle"
 
 
 def _dbos_version() -> str:

@@ -46,7 +46,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dbos import DBOS, DBOSClient, Queue, SetEnqueueOptions, SetWorkflowID, WorkflowHandle
+try:
+    from dbos import (
+        DBOS,
+        DBOSClient,
+        EnqueueOptions,
+        Queue,
+        SetEnqueueOptions,
+        SetWorkflowID,
+        WorkflowHandle,
+    )
+except ImportError as exc:  # pragma: no cover - the extra is installed wherever this is tested
+    raise ImportError(
+        f"toolledger.integrations.dbos needs DBOS: pip install 'toolledger[dbos]' ({exc})"
+    ) from exc
 
 from ..agent import Agent, Run
 from ..errors import (
@@ -315,7 +328,7 @@ def enqueue(
     args = (agent, sid, prompt)
     handle: WorkflowHandle[SessionOutcome]
     if client is not None:
-        options: Any = {
+        options: EnqueueOptions = {
             "workflow_name": WORKFLOW,
             "queue_name": queue,
             "workflow_id": workflow_id,
