@@ -192,3 +192,52 @@ def test_an_async_agent_runs_in_its_own_event_loop(
         outcome = tl_dbos.enqueue(session="a", prompt="go", agent="async").get_result()
     assert (outcome.status, outcome.final_text) == (tl.RunStatus.COMPLETED, "ok")
     assert [t["title"] for t in world.tickets()] == ["a"]
+
+
+def test_a_client_enqueues_from_a_process_without_dbos(
+    launched: None, store: tl.Store, tmp_path: Path
+) -> None:
+    from dbos import DBOSClient
+
+    world = World(tmp_path / "world")
+    script = [
+        slow(Reply(tool_uses=[ToolUse("create_ticket_checked", {"title": "c"})]), 1.0),
+        Reply(text="done"),
+    ]
+    client = DBOSClient(
+        system_database_url=f"sqlite:///{tmp_path / 'dbos.sqlite'}",
+        application_name="toolledger-test",
+    )
+    try:
+        with ScriptedModel(script) as model:
+            register(model, store, world)
+            first = tl_dbos.enqueue(session="c", prompt="go", client=client)
+            again = tl_dbos.enqueue(session="c", prompt="go", client=client)
+            assert again.get_workflow_id() == first.get_workflow_id()
+            with pytest.raises(tl_dbos.SessionQueuedError):
+                tl_dbos.enqueue(session="c", prompt="another", client=client)
+            outcome = first.get_result()
+    finally:
+        client.destroy()
+    assert (outcome.status, outcome.final_text) == (tl.RunStatus.COMPLETED, "done")
+    assert [t["title"] for t in world.tickets()] == ["c"]
+
+
+def test_a_workflow_past_its_timeout_is_cancelled_and_the_session_goes_on(
+    launched: None, store: tl.Store, tmp_path: Path
+) -> None:
+    world = World(tmp_path / "world")
+    script = [
+        slow(Reply(tool_uses=[ToolUse("create_ticket_keyed", {"title": "k"})]), 1.5),
+        Reply(text="done"),
+    ]
+    with ScriptedModel(script) as model:
+        register(model, store, world)
+        handle = tl_dbos.enqueue(session="t", prompt="go", timeout=0.5)
+        with pytest.raises(Exception, match="cancel"):
+            handle.get_result()
+        assert handle.get_status().status == "CANCELLED"
+        # The cancelled run may still be inside agent.run: the new workflow waits for its lease.
+        outcome = tl_dbos.enqueue(session="t").get_result()
+    assert (outcome.status, outcome.final_text) == (tl.RunStatus.COMPLETED, "done")
+    assert [t["title"] for t in world.tickets()] == ["k"]

@@ -43,6 +43,7 @@ import asyncio
 import threading
 import uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -54,6 +55,7 @@ try:
         Queue,
         SetEnqueueOptions,
         SetWorkflowID,
+        SetWorkflowTimeout,
         WorkflowHandle,
     )
 except ImportError as exc:  # pragma: no cover - the extra is installed wherever this is tested
@@ -310,6 +312,7 @@ def enqueue(
     queue: str = QUEUE,
     client: DBOSClient | None = None,
     priority: int | None = None,
+    timeout: float | None = None,
 ) -> WorkflowHandle[SessionOutcome]:
     """Queue a run of ``session`` (started with ``prompt``, resumed, or continued with a new
     ``prompt``) and return its workflow handle; ``handle.get_result()`` is a ``SessionOutcome``.
@@ -322,6 +325,10 @@ def enqueue(
     ``SessionQueuedError`` when it is another prompt, which would otherwise be lost. Once the
     workflow has finished, ``enqueue`` starts a new one: after a person resolved an in-doubt call
     or decided an approval, ``enqueue(session=...)`` continues the session.
+
+    ``priority`` orders the queue (1 first); ``timeout`` (seconds from the workflow's start) has
+    DBOS cancel the workflow at its next step — a run already inside ``agent.run`` goes on to its
+    end, and the session stays resumable.
     """
     sid = check_session_id(session)
     workflow_id = f"{sid}#{uuid.uuid4().hex[:12]}"
@@ -337,6 +344,8 @@ def enqueue(
         }
         if priority is not None:
             options["priority"] = priority
+        if timeout is not None:
+            options["workflow_timeout"] = timeout
         handle = client.enqueue(options, *args)
     else:
         found = DBOS.retrieve_queue(queue)
@@ -346,6 +355,7 @@ def enqueue(
             )
         with (
             SetWorkflowID(workflow_id),
+            SetWorkflowTimeout(timeout) if timeout is not None else nullcontext(),
             SetEnqueueOptions(
                 deduplication_id=sid, duplication_policy="return-existing", priority=priority
             ),
