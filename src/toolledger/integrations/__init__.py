@@ -1,14 +1,17 @@
-"""toolledger under other agent frameworks: the ledger gate in front of their own tool execution.
+"""toolledger under the engines and frameworks its users already run.
 
 * ``toolledger.integrations.langgraph`` — ``LedgerInterceptor`` (``ToolNode``'s
   ``wrap_tool_call`` / ``awrap_tool_call``) and ``ledgered_tool_node``: the ledger of each run is
   the one of its ``thread_id``, so one compiled graph serves every thread.
 * ``toolledger.integrations.pydantic_ai`` — ``LedgerToolset``, a ``WrapperToolset`` keyed by
   ``ctx.tool_call_id``; the ledger of each run is the one of its ``conversation_id``.
+* ``toolledger.integrations.dbos`` — agent sessions as DBOS workflows on a queue served by a
+  fleet of workers (``register``, ``register_queue``, ``enqueue``).
 
-Each module imports its framework when it is imported (``pip install 'toolledger[langgraph]'`` or
-``'toolledger[pydantic-ai]'``); the core of toolledger imports none of them. What every
-integration shares — how a tool is declared by name — is ``Declaration``.
+Each module imports its framework when it is imported (``pip install 'toolledger[langgraph]'``,
+``'toolledger[pydantic-ai]'``, ``'toolledger[dbos]'``); the core of toolledger imports none of
+them. What the framework integrations share — how a tool is declared by name — is
+``Declaration``.
 """
 
 from __future__ import annotations

@@ -96,15 +96,11 @@ class World:
     # -- the ticket system -----------------------------------------------------------------------
 
     def _write_ticket(self, name: str, ticket: dict[str, Any]) -> dict[str, Any] | None:
-        """Create ``tickets/name.json`` unless it exists (O_EXCL); ``None`` if it did."""
+        """Create ``tickets/name.json`` unless it exists; ``None`` if it did. Whole
+        (``create_whole``): a worker killed at any instant leaves the ticket or nothing, never an
+        empty file that no reader could attribute."""
         path = self.path / "tickets" / f"{name}.json"
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
-            return None
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(ticket))
-        return ticket
+        return ticket if create_whole(path, json.dumps(ticket)) else None
 
     def _read_ticket(self, name: str) -> dict[str, Any] | None:
         try:
