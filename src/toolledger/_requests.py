@@ -108,11 +108,13 @@ class Alert:
 
 @dataclass(frozen=True, slots=True)
 class CallModel:
-    """Call the model API; answered with the response or a ``Failure``. ``span``: the model
-    call's tracing span (``toolledger.telemetry``), current while the API is called."""
+    """Call the model API; answered with the (whole) response or a ``Failure``. ``span``: the
+    model call's tracing span (``toolledger.telemetry``), current while the API is called."""
 
     kwargs: dict[str, Any]
     span: Any = None
+    on_text: Callable[[str], object] | None = None
+    """Stream the reply: given each piece of its text as it arrives (``Provider.stream``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ first in the next user message. A call nobody can settle stops the run with ``ne
 from __future__ import annotations
 
 import uuid
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -61,6 +61,7 @@ from .outcomes import Batch, CallOutcome
 from .records import Lease, RunStatus, SessionState, StoredMessage
 from .runner import process_batch
 from .stores.store import Store, check_session_id
+from .streaming import AgentStream
 from .tools import ToolSet
 
 __all__ = ["Agent", "Run", "Usage"]
@@ -119,7 +120,13 @@ class Agent:
 
     # -- entry points ----------------------------------------------------------------------------
 
-    def run(self, *, session: str, prompt: str | None = None) -> Run:
+    def run(
+        self,
+        *,
+        session: str,
+        prompt: str | None = None,
+        on_text: Callable[[str], object] | None = None,
+    ) -> Run:
         """Start ``session`` with ``prompt``, or resume it if it exists.
 
         An unfinished session resumes where it stopped (``prompt`` may repeat the one that
@@ -131,25 +138,53 @@ class Agent:
         ``EffectInProgressError`` when a call of its pending turn is still being run by an
         attempt that may take effect (a worker whose session this run took over): run it again
         after that attempt's deadline.
+
+        ``on_text``, when given, streams the model's replies: it is called with each piece of
+        text as the model writes it (Anthropic; OpenAI Chat Completions). A reply is
+        checkpointed only once it is complete: a process killed mid-stream loses the partial
+        text, and the resumed run asks the model again. ``stream`` is the same as an iterator.
         """
         if self.provider.is_async:
             raise ConfigurationError("this Agent has an async client: use `await agent.arun(...)`")
         refuse_async_in_loop(self.tools, "Agent.run")
         sid = check_session_id(session)
+        self._check_streaming(on_text)
         with telemetry.agent_span(sid, self.model, self._vendor) as span:
-            run = drive(self._loop(sid, prompt), self._io(session))
+            run = drive(self._loop(sid, prompt, on_text), self._io(session))
             telemetry.agent_done(span, run)
             return run
 
-    async def arun(self, *, session: str, prompt: str | None = None) -> Run:
-        """The async twin of ``run``."""
+    async def arun(
+        self,
+        *,
+        session: str,
+        prompt: str | None = None,
+        on_text: Callable[[str], object] | None = None,
+    ) -> Run:
+        """The async twin of ``run`` (``on_text`` may be a coroutine function)."""
         if not self.provider.is_async:
             raise ConfigurationError("this Agent has a sync client: use `agent.run(...)`")
         sid = check_session_id(session)
+        self._check_streaming(on_text)
         with telemetry.agent_span(sid, self.model, self._vendor) as span:
-            run = await adrive(self._loop(sid, prompt), self._io(session))
+            run = await adrive(self._loop(sid, prompt, on_text), self._io(session))
             telemetry.agent_done(span, run)
             return run
+
+    def stream(self, *, session: str, prompt: str | None = None) -> AgentStream:
+        """``run`` as an iterator of the model's text, piece by piece as it is written; the
+        ``Run`` is the iterator's ``run`` once it is exhausted (errors are raised from the
+        iteration). See ``toolledger.streaming``."""
+        if self.provider.is_async:
+            raise ConfigurationError("this Agent has an async client: use `agent.arun(on_text=)`")
+        self._check_streaming(lambda _: None)
+        return AgentStream(self, session=session, prompt=prompt)
+
+    def _check_streaming(self, on_text: Callable[[str], object] | None) -> None:
+        if on_text is not None and not getattr(self.provider, "can_stream", False):
+            raise ConfigurationError(
+                f"the {self.provider.name} provider does not stream; run without on_text"
+            )
 
     def _io(self, session: str) -> IOContext:
         return IOContext(
@@ -167,7 +202,9 @@ class Agent:
 
     # -- the loop, once --------------------------------------------------------------------------
 
-    def _loop(self, sid: str, prompt: str | None) -> Generator[Request, Any, Run]:
+    def _loop(
+        self, sid: str, prompt: str | None, on_text: Callable[[str], object] | None = None
+    ) -> Generator[Request, Any, Run]:
         # The lease first: nothing is read that another worker could be changing.
         current: Lease | None = yield ReadLease()
         owner = f"{self.store.worker_id}/{uuid.uuid4().hex[:6]}"
@@ -213,7 +250,7 @@ class Agent:
                 s = yield from self._set_status(s, RunStatus.MAX_TURNS, reason)
                 return finish(s)
             calls_left -= 1
-            s = yield from self._call_model(s)
+            s = yield from self._call_model(s, on_text)
 
     def _open(
         self, sid: str, prompt: str | None, lease: Lease
@@ -311,7 +348,9 @@ class Agent:
         kept = Kept(state=s.state, messages=tuple(s.messages), called=called, wire=s.wire)
         self._transcripts.put(s.state.session_id, kept)
 
-    def _call_model(self, s: Session) -> Generator[Request, Any, Session]:
+    def _call_model(
+        self, s: Session, on_text: Callable[[str], object] | None = None
+    ) -> Generator[Request, Any, Session]:
         sent, wire = wire_for(self.provider, s.messages, s.wire)
         kwargs = self.provider.request(
             model=self.model,
@@ -322,7 +361,7 @@ class Agent:
             wire=sent,
         )
         span = telemetry.model_span(self.model, self._vendor, self.max_tokens)
-        answer = yield CallModel(kwargs, span)
+        answer = yield CallModel(kwargs, span, on_text)
         if isinstance(answer, Failure):
             telemetry.model_done(span, error=answer.exc)
             unreadable = isinstance(answer.exc, RecursionError)  # the SDK's JSON decoder gave up

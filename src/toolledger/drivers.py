@@ -84,6 +84,10 @@ class ModelClient(Protocol):
 
     async def acreate(self, kwargs: dict[str, Any]) -> Any: ...
 
+    def stream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any: ...
+
+    async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any: ...
+
 
 @dataclass(slots=True)
 class IOContext:
@@ -317,6 +321,8 @@ def _answer(request: Request, io: IOContext) -> Any:
         assert io.model is not None
         token = telemetry.enter(request.span)
         try:
+            if request.on_text is not None:
+                return io.model.stream(request.kwargs, request.on_text)
             return io.model.create(request.kwargs)
         except Exception as exc:
             return Failure(exc)
@@ -396,6 +402,8 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
         assert io.model is not None
         token = telemetry.enter(request.span)
         try:
+            if request.on_text is not None:
+                return await io.model.astream(request.kwargs, request.on_text)
             return await io.model.acreate(request.kwargs)
         except Exception as exc:
             return Failure(exc)

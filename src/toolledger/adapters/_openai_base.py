@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..codec import MAX_NESTING, input_hash, nesting
-from ..errors import MalformedContentError
+from ..errors import ConfigurationError, MalformedContentError
 from ..records import StoredMessage, ToolCall
 from ._shapes import check_call_id
 
@@ -149,6 +149,7 @@ class OpenAIBase:
     ``client=None`` only reads stored transcripts."""
 
     name = "openai"
+    can_stream = False  # Chat Completions streams; the Responses API is not streamed yet
     _resource: tuple[str, ...] = ()
 
     def __init__(self, client: Any, **options: Any) -> None:
@@ -168,6 +169,12 @@ class OpenAIBase:
 
     async def acreate(self, kwargs: dict[str, Any]) -> Any:
         return await self._create_fn()(**kwargs)
+
+    def stream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
+        raise ConfigurationError(f"streaming is not supported for the {self.name} API")
+
+    async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
+        raise ConfigurationError(f"streaming is not supported for the {self.name} API")
 
     def is_api_error(self, exc: BaseException) -> bool:
         """An error of the API (HTTP status, timeout, connection), not of our own code."""

@@ -4,9 +4,10 @@ for. (The adapters import this, never their package.)"""
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -62,10 +63,22 @@ class Provider(Protocol):
 
     name: str
     is_async: bool
+    can_stream: bool
+    """Whether ``stream`` and ``astream`` work (``Agent.run(on_text=...)``)."""
 
     def create(self, kwargs: dict[str, Any]) -> Any: ...
 
     async def acreate(self, kwargs: dict[str, Any]) -> Any: ...
+
+    def stream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
+        """``create`` over the API's streaming endpoint: ``on_text`` is given each piece of
+        the reply's text as it arrives; returns the whole response, as ``create`` would (so it
+        is read, and checkpointed, only once complete)."""
+        ...
+
+    async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
+        """The async twin of ``stream`` (``on_text`` may be a coroutine function)."""
+        ...
 
     def is_api_error(self, exc: BaseException) -> bool: ...
 
@@ -129,6 +142,13 @@ class Provider(Protocol):
     def transcript_errors(self, messages: list[StoredMessage]) -> list[str]:
         """Violations of the API's call/result pairing rule (a pending last turn allowed)."""
         ...
+
+
+async def told(on_text: Callable[[str], object], text: str) -> None:
+    """Give ``text`` to a streaming callback, awaiting it if it is a coroutine function."""
+    answer = on_text(text)
+    if inspect.isawaitable(answer):
+        await answer
 
 
 def field(obj: Any, name: str) -> Any:

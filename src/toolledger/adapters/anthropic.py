@@ -7,13 +7,13 @@ nothing from the SDK.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..codec import MAX_NESTING, input_hash, nesting, shallow, valid_unicode
 from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
-from ._shapes import MessageParts, ModelTurn, as_text, check_call_id, field
+from ._shapes import MessageParts, ModelTurn, as_text, check_call_id, field, told
 
 if TYPE_CHECKING:
     from ..tools import ToolSet
@@ -133,6 +133,22 @@ class AnthropicProvider:
 
     async def acreate(self, kwargs: dict[str, Any]) -> Any:
         return await self.client.messages.create(**kwargs)
+
+    can_stream = True
+
+    def stream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
+        with self.client.messages.stream(**kwargs) as events:
+            for text in events.text_stream:
+                if text:
+                    on_text(text)
+            return events.get_final_message()
+
+    async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
+        async with self.client.messages.stream(**kwargs) as events:
+            async for text in events.text_stream:
+                if text:
+                    await told(on_text, text)
+            return await events.get_final_message()
 
     def is_api_error(self, exc: BaseException) -> bool:
         """An error of the API (HTTP status, timeout, connection), not of our own code."""

@@ -8,14 +8,14 @@ sent as text starting with ``ERROR_PREFIX`` (the API has no error flag). Nothing
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..codec import shallow, valid_unicode
 from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
 from ._openai_base import ERROR_PREFIX, OpenAIBase, read_call, result_text, role_content, unique
-from ._shapes import MessageParts, ModelTurn, as_text, field
+from ._shapes import MessageParts, ModelTurn, as_text, field, told
 
 if TYPE_CHECKING:
     from ..tools import ToolSet
@@ -132,6 +132,7 @@ class OpenAIChat(OpenAIBase):
     """
 
     name = "openai-chat"
+    can_stream = True
     _resource = ("chat", "completions")
 
     def __init__(
@@ -161,6 +162,20 @@ class OpenAIChat(OpenAIBase):
         if len(tools):
             kwargs["tools"] = tools.to_openai()
         return {**kwargs, **self.options}
+
+    def stream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
+        with self.client.chat.completions.stream(**_streamed(kwargs)) as events:
+            for event in events:
+                if event.type == "content.delta" and event.delta:
+                    on_text(event.delta)
+            return events.get_final_completion()
+
+    async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
+        async with self.client.chat.completions.stream(**_streamed(kwargs)) as events:
+            async for event in events:
+                if event.type == "content.delta" and event.delta:
+                    await told(on_text, event.delta)
+            return await events.get_final_completion()
 
     def read_response(self, response: Any) -> ModelTurn:
         choices = field(response, "choices") or []
@@ -239,3 +254,10 @@ def chat_wire(messages: Iterable[StoredMessage | Mapping[str, Any]]) -> list[dic
             dict(content) if isinstance(content, Mapping) else {"role": role, "content": content}
         )
     return out
+
+
+def _streamed(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A request streamed: the usage comes in the stream's last chunk only when asked for."""
+    options = dict(kwargs.get("stream_options") or {})
+    options.setdefault("include_usage", True)
+    return {**kwargs, "stream_options": options}

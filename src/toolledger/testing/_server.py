@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,15 @@ from ..records import StoredMessage
 if TYPE_CHECKING:
     from ..stores.store import Store
 
-__all__ = ["Flaky", "Reply", "ScriptedServer", "Step", "ToolUse", "recorded_turns"]
+__all__ = [
+    "Flaky",
+    "Reply",
+    "ScriptedServer",
+    "Step",
+    "ToolUse",
+    "pieces",
+    "recorded_turns",
+]
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,8 @@ class ScriptedServer:
         self._lock = threading.Lock()
         self._failures: dict[int, int] = {}
         self._server: ThreadingHTTPServer | None = None
+        self.stream_pause = 0.0
+        """Seconds between two events of a streamed reply (their text arrives piece by piece)."""
 
     # -- what subclasses say -----------------------------------------------------------------
 
@@ -88,6 +99,11 @@ class ScriptedServer:
         raise NotImplementedError
 
     def error(self, kind: str, message: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def events(self, path: str, payload: dict[str, Any]) -> list[tuple[str | None, Any]]:
+        """A reply as the server-sent events of the API's streaming endpoint: ``(event name
+        or None, data)``, the data JSON (or a literal string such as ``[DONE]``)."""
         raise NotImplementedError
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -188,7 +204,27 @@ def _handler_for(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
                 self._send(400, server.error("invalid_request_error", "body is not JSON"))
                 return
             status, payload = server.answer(path, body)
+            if status == 200 and body.get("stream"):
+                self._send_events(server.events(path, payload))
+                return
             self._send(status, payload)
+
+        def _send_events(self, events: list[tuple[str | None, Any]]) -> None:
+            """Server-sent events, each written and flushed as it comes; the body ends when
+            the connection closes."""
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            for name, data in events:
+                text = data if isinstance(data, str) else json.dumps(data)
+                head = f"event: {name}\n" if name is not None else ""
+                self.wfile.write(f"{head}data: {text}\n\n".encode())
+                self.wfile.flush()
+                if server.stream_pause:
+                    time.sleep(server.stream_pause)
 
         def _send(self, status: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
@@ -205,3 +241,13 @@ def _handler_for(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
             return
 
     return Handler
+
+
+def pieces(text: str, n: int = 3) -> list[str]:
+    """``text`` cut in up to ``n`` pieces (at spaces where it can be): what a stream sends."""
+    if not text:
+        return []
+    words = text.split(" ")
+    size = max(1, -(-len(words) // n))
+    out = [" ".join(words[i : i + size]) for i in range(0, len(words), size)]
+    return [p + (" " if i < len(out) - 1 else "") for i, p in enumerate(out)]

@@ -9,7 +9,9 @@ the API where it matters for crash recovery:
 * it picks the reply by **position**: the number of assistant turns in the request. A resumed
   conversation gets the next step; a re-asked turn gets the same step again;
 * it **rejects a transcript that breaks the tool_use / tool_result pairing rule** with the API's
-  400 ``invalid_request_error``, so a test fails the way production would.
+  400 ``invalid_request_error``, so a test fails the way production would;
+* it **streams** a request that asks for it (``stream: true``, as ``messages.stream`` does) as
+  the API's server-sent events, its text in pieces (``stream_pause`` seconds apart).
 
 ```python
 with ScriptedModel([Reply(tool_uses=[ToolUse("create_ticket", {"title": "Outage"})]),
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..adapters.anthropic import AnthropicProvider, pairing_errors
 from ..errors import ConfigurationError
 from ..records import StoredMessage
-from ._server import Flaky, Reply, ScriptedServer, Step, ToolUse, recorded_turns
+from ._server import Flaky, Reply, ScriptedServer, Step, ToolUse, pieces, recorded_turns
 
 if TYPE_CHECKING:
     from ..stores.store import Store
@@ -93,6 +95,9 @@ class ScriptedModel(ScriptedServer):
     def error(self, kind: str, message: str) -> dict[str, Any]:
         return {"type": "error", "error": {"type": kind, "message": message}}
 
+    def events(self, path: str, payload: dict[str, Any]) -> list[tuple[str | None, Any]]:
+        return _message_events(payload)
+
     def reply(self, path: str, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
         if reply.text:
@@ -121,6 +126,51 @@ class ScriptedModel(ScriptedServer):
                 "output_tokens": max(1, len(json.dumps(content)) // 4),
             },
         }
+
+
+def _message_events(message: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    """A Messages API reply as the streaming endpoint sends it."""
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {**message["usage"], "output_tokens": 1}
+    events: list[tuple[str | None, Any]] = [
+        ("message_start", {"type": "message_start", "message": start})
+    ]
+    for i, block in enumerate(message["content"]):
+        empty: dict[str, Any]
+        if block["type"] == "text":
+            empty = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in pieces(block["text"])]
+        else:
+            empty = {**block, "input": {}}
+            raw = json.dumps(block["input"])
+            half = len(raw) // 2
+            deltas = [
+                {"type": "input_json_delta", "partial_json": part}
+                for part in (raw[:half], raw[half:])
+            ]
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": empty},
+            )
+        )
+        events += [
+            ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d})
+            for d in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": message["usage"]["output_tokens"]},
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
 
 
 def _recorded_reply(message: StoredMessage, session_id: str, turn: int) -> Reply:

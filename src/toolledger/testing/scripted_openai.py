@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..adapters.openai import chat_pairing_errors, responses_pairing_errors
 from ..adapters.openai_chat import OpenAIChat
 from ..records import StoredMessage
-from ._server import Flaky, Reply, ScriptedServer, Step, ToolUse, recorded_turns
+from ._server import Flaky, Reply, ScriptedServer, Step, ToolUse, pieces, recorded_turns
 
 if TYPE_CHECKING:
     from ..stores.store import Store
@@ -108,6 +108,11 @@ class ScriptedOpenAI(ScriptedServer):
 
     def error(self, kind: str, message: str) -> dict[str, Any]:
         return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+    def events(self, path: str, payload: dict[str, Any]) -> list[tuple[str | None, Any]]:
+        if path != "/v1/chat/completions":
+            raise NotImplementedError("streamed Responses API replies are not scripted")
+        return _completion_chunks(payload)
 
     def _completion(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
@@ -225,3 +230,33 @@ def _turns(items: list[dict[str, Any]]) -> int:
             turns += 1
         inside = out
     return turns
+
+
+def _completion_chunks(completion: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    """A Chat Completions reply as the streaming endpoint sends it: chunks of deltas, the
+    finish reason, the usage (``stream_options.include_usage``), then ``[DONE]``."""
+    (choice,) = completion["choices"]
+    message = choice["message"]
+    head = {k: completion[k] for k in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            **head,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
+
+    out: list[tuple[str | None, Any]] = [(None, chunk({"role": "assistant", "content": ""}))]
+    out += [(None, chunk({"content": p})) for p in pieces(message.get("content") or "")]
+    for i, call in enumerate(message.get("tool_calls") or []):
+        start = {**call, "function": {**call["function"], "arguments": ""}}
+        out.append((None, chunk({"tool_calls": [{"index": i, **start}]})))
+        raw = call["function"]["arguments"]
+        for part in (raw[: len(raw) // 2], raw[len(raw) // 2 :]):
+            out.append(
+                (None, chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]}))
+            )
+    out.append((None, chunk({}, choice["finish_reason"])))
+    out.append((None, {**head, "choices": [], "usage": completion["usage"]}))
+    out.append((None, "[DONE]"))
+    return out

@@ -1,0 +1,153 @@
+"""Streaming (``Agent.run(on_text=...)``, ``Agent.stream``, ``arun(on_text=...)``) through the
+real ``anthropic`` and ``openai`` SDKs against scripted servers that send server-sent events:
+the text arrives piece by piece, the stored transcript is the one a non-streamed run stores, and
+a process ``SIGKILL``ed mid-stream loses only the partial text — the resume asks again, and the
+tool that ran before the kill does not run twice (counted in the world: ticket files)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import toolledger as tl
+from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+from toolledger.testing.scripted_openai import ScriptedOpenAI
+
+TEXT_1 = "Opening a ticket for the outage now."
+TEXT_2 = "Ticket T-1 is open; the on-call engineer has it."
+
+
+def script() -> list[Reply]:
+    return [
+        Reply(text=TEXT_1, tool_uses=[ToolUse("create_ticket", {"title": "Outage"}, id="call_1")]),
+        Reply(text=TEXT_2),
+    ]
+
+
+def tools(world: Path) -> list[tl.Tool]:
+    @tl.tool(effect="non_idempotent")
+    def create_ticket(title: str) -> dict[str, str]:
+        """Open a ticket (a file in the world)."""
+        world.mkdir(parents=True, exist_ok=True)
+        n = len(list(world.glob("ticket-*"))) + 1
+        (world / f"ticket-{n}").write_text(title)
+        return {"ticket": f"T-{n}"}
+
+    return [create_ticket]
+
+
+def stored(store: tl.Store, session: str) -> list[tuple[str, Any]]:
+    return [(m.role, m.content) for m in store.messages(session)]
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai-chat"])
+def test_text_arrives_in_pieces_and_the_transcript_is_the_unstreamed_one(
+    api: str, tmp_path: Path
+) -> None:
+    server = ScriptedModel(script()) if api == "anthropic" else ScriptedOpenAI(script())
+    with server as model, tl.open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        agent = tl.Agent(
+            client=model.client(), model="m", tools=tools(tmp_path / "w1"), store=store
+        )
+        pieces: list[str] = []
+        streamed = agent.run(session="streamed", prompt="outage", on_text=pieces.append)
+        plain = tl.Agent(
+            client=model.client(), model="m", tools=tools(tmp_path / "w2"), store=store
+        ).run(session="plain", prompt="outage")
+        assert streamed.status is plain.status is tl.RunStatus.COMPLETED
+        assert "".join(pieces) == TEXT_1 + TEXT_2 and len(pieces) >= 4
+        assert all(p for p in pieces)
+        assert [r.get("stream") for r in model.requests] == [True, True, None, None]
+        assert stored(store, "streamed") == stored(store, "plain")
+        assert streamed.usage.output_tokens > 0 and streamed.final_text == TEXT_2
+
+
+def test_stream_is_an_iterator_and_raises_what_the_run_raises(tmp_path: Path) -> None:
+    with ScriptedModel(script()) as model, tl.open_store("memory://") as store:
+        agent = tl.Agent(client=model.client(), model="m", tools=tools(tmp_path), store=store)
+        stream = agent.stream(session="s", prompt="outage")
+        assert "".join(stream) == TEXT_1 + TEXT_2
+        assert stream.run.status is tl.RunStatus.COMPLETED and stream.run.final_text == TEXT_2
+        # The script has two turns: asking for a third is refused by the API (a 400).
+        again = agent.stream(session="s", prompt="and then?")
+        with pytest.raises(tl.ModelCallError):
+            list(again)
+        with pytest.raises(tl.ModelCallError):
+            again.run  # noqa: B018 - the property raises
+
+
+def test_arun_streams_to_a_coroutine(tmp_path: Path) -> None:
+    pieces: list[str] = []
+
+    async def show(text: str) -> None:
+        await asyncio.sleep(0)
+        pieces.append(text)
+
+    with ScriptedModel(script()) as model, tl.open_store("memory://") as store:
+        agent = tl.Agent(client=model.async_client(), model="m", tools=tools(tmp_path), store=store)
+        run = asyncio.run(agent.arun(session="s", prompt="outage", on_text=show))
+    assert run.status is tl.RunStatus.COMPLETED and "".join(pieces) == TEXT_1 + TEXT_2
+
+
+def test_the_responses_api_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with ScriptedOpenAI(script()) as model, tl.open_store("memory://") as store:
+        agent = tl.Agent(
+            client=tl.OpenAIResponses(model.client()), model="m", tools=tools(tmp_path), store=store
+        )
+        with pytest.raises(tl.ConfigurationError, match="does not stream"):
+            agent.run(session="s", prompt="outage", on_text=print)
+        with pytest.raises(tl.ConfigurationError, match="does not stream"):
+            agent.stream(session="s", prompt="outage")
+        assert store.sessions() == [] and model.requests == []
+
+
+def _run_killed_mid_stream(url: str, model: ScriptedModel, world: Path, at: str) -> int:
+    """Run the session in a forked child that SIGKILLs itself on the first piece of text that
+    starts with ``at``; returns its exit status."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+
+            def on_text(text: str) -> None:
+                (world.parent / "seen").open("a").write(json.dumps(text) + "\n")
+                if text.startswith(at):
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+            with tl.open_store(url) as store:
+                agent = tl.Agent(client=model.client(), model="m", tools=tools(world), store=store)
+                agent.run(session="s", prompt="outage", on_text=on_text)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+@pytest.mark.parametrize("at", ["Opening", "Ticket"])
+def test_a_process_killed_mid_stream_loses_only_the_partial_text(at: str, tmp_path: Path) -> None:
+    """Killed on turn 1's text (before its checkpoint A: the tool has not run) or on turn 2's
+    (after the tool ran and checkpoint B): the resume asks the model again for that turn, no
+    partial text is stored, and the world holds one ticket."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    world = tmp_path / "world"
+    with ScriptedModel(script()) as model:
+        model.stream_pause = 0.01  # the events come one by one: the kill is mid-transfer too
+        assert _run_killed_mid_stream(url, model, world, at) == -signal.SIGKILL
+        asked = len(model.requests)
+        with tl.open_store(url) as store:
+            kept = stored(store, "s")
+            assert not any(role == "assistant" and TEXT_2 in json.dumps(c) for role, c in kept)
+            pieces: list[str] = []
+            agent = tl.Agent(client=model.client(), model="m", tools=tools(world), store=store)
+            run = agent.run(session="s", prompt="outage", on_text=pieces.append)
+        assert run.status is tl.RunStatus.COMPLETED and run.final_text == TEXT_2
+        assert len(model.requests) == asked + (2 if at == "Opening" else 1)
+        assert "".join(pieces) == (TEXT_1 + TEXT_2 if at == "Opening" else TEXT_2)
+    assert sorted(p.name for p in world.glob("ticket-*")) == ["ticket-1"]
+    seen = (tmp_path / "seen").read_text().splitlines()
+    assert json.loads(seen[-1]).startswith(at), "the kill came mid-stream, at that piece"
