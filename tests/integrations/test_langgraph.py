@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .apps import WORLD, finished, killed, run_app
 from .conftest import require
 
 require("langgraph.prebuilt", "langgraph")
@@ -261,21 +259,10 @@ def test_a_high_impact_call_asks_the_approver_once() -> None:
 # -- a real kill ----------------------------------------------------------------------------------
 
 
-def run_app(
-    tmp_path: Path, phase: str, crash_at: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "TOOLLEDGER_CRASH_AT"}
-    if crash_at is not None:
-        env["TOOLLEDGER_CRASH_AT"] = crash_at
-    argv = [
-        sys.executable,
-        APP,
-        f"sqlite:///{tmp_path / 'ledger.db'}",
-        str(tmp_path / "checkpoints.db"),
-        str(tmp_path / "world.txt"),
-        phase,
-    ]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+def run_lg(tmp_path: Path, phase: str, crash_at: str | None = None) -> Any:
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    checkpoints, world = str(tmp_path / "checkpoints.db"), str(tmp_path / WORLD)
+    return run_app(APP, ledger, checkpoints, world, phase, crash_at=crash_at)
 
 
 def checkpointed_messages(tmp_path: Path) -> tuple[tuple[str, ...], list[Any]]:
@@ -291,17 +278,12 @@ def test_killed_after_the_outcome_then_resumed_from_the_checkpointer(tmp_path: P
     """The gap the ledger closes: the effect happened and its outcome is recorded, but the process
     died before LangGraph checkpointed the tool message. The resumed thread re-enters the tools
     node with the same call id and gets the recorded result; the world holds one effect."""
-    killed = run_app(tmp_path, "start", crash_at="after_record")
-    assert killed.returncode == -9, killed.stdout + killed.stderr
-    assert (tmp_path / "world.txt").read_text() == "checkout is down\n"
+    killed(run_lg(tmp_path, "start", crash_at="after_record"), tmp_path)
     pending, messages = checkpointed_messages(tmp_path)
     assert pending == ("tools",), "LangGraph never checkpointed the tool message"
     assert not tool_messages(messages)
 
-    resumed = run_app(tmp_path, "resume")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    out = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert (tmp_path / "world.txt").read_text() == "checkout is down\n", "exactly one effect"
+    out = finished(run_lg(tmp_path, "resume"), tmp_path)
     (answer,) = [m for m in out if m["type"] == "tool"]
     assert (answer["content"], answer["status"], answer["tool_call_id"]) == (
         "line 1",
@@ -318,14 +300,8 @@ def test_killed_while_the_tool_ran_is_in_doubt_never_rerun(tmp_path: Path) -> No
     """Killed after the effect but before its outcome was written: nobody knows whether it
     happened, so the resumed thread does not run it again — the model is told, the ledger holds
     the call in doubt for a person, and the world still holds one effect."""
-    killed = run_app(tmp_path, "start", crash_at="before_record")
-    assert killed.returncode == -9, killed.stdout + killed.stderr
-    assert (tmp_path / "world.txt").read_text() == "checkout is down\n"
-
-    resumed = run_app(tmp_path, "resume")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    out = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert (tmp_path / "world.txt").read_text() == "checkout is down\n", "never re-run silently"
+    killed(run_lg(tmp_path, "start", crash_at="before_record"), tmp_path)
+    out = finished(run_lg(tmp_path, "resume"), tmp_path)  # never re-run silently
     (answer,) = [m for m in out if m["type"] == "tool"]
     assert answer["status"] == "error" and "toolledger resolve" in answer["content"]
     with tl.open_store(f"sqlite:///{tmp_path / 'ledger.db'}") as store:

@@ -8,15 +8,12 @@ resumed in another from the message history it saved before the tool ran.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .apps import WORLD, finished, killed, run_app
 from .conftest import require
 
 require("pydantic_ai", "pydantic-ai")
@@ -169,21 +166,10 @@ def test_an_in_doubt_call_is_settled_by_the_check_of_its_tl_tool_declaration(
 # -- a real kill ----------------------------------------------------------------------------------
 
 
-def run_app(
-    tmp_path: Path, phase: str, crash_at: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "TOOLLEDGER_CRASH_AT"}
-    if crash_at is not None:
-        env["TOOLLEDGER_CRASH_AT"] = crash_at
-    argv = [
-        sys.executable,
-        APP,
-        f"sqlite:///{tmp_path / 'ledger.db'}",
-        str(tmp_path / "history.json"),
-        str(tmp_path / "world.txt"),
-        phase,
-    ]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+def run_pa(tmp_path: Path, phase: str, crash_at: str | None = None) -> Any:
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    history, world = str(tmp_path / "history.json"), str(tmp_path / WORLD)
+    return run_app(APP, ledger, history, world, phase, crash_at=crash_at)
 
 
 def saved_parts(tmp_path: Path) -> list[str]:
@@ -197,15 +183,10 @@ def test_killed_after_the_outcome_then_resumed_from_the_saved_history(tmp_path: 
     """The effect happened and its outcome is recorded, but the process died before the tool's
     return reached the saved history. The resumed run makes the call again under the same id and
     gets the recorded result; the world holds one effect."""
-    killed = run_app(tmp_path, "start", crash_at="after_record")
-    assert killed.returncode == -9, killed.stdout + killed.stderr
-    assert (tmp_path / "world.txt").read_text() == "checkout is down\n"
+    killed(run_pa(tmp_path, "start", crash_at="after_record"), tmp_path)
     assert saved_parts(tmp_path) == ["user-prompt", "tool-call"], "no tool return was saved"
 
-    resumed = run_app(tmp_path, "resume")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    out = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert (tmp_path / "world.txt").read_text() == "checkout is down\n", "exactly one effect"
+    out = finished(run_pa(tmp_path, "resume"), tmp_path)
     assert out["returns"] == ["line 1"]
     assert out["output"] == "done: line 1"
     assert {"kind": "tool-return", "id": CALL_ID} in out["parts"]
@@ -218,14 +199,8 @@ def test_killed_while_the_tool_ran_is_in_doubt_never_rerun(tmp_path: Path) -> No
     """Killed after the effect but before its outcome was written: the resumed run does not run
     the call again; the model is told (a retry prompt naming ``toolledger resolve``) and the
     ledger holds the call in doubt for a person."""
-    killed = run_app(tmp_path, "start", crash_at="before_record")
-    assert killed.returncode == -9, killed.stdout + killed.stderr
-    assert (tmp_path / "world.txt").read_text() == "checkout is down\n"
-
-    resumed = run_app(tmp_path, "resume")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    out = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert (tmp_path / "world.txt").read_text() == "checkout is down\n", "never re-run silently"
+    killed(run_pa(tmp_path, "start", crash_at="before_record"), tmp_path)
+    out = finished(run_pa(tmp_path, "resume"), tmp_path)  # never re-run silently
     (told,) = out["returns"]
     assert "may already have happened" in told and "toolledger resolve" in told
     with tl.open_store(f"sqlite:///{tmp_path / 'ledger.db'}") as store:

@@ -8,14 +8,11 @@ ledger the tool would run again. Offline: a SQLite system database, a scripted m
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from .apps import finished, killed, run_app
 from .conftest import require
 
 require("pydantic_ai", "pydantic-ai")
@@ -27,29 +24,13 @@ from toolledger.records import Status  # noqa: E402
 APP = str(Path(__file__).with_name("pydantic_ai_dbos_app.py"))
 
 
-def run_app(
-    tmp_path: Path, phase: str, crash_at: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "TOOLLEDGER_CRASH_AT"}
-    if crash_at is not None:
-        env["TOOLLEDGER_CRASH_AT"] = crash_at
-    argv = [sys.executable, APP, str(tmp_path), phase]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
-
-
 @pytest.mark.slow  # DBOS takes a few seconds to recover a workflow and shut down
 @pytest.mark.parametrize("point", ["after_record", "before_record"])
 def test_a_killed_workflow_recovered_by_dbos_does_the_effect_once(
     point: str, tmp_path: Path
 ) -> None:
-    killed = run_app(tmp_path, "start", crash_at=point)
-    assert killed.returncode == -9, killed.stdout + killed.stderr
-    assert (tmp_path / "world.txt").read_text() == "checkout is down\n"
-
-    recovered = run_app(tmp_path, "resume")
-    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
-    out = json.loads(recovered.stdout.strip().splitlines()[-1])
-    assert (tmp_path / "world.txt").read_text() == "checkout is down\n", "exactly one effect"
+    killed(run_app(APP, str(tmp_path), "start", crash_at=point), tmp_path)
+    out = finished(run_app(APP, str(tmp_path), "resume"), tmp_path)
     (session,) = out["sessions"]  # the conversation id DBOS derived from the workflow, stable
     with tl.open_store(f"sqlite:///{tmp_path / 'ledger.db'}") as store:
         (record,) = store.ledger(session).records()
