@@ -262,6 +262,8 @@ def test_a_rewound_session_goes_on_and_keeps_its_abandoned_turns(store: tl.Store
     second = tl.rewind(store, SESSION, to_turn=0)
     assert second.branch == 2
     assert [e.tool for e in second.effects] == ["lookup", "create_ticket"]
+    # The ticket's call is in abandoned branch 1 now: its input is read from there.
+    assert [e.input for e in second.effects] == [{"q": "outage"}, {"title": "Outage"}]
     state = store.session(SESSION)
     assert state is not None
     assert [b.note_seq for b in state.lineage] == [None, 1]  # the first note is abandoned

@@ -39,7 +39,7 @@ from . import leases
 from .adapters import transcript_reader
 from .adapters._shapes import Provider
 from .errors import BranchPointError, ConfigurationError, SessionConflictError
-from .lineage import Branch, BranchKind, ForkedEffect
+from .lineage import Branch, BranchKind, ForkedEffect, abandoned_calls
 from .liveness import Running
 from .masking import masked, masked_text
 from .ops import (
@@ -352,21 +352,23 @@ def _effects_left_behind(
         if b.note_seq is not None and b.note_seq < cut
         for e in b.effects
     }
+    # The inputs of calls left behind: in the messages after the point, or in the session's
+    # abandoned branches (read once, and only when a record left behind was made there).
+    later = list(snap.messages[cut:])
+    sid = snap.state.session_id
+    left = {i for i in snap.records if i not in called and i not in told}
+    if left & abandoned_calls(snap.state):
+        later += [m for branch in store.abandoned(sid).values() for m in branch]
     inputs = {
         c.tool_use_id: c.input
-        for m in snap.messages
+        for m in later
         if m.role == "assistant"
         for c in snap.reader.tool_calls(m)
     }
-    for b in snap.state.lineage:  # abandoned branches' calls: their inputs are kept there
-        if b.branch is not None and b.source == snap.state.session_id and b.abandoned_calls:
-            for m in store.abandoned(snap.state.session_id).get(b.branch, []):
-                if m.role == "assistant":
-                    inputs.update((c.tool_use_id, c.input) for c in snap.reader.tool_calls(m))
     out: dict[str, ForkedEffect] = {}
-    lease = store.lease(snap.state.session_id)
+    lease = store.lease(sid) if any(snap.records[i].in_doubt for i in left) else None
     for r in sorted(snap.records.values(), key=lambda r: (r.created_at, r.tool_use_id)):
-        if r.tool_use_id in called or r.tool_use_id in told or _harmless(r.tool, tools):
+        if r.tool_use_id not in left or _harmless(r.tool, tools):
             continue
         if r.status is Status.SUCCEEDED:
             state = Status.SUCCEEDED.value
