@@ -5,7 +5,6 @@ does not know the agent. (Many workers and kills: ``test_dbos_fleet.py``.)"""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,18 +18,13 @@ from toolledger.records import Lease
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import World
 
-try:
-    from dbos import DBOS
+from .conftest import require
 
-    from toolledger.integrations import dbos as tl_dbos
-except ImportError as exc:  # pragma: no cover - the dbos extra is in `dev`
-    reason = (
-        f"DBOS INTEGRATION NOT TESTED: dbos is not installed ({exc}). "
-        "pip install -e '.[dev]' (or '.[dbos]')."
-    )
-    if os.environ.get("CI", "").lower() == "true":
-        raise ImportError(f"{reason} Under CI=true a skipped integration is a failure.") from exc
-    pytest.skip(reason, allow_module_level=True)
+require("dbos", "dbos")
+
+from dbos import DBOS  # noqa: E402
+
+from toolledger.integrations import dbos as tl_dbos  # noqa: E402
 
 
 def slow(reply: Reply, seconds: float = 0.0) -> Any:

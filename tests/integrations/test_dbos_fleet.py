@@ -36,20 +36,15 @@ from toolledger.testing._invariants import Checks, Evidence, check_session
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import World
 
-try:
-    from dbos import DBOSClient
+from .conftest import require
 
-    from toolledger.integrations import dbos as tl_dbos
-except ImportError as exc:  # pragma: no cover - the dbos extra is in `dev`
-    reason = (
-        f"DBOS INTEGRATION NOT TESTED: dbos is not installed ({exc}). "
-        "pip install -e '.[dev]' (or '.[dbos]')."
-    )
-    if os.environ.get("CI", "").lower() == "true":
-        raise ImportError(f"{reason} Under CI=true a skipped integration is a failure.") from exc
-    pytest.skip(reason, allow_module_level=True)
+require("dbos", "dbos")
 
-from .dbos_fleet_worker import APP
+from dbos import DBOSClient  # noqa: E402
+
+from toolledger.integrations import dbos as tl_dbos  # noqa: E402
+
+from .dbos_fleet_worker import APP  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 3
