@@ -121,6 +121,18 @@ def system_database(postgres_url: str) -> Iterator[str]:
 # -- the fleet ---------------------------------------------------------------------------------
 
 
+def worker_argv(system_database: str, store_url: str, model_url: str, world: World) -> list[str]:
+    """The command of a worker process (its executor id is appended when it starts)."""
+    module = "tests.integrations.dbos_fleet_worker"
+    return [sys.executable, "-m", module, system_database, store_url, model_url, str(world.path)]
+
+
+def logs_in(tmp_path: Path) -> Path:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    return logs
+
+
 @dataclass
 class Fleet:
     """Worker processes by executor id; a dead one is started again under the same id."""
@@ -219,22 +231,12 @@ def test_a_dbos_fleet_killed_at_random_does_every_effect_once(
     schedule = seed()
     rng = random.Random(schedule)
     world = World(tmp_path / "world")
-    logs = tmp_path / "logs"
-    logs.mkdir()
     tl.open_store(postgres_store_url).close()  # created (and migrated) before the workers start
     sids = [f"fleet-{n:02d}" for n in range(SESSIONS)]
     started = time.monotonic()
     with ScriptedModel([turn_1, turn_2, turn_3]) as model:
-        argv = [
-            sys.executable,
-            "-m",
-            "tests.integrations.dbos_fleet_worker",
-            system_database,
-            postgres_store_url,
-            model.url,
-            str(world.path),
-        ]
-        fleet = Fleet(argv=argv, logs=logs, rng=rng)
+        argv = worker_argv(system_database, postgres_store_url, model.url, world)
+        fleet = Fleet(argv=argv, logs=logs_in(tmp_path), rng=rng)
         executor_ids = [f"worker-{n}" for n in range(WORKERS)]
         # The first workers die at the first call they run — a plain one, its session's first:
         # in doubt before it ran, and after. A person settles both.
@@ -248,7 +250,7 @@ def test_a_dbos_fleet_killed_at_random_does_every_effect_once(
         try:
             while not all((world.path / f"ready-{e}").exists() for e in executor_ids):
                 fleet.replace_dead()
-                assert time.monotonic() - started < 60, f"workers did not start: see {logs}"
+                assert time.monotonic() - started < 60, f"workers did not start: see {fleet.logs}"
                 time.sleep(0.1)
             handles = {}
             for sid in sids:
@@ -261,7 +263,7 @@ def test_a_dbos_fleet_killed_at_random_does_every_effect_once(
                 elapsed = time.monotonic() - started
                 assert elapsed < TIME_LIMIT, (
                     f"seed {schedule}: {len(handles)} sessions unfinished after {elapsed:.0f}s: "
-                    f"{sorted(handles)[:5]} (worker logs in {logs})"
+                    f"{sorted(handles)[:5]} (worker logs in {fleet.logs})"
                 )
                 fleet.replace_dead()
                 if fleet.kills + fleet.crashes >= MAX_KILLS:
@@ -353,21 +355,11 @@ def test_a_workflow_dbos_runs_twice_at_once_does_its_effects_once(
     keeps one run of a session at a time (the copy waits: the frozen holder is alive), the
     ledger keeps every effect once."""
     world = World(tmp_path / "world")
-    logs = tmp_path / "logs"
-    logs.mkdir()
     tl.open_store(postgres_store_url).close()
     sids = [f"twice-{n}" for n in range(8)]
     with ScriptedModel([turn_1, turn_2, turn_3]) as model:
-        argv = [
-            sys.executable,
-            "-m",
-            "tests.integrations.dbos_fleet_worker",
-            system_database,
-            postgres_store_url,
-            model.url,
-            str(world.path),
-        ]
-        fleet = Fleet(argv=argv, logs=logs, rng=random.Random(0), armed=False)
+        argv = worker_argv(system_database, postgres_store_url, model.url, world)
+        fleet = Fleet(argv=argv, logs=logs_in(tmp_path), rng=random.Random(0), armed=False)
         client = DBOSClient(system_database_url=system_database, application_name=APP)
         store = tl.open_store(postgres_store_url)
         try:
@@ -375,7 +367,7 @@ def test_a_workflow_dbos_runs_twice_at_once_does_its_effects_once(
             frozen = fleet.procs["frozen"]
             deadline = time.monotonic() + 60
             while not (world.path / "ready-frozen").exists():
-                assert frozen.poll() is None and time.monotonic() < deadline, f"see {logs}"
+                assert frozen.poll() is None and time.monotonic() < deadline, f"see {fleet.logs}"
                 time.sleep(0.1)
             handles = {
                 sid: tl_dbos.enqueue(
