@@ -154,3 +154,27 @@ def _doubtful() -> tl.Tool:
         raise tl.OutcomeUnknown("the ticket API timed out after sending")
 
     return create_ticket
+
+
+def test_a_fork_of_a_session_whose_worker_is_inside_a_tool(shared_url: str, tmp_path: Path) -> None:
+    """The fork reads the parent as it stands, without stopping its worker: the call being run
+    is listed as in progress and the fork's model told so; the worker then finishes the parent
+    undisturbed, and the world holds one ticket."""
+    tl.open_store(shared_url).close()
+    world = Tickets(tmp_path / "world")
+    with ScriptedModel(_script()) as model:
+        pid = _start_paused_worker(shared_url, model, world, "checked", timeout=300)
+        try:
+            with tl.open_store(shared_url) as store:
+                before = (store.session(SESSION), store.messages(SESSION))
+                new = tl.fork(store, SESSION, at_turn=0, new_session="fork")
+                state = store.session(new)
+                assert state is not None
+                (effect,) = state.lineage[-1].effects
+                assert (effect.tool, effect.state) == ("create_ticket", "in_progress")
+                assert "it was still running" in str(store.messages(new)[-1].content)
+                assert (store.session(SESSION), store.messages(SESSION)) == before
+        finally:
+            first = _resume(pid, world)
+    assert first == {"status": "completed", "alerts": []}
+    assert len(world.all()) == 1
