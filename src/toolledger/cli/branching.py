@@ -32,6 +32,8 @@ __all__ = [
     "cmd_fork",
     "cmd_rewind",
     "effect_json",
+    "rewound",
+    "told",
 ]
 
 STATE_STYLE = {"succeeded": "green", "in_doubt": "bold red", "in_progress": "bold yellow"}
@@ -141,21 +143,25 @@ def _run_hint(session: str) -> str:
 # -- showing branches ------------------------------------------------------------------------------
 
 
+def rewound(b: Branch) -> str:
+    """What a rewind did, in words (a fork's words name its source: each display links it or
+    quotes it)."""
+    return f"rewound to turn {b.turn}: later turns kept as abandoned branch {b.branch}"
+
+
+def told(b: Branch) -> str:
+    """Whether the model was told of what the branch left behind."""
+    if not b.effects:
+        return "nothing left behind"
+    return "told to the model" if b.note_seq is not None else "not told to the model"
+
+
 def branch_lines(b: Branch, *, reveal: bool = False) -> list[Text]:
     """A branch in a few lines: where from, when, by whom, and each effect it left behind."""
-    if b.kind is BranchKind.FORK:
-        head = f"forked from {b.source!r} at turn {b.turn}"
-    else:
-        head = f"rewound to turn {b.turn}: later turns kept as abandoned branch {b.branch}"
+    fork = b.kind is BranchKind.FORK
+    head = f"forked from {b.source!r} at turn {b.turn}" if fork else rewound(b)
     who = f" by {b.by}" if b.by else ""
-    told = (
-        "told to the model"
-        if b.note_seq is not None
-        else "not told to the model"
-        if b.effects
-        else "nothing left behind"
-    )
-    out = [safe(f"{head}, {when(b.at)}{who} — {told}")]
+    out = [safe(f"{head}, {when(b.at)}{who} — {told(b)}")]
     for e in b.effects:
         out.append(_effect_line(e, reveal))
     return out

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..adapters import transcript_reader
 from ..approval_queue import pending
-from ..cli.branching import STATE_STYLE
+from ..cli.branching import STATE_STYLE, rewound, told
 from ..cli.format import owner, when
 from ..cli.looking import overview
 from ..cli.timeline import Event, timeline
@@ -263,16 +263,12 @@ def session_view(store: Store, session_id: str) -> dict[str, Any]:
 
 def _branch(b: Branch) -> dict[str, Any]:
     """A fork or rewind that made the session, and the effects it left behind."""
-    if b.kind is BranchKind.FORK:
-        head = f"forked at turn {b.turn} from"
-    else:
-        head = f"rewound to turn {b.turn}: later turns kept as abandoned branch {b.branch}"
-    told = "told to the model" if b.note_seq is not None else "not told to the model"
+    fork = b.kind is BranchKind.FORK
     return {
-        "head": head,
-        "source": b.source if b.kind is BranchKind.FORK else None,
+        "head": f"forked at turn {b.turn} from" if fork else rewound(b),
+        "source": b.source if fork else None,
         "when": f"{when(b.at)} UTC" + (f" by {b.by}" if b.by else ""),
-        "told": told if b.effects else "nothing left behind",
+        "told": told(b),
         "effects": [
             {
                 "state": e.state,
