@@ -238,8 +238,20 @@ def test_the_heartbeat_keeps_a_long_tool_s_lease(store: tl.Store, tmp_path: Path
     def slow_read() -> str:
         """Read slowly."""
         first = store.backend.read_lease("s")
+        # Long enough for the lease to expire twice over; then until the heartbeat renewed it
+        # (a loaded machine may give its thread a late turn), within a bound.
         time.sleep(0.6)
-        seen.extend([first, store.backend.read_lease("s")])
+        later = store.backend.read_lease("s")
+        deadline = time.monotonic() + 10
+        while (
+            first is not None
+            and later is not None
+            and later.expires_at <= first.expires_at
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+            later = store.backend.read_lease("s")
+        seen.extend([first, later])
         return "ok"
 
     with ScriptedModel([Reply(tool_uses=[ToolUse("slow_read")]), Reply(text="done")]) as m:
