@@ -47,11 +47,13 @@ SECONDS ?= 600
 torture-concurrent: $(STAMP)
 	$(BIN)/python -m toolledger.testing.concurrent_torture --seconds $(SECONDS) --backend $(BACKEND) $(if $(SEED),--seed $(SEED))
 
-# The deterministic simulation, for MINUTES (every fault on; a failing seed replays with
-# `python -m toolledger.testing.simulation --seed N --trace`). `make test` runs a minute of it.
+# The deterministic simulation, for MINUTES twice: every fault on, then every fault on every kind
+# of machine (process tables missing, hidden or another namespace's, time namespaces, file-store
+# clocks that step). A failing seed replays with the command it prints. `make test` runs a minute.
 MINUTES ?= 30
 simulate: $(STAMP)
 	$(BIN)/python -m toolledger.testing.simulation --minutes $(MINUTES) --first $(or $(SEED),0) --everything
+	$(BIN)/python -m toolledger.testing.simulation --minutes $(MINUTES) --first $(or $(SEED),0) --everywhere
 
 BENCH_STAMP := $(VENV)/.bench-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 

@@ -1,6 +1,10 @@
-"""Is an attempt (or a lease holder) still alive? ``toolledger.liveness``, against real
-processes: alive, ended, a zombie, a reused pid, this process, another host, a released attempt,
-an attempt written by toolledger 0.1."""
+"""Is an attempt (or a lease holder) still alive? ``toolledger.liveness``, against real processes
+(alive, ended, a zombie, a reused pid, this process) and against process tables that lie or hide
+(``FakeProc``: no ``/proc``, a ``/proc`` of another PID namespace, hidden entries, time
+namespaces), clocks that step, and leases watched on a monotonic clock this test drives.
+
+The rule under test (DESIGN.md rule 18): alive, ended or *unknown* — and unknown is never ended.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +12,19 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import pytest
 
 import toolledger as tl
+from toolledger._identity import TICKS, evidence, identify
 from toolledger.codec import input_hash
 from toolledger.liveness import (
     LEGACY_TIMEOUT,
     Over,
     Running,
+    Runtime,
+    Watch,
     flight_key,
     judge,
     lease_state,
@@ -26,7 +33,6 @@ from toolledger.liveness import (
 from toolledger.ops import InsertEffect
 from toolledger.records import EffectRecord, Holder, Lease, Status
 from toolledger.testing import elsewhere
-from toolledger.testing.elsewhere import Elsewhere
 
 from .conftest import tool_use
 
@@ -45,11 +51,9 @@ def _state_of(pid: int) -> str:
 
 
 def local(pid: int, start: int | None = None) -> Holder:
-    me = ME.holder
-    assert me is not None
-    return Holder(
-        host=me.host, pidns=me.pidns, pid=pid, start=_start_of(pid) if start is None else start
-    )
+    """A process of this process table, named as a worker of this release names itself."""
+    shown = _start_of(pid) if start is None else start
+    return replace(ME.holder, pid=pid, start=shown - ME.identity.offset)
 
 
 def started(
@@ -58,6 +62,7 @@ def started(
     deadline: float | None,
     at: float | None = None,
     lease_token: int | None = None,
+    boot_deadline: str | None = None,
 ) -> EffectRecord:
     at = time.time() if at is None else at
     return EffectRecord(
@@ -73,13 +78,88 @@ def started(
         holder=holder,
         lease_token=lease_token,
         deadline=deadline,
+        boot_deadline=boot_deadline,
     )
 
 
 def verdict(
-    record: EffectRecord, *, lease: Lease | None = None, now: float | None = None
+    record: EffectRecord,
+    *,
+    lease: Lease | None = None,
+    now: float | None = None,
+    runtime: Runtime = ME,
+    shared_clock: bool = True,
 ) -> object:
-    return judge(record, now=time.time() if now is None else now, lease=lease, runtime=ME, url=URL)
+    return judge(
+        record,
+        now=time.time() if now is None else now,
+        lease=lease,
+        runtime=runtime,
+        url=URL,
+        shared_clock=shared_clock,
+    )
+
+
+# -- a process table that lies or hides -----------------------------------------------------------
+
+
+@dataclass
+class FakeProc:
+    """A process's view of a made-up machine: ``entries`` are ``/proc/PID/stat``'s (state,
+    start as shown to this process), ``hidden`` pids exist but cannot be read."""
+
+    pid: int = 500
+    self_link: str | None = "500"
+    boot: str | None = "boot-a"
+    pidns: str | None = "pid:[4026531836]"
+    timens: str | None = "time:[4026531834]"
+    timens_children: str | None = None
+    offsets: str | None = "monotonic 0 0\nboottime 0 0"
+    entries: dict[int, tuple[str, int]] = field(default_factory=lambda: {500: ("R", 1000)})
+    hidden: set[int] = field(default_factory=set)
+    booted: float | None = 1_000.0
+
+    def getpid(self) -> int:
+        return self.pid
+
+    def read(self, path: str) -> str | None:
+        if path == "/proc/sys/kernel/random/boot_id":
+            return self.boot
+        if path == "/proc/self/timens_offsets":
+            return self.offsets
+        pid_text = path.split("/")[2]
+        pid = self.pid if pid_text == "self" else int(pid_text)
+        if pid in self.hidden or pid not in self.entries:
+            return None
+        state, start = self.entries[pid]
+        return f"{pid} (py) {state}" + " 0" * 18 + f" {start}"
+
+    def readlink(self, path: str) -> str | None:
+        return {
+            "/proc/self": self.self_link,
+            "/proc/self/ns/pid": self.pidns,
+            "/proc/self/ns/time": self.timens,
+            "/proc/self/ns/time_for_children": self.timens_children or self.timens,
+        }.get(path)
+
+    def signal0(self, pid: int) -> bool | None:
+        return pid in self.entries or pid in self.hidden
+
+    def host_id(self) -> str | None:
+        return None
+
+    def boottime(self) -> float | None:
+        return self.booted
+
+
+class Ticker:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
 
 
 # -- who this process is ------------------------------------------------------------------------
@@ -87,17 +167,78 @@ def verdict(
 
 def test_this_process_knows_who_it_is() -> None:
     me = ME.holder
-    assert me is not None
-    assert me.pid == os.getpid() and me.start == _start_of(os.getpid())
+    assert me.known and ME.identity.why is None
+    assert me.pid == os.getpid() and me.start == _start_of(os.getpid()) - ME.identity.offset
     with open("/proc/sys/kernel/random/boot_id") as fh:
-        assert me.host == os.environ.get("TOOLLEDGER_HOST_ID", fh.read().strip())
+        boot = fh.read().strip()
+    assert me.boot == boot and me.host == os.environ.get("TOOLLEDGER_HOST_ID", boot)
     assert me.pidns == os.readlink("/proc/self/ns/pid").partition("[")[2].rstrip("]")
+    assert me.timens == os.readlink("/proc/self/ns/time").partition("[")[2].rstrip("]")
     assert Holder.parse(me.text()) == me
 
 
-@pytest.mark.parametrize("text", [None, "", "host:12:abc", "a/b/c", "h/ns/x/1"])
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"self_link": None}, "no /proc can be read"),
+        ({"self_link": "91234"}, "another PID namespace's"),
+        ({"entries": {}}, "own /proc entry cannot be read"),
+        ({"pidns": None}, "PID namespace cannot be read"),
+        ({"boot": None}, "boot id cannot be read"),
+        ({"offsets": None}, "time namespace offsets cannot be read"),
+        ({"timens_children": "time:[4026599999]"}, "time namespace offsets cannot be read"),
+    ],
+)
+def test_a_process_that_cannot_prove_its_table_has_an_unknown_identity(
+    change: dict[str, object], why: str
+) -> None:
+    found = identify(FakeProc(**change))  # type: ignore[arg-type]
+    assert not found.holder.known and found.holder.pid == 500
+    assert found.why is not None and why in found.why
+    assert found.holder == Holder.unknown(500)
+
+
+def test_a_kernel_without_time_namespaces_names_none() -> None:
+    found = identify(FakeProc(timens=None, offsets=None))
+    assert found.holder.known and found.holder.timens == "" and found.holder.start == 1000
+
+
+def test_start_times_are_normalised_by_the_time_namespace() -> None:
+    """In a namespace whose boot time runs 50 s ahead, /proc shows 5000 ticks more; the holder
+    names its start as the initial namespace would."""
+    shown = 1000 + 50 * TICKS
+    inside = FakeProc(
+        timens="time:[4026532174]",
+        offsets="monotonic 50 0\nboottime 50 0",
+        entries={500: ("R", shown)},
+    )
+    found = identify(inside)
+    assert found.holder.start == 1000 and found.offset == 50 * TICKS
+
+
+# -- stored forms -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", [None, "", "host:12:abc", "a/b/c", "h/ns/x/1", "v2;b/ns/1/2"])
 def test_an_unreadable_holder_is_no_holder(text: str | None) -> None:
     assert Holder.parse(text) is None
+
+
+def test_every_holder_round_trips_and_reads_safely_in_older_releases() -> None:
+    full = Holder(host="b", pidns="4", pid=7, start=9, boot="b", timens="3")
+    named = replace(full, host="rack-1")  # TOOLLEDGER_HOST_ID
+    unknown = Holder.unknown(7)
+    legacy = Holder(host="b", pidns="4", pid=7, start=9)
+    for h in (full, named, unknown, legacy):
+        assert Holder.parse(h.text()) == h
+    assert unknown.text() == "//7/0"
+    # What an earlier release's parser (rsplit into four) makes of them: never a holder of its
+    # own process table (host and PID namespace both equal to its own), so it judges them by
+    # lease and deadline — and never "no holder" (its "released").
+    for h in (full, named, unknown):
+        old_host, old_pidns, pid, start = h.text().rsplit("/", 3)
+        assert pid.isdigit() and start.isdigit()
+        assert (old_host, old_pidns) != ("b", "4")
 
 
 # -- processes of this process table ---------------------------------------------------------
@@ -156,14 +297,79 @@ def test_this_process_runs_an_attempt_exactly_while_it_is_registered() -> None:
 def test_another_pid_namespace_of_this_host_is_judged_as_another_host() -> None:
     """A container of this kernel (same boot id, other PID namespace): its pid means nothing
     in our process table — its attempt runs until its deadline."""
-    me = ME.holder
-    assert me is not None
-    container = Holder(host=me.host, pidns="4026599999", pid=os.getpid(), start=me.start)
+    container = replace(ME.holder, pidns="4026599999", pid=os.getpid())
     assert isinstance(verdict(started(container, deadline=time.time() + 60)), Running)
     assert isinstance(verdict(started(container, deadline=time.time() - 1)), Over)
 
 
-# -- other hosts: lease and deadline on the store's clock -----------------------------------------
+# -- what a table that hides or lies can prove ------------------------------------------------
+
+
+def _me(proc: FakeProc) -> tuple[FakeProc, Holder]:
+    found = identify(proc)
+    assert found.holder.known
+    return proc, found.holder
+
+
+def test_an_entry_hidden_from_this_uid_is_unknown_not_ended() -> None:
+    proc, me = _me(FakeProc(hidden={600}))
+    other = replace(me, pid=600, start=2000)
+    assert evidence(proc, identify(proc), other) is None
+    runtime = Runtime(proc)
+    # Unknown: judged by its deadline (no lease), not "its process has ended".
+    assert isinstance(verdict(started(other, deadline=time.time() + 60), runtime=runtime), Running)
+
+
+def test_a_pid_nobody_has_is_ended_even_without_reading_proc() -> None:
+    proc, me = _me(FakeProc())
+    assert evidence(proc, identify(proc), replace(me, pid=601, start=2000)) is False
+
+
+def test_a_reused_pid_is_ended_only_where_start_times_compare() -> None:
+    proc, me = _me(FakeProc(entries={500: ("R", 1000), 600: ("S", 3000)}))
+    mine = identify(proc)
+    same_ns = replace(me, pid=600, start=2000)
+    other_ns = replace(same_ns, timens="4026532174")
+    legacy = Holder(host=me.host, pidns=me.pidns, pid=600, start=2000)
+    assert evidence(proc, mine, same_ns) is False
+    assert evidence(proc, mine, other_ns) is None  # another time namespace: cannot compare
+    assert evidence(proc, mine, legacy) is None  # written before starts were normalised
+    assert evidence(proc, mine, replace(legacy, start=3000)) is True
+    assert evidence(proc, mine, replace(same_ns, start=3000)) is True
+
+
+def test_a_holder_of_another_time_namespace_is_recognised_alive() -> None:
+    """The same process, read from a time namespace 50 s ahead: its start shows 5000 ticks
+    later there, and still names it."""
+    shown_inside = 2000 + 50 * TICKS
+    proc = FakeProc(
+        timens="time:[4026532174]",
+        offsets="monotonic 50 0\nboottime 50 0",
+        entries={500: ("R", 1000 + 50 * TICKS), 600: ("S", shown_inside)},
+    )
+    mine = identify(proc)
+    holder_outside = replace(mine.holder, pid=600, start=2000, timens="4026531834")
+    assert evidence(proc, mine, holder_outside) is True
+
+
+def test_an_unknown_holder_is_never_judged_by_a_process_table() -> None:
+    proc, _ = _me(FakeProc(entries={500: ("R", 1000)}))
+    unknown = Holder.unknown(600)  # pid 600 does not exist here — it says nothing
+    assert evidence(proc, identify(proc), unknown) is None
+    runtime = Runtime(proc)
+    assert isinstance(
+        verdict(started(unknown, deadline=time.time() + 60), runtime=runtime), Running
+    )
+    assert isinstance(verdict(started(unknown, deadline=time.time() - 1), runtime=runtime), Over)
+    # …and an unknown process is never "me" either: not over because it is not in flight here.
+    me_unknown = Runtime(FakeProc(self_link=None))
+    assert isinstance(
+        verdict(started(me_unknown.holder, deadline=time.time() + 60), runtime=me_unknown),
+        Running,
+    )
+
+
+# -- deadlines and clocks -----------------------------------------------------------------------
 
 
 def test_another_host_runs_while_its_lease_is_held_or_until_its_deadline() -> None:
@@ -178,6 +384,44 @@ def test_another_host_runs_while_its_lease_is_held_or_until_its_deadline() -> No
     got = verdict(fresh, now=now)
     assert isinstance(got, Running) and got.until == now + 5
     assert isinstance(verdict(fresh, now=now + 5), Over)
+
+
+def test_a_deadline_on_this_machine_s_boot_clock_ignores_the_wall_clock() -> None:
+    """Containers of one kernel share its boot clock: a deadline written on it is judged on it,
+    whether the wall clock stepped forward (past the wall deadline) or back."""
+    proc = FakeProc(booted=1_000.0)
+    runtime = Runtime(proc)
+    far = Holder(host="boot-a", pidns="4026599999", pid=7, start=1)  # another container
+    wall = 5_000_000.0
+    record = started(far, deadline=wall + 30, at=wall, boot_deadline="boot-a/1030.000")
+    stepped_ahead = verdict(record, now=wall + 600, runtime=runtime, shared_clock=False)
+    assert isinstance(stepped_ahead, Running) and "boot clock" in stepped_ahead.why
+    proc.booted = 1_031.0
+    stepped_back = verdict(record, now=wall - 600, runtime=runtime, shared_clock=False)
+    assert isinstance(stepped_back, Over)
+    # Another kernel's boot clock says nothing here: the wall clock is all there is.
+    other = replace(record, boot_deadline="boot-z/99999.000")
+    assert isinstance(verdict(other, now=wall + 31, runtime=runtime, shared_clock=False), Over)
+
+
+def test_a_deadline_a_stepped_back_clock_pushes_away_is_believed_for_one_timeout() -> None:
+    """No boot clock to compare (another machine, macOS): the wall-clock deadline — but once
+    this process has watched the attempt for its whole timeout (its deadline less its time),
+    it is over, however far back the clock stepped."""
+    ticker = Ticker()
+    runtime = Runtime(FakeProc(booted=None), monotonic=ticker)
+    far = Holder(host="far", pidns="1", pid=7, start=1)
+    record = started(far, deadline=1_000_030.0, at=1_000_000.0)
+    back = 1_000_000.0 - 600  # the clock stepped back 600 s since the intent
+    first = verdict(record, now=back, runtime=runtime, shared_clock=False)
+    assert isinstance(first, Running) and first.watch == 30.0
+    ticker.t += 29.0
+    assert isinstance(verdict(record, now=back + 29, runtime=runtime, shared_clock=False), Running)
+    ticker.t += 1.0
+    got = verdict(record, now=back + 30, runtime=runtime, shared_clock=False)
+    assert isinstance(got, Over) and "stepped back" in got.why
+    # On a server's clock (PostgreSQL), the deadline is the deadline.
+    assert isinstance(verdict(record, now=back + 30, runtime=runtime, shared_clock=True), Running)
 
 
 def test_a_released_attempt_is_over_at_once() -> None:
@@ -195,19 +439,26 @@ def test_an_attempt_written_by_toolledger_0_1_runs_for_the_old_claim_timeout() -
 # -- leases ------------------------------------------------------------------------------------
 
 
-def test_lease_states() -> None:
-    now = time.time()
-    far = Lease(
+def _far_lease(now: float, **changes: object) -> Lease:
+    lease = Lease(
         session_id="s",
         owner="far",
         token=1,
         expires_at=now + 5,
         holder=Holder(host="far", pidns="1", pid=1, start=1),
+        ttl=5.0,
     )
-    assert isinstance(lease_state(None, now=now, runtime=ME), Over)
-    assert isinstance(lease_state(far, now=now, runtime=ME), Running)
-    assert isinstance(lease_state(far, now=now + 6, runtime=ME), Over)
-    assert isinstance(lease_state(replace(far, expires_at=0.0), now=now, runtime=ME), Over)
+    return replace(lease, **changes)  # type: ignore[arg-type]
+
+
+def test_lease_states_on_a_server_s_clock() -> None:
+    now = time.time()
+    far = _far_lease(now)
+    assert isinstance(lease_state(None, now=now, runtime=ME, shared_clock=True), Over)
+    assert isinstance(lease_state(far, now=now, runtime=ME, shared_clock=True), Running)
+    assert isinstance(lease_state(far, now=now + 6, runtime=ME, shared_clock=True), Over)
+    given_back = replace(far, expires_at=0.0)
+    assert isinstance(lease_state(given_back, now=now, runtime=ME, shared_clock=True), Over)
     mine = replace(far, owner="me/run", holder=ME.holder, expires_at=now - 5)
     assert isinstance(lease_state(mine, now=now, runtime=ME), Over), "no run of ours holds it"
     ME.live_runs.add("me/run")
@@ -215,6 +466,64 @@ def test_lease_states() -> None:
         assert isinstance(lease_state(mine, now=now, runtime=ME), Running), "past expiry"
     finally:
         ME.live_runs.discard("me/run")
+
+
+@pytest.mark.parametrize("step", [-600.0, -40.0, 0.0, 40.0, 600.0])
+def test_a_lease_on_a_machine_s_own_clock_is_judged_by_watching_its_renewals(step: float) -> None:
+    """Whatever the wall clock says (``step``), the lease is free exactly when this process has
+    seen it go unrenewed for its whole time to live, and busy the moment it sees a renewal."""
+    ticker = Ticker()
+    runtime = Runtime(FakeProc(), monotonic=ticker)
+    now = 1_000_000.0
+    far = _far_lease(now)
+    seen = now + step
+
+    def state(lease: Lease) -> object:
+        return lease_state(lease, now=seen, runtime=runtime, url=URL, shared_clock=False)
+
+    first = state(far)
+    assert isinstance(first, Running) and first.watch == 5.0 and not first.renewed
+    ticker.t += 4.9
+    assert isinstance(state(far), Running)
+    renewed = replace(far, renewals=1, expires_at=far.expires_at + 1)
+    got = state(renewed)
+    assert isinstance(got, Running) and got.renewed, "seen renewed: its holder lives"
+    ticker.t += 4.9
+    assert isinstance(state(renewed), Running)
+    ticker.t += 0.1
+    gone = state(renewed)
+    assert isinstance(gone, Over) and "not renewed for 5.0s" in gone.why
+    # A take-over (a new token) is another lease: watched from the start again.
+    assert isinstance(state(replace(renewed, token=2, renewals=0)), Running)
+
+
+def test_a_renewal_that_writes_the_same_expiry_still_counts() -> None:
+    """A frozen or stepped clock can write the expiry already there: the count moves."""
+    ticker = Ticker()
+    runtime = Runtime(FakeProc(), monotonic=ticker)
+    far = _far_lease(1_000.0)
+    lease_state(far, now=1_000.0, runtime=runtime, url=URL, shared_clock=False)
+    ticker.t += 4.0
+    again = lease_state(
+        replace(far, renewals=1), now=1_000.0, runtime=runtime, url=URL, shared_clock=False
+    )
+    assert isinstance(again, Running) and again.renewed
+
+
+def test_a_lease_without_a_recorded_ttl_is_watched_at_least_the_default() -> None:
+    ticker = Ticker()
+    runtime = Runtime(FakeProc(), monotonic=ticker)
+    old = _far_lease(1_000.0, ttl=None, expires_at=900.0)  # long expired by the wall clock
+    got = lease_state(old, now=1_000.0, runtime=runtime, url=URL, shared_clock=False)
+    assert isinstance(got, Running) and got.watch == 30.0
+
+
+def test_the_watch_forgets_the_oldest_leases_past_its_bound() -> None:
+    watch = Watch(Ticker())
+    watch.MAX = 10
+    for n in range(25):
+        watch.look(("u", f"s{n}"), (1,))
+    assert len(watch._seen) <= 10
 
 
 # -- every path says "in progress" --------------------------------------------------------------
@@ -243,8 +552,7 @@ def test_run_tool_uses_refuses_a_call_another_host_is_running(store: tl.Store) -
 
 
 def test_a_runtime_of_another_host_sees_only_its_own_process_table() -> None:
-    there = Elsewhere("host-z")
-    assert there.holder is not None
-    assert there.shares_process_table(there.holder)
-    mine = ME.holder
-    assert mine is not None and not there.shares_process_table(mine)
+    there = elsewhere(tl.open_store("memory://x"), "host-z").runtime
+    assert there.holder.known and there.holder.host == "host-z"
+    assert there.evidence(ME.holder) is None
+    assert ME.evidence(there.holder) is None

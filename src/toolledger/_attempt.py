@@ -54,20 +54,25 @@ def context(
     attempt: int,
     tool: Tool[Any, Any],
     intent: EffectRecord | None = None,
+    began: float | None = None,
 ) -> ToolContext:
     """The call's context. Its deadline is the intent's (the one every other worker judges by,
-    on the store's clock) told on this worker's clock — never later than it."""
+    on the store's clock) told on this worker's clock — never later than it — and on this
+    process's monotonic clock (``expires``): the tool's timeout after the attempt ``began``
+    (that clock, read before its intent was written), never later, whatever a wall clock did or
+    however long the process was paused since."""
+    monotonic = env.ledger.store.runtime.monotonic()
+    left = tool.timeout if began is None else tool.timeout - (monotonic - began)
     if intent is not None and intent.deadline is not None:
-        deadline = env.clock() + (intent.deadline - env.now())
-    else:
-        deadline = env.clock() + tool.timeout
+        left = min(left, intent.deadline - env.now())
     return ToolContext(
         session_id=env.session_id,
         tool_use_id=call.tool_use_id,
         idempotency_key=idempotency_key(env.session_id, call.tool_use_id),
         in_doubt=in_doubt,
         attempt=attempt,
-        deadline=deadline,
+        deadline=env.clock() + left,
+        expires=monotonic + left,
     )
 
 
@@ -92,6 +97,9 @@ def run(
         approved_by = record.approved_by
     key = env.flight(call)
     intent: EffectRecord | None = None
+    # The attempt's time starts now, on this process's monotonic clock: a pause between its
+    # intent and its tool (or a wall clock stepped meanwhile) never gives the tool more.
+    began = env.ledger.store.runtime.monotonic()
     if tool.needs_intent:
         intended = yield from _intend(
             call,
@@ -111,9 +119,12 @@ def run(
         yield from flush(buf, env, [])
     elif consume is not None:
         buf.items.append(Buffered(consume, urgent=False, outcome=None))
-    ctx = context(env, call, in_doubt=action.in_doubt, attempt=attempt, tool=tool, intent=intent)
+    ctx = context(
+        env, call, in_doubt=action.in_doubt, attempt=attempt, tool=tool, intent=intent, began=began
+    )
     # An async tool is cancelled when its deadline comes (what the others judge by), not later.
-    timeout = max(0.0, ctx.deadline - env.clock()) if ctx.deadline is not None else tool.timeout
+    assert ctx.expires is not None
+    timeout = max(0.0, ctx.expires - env.ledger.store.runtime.monotonic())
     answer = yield Invoke(tool.invocation(kwargs, ctx), tool.is_async, timeout=timeout, ctx=ctx)
     crash_point("before_record")
     if intent is not None and intent.deadline is not None and env.now() > intent.deadline:
@@ -205,6 +216,7 @@ def _intend(
         error="in doubt: started, outcome not recorded",
         deadline=env.now() + tool.timeout,
         history=history,
+        boot_deadline=env.boot_deadline(tool.timeout),
     )
     # In flight from before the intent is durable: no other thread or task of this process
     # may ever see our ``started`` record without knowing that we are running it.

@@ -122,6 +122,7 @@ class Env:
         deadline: float | None = None,
         history: tuple[PastAttempt, ...] = (),
         holder: Holder | None = None,
+        boot_deadline: str | None = None,
     ) -> EffectRecord:
         """A record of ``call`` written by this worker."""
         now = self.clock()
@@ -142,7 +143,15 @@ class Env:
             lease_token=self.lease_token,
             deadline=deadline,
             history=history,
+            boot_deadline=boot_deadline,
         )
+
+    def boot_deadline(self, timeout: float) -> str | None:
+        """``timeout`` from now on this machine's boot clock (``EffectRecord.boot_deadline``),
+        where it can be read."""
+        boot = self.ledger.store.runtime.boot
+        now = None if boot is None else boot.now()
+        return None if boot is None or now is None else f"{boot.boot}/{now + timeout:.3f}"
 
 
 @dataclass(slots=True)

@@ -44,6 +44,7 @@ from .drivers import (
     ReadMessages,
     ReadSession,
     Request,
+    Sleep,
     adrive,
     drive,
     refuse_async_in_loop,
@@ -139,6 +140,13 @@ class Agent:
         attempt that may take effect (a worker whose session this run took over): run it again
         after that attempt's deadline.
 
+        A session held by a worker this process cannot judge by its process table (another
+        host or container, a machine without a readable ``/proc``) on a file store is free once
+        that worker stops renewing its lease for a whole TTL: ``run`` watches it for up to that
+        long (at most its own ``lease_ttl`` or the holder's, whichever is longer), and raises
+        ``SessionBusyError`` as soon as it sees a renewal, or when it has watched that long
+        (``toolledger.liveness``; a later ``run`` in this process goes on watching).
+
         ``on_text``, when given, streams the model's replies: it is called with each piece of
         text as the model writes it (Anthropic; OpenAI Chat Completions). A reply is
         checkpointed only once it is complete: a process killed mid-stream loses the partial
@@ -207,15 +215,29 @@ class Agent:
     ) -> Generator[Request, Any, Run]:
         # The lease first: nothing is read that another worker could be changing.
         current: Lease | None = yield ReadLease()
+        state = self.store.lease_state(current)
+        left = leases.watching(state)
+        # Held by a worker no process table here can judge: it is free once it goes a whole
+        # time to live unrenewed, watched from here; a renewal seen meanwhile means busy. This
+        # run watches for up to its own lease's time to live (or the holder's, if longer).
+        ttl = (current.ttl if current is not None else None) or self.lease_ttl
+        budget = max(self.lease_ttl, ttl)
+        while left is not None and budget > 0:
+            pause = min(left, max(0.05, ttl / 10), budget)
+            budget -= pause
+            yield Sleep(pause)
+            current = yield ReadLease()
+            state = self.store.lease_state(current)
+            left = leases.watching(state)
         owner = f"{self.store.worker_id}/{uuid.uuid4().hex[:6]}"
         take = leases.take(
             current,
+            state,
             session_id=sid,
             owner=owner,
             holder=self.store.runtime.holder,
             now=self.store.now(),
             ttl=self.lease_ttl,
-            runtime=self.store.runtime,
         )
         yield from commit_or_raise([take])
         yield Fence(take.lease, self.lease_ttl)

@@ -31,6 +31,7 @@ from typing import Protocol
 from .errors import SessionConflictError, StoreError
 from .ops import Op, UpdateEffect
 from .records import Status, same_write
+from .stores.contract import operations_within
 from .stores.store import Store
 
 
@@ -133,7 +134,8 @@ class Heartbeats:
                 )
                 return
             ops = io.fenced([])
-            io.store.apply(io.session_id, ops)
+            with operations_within(fence.ttl / 3):  # never hung past the lease it renews
+                io.store.apply(io.session_id, ops)
             io.landed(ops)
         except SessionConflictError:
             self.remove(io)  # taken over (or given back): the run's next commit says so

@@ -180,14 +180,15 @@ def rewind(
             session_id=sid,
             turn=to_turn,
         )
+    current, verdict = leases.decided(store, sid)
     lease = leases.take(
-        store.lease(sid),
+        current,
+        verdict,
         session_id=sid,
         owner=f"{store.worker_id}/rewind",
         holder=store.runtime.holder,
         now=store.now(),
         ttl=60.0,
-        runtime=store.runtime,
     )
     now = store.clock()
     effects = _effects_left_behind(store, snap, cut, tools)

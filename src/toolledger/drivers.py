@@ -47,6 +47,7 @@ from .errors import (
 )
 from .gate import normalise
 from .ops import DropLease, HoldLease, Op
+from .stores.contract import OP_BUDGET, operations_within
 from .stores.store import Store
 
 __all__ = [
@@ -99,9 +100,9 @@ class IOContext:
     fence: Fence | None = None
     keeper: Any = None  # the async run's heartbeat task
     busy_since: float | None = None  # monotonic time the run's store operation under way began
-    held_until: float = 0.0
-    """The lease's expiry as the last renewal of this run that landed left it (the store's
-    clock); 0: the next commit renews."""
+    renewed_at: float | None = None
+    """When the last renewal of this run's lease that landed was made, on this process's
+    monotonic clock (``Runtime.monotonic``); ``None``: the next commit renews."""
 
     def fenced(self, ops: list[Op], fenced: bool = True) -> list[Op]:
         """``ops`` behind the run's fence. A commit renews the lease only once a third of its
@@ -110,12 +111,12 @@ class IOContext:
         fence = self.fence
         if fence is None or not fenced:
             return ops
-        held = self.held_until if ops else None
-        return [leases.fence(fence.lease, self.store.now, fence.ttl, held), *ops]
+        renewed = self.renewed_at if ops else None
+        clock = self.store.runtime.monotonic
+        return [leases.fence(fence.lease, self.store.now, fence.ttl, renewed, clock), *ops]
 
     def landed(self, ops: list[Op]) -> None:
-        """A commit of ``ops`` landed: if its fence renewed the run's lease, remember until
-        when."""
+        """A commit of ``ops`` landed: if its fence renewed the run's lease, remember when."""
         op = ops[0] if ops else None
         fence = self.fence
         if (
@@ -124,7 +125,7 @@ class IOContext:
             and fence is not None
             and op.token == fence.lease.token
         ):
-            self.held_until = max(self.held_until, op.expires_at)
+            self.renewed_at = self.store.runtime.monotonic()
 
     def unfenced(self, flags: list[bool], fenced: bool = True) -> list[bool]:
         return flags[1:] if self.fence is not None and fenced else flags
@@ -145,7 +146,8 @@ async def _abeat(io: IOContext, fence: Fence) -> None:
             continue
         try:
             ops = io.fenced([])
-            await io.store.aapply(io.session_id, ops)
+            with operations_within(fence.ttl / 3):
+                await io.store.aapply(io.session_id, ops)
             io.landed(ops)
         except SessionConflictError:
             return
@@ -166,7 +168,7 @@ def _give_back_later(io: IOContext, dropped: list[Op], exc: Exception) -> None:
 
 def _hold(io: IOContext, fence: Fence) -> None:
     io.fence = fence
-    io.held_until = fence.lease.expires_at
+    io.renewed_at = io.store.runtime.monotonic()  # taking it was its first renewal
     io.store.runtime.live_runs.add(fence.lease.owner)
 
 
@@ -269,6 +271,7 @@ def _advance(gen: Generator[Request, Any, T], io: IOContext, answer: Any) -> Req
 
 def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
     """Carry out the generator's requests synchronously."""
+    budget = OP_BUDGET.set(OP_BUDGET.get())  # a lease taken below bounds the run's operations
     try:
         request = _advance(gen, io, None)
         while True:
@@ -276,6 +279,8 @@ def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
                 answer = _answer(request, io)
             except Exception as exc:
                 answer = _Raised(exc)
+            if isinstance(request, Fence):  # no store operation may outlast a third of the lease
+                OP_BUDGET.set(request.ttl / 3)
             request = _advance(gen, io, answer)
     except StopIteration as stop:
         result: T = stop.value
@@ -289,6 +294,7 @@ def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
                 io.store.apply(io.session_id, dropped)
             except Exception as exc:
                 _give_back_later(io, dropped, exc)
+        OP_BUDGET.reset(budget)
 
 
 def _answer(request: Request, io: IOContext) -> Any:
@@ -346,6 +352,7 @@ def _answer(request: Request, io: IOContext) -> Any:
 
 async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
     """Carry out the generator's requests on the event loop (the async twin of ``drive``)."""
+    budget = OP_BUDGET.set(OP_BUDGET.get())
     try:
         request = _advance(gen, io, None)
         while True:
@@ -353,6 +360,8 @@ async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
                 answer = await _aanswer(request, io)
             except Exception as exc:
                 answer = _Raised(exc)
+            if isinstance(request, Fence):
+                OP_BUDGET.set(request.ttl / 3)
             request = _advance(gen, io, answer)
     except StopIteration as stop:
         result: T = stop.value
@@ -369,6 +378,7 @@ async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
                 await io.store.aapply(io.session_id, dropped)
             except Exception as exc:
                 _give_back_later(io, dropped, exc)
+        OP_BUDGET.reset(budget)
 
 
 async def _aanswer(request: Request, io: IOContext) -> Any:

@@ -118,21 +118,25 @@ class PutApproval:
 @dataclass(frozen=True, slots=True)
 class TakeLease:
     """Take the session's lease: insert it (``expect_token=0``: there is none) or replace the
-    one with ``expect_token`` and ``expect_expires_at`` (expired, given back, or held by a dead
-    worker — the caller judged it, ``toolledger.liveness.lease_state``). Comparing the expiry too
-    means a renewal that lands between the judgement and the take-over makes it fail. A guard: if
-    the lease moved on, the batch rolls back and ``SessionBusyError`` is raised."""
+    one with ``expect_token``, ``expect_expires_at`` and ``expect_renewals`` (given back,
+    unrenewed, or held by a dead worker — the caller judged it,
+    ``toolledger.liveness.lease_state``). Comparing the expiry and the renewal count too means a
+    renewal that lands between the judgement and the take-over makes it fail. A guard: if the
+    lease moved on, the batch rolls back and ``SessionBusyError`` is raised. The new lease starts
+    at ``renewals=0``."""
 
     lease: Lease
     expect_token: int
     expect_expires_at: float | None = None
+    expect_renewals: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class HoldLease:
     """The fence: the session's lease must still carry ``token`` (and not have been given
-    back); it is renewed to ``expires_at`` (``None``: only checked, its expiry left as it is).
-    A guard: a taken-over lease rolls the batch back (``LeaseLostError``)."""
+    back); it is renewed to ``expires_at``, counting one more renewal (``None``: only checked,
+    its expiry and count left as they are). A guard: a taken-over lease rolls the batch back
+    (``LeaseLostError``)."""
 
     session_id: str
     token: int

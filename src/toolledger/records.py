@@ -81,24 +81,48 @@ class ToolCall:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Holder:
     """Which process runs an attempt or holds a lease — precisely enough to tell, later and from
-    elsewhere, whether that very process still exists.
+    elsewhere, whether that very process still exists; or, when it cannot name itself that
+    precisely, an *unknown identity* (``Holder.unknown``), which is judged by its lease and its
+    deadline alone (see ``toolledger.liveness``).
 
-    ``host`` is the host identity (``TOOLLEDGER_HOST_ID``, else the kernel's boot id) and
-    ``pidns`` the PID namespace (the inode of ``/proc/self/ns/pid``): together they name one
-    process table. ``start`` is the process's start time in clock ticks since boot, so a pid
-    reused by another process is not mistaken for the holder. An empty ``host`` or ``pidns``
-    means "unknown": such a holder is never judged by a process table, only by its lease and its
-    deadline (see ``toolledger.liveness``).
+    ``host`` is the host identity (``TOOLLEDGER_HOST_ID``, else the kernel's boot id), ``boot``
+    the kernel's boot id, ``pidns`` the PID namespace and ``timens`` the time namespace (inodes
+    of ``/proc/self/ns/pid`` and ``/proc/self/ns/time``; ``""`` for a kernel without time
+    namespaces). ``start`` is the process's start time in clock ticks since boot, normalised by
+    its time namespace's boot-time offset, so a pid reused by another process is not mistaken for
+    the holder, whichever time namespace reads it.
+
+    Holders written before boot and time namespace were recorded have ``boot`` and ``timens``
+    ``None``: their ``start`` is as their own time namespace showed it.
     """
 
     host: str
     pidns: str
     pid: int
     start: int
+    boot: str | None = None
+    timens: str | None = None
+
+    @classmethod
+    def unknown(cls, pid: int) -> Holder:
+        """A process that could not name itself (no readable ``/proc``, a ``/proc`` that is not
+        its own): ``pid`` is only for people."""
+        return cls(host="", pidns="", pid=pid, start=0)
+
+    @property
+    def known(self) -> bool:
+        """Whether it names one process of one process table (else: an unknown identity)."""
+        return bool(self.host and self.pidns)
 
     def text(self) -> str:
-        """The stored form: ``host/pidns/pid/start``."""
-        return f"{self.host}/{self.pidns}/{self.pid}/{self.start}"
+        """The stored form: ``v2;boot;timens;host/pidns/pid/start`` (``host`` empty when it is
+        the boot id); ``//pid/0`` for an unknown identity (which earlier releases read as a
+        holder of no table of theirs, judged by lease and deadline); ``host/pidns/pid/start`` as
+        written before boot and time namespace were recorded."""
+        if self.boot is None or self.timens is None or not self.known:
+            return f"{self.host}/{self.pidns}/{self.pid}/{self.start}"
+        host = "" if self.host == self.boot else self.host  # the boot id, unless named otherwise
+        return f"v2;{self.boot};{self.timens};{host}/{self.pidns}/{self.pid}/{self.start}"
 
     @classmethod
     def parse(cls, text: str | None) -> Holder | None:
@@ -108,7 +132,16 @@ class Holder:
         parts = text.rsplit("/", 3)
         if len(parts) != 4 or not parts[2].isdigit() or not parts[3].isdigit():
             return None
-        return cls(host=parts[0], pidns=parts[1], pid=int(parts[2]), start=int(parts[3]))
+        head, pidns, pid, start = parts[0], parts[1], int(parts[2]), int(parts[3])
+        if head.startswith("v2;"):
+            fields = head.split(";", 3)
+            if len(fields) != 4:
+                return None
+            _, boot, timens, host = fields
+            return cls(
+                host=host or boot, pidns=pidns, pid=pid, start=start, boot=boot, timens=timens
+            )
+        return cls(host=head, pidns=pidns, pid=pid, start=start)
 
 
 SAFE_RERUN = "the tool is safe to run again"
@@ -217,6 +250,11 @@ class EffectRecord:
     lease_token: int | None = None
     deadline: float | None = None
     history: tuple[PastAttempt, ...] = ()
+    boot_deadline: str | None = None
+    """The same deadline on its machine's boot clock, ``"<boot id>/<seconds since boot>"``,
+    where its worker could read one (Linux): a worker of that machine judges the deadline by it,
+    whatever the wall clock did since (``toolledger.liveness``). ``None`` elsewhere, and in
+    records written before it was kept."""
 
     @property
     def in_doubt(self) -> bool:
@@ -347,10 +385,17 @@ class Lease:
     """Who runs a session now. ``token`` is the fencing token: it grows with every take-over, and
     a write carrying an older one is refused. ``owner`` is ``host:pid:…/run`` of the holder (for
     people), ``holder`` its process (for liveness; ``None`` in leases written by toolledger 0.1).
-    ``expires_at`` is on the store's clock; ``0`` means given back."""
+    ``expires_at`` is on the store's clock; ``0`` means given back.
+
+    ``renewals`` counts the renewals of this token: a worker that watches it stay the same for a
+    whole ``ttl`` (on its own monotonic clock) knows the holder stopped renewing, whatever any
+    wall clock says (``toolledger.liveness``). Leases written before renewals were counted
+    (toolledger 0.1.0's among them) read ``renewals=0`` and ``ttl=None``."""
 
     session_id: str
     owner: str
     token: int
     expires_at: float
     holder: Holder | None = None
+    renewals: int = 0
+    ttl: float | None = None

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from .agent import Agent, Run
 from .errors import EffectInProgressError, SessionBusyError, ToolLedgerError
-from .leases import is_free
+from .leases import watching
+from .liveness import Over
 from .records import RunStatus
 
 __all__ = ["RESUMABLE", "Resumed", "resume_all"]
@@ -41,15 +42,19 @@ class Resumed:
 
 
 def resumable(agent: Agent) -> list[str]:
-    """The sessions ``resume_all`` would run now, oldest update first."""
+    """The sessions ``resume_all`` would run now, oldest update first: unfinished, and whose
+    lease is free — or held by a worker that can only be judged by watching its renewals, which
+    ``Agent.run`` does (it takes the session if no renewal comes for a whole TTL)."""
     store = agent.store
-    now = store.now()
     states = sorted(store.session_states(), key=lambda s: s.updated_at)
-    return [
-        s.session_id
-        for s in states
-        if s.status in RESUMABLE and is_free(store.lease(s.session_id), now, store.runtime)
-    ]
+    out = []
+    for s in states:
+        if s.status not in RESUMABLE:
+            continue
+        state = store.lease_state(store.lease(s.session_id))
+        if isinstance(state, Over) or watching(state) is not None:
+            out.append(s.session_id)
+    return out
 
 
 def resume_all(agent: Agent, *, workers: int = 1) -> list[Resumed]:

@@ -313,8 +313,14 @@ def _settled_or_over(
         lease: Lease | None = None
         if record.lease_token is not None:
             lease = yield ReadLease()
+        store = env.ledger.store
         verdict = judge(
-            record, now=env.now(), lease=lease, runtime=env.ledger.store.runtime, url=env.url
+            record,
+            now=env.now(),
+            lease=lease,
+            runtime=store.runtime,
+            url=env.url,
+            shared_clock=store.shared_clock,
         )
         if isinstance(verdict, Over):
             # Read it once more: an attempt leaves flight (or its process exits) only after its

@@ -152,10 +152,12 @@ def test_another_pid_namespace_never_judges_a_worker_by_its_own_process_table(
     with ScriptedModel(script) as model:
         a, a_out = _worker(tmp_path, url, model, "a", timeout, spawned)
         deadline = time.time() + 30
-        while not (tmp_path / "world" / "entered").exists():
+        entered = tmp_path / "world" / "entered"
+        # Created, then written: wait for its text too (a loaded host can part the two).
+        while not (entered.exists() and entered.read_text().strip().isdigit()):
             assert time.time() < deadline and a.poll() is None, "worker A never reached its tool"
             time.sleep(0.01)
-        inner_pid = int((tmp_path / "world" / "entered").read_text())
+        inner_pid = int(entered.read_text())
         assert inner_pid < 10, "A runs in a PID namespace of its own (its pid there is tiny)"
         os.killpg(a.pid, signal.SIGSTOP if ending == "paused" else signal.SIGKILL)
         time.sleep(0.8)  # past A's lease: only its deadline still stands

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 
 import toolledger as tl
 from toolledger.liveness import this_process
-from toolledger.ops import TakeLease
+from toolledger.ops import HoldLease, TakeLease
 from toolledger.records import Holder, Lease, Status
 from toolledger.testing import elsewhere
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
@@ -130,38 +132,110 @@ def test_a_taken_over_worker_s_call_is_never_run_twice(
     assert len(world.executions("slow_send")) == 1
 
 
+@contextlib.contextmanager
+def renewing(store: tl.Store, lease: Lease, every: float) -> Iterator[None]:
+    """A live holder elsewhere: it renews ``lease`` every ``every`` seconds (on the store's
+    clock) while the block runs."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            store.backend.apply(
+                lease.session_id,
+                [HoldLease(lease.session_id, lease.token, store.now() + (lease.ttl or 30))],
+            )
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def test_a_live_worker_s_lease_is_not_taken_by_a_skewed_clock(store: tl.Store) -> None:
-    """A worker on another host whose clock is an hour ahead: the lease's expiry is on the
-    store's clock, so it sees the live holder's lease as held."""
+    """A worker on another host whose clock is an hour ahead comes for a session whose holder,
+    elsewhere, keeps renewing: on a server's clock the lease has not expired; on a file store
+    (each machine's own clock) it is seen renewed. Busy either way — never taken."""
     with ScriptedModel([Reply(text="hi")]) as m:
         agent = tl.Agent(client=m.client(), model="x", tools=[], store=store, lease_ttl=30)
-        holder = Lease(
+        live = Lease(
             session_id="s",
             owner="a:1:x/run",
             token=1,
-            expires_at=store.now() + 30,
+            expires_at=store.now() + 1.5,
             holder=Holder(host="host-a", pidns="1", pid=1, start=1),
+            ttl=1.5,
         )
-        store.backend.apply("s", [TakeLease(holder, expect_token=0)])
+        store.backend.apply("s", [TakeLease(live, expect_token=0)])
         ahead = tl.Agent(client=m.client(), model="x", tools=[], store=elsewhere(store, skew=3600))
-        with pytest.raises(tl.SessionBusyError):
-            ahead.run(session="s", prompt="go")
-        with pytest.raises(tl.SessionBusyError):
-            agent.run(session="s", prompt="go")
+        with renewing(store, live, every=0.5):
+            until = time.monotonic() + 2.0  # past its first expiry, across several renewals
+            while time.monotonic() < until:
+                with pytest.raises(tl.SessionBusyError):
+                    ahead.run(session="s", prompt="go")
+                with pytest.raises(tl.SessionBusyError):
+                    agent.run(session="s", prompt="go")
+    lease = store.backend.read_lease("s")
+    assert lease is not None and lease.token == 1 and lease.renewals >= 3
 
 
-def test_an_expired_lease_is_taken_over(store: tl.Store) -> None:
-    foreign = Lease(session_id="s", owner="elsewhere:4242:x", token=5, expires_at=store.now() + 0.3)
+def test_an_unrenewed_lease_is_taken_over(store: tl.Store) -> None:
+    """A holder elsewhere that stopped renewing. On a server's clock its lease is free once it
+    expires; on a file store, once this worker has watched it go a whole time to live without a
+    renewal — which ``Agent.run`` waits for — whatever the expiry written says."""
+    foreign = Lease(
+        session_id="s",
+        owner="elsewhere:4242:x",
+        token=5,
+        expires_at=store.now() + 0.3,
+        holder=Holder(host="host-far", pidns="1", pid=4242, start=1),
+        ttl=0.3,
+    )
     store.backend.apply("s", [TakeLease(foreign, expect_token=0)])
     with ScriptedModel([Reply(text="hi")]) as m:
         agent = tl.Agent(client=m.client(), model="x", tools=[], store=store)
-        with pytest.raises(tl.SessionBusyError, match="elsewhere:4242"):
-            agent.run(session="s", prompt="go")
-        time.sleep(0.4)
+        began = time.monotonic()
+        if store.shared_clock:
+            with pytest.raises(tl.SessionBusyError, match="elsewhere:4242"):
+                agent.run(session="s", prompt="go")
+            time.sleep(0.4)
         run = agent.run(session="s", prompt="go")
+        assert time.monotonic() - began >= 0.3, "never before a whole TTL without a renewal"
     assert run.status is tl.RunStatus.COMPLETED
     lease = store.backend.read_lease("s")
     assert lease is not None and lease.token == 6
+
+
+def test_a_lease_expired_by_the_clock_but_renewed_is_not_taken_on_a_file_store(
+    tmp_path: Path,
+) -> None:
+    """The wall-clock expiry a holder wrote says nothing on a file store: one an hour in the
+    past, renewed while watched, keeps its session."""
+    with tl.open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        stale_looking = Lease(
+            session_id="s",
+            owner="far:1:x/run",
+            token=1,
+            expires_at=store.now() - 3600,
+            holder=Holder(host="host-far", pidns="1", pid=1, start=1),
+            ttl=1.0,
+        )
+        store.backend.apply("s", [TakeLease(stale_looking, expect_token=0)])
+
+        def renew() -> None:  # the holder's clock is an hour behind: so is what it writes
+            store.backend.apply("s", [HoldLease("s", 1, store.now() - 3600)])
+
+        with ScriptedModel([Reply(text="hi")]) as m:
+            agent = tl.Agent(client=m.client(), model="x", tools=[], store=store, lease_ttl=1)
+            timer = threading.Timer(0.3, renew)
+            timer.start()
+            with pytest.raises(tl.SessionBusyError, match="renewed"):
+                agent.run(session="s", prompt="go")
+            timer.join()
+        lease = store.lease("s")
+        assert lease is not None and (lease.token, lease.renewals) == (1, 1)
 
 
 def _holder_of(pid: int) -> Holder:
@@ -329,16 +403,19 @@ def test_a_commit_renews_the_lease_only_once_a_third_of_it_has_passed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every commit is fenced; while the run's last renewal is younger than a third of the ttl
-    the fence only checks the token. A heartbeat always renews. A run taken over meanwhile is
-    refused either way."""
+    (on this process's monotonic clock) the fence only checks the token. A heartbeat always
+    renews. A wall clock that steps changes none of it. A run taken over meanwhile is refused
+    either way."""
     from toolledger._requests import Fence
     from toolledger.drivers import IOContext, _hold
     from toolledger.ops import HoldLease, InsertEffect
     from toolledger.testing.conformance import make_record
 
-    clock = [1000.0]
+    clock = [1000.0]  # the store's (wall) clock
+    ticks = [50.0]  # this process's monotonic clock
     with tl.open_store("memory://") as store:
         monkeypatch.setattr(store.backend, "now", lambda: clock[0])
+        monkeypatch.setattr(store.runtime, "monotonic", lambda: ticks[0])
         lease = Lease(session_id="s", owner="o", token=1, expires_at=1030.0)
         store.apply("s", [TakeLease(lease, expect_token=0)])
         io = IOContext(store=store, session_id="s")
@@ -352,28 +429,52 @@ def test_a_commit_renews_the_lease_only_once_a_third_of_it_has_passed(
             assert isinstance(fence, HoldLease) and fence.token == 1
             return fence
 
-        clock[0] = 1009.0  # 9 s of 30 since the lease was taken: only checked
+        ticks[0], clock[0] = 59.0, 1009.0  # 9 s of 30 since the lease was taken: only checked
         assert commit("t1").expires_at is None
         assert store.lease("s") == lease
-        clock[0] = 1011.0  # past a third: this commit renews
+        ticks[0], clock[0] = 61.0, 1011.0  # past a third: this commit renews
         assert commit("t2").expires_at == 1041.0
-        assert store.lease("s") == Lease(session_id="s", owner="o", token=1, expires_at=1041.0)
-        clock[0] = 1012.0
+        renewed = Lease(session_id="s", owner="o", token=1, expires_at=1041.0, renewals=1)
+        assert store.lease("s") == renewed
+        ticks[0], clock[0] = 62.0, 1612.0  # the wall clock stepped 10 minutes ahead: not a renewal
         assert commit("t3").expires_at is None
+        ticks[0], clock[0] = 63.0, 413.0  # …nor back: still 2 s since the last renewal
+        assert commit("t3b").expires_at is None
         beat = io.fenced([])  # a heartbeat renews whatever the age
-        assert beat == [HoldLease("s", 1, 1042.0)]
+        assert beat == [HoldLease("s", 1, 443.0)]
         store.apply("s", beat)
         io.landed(beat)
-        clock[0] = 1021.0  # 9 s after the heartbeat's renewal
+        ticks[0], clock[0] = 72.0, 422.0  # 9 s after the heartbeat's renewal
         assert commit("t4").expires_at is None
 
         # Taken over (as a run paused past its lease is): refused, renewing or not.
         theirs = Lease(session_id="s", owner="p", token=2, expires_at=2000.0)
         store.apply("s", [TakeLease(theirs, expect_token=1)])
-        for at in (1052.0, 1500.0):
-            clock[0] = at
+        for at in (82.0, 600.0):
+            ticks[0] = at
             ops = io.fenced([InsertEffect(make_record(tool_use_id=f"late-{at}"))])
             with pytest.raises(tl.LeaseLostError):
                 store.apply("s", ops)
             assert store.ledger("s").get(f"late-{at}") is None
         assert store.lease("s") == theirs
+
+
+def test_a_run_bounds_its_store_operations_by_a_third_of_its_lease(store: tl.Store) -> None:
+    """While a run holds its lease, no store operation of it may outlast a third of the lease's
+    time to live (the store's own deadline applies outside runs)."""
+    from toolledger.stores.contract import OP_BUDGET
+
+    seen: list[float | None] = []
+
+    @tl.tool(effect="read_only")
+    def look() -> str:
+        """Look."""
+        seen.append(OP_BUDGET.get())
+        return "ok"
+
+    script = [Reply(tool_uses=[ToolUse("look", {})]), Reply(text="done")]
+    with ScriptedModel(script) as m:
+        agent = tl.Agent(client=m.client(), model="x", tools=[look], store=store, lease_ttl=0.9)
+        assert agent.run(session="s", prompt="go").status is tl.RunStatus.COMPLETED
+    assert seen == [pytest.approx(0.3)]
+    assert OP_BUDGET.get() is None, "nothing left behind once the run is over"

@@ -4,6 +4,7 @@ free lease is run again — once — and the rest are left alone."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -11,8 +12,8 @@ import pytest
 
 import toolledger as tl
 from toolledger.cli.app import main
-from toolledger.ops import TakeLease
-from toolledger.records import Lease
+from toolledger.ops import HoldLease, TakeLease
+from toolledger.records import Holder, Lease
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import AgentSpec, World, run_agent
 
@@ -46,14 +47,25 @@ def test_resume_all_after_a_fleet_restart(
             "turns": 2,
             "alerts": 0,
         }
-        with tl.open_store(url) as store:
-            busy = Lease(
-                session_id="crashed-2",
-                owner="other-host:1:x",
-                token=9,
-                expires_at=time.time() + 600,
-            )
-            store.backend.apply("crashed-2", [TakeLease(busy, expect_token=1)])
+        store = tl.open_store(url)
+        busy = Lease(
+            session_id="crashed-2",
+            owner="other-host:1:x",
+            token=9,
+            expires_at=time.time() + 600,
+            holder=Holder(host="other-host", pidns="1", pid=1, start=1),
+            ttl=0.6,
+        )
+        store.backend.apply("crashed-2", [TakeLease(busy, expect_token=1)])
+        # Its holder lives, elsewhere: it renews the lease every 0.2 s.
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(0.2):
+                store.backend.apply("crashed-2", [HoldLease("crashed-2", 9, time.time() + 600)])
+
+        renewer = threading.Thread(target=renew, daemon=True)
+        renewer.start()
         (tmp_path / "fleet_agent.py").write_text(
             AGENT_MODULE.format(base_url=model.url, world=world.path)
         )
@@ -72,11 +84,17 @@ def test_resume_all_after_a_fleet_restart(
         )
         rows = json.loads(capsys.readouterr().out)
         assert model.rejected == []
+        stop.set()
+        renewer.join()
+        store.close()
     assert code == 0
     assert sorted((r["session_id"], r["status"]) for r in rows) == [
         ("crashed-0", "completed"),
         ("crashed-1", "completed"),
+        ("crashed-2", "skipped"),
     ], "crashed-2's lease is held elsewhere; 'done' was finished"
+    (held,) = [r for r in rows if r["session_id"] == "crashed-2"]
+    assert held["detail"] == "taken by other-host:1:x", held
     with tl.open_store(url) as store:
         states = {s.session_id: s.status for s in store.backend.list_sessions()}
     assert states == {

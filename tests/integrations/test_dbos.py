@@ -5,6 +5,7 @@ does not know the agent. (Many workers and kills: ``test_dbos_fleet.py``.)"""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,8 +14,8 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-from toolledger.ops import TakeLease
-from toolledger.records import Lease
+from toolledger.ops import DropLease, HoldLease, TakeLease
+from toolledger.records import Holder, Lease
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import World
 
@@ -122,12 +123,24 @@ def test_a_session_another_worker_holds_is_waited_for(
         session_id="held",
         owner="other-host:1:x",
         token=1,
-        expires_at=store.now() + 1.5,
+        expires_at=store.now() + 0.6,
+        holder=Holder(host="other-host", pidns="1", pid=1, start=1),
+        ttl=0.6,
     )
     store.backend.apply("held", [TakeLease(held, expect_token=0)])
+
+    def another_worker() -> None:  # alive for 4 s, renewing; then it gives the session back
+        for _ in range(20):
+            time.sleep(0.2)
+            store.backend.apply("held", [HoldLease("held", 1, store.now() + 0.6)])
+        store.backend.apply("held", [DropLease("held", 1)])
+
+    worker = threading.Thread(target=another_worker, daemon=True)
+    worker.start()
     with ScriptedModel(script) as model:
         register(model, store, world)
         outcome = tl_dbos.enqueue(session="held", prompt="go").get_result()
+    worker.join()
     assert outcome.status is tl.RunStatus.COMPLETED
     assert outcome.attempts > 1 and outcome.waited > 0, outcome
     assert [t["title"] for t in world.tickets()] == ["t"]

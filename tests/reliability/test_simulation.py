@@ -12,11 +12,14 @@ import pytest
 
 from toolledger.testing.simulation import (
     EVERYTHING,
+    EVERYWHERE,
     REGRESSIONS,
+    WORLDS,
     SimConfig,
     explore,
     shrink,
     simulate,
+    world_for,
 )
 
 
@@ -46,6 +49,22 @@ def test_seeds_that_once_failed_hold(seed: int) -> None:
     assert sim.violations == []
 
 
+def test_every_check_holds_on_every_kind_of_machine() -> None:
+    """``EVERYWHERE``: every fault, on process tables that are missing, hidden or another
+    namespace's, in time namespaces, and (half the worlds) on a file store whose one clock
+    steps forward and back by up to ten minutes."""
+    report = explore(range(30_000, 30_300), EVERYWHERE)
+    print(report.summary())
+    assert report.ok, report.summary()
+    assert report.faults["clock_steps"] > 20, report.faults
+
+
+@pytest.mark.parametrize("world", sorted(WORLDS))
+def test_each_world_where_liveness_can_be_fooled_holds(world: str) -> None:
+    report = explore(range(200), WORLDS[world])
+    assert report.ok, report.summary()
+
+
 def test_the_default_world_holds_too() -> None:
     report = explore(range(500), SimConfig())
     assert report.ok, report.summary()
@@ -53,8 +72,12 @@ def test_the_default_world_holds_too() -> None:
 
 @pytest.mark.parametrize("regression", REGRESSIONS)
 def test_it_finds_each_fixed_bug_within_a_hundred_seeds(regression: str) -> None:
+    """Each fixed bug switched back on, in the world that exposes it (``world_for``): a process
+    table missing, hidden or another namespace's, a time namespace, a file-store clock that
+    steps — or the default world for the older three."""
+    world = world_for(regression)
     started = time.monotonic()
-    report = explore(range(2_000), SimConfig(), regression=regression)
+    report = explore(range(2_000), world, regression=regression)
     took = time.monotonic() - started
     assert not report.ok, f"{regression}: not found in {len(report.seeds)} seeds"
     assert len(report.seeds) <= 100, f"{regression}: found only after {len(report.seeds)} seeds"
@@ -62,7 +85,7 @@ def test_it_finds_each_fixed_bug_within_a_hundred_seeds(regression: str) -> None
     print(f"{regression}: seed {report.failing_seed} after {len(report.seeds)} seeds, {took:.2f}s")
     print("\n".join(report.violations[:3]))
     # And it replays: the same seed fails the same way.
-    again = simulate(report.failing_seed, SimConfig(), regression=regression)
+    again = simulate(report.failing_seed, world, regression=regression)
     assert again.violations == report.violations
 
 

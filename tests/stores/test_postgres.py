@@ -825,3 +825,30 @@ def test_the_async_backend_reads_abandoned_branches(postgres_store_url: str) -> 
         assert asyncio.run(rewound()) == {1: list(messages[1:])}
     finally:
         store.close()
+
+
+def test_a_run_s_operations_are_bounded_by_a_third_of_its_lease(
+    postgres_url: str, postgres_store_url: str, postgres_schema: str
+) -> None:
+    """The store's operation deadline is 10 s; a run holding a 0.9 s lease must not let one of
+    its operations (a renewal least of all) hang for longer than 0.3 s. Another connection
+    holds the lease row locked: the renewal is cut at the run's budget, not the store's."""
+    from toolledger.ops import HoldLease, TakeLease
+    from toolledger.records import Lease
+    from toolledger.stores.contract import operations_within
+
+    with tl.open_store(postgres_store_url) as store:
+        lease = Lease(session_id="s", owner="o", token=1, expires_at=store.now() + 1, ttl=0.9)
+        store.apply("s", [TakeLease(lease, expect_token=0)])
+        with psycopg.connect(postgres_url, autocommit=True) as other:
+            other.execute(f'SET search_path TO "{postgres_schema}"')
+            other.execute("BEGIN")
+            other.execute("SELECT * FROM leases FOR UPDATE")
+            began = time.monotonic()
+            with operations_within(0.3), pytest.raises(tl.StoreError):
+                store.apply("s", [HoldLease("s", 1, store.now() + 1)])
+            took = time.monotonic() - began
+            other.execute("ROLLBACK")
+        assert took < 5.0, f"cut after {took:.1f}s, not at the run's budget"
+        # Outside a run, the store's own deadline applies: the same write goes through now.
+        assert store.apply("s", [HoldLease("s", 1, store.now() + 1)]) == [True]

@@ -41,6 +41,18 @@ def _first_sentence(doc: str) -> str:
     return flat if end < 0 else flat[: end + 1]
 
 
+def _watch(p: argparse.ArgumentParser, default: float) -> None:
+    p.add_argument(
+        "--watch",
+        type=float,
+        default=default,
+        metavar="SECONDS",
+        help="where a worker can be judged only by its lease's renewals (another host or "
+        "container, no readable /proc), watch them for up to SECONDS to tell a live worker "
+        f"from a dead one (default: {default:g})",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     # SUPPRESS: an option given before the command must not be reset by the command's parser.
     common = argparse.ArgumentParser(add_help=False)
@@ -76,13 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the demo's store and world here (default: a temporary directory)",
     )
 
-    def show_secrets(p: argparse.ArgumentParser) -> None:
+    def show_secrets(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument(
             "--show-secrets",
             action="store_true",
             help="show the values of secret-looking fields (password, token, api_key, "
             "authorization, …) instead of ***",
         )
+        return p
 
     add("sessions", cmd_sessions)
     p = add("show", cmd_show)
@@ -90,10 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     show_secrets(p)
     _history(add, show_secrets)
     add_branching(add, show_secrets)
-    p = add("effects", cmd_effects)
-    p.add_argument("session")
-    show_secrets(p)
-    show_secrets(add("in-doubt", cmd_in_doubt))
+    show_secrets(add("effects", cmd_effects)).add_argument("session")
+    _watch(show_secrets(add("in-doubt", cmd_in_doubt)), 0.0)
     p = add("resolve", cmd_resolve)
     p.add_argument("session")
     p.add_argument("tool_use_id")
@@ -118,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="settle it even though its attempt may still be running (its worker is alive, its "
         "lease held or its deadline not passed): only if you know that worker is gone for good",
     )
+    _watch(p, 60.0)
     p = add("approvals", cmd_approvals)
     p.add_argument("session", nargs="?", help="only this session")
     p.add_argument("--all", action="store_true", help="decided and used requests too")
@@ -147,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _history(
     add: Callable[..., argparse.ArgumentParser],
-    show_secrets: Callable[[argparse.ArgumentParser], None],
+    show_secrets: Callable[[argparse.ArgumentParser], object],
 ) -> None:
     p = add("history", cmd_history)
     p.add_argument("session")
@@ -172,7 +184,7 @@ def _console(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 def _retention(
     add: Callable[..., argparse.ArgumentParser],
-    show_secrets: Callable[[argparse.ArgumentParser], None],
+    show_secrets: Callable[[argparse.ArgumentParser], object],
 ) -> None:
     p = add("prune", cmd_prune)
     p.add_argument(

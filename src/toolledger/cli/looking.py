@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from ..liveness import Over, Running, lease_state
+from ..liveness import Over, Running
 from ..records import RunStatus, SessionState
 from ..stores import Store
 from ..verify import Severity, verify
@@ -53,11 +53,10 @@ def overview(store: Store) -> Overview:
     states = store.session_states()
     with_state = {s.session_id for s in states}
     ledger_only = [sid for sid in store.sessions() if sid not in with_state]
-    now = store.now()
     held: dict[str, dict[str, Any]] = {}
     for s in states:
         lease = store.lease(s.session_id)
-        state = lease_state(lease, now=now, runtime=store.runtime)
+        state = store.lease_state(lease)
         if lease is not None and isinstance(state, Running):
             held[s.session_id] = {
                 "owner": lease.owner,
@@ -157,10 +156,17 @@ def cmd_in_doubt(args: argparse.Namespace, console: Console) -> int:
     is over: a person may settle it) or still in progress (its worker may still be running it:
     leave it alone)."""
     with store_of(args) as store:
-        started = store.started()
+        started = store.started(watch=args.watch)
     if args.json:
         emit_json([render.effect_json(r, reveal=args.show_secrets, verdict=v) for r, v in started])
         return 0
+    watching = [v for _, v in started if isinstance(v, Running) and v.watch and not v.renewed]
+    if watching:
+        wait = max(v.watch or 0.0 for v in watching)
+        console.print(
+            f"[yellow]{len(watching)} of these can be judged only by watching their workers' "
+            f"leases from here: run with --watch {wait:.0f} to tell the live from the dead[/yellow]"
+        )
     doubt = [(r, v) for r, v in started if isinstance(v, Over)]
     running = [(r, v) for r, v in started if not isinstance(v, Over)]
     if running:

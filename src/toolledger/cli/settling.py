@@ -39,7 +39,12 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
             return 2
     with store_of(args) as store:
         record = store.ledger(args.session).resolve(
-            args.tool_use_id, happened=args.happened, result=result, by=args.by, force=args.force
+            args.tool_use_id,
+            happened=args.happened,
+            result=result,
+            by=args.by,
+            force=args.force,
+            watch=args.watch,
         )
     if args.json:
         emit_json(render.effect_json(record))

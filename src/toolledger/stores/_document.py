@@ -96,7 +96,12 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
             renewed = (
                 op.expect_expires_at is not None
                 and data.lease is not None
-                and data.lease.expires_at != op.expect_expires_at
+                and (
+                    data.lease.expires_at != op.expect_expires_at
+                    or (
+                        op.expect_renewals is not None and data.lease.renewals != op.expect_renewals
+                    )
+                )
             )
             if current_token != op.expect_token or renewed:
                 raise busy(session_id, data.lease)
@@ -107,7 +112,7 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
             if lease is None or lease.token != op.token or lease.expires_at <= 0:
                 raise lost(session_id, op.token)
             if op.expires_at is not None:
-                data.lease = replace(lease, expires_at=op.expires_at)
+                data.lease = replace(lease, expires_at=op.expires_at, renewals=lease.renewals + 1)
             applied = True
         elif isinstance(op, DropSession):
             alone(ops)

@@ -14,19 +14,58 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast, runtime_checkable
 
 from ..ops import Op
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 
-__all__ = ["AsyncBackend", "Backend", "GroupCommit", "InlineAsync", "Inspectable", "Pending"]
+__all__ = [
+    "OP_BUDGET",
+    "AsyncBackend",
+    "Backend",
+    "GroupCommit",
+    "InlineAsync",
+    "Inspectable",
+    "Pending",
+    "op_deadline",
+    "operations_within",
+]
+
+OP_BUDGET: ContextVar[float | None] = ContextVar("toolledger_op_budget", default=None)
+"""The most one store operation may take here, when something tighter than the store's own
+operation deadline applies: a run holding a lease sets a third of its time to live, so that no
+operation (a renewal least of all) can hang past the lease it is meant to keep."""
+
+
+def op_deadline(configured: float) -> float:
+    """The deadline of one store operation: the store's own (``configured``), or the budget in
+    force here (``OP_BUDGET``) if shorter. Backends with an operation deadline call it."""
+    budget = OP_BUDGET.get()
+    return configured if budget is None else min(configured, budget)
+
+
+@contextlib.contextmanager
+def operations_within(seconds: float | None) -> Iterator[None]:
+    """Store operations made in the block take at most ``seconds`` each (``None``: as
+    before)."""
+    token = OP_BUDGET.set(seconds)
+    try:
+        yield
+    finally:
+        OP_BUDGET.reset(token)
 
 
 @runtime_checkable
 class Backend(Protocol):
-    """What a storage engine implements. Everything else is built on these."""
+    """What a storage engine implements. Everything else is built on these.
+
+    ``shared_clock`` (optional; ``False`` when absent) says that ``now()`` is one clock every
+    worker reads — a database server's — so a lease may be judged expired by its expiry. A
+    backend whose ``now()`` is each machine's own clock leaves it ``False``: leases are then
+    judged only by watching their renewals (``toolledger.liveness``)."""
 
     url: str
     durable: bool
@@ -68,8 +107,9 @@ class Backend(Protocol):
 
     def now(self) -> float:
         """The store's clock, in epoch seconds: what lease expiries and attempt deadlines are
-        written and judged on. The machine's clock for embedded stores (every process using the
-        file shares it); the server's for PostgreSQL."""
+        written on. The machine's own clock for embedded stores (which may step: liveness then
+        judges leases by watching their renewals, ``shared_clock``); the server's for
+        PostgreSQL."""
         ...
 
     def list_sessions(self) -> list[SessionState]:

@@ -26,6 +26,7 @@ _named_lock = threading.Lock()
 
 class MemoryBackend:
     durable = False
+    shared_clock = True  # one process, one clock (or the one given: the simulator's)
 
     def __init__(self, url: str = "memory://", *, clock: Callable[[], float] = time.time) -> None:
         self.url = url

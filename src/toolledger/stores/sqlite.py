@@ -65,6 +65,7 @@ def translate(exc: sqlite3.Error, url: str, action: str) -> StoreError:
 
 class SQLiteBackend:
     durable = True
+    shared_clock = False  # each machine's own clock: leases are judged by watching them
 
     def __init__(self, path: str, *, url: str, create: bool = True) -> None:
         self.url = url

@@ -20,7 +20,7 @@ from ..errors import (
     NotInDoubtError,
     SessionConflictError,
 )
-from ..liveness import Over, Running, Runtime, Verdict, judge, this_process
+from ..liveness import Over, Running, Runtime, Verdict, judge, lease_state, this_process
 from ..ops import Op, UpdateEffect
 from ..records import (
     ApprovalRecord,
@@ -64,6 +64,11 @@ def check_session_id(session_id: object) -> str:
             f"session id {session_id[:40]!r} is not valid Unicode (lone surrogate)"
         ) from None
     return session_id
+
+
+def _undecided(verdict: Verdict) -> bool:
+    """Whether only more watching can decide ``verdict`` (``Running.watch``, no renewal seen)."""
+    return isinstance(verdict, Running) and verdict.watch is not None and not verdict.renewed
 
 
 def in_progress_error(
@@ -117,7 +122,11 @@ class Store:
         self.worker_id = worker_id or default_worker_id()
         self.redact = redact
         self.runtime = runtime or this_process()
-        """This process as liveness sees it (identity, attempts in flight)."""
+        """This process as liveness sees it (identity, attempts in flight, leases watched)."""
+        self.shared_clock = bool(getattr(backend, "shared_clock", False))
+        """Whether ``now()`` is one clock every worker reads (a database server's) rather than
+        each machine's own (a file store's): on a shared clock a lease expires by its expiry;
+        on machines' own clocks, only once it was watched unrenewed for its time to live."""
         self._before_close: list[Callable[[], None]] = []
 
     def before_close(self, fn: Callable[[], None]) -> None:
@@ -142,7 +151,25 @@ class Store:
             return Over(f"it is {record.status.value}")
         if lease is None and record.lease_token is not None:
             lease = self.backend.read_lease(record.session_id)
-        return judge(record, now=self.now(), lease=lease, runtime=self.runtime, url=self.url)
+        return judge(
+            record,
+            now=self.now(),
+            lease=lease,
+            runtime=self.runtime,
+            url=self.url,
+            shared_clock=self.shared_clock,
+        )
+
+    def lease_state(self, lease: Lease | None) -> Verdict:
+        """Whether a session's lease is held (``Running``) or may be taken (``Over``): see
+        ``toolledger.liveness.lease_state``."""
+        return lease_state(
+            lease,
+            now=self.now(),
+            runtime=self.runtime,
+            url=self.url,
+            shared_clock=self.shared_clock,
+        )
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         """Commit ``ops`` through the backend, after the ``redact`` hook (see
@@ -232,9 +259,29 @@ class Store:
             return None
         return list(self.backend.integrity_check())
 
-    def started(self) -> list[tuple[EffectRecord, Verdict]]:
+    def started(
+        self, *, watch: float = 0.0, sleep: Callable[[float], None] = time.sleep
+    ) -> list[tuple[EffectRecord, Verdict]]:
         """Every ``started`` record of every session with its verdict, oldest first: ``Running``
-        (in progress: leave it alone) or ``Over`` (in doubt: a person may settle it)."""
+        (in progress: leave it alone) or ``Over`` (in doubt: a person may settle it).
+
+        A verdict that only watching can decide (a worker this process cannot judge by its
+        process table, on a file store: ``Running.watch``) is watched for up to ``watch``
+        seconds — its lease renewed meanwhile, or not for a whole time to live — before the
+        list is returned."""
+        found = self._started()
+        until = self.runtime.monotonic() + watch
+        while True:
+            pending = [
+                v.watch for _, v in found if isinstance(v, Running) and _undecided(v) and v.watch
+            ]
+            left = until - self.runtime.monotonic()
+            if not pending or left <= 0:
+                return found
+            sleep(min(max(pending), left, 1.0))
+            found = self._started()
+
+    def _started(self) -> list[tuple[EffectRecord, Verdict]]:
         records = sorted(self.backend.in_doubt(), key=lambda r: (r.created_at, r.session_id))
         leases: dict[str, Lease | None] = {}
         out: list[tuple[EffectRecord, Verdict]] = []
@@ -244,10 +291,10 @@ class Store:
             out.append((r, self.judge(r, leases[r.session_id])))
         return out
 
-    def in_doubt(self) -> list[EffectRecord]:
+    def in_doubt(self, *, watch: float = 0.0) -> list[EffectRecord]:
         """Every in-doubt call of every session — started, and its attempt provably over —
-        oldest first. Calls still in progress are in ``started()``."""
-        return [r for r, verdict in self.started() if isinstance(verdict, Over)]
+        oldest first. Calls still in progress are in ``started()`` (``watch``: as there)."""
+        return [r for r, verdict in self.started(watch=watch) if isinstance(verdict, Over)]
 
     def close(self) -> None:
         self._closing()
@@ -312,6 +359,8 @@ class Ledger:
         result: object = None,
         by: str | None = None,
         force: bool = False,
+        watch: float = 0.0,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> EffectRecord:
         """Settle an in-doubt call by a person's word.
 
@@ -323,7 +372,9 @@ class Ledger:
 
         A call whose attempt may still be running is not in doubt: it raises
         ``EffectInProgressError`` (naming the holder and until when) unless ``force=True`` — for
-        a person who knows better (the worker's machine is gone for good). The record then says
+        a person who knows better (the worker's machine is gone for good). Where only watching
+        can tell (a worker this process cannot judge by its process table, on a file store),
+        it watches for up to ``watch`` seconds first. The record then says
         what was overridden; if that attempt does report later, its outcome is kept beside the
         person's word and raised as an alert.
         """
@@ -337,6 +388,21 @@ class Ledger:
             )
         who = by or "a person"
         verdict = self.store.judge(record)
+        until = self.store.runtime.monotonic() + watch
+        while _undecided(verdict) and not force:
+            left = until - self.store.runtime.monotonic()
+            if left <= 0:
+                break
+            assert isinstance(verdict, Running) and verdict.watch is not None
+            sleep(min(verdict.watch, left, 1.0))
+            again = self.get(tool_use_id)
+            if again is None or again != record:
+                raise SessionConflictError(
+                    f"call {tool_use_id!r} changed while its worker was being watched; look again",
+                    session_id=self.session_id,
+                    tool_use_id=tool_use_id,
+                )
+            verdict = self.store.judge(record)
         overrode = ""
         if isinstance(verdict, Running):
             if not force:

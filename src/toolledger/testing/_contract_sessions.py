@@ -131,7 +131,7 @@ class SessionContract:
         effect = make_record()
         assert store.apply("s", [HoldLease("s", 1, 150.0), InsertEffect(effect)]) == [True, True]
         assert store.lease("s") == Lease(
-            session_id="s", owner="host:1:a", token=1, expires_at=150.0
+            session_id="s", owner="host:1:a", token=1, expires_at=150.0, renewals=1
         )
         # …until someone takes the lease over: then the whole batch is refused.
         takeover = Lease(session_id="s", owner="host:2:b", token=2, expires_at=300.0)
@@ -143,6 +143,27 @@ class SessionContract:
         assert store.lease("s") == takeover
         with pytest.raises(SessionBusyError):  # expect_token 1 is stale now
             store.apply("s", [TakeLease(theirs, expect_token=1)])
+
+    def test_renewals_are_counted_and_a_take_over_compares_the_count(self, store: Store) -> None:
+        """A worker that cannot judge a lease's holder watches its renewal count; the count
+        moves with every renewal (never with a fence that only checks), a take-over starts it
+        at 0 with the taker's time to live, and a take-over judged on a count that moved since
+        is refused — even when the expiry written is the same (a clock that stood still)."""
+        mine = Lease(session_id="s", owner="host:1:a", token=1, expires_at=100.0, ttl=30.0)
+        store.apply("s", [TakeLease(mine, expect_token=0)])
+        assert store.lease("s") == mine
+        store.apply("s", [HoldLease("s", 1, 100.0)])  # renewed, to the same expiry
+        store.apply("s", [HoldLease("s", 1, None)])  # only checked
+        seen = store.lease("s")
+        assert seen is not None and (seen.renewals, seen.expires_at, seen.ttl) == (1, 100.0, 30.0)
+        store.apply("s", [HoldLease("s", 1, 100.0)])
+        theirs = Lease(session_id="s", owner="host:2:b", token=2, expires_at=200.0, ttl=5.0)
+        stale = TakeLease(theirs, expect_token=1, expect_expires_at=100.0, expect_renewals=1)
+        with pytest.raises(SessionBusyError):
+            store.apply("s", [stale])
+        now = TakeLease(theirs, expect_token=1, expect_expires_at=100.0, expect_renewals=2)
+        assert store.apply("s", [now]) == [True]
+        assert store.lease("s") == theirs  # renewals 0 again, and the taker's ttl
 
     def test_a_fence_that_only_checks_leaves_the_expiry_and_refuses_a_stale_token(
         self, store: Store

@@ -14,7 +14,6 @@ import itertools
 import time
 
 from ..liveness import Runtime
-from ..records import Holder
 from ..stores.store import Store
 
 __all__ = ["Elsewhere", "elsewhere"]
@@ -22,19 +21,46 @@ __all__ = ["Elsewhere", "elsewhere"]
 _pids = itertools.count(1000)
 
 
+class _AnotherHost:
+    """The operating system of a process on another host, as that process sees it: a process
+    table holding itself and nothing this test could look at."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.pid = next(_pids)
+
+    def getpid(self) -> int:
+        return self.pid
+
+    def read(self, path: str) -> str | None:
+        if path in (f"/proc/{self.pid}/stat", "/proc/self/stat"):
+            return f"{self.pid} (worker) S" + " 0" * 18 + " 1"  # started at tick 1
+        if path == "/proc/sys/kernel/random/boot_id":
+            return self.host
+        return None  # another host's processes: nothing here to read
+
+    def readlink(self, path: str) -> str | None:
+        if path == "/proc/self":
+            return str(self.pid)
+        if path == "/proc/self/ns/pid":
+            return "pid:[4026531836]"
+        return None
+
+    def signal0(self, pid: int) -> bool | None:
+        return True if pid == self.pid else None  # nothing to tell of the others
+
+    def host_id(self) -> str | None:
+        return None
+
+    def boottime(self) -> float | None:
+        return None  # another machine's boot clock: nothing this one can compare
+
+
 class Elsewhere(Runtime):
     """A process on another host: its own identity; it can see no process table but its own."""
 
     def __init__(self, host: str) -> None:
-        super().__init__()
-        self._holder = Holder(host=host, pidns="4026531836", pid=next(_pids), start=1)
-
-    @property
-    def holder(self) -> Holder | None:
-        return self._holder
-
-    def process_alive(self, holder: Holder) -> bool | None:
-        return None  # not a process this test can look at
+        super().__init__(_AnotherHost(host))
 
 
 def elsewhere(store: Store, host: str = "host-b", *, skew: float = 0.0) -> Store:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["ToolContext"]
 
@@ -28,9 +28,16 @@ class ToolContext:
     unless the store was given another): the tool's ``timeout`` after it started. Past it,
     another worker may judge the attempt over — pass what is left (``remaining()``) to your own
     client's timeout."""
+    expires: float | None = field(default=None, compare=False)
+    """The same moment on this process's monotonic clock (``time.monotonic``), which no step
+    of the wall clock moves: what ``remaining()`` counts down to."""
 
     def remaining(self) -> float | None:
-        """Seconds left before ``deadline`` (never negative); ``None`` without one."""
+        """Seconds left before the attempt's deadline (never negative); ``None`` without one.
+        Counted on the monotonic clock when the context knows it (``expires``), so a wall
+        clock stepped back never gives a tool more time than its ``timeout``."""
+        if self.expires is not None:
+            return max(0.0, self.expires - time.monotonic())
         if self.deadline is None:
             return None
         return max(0.0, self.deadline - time.time())

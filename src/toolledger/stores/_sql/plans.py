@@ -354,6 +354,7 @@ def _holds(session_id: str, op: Op) -> Plan[bool]:
     if isinstance(op, HoldLease):
         if lease is None or lease.token != op.token or lease.expires_at <= 0:
             return False
+        # A renewal is told by its expiry (its count moves with every other renewal too).
         return op.expires_at is None or lease.expires_at == op.expires_at
     return False  # DropLease reports its own outcome again: it is idempotent
 

@@ -57,6 +57,7 @@ def effect_values(r: EffectRecord) -> tuple[Any, ...]:
         r.lease_token,
         r.deadline,
         sql_json(history_json(r.history)) if r.history else None,
+        r.boot_deadline,
     )
 
 
@@ -88,6 +89,7 @@ def row_to_record(row: Sequence[Any]) -> EffectRecord:
         lease_token=None if row[13] is None else int(row[13]),
         deadline=None if row[14] is None else float(row[14]),
         history=history_from_json(json.loads(row[15])) if row[15] else (),
+        boot_deadline=row[16],
     )
 
 
@@ -226,11 +228,11 @@ def take_lease_params(op: TakeLease) -> tuple[Any, ...]:
     lease = op.lease
     holder = lease.holder.text() if lease.holder is not None else None
     if op.expect_token == 0:
-        return (lease.session_id, lease.owner, lease.token, lease.expires_at, holder)
-    params = (lease.owner, lease.token, lease.expires_at, holder, lease.session_id)
+        return (lease.session_id, lease.owner, lease.token, lease.expires_at, holder, lease.ttl)
+    params = (lease.owner, lease.token, lease.expires_at, holder, lease.ttl, lease.session_id)
     if op.expect_expires_at is None:
         return (*params, op.expect_token)
-    return (*params, op.expect_token, op.expect_expires_at)
+    return (*params, op.expect_token, op.expect_expires_at, op.expect_renewals or 0)
 
 
 def row_to_lease(row: Sequence[Any]) -> Lease:
@@ -240,4 +242,6 @@ def row_to_lease(row: Sequence[Any]) -> Lease:
         token=int(row[2]),
         expires_at=float(row[3]),
         holder=Holder.parse(row[4]),
+        renewals=int(row[5] or 0),
+        ttl=None if row[6] is None else float(row[6]),
     )

@@ -109,6 +109,15 @@ SQLITE_MIGRATIONS: list[str] = [
         PRIMARY KEY (session_id, branch, seq)
     ) WITHOUT ROWID;
     """,
+    # 6: a lease's renewal count and time to live (toolledger.liveness: a worker that cannot
+    # judge a holder by its process table watches the count, never another machine's clock);
+    # an attempt's deadline on its machine's boot clock. Rows written before read renewals 0,
+    # ttl NULL and boot_deadline NULL: see Lease and EffectRecord.
+    """
+    ALTER TABLE leases ADD COLUMN renewals INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE leases ADD COLUMN ttl REAL;
+    ALTER TABLE effects ADD COLUMN boot_deadline TEXT;
+    """,
 ]
 
 
@@ -216,6 +225,13 @@ POSTGRES_MIGRATIONS: list[str] = [
         created_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (session_id, branch, seq)
     )
+    """,
+    # 6: a lease's renewal count and time to live; an attempt's deadline on its machine's boot
+    # clock (see the SQLite entry).
+    """
+    ALTER TABLE leases ADD COLUMN renewals BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE leases ADD COLUMN ttl DOUBLE PRECISION;
+    ALTER TABLE effects ADD COLUMN boot_deadline TEXT
     """,
 ]
 

@@ -10,12 +10,13 @@ from ...ops import PRUNABLE, TakeLease, UpdateEffect
 
 EFFECT_COLUMNS = (
     "session_id, tool_use_id, tool, input_hash, status, attempt, result, error, "
-    "created_at, updated_at, approved_by, worker, holder, lease_token, deadline, history"
+    "created_at, updated_at, approved_by, worker, holder, lease_token, deadline, history, "
+    "boot_deadline"
 )
 
 INSERT_EFFECT = (
     f"INSERT INTO effects ({EFFECT_COLUMNS}) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (session_id, tool_use_id) DO NOTHING"
 )
 
@@ -24,7 +25,7 @@ INSERT_EFFECT = (
 UPDATE_EFFECT = (
     "UPDATE effects SET tool = ?, input_hash = ?, status = ?, attempt = ?, result = ?, "
     "error = ?, created_at = ?, updated_at = ?, approved_by = ?, worker = ?, holder = ?, "
-    "lease_token = ?, deadline = ?, history = ? "
+    "lease_token = ?, deadline = ?, history = ?, boot_deadline = ? "
     "WHERE session_id = ? AND tool_use_id = ? AND status = ? AND attempt = ?"
 )
 UPDATE_EFFECT_AT = UPDATE_EFFECT + " AND updated_at = ?"
@@ -119,20 +120,21 @@ SELECT_SESSION_APPROVALS = f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE sess
 
 # -- leases --------------------------------------------------------------------------------------
 
-LEASE_COLUMNS = "session_id, owner, token, expires_at, holder"
+LEASE_COLUMNS = "session_id, owner, token, expires_at, holder, renewals, ttl"
 SELECT_LEASE = f"SELECT {LEASE_COLUMNS} FROM leases WHERE session_id = ?"
 INSERT_LEASE = (
-    f"INSERT INTO leases ({LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?) "
+    f"INSERT INTO leases ({LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, 0, ?) "
     "ON CONFLICT (session_id) DO NOTHING"
 )
-# Take-over and fence are compare-and-set on the token (and, for a take-over, on the expiry the
-# taker judged, which a renewal changes): the WHERE clause is the whole story.
+# Take-over and fence are compare-and-set on the token (and, for a take-over, on the expiry and
+# the renewal count the taker judged, which a renewal changes): the WHERE clause is the whole
+# story.
 TAKE_LEASE = (
-    "UPDATE leases SET owner = ?, token = ?, expires_at = ?, holder = ? "
-    "WHERE session_id = ? AND token = ? AND expires_at = ?"
+    "UPDATE leases SET owner = ?, token = ?, expires_at = ?, holder = ?, renewals = 0, ttl = ? "
+    "WHERE session_id = ? AND token = ? AND expires_at = ? AND renewals = ?"
 )
 TAKE_LEASE_ANY_EXPIRY = (
-    "UPDATE leases SET owner = ?, token = ?, expires_at = ?, holder = ? "
+    "UPDATE leases SET owner = ?, token = ?, expires_at = ?, holder = ?, renewals = 0, ttl = ? "
     "WHERE session_id = ? AND token = ?"
 )
 
@@ -146,7 +148,8 @@ def take_lease_statement(op: TakeLease) -> str:
 # A lease given back (expires_at 0) is never renewed: a renewal that was under way when its run
 # ended cannot bring it back to life.
 HOLD_LEASE = (
-    "UPDATE leases SET expires_at = ? WHERE session_id = ? AND token = ? AND expires_at > 0"
+    "UPDATE leases SET expires_at = ?, renewals = renewals + 1 "
+    "WHERE session_id = ? AND token = ? AND expires_at > 0"
 )
 # A fence that does not renew, alone: the same compare-and-set, writing the expiry it found. An
 # UPDATE, so that (on PostgreSQL) the lease row stays locked until the transaction ends.
@@ -165,7 +168,7 @@ CHECK_LEASE = (
 LEASE_HELD = "EXISTS (SELECT 1 FROM leases WHERE session_id = ? AND token = ? AND expires_at > 0)"
 INSERT_EFFECT_FENCED = (
     f"INSERT INTO effects ({EFFECT_COLUMNS}) "
-    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {LEASE_HELD} "
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {LEASE_HELD} "
     "ON CONFLICT (session_id, tool_use_id) DO NOTHING"
 )
 UPDATE_EFFECT_FENCED = f"{UPDATE_EFFECT} AND {LEASE_HELD}"

@@ -37,6 +37,7 @@ _RESTORE_HINT = (
 
 class JSONBackend:
     durable = True
+    shared_clock = False  # each machine's own clock: leases are judged by watching them
 
     def __init__(self, directory: str, *, url: str, create: bool = True) -> None:
         self.url = url

@@ -109,6 +109,8 @@ def _record_json(record: EffectRecord) -> dict[str, Any]:
         out["deadline"] = record.deadline
     if record.history:
         out["history"] = history_json(record.history)
+    if record.boot_deadline is not None:
+        out["boot_deadline"] = record.boot_deadline
     out["digest"] = _digest({**out, "tool_use_id": record.tool_use_id})
     return out
 
@@ -145,6 +147,7 @@ def _record_from_json(tool_use_id: str, raw: Any) -> EffectRecord:
             lease_token=None if raw.get("lease_token") is None else int(raw["lease_token"]),
             deadline=None if raw.get("deadline") is None else float(raw["deadline"]),
             history=history_from_json(raw.get("history")),
+            boot_deadline=raw.get("boot_deadline"),
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise Damaged(f"record {tool_use_id!r} is incomplete ({exc!r})") from exc
@@ -225,6 +228,10 @@ def log_entry(
         }
         if lease.holder is not None:
             entry["lease"]["holder"] = lease.holder.text()
+        if lease.renewals:
+            entry["lease"]["renewals"] = lease.renewals
+        if lease.ttl is not None:
+            entry["lease"]["ttl"] = lease.ttl
     if abandoned:
         entry["abandoned"] = abandoned
     if records is not None:
@@ -339,6 +346,8 @@ def read_log_line(log: Log, line: bytes, session_id: str) -> None:
             token=int(lease["token"]),
             expires_at=float(lease["expires_at"]),
             holder=Holder.parse(lease.get("holder")),
+            renewals=int(lease.get("renewals", 0)),
+            ttl=None if lease.get("ttl") is None else float(lease["ttl"]),
         )
     for a in entry["approvals"]:
         log.approvals[a["tool_use_id"]] = ApprovalRecord(

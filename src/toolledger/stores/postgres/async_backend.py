@@ -17,6 +17,7 @@ from ...ops import Op
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from .._sql import plans
 from .._sql.plans import Plan
+from ..contract import op_deadline
 from .backend import PostgresBackend
 from .call import Call, asking, reading, writing
 from .connect import aconfigure
@@ -45,6 +46,7 @@ class AsyncPostgresBackend:
     and releases the old one. It expects a migrated schema: ``open_store`` migrates."""
 
     durable = True
+    shared_clock = True  # one clock for every worker: the server's (Backend.shared_clock)
 
     def __init__(
         self, url: str, *, clock: ServerClock | None = None, orphans: Orphans | None = None
@@ -73,7 +75,8 @@ class AsyncPostgresBackend:
             # only closed by the garbage collector. Racing first callers share this one wait.
             current.opening = loop.create_task(
                 current.pool.open(
-                    wait=True, timeout=min(self.settings.pool_timeout, self.settings.op_timeout)
+                    wait=True,
+                    timeout=min(self.settings.pool_timeout, op_deadline(self.settings.op_timeout)),
                 )
             )
         assert current.opening is not None
@@ -138,7 +141,7 @@ class AsyncPostgresBackend:
             self._release(current)
 
     async def _run(self, call: Call[T]) -> T:
-        op_timeout = self.settings.op_timeout
+        op_timeout = op_deadline(self.settings.op_timeout)
         while True:
             pool = await self._pool()
             fired: list[bool] = []

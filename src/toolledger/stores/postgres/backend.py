@@ -15,6 +15,7 @@ from ...ops import Op
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from .._sql import plans
 from .._sql.plans import Plan
+from ..contract import op_deadline
 from .call import Call, asking, drive, reading, writing
 from .connect import configure
 from .errors import connection_lost, translate
@@ -35,6 +36,7 @@ class PostgresBackend:
     between threads."""
 
     durable = True
+    shared_clock = True  # one clock for every worker: the server's (Backend.shared_clock)
 
     def __init__(self, url: str, *, create: bool = True) -> None:
         self.settings = parse_url(url)
@@ -59,7 +61,7 @@ class PostgresBackend:
         )
 
     def _run(self, call: Call[T]) -> T:
-        op_timeout = self.settings.op_timeout
+        op_timeout = op_deadline(self.settings.op_timeout)
         while True:
             try:
                 # op_timeout bounds the wait for a connection too (a pool that cannot make one
@@ -83,7 +85,7 @@ class PostgresBackend:
 
     @property
     def _wait_s(self) -> float:
-        return min(self.settings.pool_timeout, self.settings.op_timeout)
+        return min(self.settings.pool_timeout, op_deadline(self.settings.op_timeout))
 
     def _read(self, action: str, plan: Callable[[], Plan[T]]) -> T:
         return self._run(reading(self, action, plan))

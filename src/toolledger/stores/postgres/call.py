@@ -29,6 +29,7 @@ from ...errors import StoreError
 from ...ops import Op
 from .._sql import plans
 from .._sql.plans import Outcome, Plan, Step
+from ..contract import op_deadline
 from . import wire
 from .errors import connection_lost, failure, timed_out
 from .guards import AsyncConn, Conn, Orphans, gone, identity
@@ -259,11 +260,13 @@ class Shell(Protocol):
 
 
 def reading(shell: Shell, action: str, plan: Callable[[], Plan[T]]) -> Call[T]:
-    return Call(action, plan, shell.url, shell.orphans, shell.settings.op_timeout)
+    return Call(action, plan, shell.url, shell.orphans, op_deadline(shell.settings.op_timeout))
 
 
 def asking(shell: Shell, action: str, query: plans.Query[T]) -> Call[T]:
-    return Call(action, None, shell.url, shell.orphans, shell.settings.op_timeout, query=query)
+    return Call(
+        action, None, shell.url, shell.orphans, op_deadline(shell.settings.op_timeout), query=query
+    )
 
 
 def writing(shell: Shell, session_id: str, ops: Sequence[Op]) -> Call[list[bool]]:
@@ -274,7 +277,7 @@ def writing(shell: Shell, session_id: str, ops: Sequence[Op]) -> Call[list[bool]
         partial(plans.apply, session_id, ops),
         shell.url,
         shell.orphans,
-        shell.settings.op_timeout,
+        op_deadline(shell.settings.op_timeout),
         write=True,
         single=plans.one_statement(ops),
         again=partial(plans.apply_again, session_id, ops),

@@ -19,6 +19,9 @@ Around it, all chosen by one ``random.Random(seed)``:
   then fails; so do its heartbeat's renewals, and a run stuck on the store stops being renewed),
   has a commit land with its answer lost (found out at the deadline); crashed processes are
   replaced by new ones;
+* **process tables and clocks** — a table's ``/proc`` may be missing, hidden across uids, or
+  another PID namespace's; a process may run in a time namespace; the store's clock may be one
+  server's, or (a file store) each host's own, which may step forward or back by minutes;
 * **people** — an operator who decides pending approvals and settles calls in doubt from the
   world's evidence (and, when configured, forces a running one).
 
@@ -31,28 +34,38 @@ does not excuse.
 
 A failing seed prints its violations and the last steps; ``python -m toolledger.testing.simulation
 --seed N`` replays it exactly, and ``shrink`` looks for a smaller run that still fails.
-``REGRESSIONS`` switch three fixed bugs back on (a paused worker's call taken over, the race
-between an intent and its in-flight registration, a person settling a running call) so a test
-can show the simulation finds them.
+``REGRESSIONS`` switch fixed bugs back on (a paused worker's call taken over, the race between
+an intent and its in-flight registration, a person settling a running call, and five ways a
+process table or a clock once fooled liveness; ``_regressions``) so a test can show the
+simulation finds them, each in its world (``world_for``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
-from unittest import mock
 
-from ...liveness import Over
 from .._report import summary_lines
 from ._checks import final_checks
 from ._config import SimConfig
 from ._engine import Simulation
+from ._regressions import REGRESSIONS, WORLDS, world_for
+from ._regressions import regression as _regression
 
-__all__ = ["EVERYTHING", "REGRESSIONS", "SimConfig", "SimReport", "explore", "shrink", "simulate"]
+__all__ = [
+    "EVERYTHING",
+    "EVERYWHERE",
+    "REGRESSIONS",
+    "WORLDS",
+    "SimConfig",
+    "SimReport",
+    "explore",
+    "shrink",
+    "simulate",
+    "world_for",
+]
 
 
 @dataclass
@@ -105,6 +118,8 @@ class SimReport:
             "resolutions",
             "forced",
             "approvals",
+            "clock_steps",
+            "clock_limit_cases",
         ):
             self.faults[name] = self.faults.get(name, 0) + sim.stats[name]
         if sim.violations and self.failing_seed is None:
@@ -148,31 +163,19 @@ EVERYTHING = SimConfig(
     threads=3,
     processes=4,
 )
-"""Every fault on, and a larger cast: what ``make simulate`` runs."""
+"""Every fault on, and a larger cast: what ``make simulate`` runs (with ``EVERYWHERE``)."""
 
-REGRESSIONS = ("takeover", "threads", "resolve")
-"""Fixed bugs a test can switch back on, to show the simulation finds them."""
-
-
-@contextlib.contextmanager
-def _regression(name: str | None) -> Iterator[None]:
-    if name is None:
-        yield
-        return
-    bug = Over("a regression switched on")
-    if name == "takeover":
-        # The old agent ("exclusive"): any started record is a previous holder's, in doubt.
-        patch: Any = mock.patch("toolledger.runner.judge", return_value=bug)
-    elif name == "threads":
-        # An attempt registered in flight only after its intent committed (here: never).
-        patch = mock.patch("toolledger.liveness.InFlight.add", return_value=None)
-    elif name == "resolve":
-        # resolve and in-doubt listings that do not ask whether the attempt still runs.
-        patch = mock.patch("toolledger.stores.store.Store.judge", return_value=bug)
-    else:
-        raise ValueError(f"unknown regression {name!r}; one of {', '.join(REGRESSIONS)}")
-    with patch:
-        yield
+EVERYWHERE = replace(
+    EVERYTHING,
+    proc_modes=("own", "own", "none", "hidden", "host"),
+    uids=2,
+    time_namespaces=0.2,
+    store_clock="either",
+    clock_step=0.0005,
+)
+"""``EVERYTHING`` on every kind of machine liveness can meet: a process table missing, hidden
+or another namespace's, time namespaces, and half the worlds on a file store whose clock steps.
+(Its own constant, so that ``EVERYTHING``'s seeds replay as they always did.)"""
 
 
 def simulate(
@@ -204,6 +207,8 @@ def explore(
     report = SimReport()
     if config == EVERYTHING:
         report.replay_flags += " --everything"
+    if config == EVERYWHERE:
+        report.replay_flags += " --everywhere"
     if regression is not None:
         report.replay_flags += f" --regression {regression}"
     began = time.monotonic()

@@ -13,7 +13,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from . import EVERYTHING, REGRESSIONS, SimConfig, explore, shrink, simulate
+from . import EVERYTHING, EVERYWHERE, REGRESSIONS, SimConfig, explore, shrink, simulate, world_for
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         help="every fault on: lost replies, late senders, forced resolutions, containers, "
         "more processes, threads and sessions (what make simulate runs)",
     )
+    parser.add_argument(
+        "--everywhere",
+        action="store_true",
+        help="--everything on every kind of machine: process tables missing, hidden or another "
+        "namespace's, time namespaces, file-store clocks that step",
+    )
     parser.add_argument("--trace", action="store_true", help="print every step of --seed")
     parser.add_argument("--shrink", action="store_true", help="shrink a failing --seed")
     args = parser.parse_args(argv)
@@ -47,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         force=args.force,
         sloppy=args.sloppy,
     )
-    if args.everything:
-        config = replace(EVERYTHING, chaos_steps=args.steps, max_steps=config.max_steps)
+    if args.regression is not None:
+        config = replace(world_for(args.regression), chaos_steps=args.steps)
+    if args.everything or args.everywhere:
+        chosen = EVERYWHERE if args.everywhere else EVERYTHING
+        config = replace(chosen, chaos_steps=args.steps, max_steps=config.max_steps)
     if args.seed is not None:
         sim = simulate(args.seed, config, regression=args.regression)
         if args.trace:

@@ -24,6 +24,7 @@ from ... import approval_queue as approvals
 from ...adapters.anthropic import read_tool_uses
 from ...agent import Agent
 from ...drivers import IOContext
+from ...errors import StoreError
 from ...records import RunStatus
 from ...runner import process_batch
 from ...stores.memory import MemoryBackend
@@ -71,6 +72,20 @@ class Simulation(Requests, Faults):
         self._graveyard: list[Any] = []  # crashed generators: never finalised mid-run
         self._current = None
         self._acting_forced = False
+        c = self.config
+        self.fooling = (
+            c.proc_modes != ("own",)
+            or c.uids > 1
+            or c.time_namespaces > 0
+            or c.store_clock != "server"
+            or c.clock_step > 0
+        )
+        """Whether liveness may be fooled here (process tables, namespaces, clocks): the draws
+        for it are made only then, so the worlds without them replay as they always did."""
+        self.local_clock = c.store_clock == "local" or (
+            c.store_clock == "either" and self.rng.random() < 0.5
+        )
+        """A file store's clock (each host's own, which may step) rather than a server's."""
         self.tables = self._tables()
         self.tools = self.world.toolset(self.config.tool_timeout)
         self._agents: dict[str, Agent] = {}
@@ -87,34 +102,62 @@ class Simulation(Requests, Faults):
     # -- the cast ---------------------------------------------------------------------------------
 
     def _tables(self) -> list[Table]:
-        tables = []
+        tables: list[Table] = []
         for h in range(self.config.hosts):
             offset = self.rng.uniform(-self.config.max_offset, self.config.max_offset)
             drift = self.rng.uniform(-1e-4, 1e-4)
+            if self.local_clock and tables:
+                # A file store lives on one machine: its "hosts" are containers of that kernel
+                # (one boot id, one clock), each with PID namespaces of its own.
+                offset, drift = tables[0].offset, tables[0].drift
+            first: Table | None = None
             for c in range(self.config.containers):
-                tables.append(
-                    Table(
-                        name=f"h{h}c{c}",
-                        host=f"boot-{h}",
-                        pidns=str(4026531836 + 10 * h + c),
+                mode = self.rng.choice(self.config.proc_modes) if self.fooling else "own"
+                table = Table(
+                    name=f"h{h}c{c}",
+                    host="boot-0" if self.local_clock else f"boot-{h}",
+                    pidns=str(4026531836 + 10 * h + c),
+                    offset=offset,
+                    drift=drift,
+                    proc=mode,
+                )
+                if mode == "host":
+                    # A PID namespace without its own /proc sees the host's: that of the host's
+                    # first table (itself, when it is the first: then it is the host's own).
+                    table.parent = first or Table(
+                        name=f"h{h}",
+                        host="boot-0" if self.local_clock else f"boot-{h}",
+                        pidns=str(4026531835 + 10 * h),
                         offset=offset,
                         drift=drift,
                     )
-                )
+                    table.next_pid = 1  # pids there start small, naming host processes
+                first = first or table
+                tables.append(table)
         return tables
 
     def _spawn(
         self, table: Table, *, name: str | None = None, workers: int | None = None
     ) -> SimProcess:
         table.next_pid += self.rng.randint(1, 7)
+        c = self.config
         process = SimProcess(
             name=name or f"p{len(self.processes)}",
             table=table,
             pid=1 if table.next_pid > 60_000 else table.next_pid,
             start=int((self.t - T0) * 100),
             sim=self,
-            sloppy=self.rng.random() < self.config.sloppy,
+            sloppy=self.rng.random() < c.sloppy,
         )
+        if self.fooling:  # drawn only here, so the worlds without these faults replay as before
+            process.uid = self.rng.randrange(c.uids)
+            if self.rng.random() < c.time_namespaces:
+                process.timens = len(self.processes) + 1
+                process.boottime_offset = self.rng.choice([500_000, 12_300, -4_000])
+            if table.proc == "host":
+                assert table.parent is not None
+                table.parent.next_pid += self.rng.randint(1, 7)
+                process.host_pid = table.parent.next_pid
         self.processes.append(process)
         for i in range(self.config.threads if workers is None else workers):
             worker = Worker(process, f"{process.name}.{i}")
@@ -174,6 +217,21 @@ class Simulation(Requests, Faults):
                 self.violation("the run made no progress (a livelock)")
                 break
         self._quiet_down()
+        self._settle_the_rest()
+
+    def _settle_the_rest(self) -> None:
+        """The work is done; a person settles what is still in doubt, from the world's evidence,
+        as each call's attempt is judged over (a call whose worker died without a lease stays in
+        progress until its deadline: the person waits for it, up to two minutes)."""
+        for _ in range(120):
+            try:
+                left = self.operator.store.started()
+            except StoreError:
+                return
+            if not left:
+                return
+            self._operate()
+            self.t += 1.0
 
     def _all_done(self) -> bool:
         done = 0

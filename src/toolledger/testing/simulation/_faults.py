@@ -42,6 +42,16 @@ class Faults(Truth):
         if workers and c.lost_reply and rng.random() < c.lost_reply:
             victim = rng.choice(workers)
             victim.lose_replies_until = self.t + rng.uniform(0.001, 0.05)
+        if c.clock_step and rng.random() < c.clock_step:
+            host = rng.choice(self.tables).host
+            if self.local_clock:
+                host = ""  # the file store's one machine: every table steps
+            step = rng.choice([40.0, 600.0, -40.0, -600.0])
+            for table in self.tables:
+                if host in ("", table.host):  # one kernel, one clock: its containers step too
+                    table.offset += step
+            self.stats["clock_steps"] += 1
+            self.note(f"the clock of {host or 'the machine'} steps {step:+.0f}s")
         if rng.random() < c.operator:
             self._operate()
 
@@ -55,6 +65,8 @@ class Faults(Truth):
 
     def _crash(self, p: SimProcess) -> None:
         p.state = "crashed"
+        if self.fooling:
+            p.reaped = self.rng.random() < 0.8  # or left a zombie until its parent collects it
         self.stats["crashes"] += 1
         self.note(f"CRASH {p.name}")
         for w in p.workers:

@@ -135,7 +135,7 @@ class Requests(Truth):
             return
         if isinstance(request, Fence):
             io.fence = request
-            io.held_until = request.lease.expires_at
+            io.renewed_at = p.runtime.monotonic()
             p.runtime.live_runs.add(request.lease.owner)
             self._heartbeat(w, io, request)
             self._at(0, lambda: self._deliver(w, gen, None))

@@ -38,7 +38,7 @@ class Attempt:
     worker: Worker
     gen: Any  # the run that made it: the attempt lives while that run does
     process: SimProcess
-    deadline: float | None  # on its host's clock, as its ToolContext says
+    deadline: float | None  # when its time is up, in true time, as its ToolContext counts
     effect_done: bool = False
     over: bool = False  # returned, or its worker is gone
 
@@ -69,6 +69,8 @@ class SimState:
     _current: Worker | None
     _acting_forced: bool
     tables: list[Table]
+    fooling: bool
+    local_clock: bool
     tools: ToolSet
     _agents: dict[str, Agent]
     processes: list[SimProcess]

@@ -31,6 +31,8 @@ class Truth(SimState):
         elif any(e.past_deadline for e in same):
             self.limit_cases.add((sid, tid))
             self.stats["limit_cases"] += 1
+        elif (sid, tid) in self.limit_cases:
+            self.stats["limit_cases"] += 1  # settled as a documented limit case (``_settled``)
         elif not any(k[0] == sid and k[1] in {e.tool_use_id for e in same} for k in self.forced):
             self.violation(
                 f"{effect.title}: took effect {len(same)} times "
@@ -70,13 +72,15 @@ class Truth(SimState):
             new, old = op.record, before.get(op.record.tool_use_id)
             fresh = new.status is Status.STARTED and (old is None or old.attempt != new.attempt)
             if fresh and worker is not None:
+                # When its time is up, in true time: what its context counts down to (the
+                # store's clock read now, at its intent, is the clock its deadline is on).
                 deadline = new.deadline
-                local = None if deadline is None else deadline - self.t + process.local_time()
+                ends = None if deadline is None else self.t + (deadline - process.store.now())
                 self._attempt_numbers.setdefault((session_id, new.tool_use_id), []).append(
                     new.attempt
                 )
                 self.attempts[(session_id, new.tool_use_id, new.attempt)] = Attempt(
-                    worker, worker.gen, process, local
+                    worker, worker.gen, process, ends
                 )
             if old is not None and old.status is Status.STARTED:
                 self._settled(process, worker, old, new)
@@ -111,7 +115,7 @@ class Truth(SimState):
             and truth.worker.gen is truth.gen
         )
         if may and not truth.process.sloppy and truth.deadline is not None:
-            may = truth.process.local_time() < truth.deadline
+            may = self.t < truth.deadline
         if not may:
             return
         key = (old.session_id, old.tool_use_id)
@@ -119,6 +123,15 @@ class Truth(SimState):
             return
         if truth.process.sloppy:
             self.limit_cases.add(key)
+            return
+        no_boot_clock = old.boot_deadline is None or process.runtime.boot is None
+        if truth.process.state == "paused" and self.local_clock and no_boot_clock:
+            # Rule 14 again: its worker stopped renewing (paused past its lease), and with no
+            # boot clock to judge its deadline on (no /proc on one side: macOS, a masked /proc)
+            # the settler read it on a wall clock that stepped forward. Counted and documented
+            # (docs/liveness.md), not excused silently.
+            self.limit_cases.add(key)
+            self.stats["clock_limit_cases"] += 1
             return
         self.violation(
             f"{old.session_id}/{old.tool_use_id}: attempt {old.attempt} (by {truth.process.name}, "

@@ -10,9 +10,10 @@ the call's title), ``read_only`` and ``high_impact`` (non-idempotent, approved t
 persisted queue).
 
 A tool's effect happens at one instant of its run (when its request is "sent"). A tool that
-*honours its deadline* checks ``ctx.deadline`` against its own host's clock before sending, and
-fails instead of sending late — as a client given ``ctx.remaining()`` as its timeout does. One
-that does not may send after its deadline: the documented limit (DESIGN.md rule 14).
+*honours its deadline* counts down what ``ctx.remaining()`` says is left (``ctx.expires``, on the
+monotonic clock, which no wall-clock step moves) before sending, and fails instead of sending
+late — as a client given ``ctx.remaining()`` as its timeout does. One that does not may send
+after its deadline: the documented limit (rule 14 of docs/design.md).
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ class SimWorld:
         return [e for e in self.effects if e.title == title]
 
     def _send(self, kind: str, title: str, ctx: ToolContext) -> dict[str, Any]:
-        late = ctx.deadline is not None and self.local_time > ctx.deadline
+        # An honest tool counts down what its context says is left, on the monotonic clock (the
+        # simulation's true time): no wall clock, stepped or skewed, gives it longer.
+        late = ctx.expires is not None and self.now() > ctx.expires
         if late and self.honours_deadline:
             self.late_sends_refused += 1
             raise TimeoutError("past its deadline: not sent")
