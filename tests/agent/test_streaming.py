@@ -1,5 +1,6 @@
 """Streaming (``Agent.run(on_text=...)``, ``Agent.stream``, ``arun(on_text=...)``) through the
-real ``anthropic`` and ``openai`` SDKs against scripted servers that send server-sent events:
+real ``anthropic`` and ``openai`` SDKs (Chat Completions and the Responses API) against scripted
+servers that send server-sent events:
 the text arrives piece by piece, the stored transcript is the one a non-streamed run stores, and
 a process ``SIGKILL``ed mid-stream loses only the partial text — the resume asks again, and the
 tool that ran before the kill does not run twice (counted in the world: ticket files)."""
@@ -42,23 +43,45 @@ def tools(world: Path) -> list[tl.Tool]:
     return [create_ticket]
 
 
+APIS = ["anthropic", "openai-chat", "openai-responses"]
+
+
 def stored(store: tl.Store, session: str) -> list[tuple[str, Any]]:
-    return [(m.role, m.content) for m in store.messages(session)]
+    """The session's transcript, without the ids the Responses API mints for each output item
+    (``msg_…``, ``fc_…``: new in every response, streamed or not; call ids are kept)."""
+    return [(m.role, _unminted(m.content)) for m in store.messages(session)]
 
 
-@pytest.mark.parametrize("api", ["anthropic", "openai-chat"])
+def _unminted(content: Any) -> Any:
+    if isinstance(content, list):
+        return [_unminted(item) for item in content]
+    if isinstance(content, dict):
+        minted = content.get("type") in ("message", "function_call")
+        return {k: _unminted(v) for k, v in content.items() if not (minted and k == "id")}
+    return content
+
+
+def server_for(api: str) -> ScriptedModel | ScriptedOpenAI:
+    return ScriptedModel(script()) if api == "anthropic" else ScriptedOpenAI(script())
+
+
+def client_for(api: str, model: ScriptedModel | ScriptedOpenAI, *, aio: bool = False) -> Any:
+    client = model.async_client() if aio else model.client()
+    return tl.OpenAIResponses(client) if api == "openai-responses" else client
+
+
+@pytest.mark.parametrize("api", APIS)
 def test_text_arrives_in_pieces_and_the_transcript_is_the_unstreamed_one(
     api: str, tmp_path: Path
 ) -> None:
-    server = ScriptedModel(script()) if api == "anthropic" else ScriptedOpenAI(script())
-    with server as model, tl.open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+    with server_for(api) as model, tl.open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
         agent = tl.Agent(
-            client=model.client(), model="m", tools=tools(tmp_path / "w1"), store=store
+            client=client_for(api, model), model="m", tools=tools(tmp_path / "w1"), store=store
         )
         pieces: list[str] = []
         streamed = agent.run(session="streamed", prompt="outage", on_text=pieces.append)
         plain = tl.Agent(
-            client=model.client(), model="m", tools=tools(tmp_path / "w2"), store=store
+            client=client_for(api, model), model="m", tools=tools(tmp_path / "w2"), store=store
         ).run(session="plain", prompt="outage")
         assert streamed.status is plain.status is tl.RunStatus.COMPLETED
         assert "".join(pieces) == TEXT_1 + TEXT_2 and len(pieces) >= 4
@@ -82,32 +105,46 @@ def test_stream_is_an_iterator_and_raises_what_the_run_raises(tmp_path: Path) ->
             again.run  # noqa: B018 - the property raises
 
 
-def test_arun_streams_to_a_coroutine(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api", APIS)
+def test_arun_streams_to_a_coroutine(api: str, tmp_path: Path) -> None:
     pieces: list[str] = []
 
     async def show(text: str) -> None:
         await asyncio.sleep(0)
         pieces.append(text)
 
-    with ScriptedModel(script()) as model, tl.open_store("memory://") as store:
-        agent = tl.Agent(client=model.async_client(), model="m", tools=tools(tmp_path), store=store)
+    with server_for(api) as model, tl.open_store("memory://") as store:
+        client = client_for(api, model, aio=True)
+        agent = tl.Agent(client=client, model="m", tools=tools(tmp_path), store=store)
         run = asyncio.run(agent.arun(session="s", prompt="outage", on_text=show))
+        assert [r.get("stream") for r in model.requests] == [True, True]
     assert run.status is tl.RunStatus.COMPLETED and "".join(pieces) == TEXT_1 + TEXT_2
+    assert run.final_text == TEXT_2 and len(pieces) >= 4
+    assert sorted(p.name for p in tmp_path.glob("ticket-*")) == ["ticket-1"]
 
 
-def test_the_responses_api_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+def test_the_responses_api_streams_through_agent_stream(tmp_path: Path) -> None:
     with ScriptedOpenAI(script()) as model, tl.open_store("memory://") as store:
-        agent = tl.Agent(
-            client=tl.OpenAIResponses(model.client()), model="m", tools=tools(tmp_path), store=store
+        client = tl.OpenAIResponses(model.client())
+        agent = tl.Agent(client=client, model="m", tools=tools(tmp_path), store=store)
+        stream = agent.stream(session="s", prompt="outage")
+        assert "".join(stream) == TEXT_1 + TEXT_2
+        assert stream.run.status is tl.RunStatus.COMPLETED and stream.run.final_text == TEXT_2
+        # What the model was sent on turn 2: turn 1's items as streamed, and the tool's output.
+        second = model.requests[1]["input"]
+        call = next(i for i in second if i.get("type") == "function_call")
+        output = next(i for i in second if i.get("type") == "function_call_output")
+        assert (call["call_id"], call["name"], json.loads(call["arguments"])) == (
+            "call_1",
+            "create_ticket",
+            {"title": "Outage"},
         )
-        with pytest.raises(tl.ConfigurationError, match="does not stream"):
-            agent.run(session="s", prompt="outage", on_text=print)
-        with pytest.raises(tl.ConfigurationError, match="does not stream"):
-            agent.stream(session="s", prompt="outage")
-        assert store.sessions() == [] and model.requests == []
+        assert (output["call_id"], json.loads(output["output"])) == ("call_1", {"ticket": "T-1"})
 
 
-def _run_killed_mid_stream(url: str, model: ScriptedModel, world: Path, at: str) -> int:
+def _run_killed_mid_stream(
+    url: str, api: str, model: ScriptedModel | ScriptedOpenAI, world: Path, at: str
+) -> int:
     """Run the session in a forked child that SIGKILLs itself on the first piece of text that
     starts with ``at``; returns its exit status."""
     pid = os.fork()
@@ -120,7 +157,8 @@ def _run_killed_mid_stream(url: str, model: ScriptedModel, world: Path, at: str)
                     os.kill(os.getpid(), signal.SIGKILL)
 
             with tl.open_store(url) as store:
-                agent = tl.Agent(client=model.client(), model="m", tools=tools(world), store=store)
+                client = client_for(api, model)
+                agent = tl.Agent(client=client, model="m", tools=tools(world), store=store)
                 agent.run(session="s", prompt="outage", on_text=on_text)
         finally:
             os._exit(0)
@@ -128,22 +166,26 @@ def _run_killed_mid_stream(url: str, model: ScriptedModel, world: Path, at: str)
     return os.waitstatus_to_exitcode(status)
 
 
+@pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("at", ["Opening", "Ticket"])
-def test_a_process_killed_mid_stream_loses_only_the_partial_text(at: str, tmp_path: Path) -> None:
+def test_a_process_killed_mid_stream_loses_only_the_partial_text(
+    at: str, api: str, tmp_path: Path
+) -> None:
     """Killed on turn 1's text (before its checkpoint A: the tool has not run) or on turn 2's
     (after the tool ran and checkpoint B): the resume asks the model again for that turn, no
     partial text is stored, and the world holds one ticket."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     world = tmp_path / "world"
-    with ScriptedModel(script()) as model:
+    with server_for(api) as model:
         model.stream_pause = 0.01  # the events come one by one: the kill is mid-transfer too
-        assert _run_killed_mid_stream(url, model, world, at) == -signal.SIGKILL
+        assert _run_killed_mid_stream(url, api, model, world, at) == -signal.SIGKILL
         asked = len(model.requests)
         with tl.open_store(url) as store:
             kept = stored(store, "s")
             assert not any(role == "assistant" and TEXT_2 in json.dumps(c) for role, c in kept)
             pieces: list[str] = []
-            agent = tl.Agent(client=model.client(), model="m", tools=tools(world), store=store)
+            client = client_for(api, model)
+            agent = tl.Agent(client=client, model="m", tools=tools(world), store=store)
             run = agent.run(session="s", prompt="outage", on_text=pieces.append)
         assert run.status is tl.RunStatus.COMPLETED and run.final_text == TEXT_2
         assert len(model.requests) == asked + (2 if at == "Opening" else 1)

@@ -149,7 +149,7 @@ class OpenAIBase:
     ``client=None`` only reads stored transcripts."""
 
     name = "openai"
-    can_stream = False  # Chat Completions streams; the Responses API is not streamed yet
+    can_stream = False  # each API streams in its own subclass
     _resource: tuple[str, ...] = ()
 
     def __init__(self, client: Any, **options: Any) -> None:

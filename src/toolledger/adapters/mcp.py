@@ -27,10 +27,17 @@ control: ``trust_hints=False`` ignores them (everything ``non_idempotent``), and
 sets ``effect``, ``high_impact``, ``forwards_idempotency_key``, ``timeout`` or a ``check`` per
 tool.
 
-Every call carries ``ctx.idempotency_key`` in the request's ``_meta`` under ``KEY_META``; a server
-that drops repeats by it deserves ``forwards_idempotency_key=True`` (a server reads it with
-``key_from_meta``). A result with ``isError`` is a tool failure (an error result, recorded
-``failed``). A call whose answer never came (the connection closed, a timeout) raises
+Every call carries ``ctx.idempotency_key`` in the request's ``_meta`` under ``KEY_META`` (and under
+every other name in ``meta_keys=``, e.g. ``"idempotencyKey"`` for a server that reads that one),
+merged with any ``_meta`` of yours (``meta=``). A server that drops repeats by it deserves
+``forwards_idempotency_key=True``; ``toolledger.integrations.mcp_server`` is such a server's half,
+and docs/integrations/mcp.md the wire shape for servers in other languages. A session whose
+``call_tool`` takes no ``meta`` cannot carry the key: a tool declared to forward it is refused when
+the tools are built (``ConfigurationError``), and the others are called without ``_meta``.
+
+A result with ``isError`` is a tool failure (an error result, recorded ``failed``). A call whose
+answer never came (the connection closed, a timeout), or that a keyed server answered with
+``OUTCOME_UNKNOWN_CODE`` (its own first attempt is in progress or in doubt), raises
 ``OutcomeUnknown``: the request may have run on the server, so the call stays in doubt.
 
 The tools are ``async``: run them with ``await agent.arun(...)`` or ``await arun_tool_uses(...)``
@@ -41,7 +48,8 @@ and results are read by duck typing (SDK v1 camelCase and v2 snake_case alike).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..codec import DEFAULT_MAX_RESULT_BYTES
@@ -51,7 +59,9 @@ from ..tools import DEFAULT_TIMEOUT, SchemaTool, ToolContext, ToolSet
 
 __all__ = [
     "KEY_META",
+    "OUTCOME_UNKNOWN_CODE",
     "MCPToolError",
+    "MetaOf",
     "effect_of",
     "key_from_meta",
     "tools_from_list",
@@ -61,11 +71,20 @@ __all__ = [
 KEY_META = "toolledger/idempotency-key"
 """The ``_meta`` key of every ``tools/call`` that carries ``ctx.idempotency_key``."""
 
+OUTCOME_UNKNOWN_CODE = -32050
+"""The JSON-RPC error code (implementation-defined server error range) of a keyed server's answer
+"the first call with this key is still running, or its outcome is unknown": the client keeps the
+call in doubt (``OutcomeUnknown``) rather than recording a failure that did not happen."""
+
+MetaOf = Callable[[str, dict[str, Any], ToolContext], Mapping[str, Any] | None]
+"""``meta=`` as a function: ``(MCP tool name, arguments, ctx)`` to the ``_meta`` of one call."""
+
 _OVERRIDE_KEYS = frozenset(
     {"effect", "high_impact", "forwards_idempotency_key", "check", "timeout"}
 )
 # JSON-RPC codes of an MCP request whose answer never came: it may have run on the server.
-_NO_ANSWER = frozenset({-32000, -32001, 408})  # connection closed, request timeout (v2; v1)
+# A keyed server's OUTCOME_UNKNOWN_CODE says the same of its own first attempt.
+_NO_ANSWER = frozenset({-32000, -32001, 408, OUTCOME_UNKNOWN_CODE})
 
 
 def _get(obj: Any, *names: str) -> Any:
@@ -88,10 +107,14 @@ def effect_of(annotations: Any) -> tuple[EffectClass, bool]:
     return (EffectClass.IDEMPOTENT if idempotent else EffectClass.NON_IDEMPOTENT), destructive
 
 
-def key_from_meta(meta: Mapping[str, Any] | None) -> str | None:
-    """Server side: the idempotency key a toolledger client sent in a call's ``_meta``."""
-    value = meta.get(KEY_META) if meta else None
-    return value if isinstance(value, str) else None
+def key_from_meta(meta: Mapping[str, Any] | None, names: Sequence[str] = (KEY_META,)) -> str | None:
+    """Server side: the idempotency key a client sent in a call's ``_meta`` — the value of the
+    first of ``names`` it holds as a non-empty string — or ``None``."""
+    for name in names:
+        value = meta.get(name) if meta else None
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 async def tools_from_session(
@@ -101,16 +124,24 @@ async def tools_from_session(
     trust_hints: bool = True,
     prefix: str = "",
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    meta_keys: Sequence[str] = (KEY_META,),
+    meta: Mapping[str, Any] | MetaOf | None = None,
 ) -> ToolSet:
     """Every tool of an initialised MCP ``ClientSession`` (all pages of ``tools/list``) as a
     ``ToolSet``.
 
     ``overrides`` maps a tool's MCP name to any of ``effect``, ``high_impact``,
     ``forwards_idempotency_key``, ``timeout`` and ``check`` (``check(arguments, ctx)``, async or
-    not, returns
-    the existing result or ``None``); a name the server does not list raises
+    not, returns the existing result or ``None``); a name the server does not list raises
     ``ConfigurationError``. ``prefix`` is put before every name the model sees (the call goes to
     the MCP name).
+
+    ``meta_keys`` names the ``_meta`` entries that carry the idempotency key (``KEY_META``, and
+    e.g. ``"idempotencyKey"`` too); ``meta`` is more ``_meta`` for every call — a mapping, or a
+    function of ``(name, arguments, ctx)`` — merged with the key (a different value under one of
+    ``meta_keys`` fails the call before it is sent). Raises ``ConfigurationError`` when the
+    session's ``call_tool`` takes no ``meta`` and a tool is declared to forward the key: the key
+    could not reach the server, and a resume would re-run a call nobody drops.
     """
     listed: list[Any] = []
     cursor: str | None = None
@@ -127,6 +158,8 @@ async def tools_from_session(
         trust_hints=trust_hints,
         prefix=prefix,
         max_result_bytes=max_result_bytes,
+        meta_keys=meta_keys,
+        meta=meta,
     )
 
 
@@ -149,11 +182,14 @@ def tools_from_list(
     trust_hints: bool = True,
     prefix: str = "",
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    meta_keys: Sequence[str] = (KEY_META,),
+    meta: Mapping[str, Any] | MetaOf | None = None,
 ) -> ToolSet:
     """Like ``tools_from_session``, for tools already listed (``list_tools().tools``, or a subset
     of them)."""
     overrides = dict(overrides or {})
     loop = _running_loop()
+    sender = _Sender(session, _checked_meta_keys(meta_keys), meta)
     declared: list[SchemaTool] = []
     names: set[str] = set()
     for mcp_tool in tools:
@@ -170,14 +206,23 @@ def tools_from_list(
                 f"{', '.join(sorted(_OVERRIDE_KEYS))}"
             )
         check = extra.pop("check", None)
+        forwards = bool(extra.pop("forwards_idempotency_key", False))
+        if forwards and sender.takes_meta is False:
+            raise ConfigurationError(
+                f"MCP tool {name!r} is declared to forward its idempotency key, but this "
+                f"session's call_tool takes no meta= ({type(session).__name__}): the key could "
+                "not reach the server, and a resume would run the call again unseen. Use an "
+                "mcp SDK whose ClientSession.call_tool takes meta= (1.2 or later), or do not "
+                "declare the tool forwards_idempotency_key"
+            )
         tool = SchemaTool(
-            _caller(session, name, loop),
+            _caller(sender, name, loop, forwards=forwards),
             name=prefix + name,
             input_schema=_get(mcp_tool, "input_schema", "inputSchema") or {"type": "object"},
             description=_get(mcp_tool, "description") or _get(mcp_tool, "title") or "",
             effect=extra.pop("effect", effect),
             high_impact=bool(extra.pop("high_impact", high_impact)),
-            forwards_idempotency_key=bool(extra.pop("forwards_idempotency_key", False)),
+            forwards_idempotency_key=forwards,
             timeout=extra.pop("timeout", DEFAULT_TIMEOUT),
         )
         if check is not None:
@@ -199,7 +244,7 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 def _caller(
-    session: Any, name: str, loop: asyncio.AbstractEventLoop | None
+    sender: _Sender, name: str, loop: asyncio.AbstractEventLoop | None, *, forwards: bool
 ) -> Callable[[dict[str, Any], ToolContext], Any]:
     async def call(arguments: dict[str, Any], ctx: ToolContext) -> Any:
         if loop is not None and _running_loop() is not loop:
@@ -208,7 +253,9 @@ def _caller(
                 "with `await agent.arun(...)` or `await arun_tool_uses(...)` there"
             )
         try:
-            result = await _call_tool(session, name, arguments, ctx.idempotency_key)
+            result = await sender.call(name, arguments, ctx, forwards=forwards)
+        except ConfigurationError:
+            raise  # nothing was sent
         except Exception as exc:
             code = getattr(getattr(exc, "error", None), "code", None)
             if type(exc).__name__ in ("MCPError", "McpError") and code not in _NO_ANSWER:
@@ -225,13 +272,66 @@ def _caller(
     return call
 
 
-async def _call_tool(session: Any, name: str, arguments: dict[str, Any], key: str) -> Any:
+def _checked_meta_keys(meta_keys: Sequence[str]) -> tuple[str, ...]:
+    keys = (meta_keys,) if isinstance(meta_keys, str) else tuple(meta_keys)
+    if not keys or not all(isinstance(k, str) and k for k in keys):
+        raise ConfigurationError(
+            f"meta_keys must be one or more non-empty _meta names, not {meta_keys!r}"
+        )
+    return keys
+
+
+def _takes_meta(session: Any) -> bool | None:
+    """Whether ``session.call_tool`` takes ``meta=``; ``None`` when its signature cannot be read."""
     try:
-        return await session.call_tool(name, arguments, meta={KEY_META: key})
-    except TypeError as exc:
-        if "meta" not in str(exc):
-            raise
-        return await session.call_tool(name, arguments)  # an SDK without per-call _meta
+        parameters = inspect.signature(session.call_tool).parameters
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return "meta" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
+class _Sender:
+    """Sends one ``tools/call`` with the key in its ``_meta``, merged with the caller's."""
+
+    def __init__(
+        self, session: Any, meta_keys: tuple[str, ...], meta: Mapping[str, Any] | MetaOf | None
+    ) -> None:
+        self.session = session
+        self.meta_keys = meta_keys
+        self.meta = meta
+        self.takes_meta = _takes_meta(session)
+
+    def meta_of(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        extra = self.meta(name, arguments, ctx) if callable(self.meta) else self.meta
+        merged = dict(extra or {})
+        for key_name in self.meta_keys:
+            if merged.get(key_name, ctx.idempotency_key) != ctx.idempotency_key:
+                raise ConfigurationError(
+                    f"the _meta given for MCP tool {name!r} holds {key_name!r}, which carries "
+                    "the call's idempotency key, with another value; nothing was sent"
+                )
+            merged[key_name] = ctx.idempotency_key
+        return merged
+
+    async def call(
+        self, name: str, arguments: dict[str, Any], ctx: ToolContext, *, forwards: bool
+    ) -> Any:
+        if self.takes_meta is False:  # never a forwarding tool: refused when it was built
+            return await self.session.call_tool(name, arguments)
+        meta = self.meta_of(name, arguments, ctx)
+        try:
+            return await self.session.call_tool(name, arguments, meta=meta)
+        except TypeError as exc:
+            if self.takes_meta or "meta" not in str(exc):
+                raise
+            if forwards:
+                raise ConfigurationError(
+                    f"MCP tool {name!r} forwards its idempotency key, but this session's "
+                    "call_tool refused meta=; nothing was sent"
+                ) from exc
+            return await self.session.call_tool(name, arguments)  # an SDK without _meta
 
 
 def _value(result: Any, name: str) -> Any:

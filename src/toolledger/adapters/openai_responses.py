@@ -8,7 +8,7 @@ as text starting with ``ERROR_PREFIX`` (the API has no error flag). Nothing here
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..codec import shallow, valid_unicode
@@ -22,7 +22,7 @@ from ._openai_base import (
     role_content,
     unique,
 )
-from ._shapes import MessageParts, ModelTurn, as_text, field
+from ._shapes import MessageParts, ModelTurn, as_text, field, told
 
 if TYPE_CHECKING:
     from ..tools import ToolSet
@@ -110,6 +110,7 @@ class OpenAIResponses(OpenAIBase):
     """
 
     name = "openai-responses"
+    can_stream = True
     _resource = ("responses",)
 
     def request(
@@ -132,6 +133,20 @@ class OpenAIResponses(OpenAIBase):
         if len(tools):
             kwargs["tools"] = tools.to_openai_responses()
         return {**kwargs, **self.options}
+
+    def stream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
+        with self.client.responses.stream(**kwargs) as events:
+            for event in events:
+                if event.type == "response.output_text.delta" and event.delta:
+                    on_text(event.delta)
+            return _as_sent(events.get_final_response())
+
+    async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
+        async with self.client.responses.stream(**kwargs) as events:
+            async for event in events:
+                if event.type == "response.output_text.delta" and event.delta:
+                    await told(on_text, event.delta)
+            return _as_sent(await events.get_final_response())
 
     def read_response(self, response: Any) -> ModelTurn:
         output = valid_unicode(shallow([plain(item) for item in field(response, "output") or []]))
@@ -212,6 +227,35 @@ class OpenAIResponses(OpenAIBase):
         if messages and self.tool_calls(messages[-1]):
             messages = messages[:-1]  # a pending turn: its results are not due yet
         return responses_pairing_errors(responses_wire(messages))
+
+
+def _as_sent(response: Any) -> dict[str, Any]:
+    """A streamed response as the API sent it: its output items without the fields the SDK's
+    stream helper adds while it parses (``parsed`` on a text part, ``parsed_arguments`` on a
+    function call — not API fields: the API refuses them in a later request's ``input``), its
+    status and usage (what ``read_response`` reads)."""
+    output = [_unparsed(plain(item)) for item in field(response, "output") or []]
+    return {
+        "output": output,
+        "status": field(response, "status"),
+        "usage": plain(field(response, "usage")),
+    }
+
+
+def _unparsed(item: Any) -> Any:
+    if not isinstance(item, dict):
+        return item
+    if item.get("type") == "function_call":
+        return {k: v for k, v in item.items() if k != "parsed_arguments"}
+    if item.get("type") == "message" and isinstance(item.get("content"), list):
+        parts = [
+            {k: v for k, v in p.items() if k != "parsed"}
+            if isinstance(p, dict) and p.get("type") == "output_text"
+            else p
+            for p in item["content"]
+        ]
+        return {**item, "content": parts}
+    return item
 
 
 def responses_wire(messages: Iterable[StoredMessage | Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -7,6 +7,8 @@ exercised end to end:
 * it mints **fresh call ids for every response** (``call_…``), as the API does;
 * it picks the reply by **position**: the number of assistant turns in the request (Chat
   Completions: assistant messages; Responses: runs of output items in ``input``);
+* it **streams** when the request says ``"stream": true``, as each API does (Chat Completions
+  chunks, or the Responses API's typed events), the text in a few pieces;
 * it **rejects a transcript that breaks the call/result pairing rule** with OpenAI's 400
   ``invalid_request_error`` (see ``toolledger.adapters.openai``), so a test fails the way
   production would; every request is logged (``requests``, ``paths``).
@@ -110,9 +112,9 @@ class ScriptedOpenAI(ScriptedServer):
         return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
     def events(self, path: str, payload: dict[str, Any]) -> list[tuple[str | None, Any]]:
-        if path != "/v1/chat/completions":
-            raise NotImplementedError("streamed Responses API replies are not scripted")
-        return _completion_chunks(payload)
+        if path == "/v1/chat/completions":
+            return _completion_chunks(payload)
+        return _response_events(payload)
 
     def _completion(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
@@ -260,3 +262,57 @@ def _completion_chunks(completion: dict[str, Any]) -> list[tuple[str | None, Any
     out.append((None, {**head, "choices": [], "usage": completion["usage"]}))
     out.append((None, "[DONE]"))
     return out
+
+
+def _response_events(response: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    """A Responses API reply as its streaming endpoint sends it: the response created and in
+    progress, each output item added, its text (or arguments) in deltas, done, then the response
+    completed with every item."""
+    events: list[tuple[str | None, Any]] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        events.append((kind, {"type": kind, "sequence_number": len(events), **fields}))
+
+    started = {**response, "status": "in_progress", "output": [], "usage": None}
+    emit("response.created", response=started)
+    emit("response.in_progress", response=started)
+    for index, item in enumerate(response["output"]):
+        where = {"output_index": index, "item_id": item["id"]}
+        if item["type"] == "message":
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "content": []},
+            )
+            for c, part in enumerate(item["content"]):
+                empty = {**part, "text": ""}
+                emit("response.content_part.added", **where, content_index=c, part=empty)
+                for piece in pieces(part["text"]):
+                    emit(
+                        "response.output_text.delta",
+                        **where,
+                        content_index=c,
+                        delta=piece,
+                        logprobs=[],
+                    )
+                emit(
+                    "response.output_text.done",
+                    **where,
+                    content_index=c,
+                    text=part["text"],
+                    logprobs=[],
+                )
+                emit("response.content_part.done", **where, content_index=c, part=part)
+        else:  # a function call: its arguments in two halves
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
+            raw = item["arguments"]
+            for half in (raw[: len(raw) // 2], raw[len(raw) // 2 :]):
+                emit("response.function_call_arguments.delta", **where, delta=half)
+            emit("response.function_call_arguments.done", **where, arguments=raw, name=item["name"])
+        emit("response.output_item.done", output_index=index, item=item)
+    emit("response.completed", response=response)
+    return events
