@@ -1,13 +1,17 @@
-"""Backend wrappers for tests: count commits, fail chosen ones, race a second worker."""
+"""Backend wrappers for tests: count commits, fail chosen ones, race a second worker; a live
+worker elsewhere holding a session."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 import toolledger as tl
 from toolledger.errors import StoreUnavailableError
-from toolledger.ops import InsertEffect, Op, UpdateEffect
-from toolledger.records import EffectRecord, Status
+from toolledger.ops import DropLease, HoldLease, InsertEffect, Op, TakeLease, UpdateEffect
+from toolledger.records import EffectRecord, Holder, Lease, Status
 from toolledger.stores.contract import Backend
 
 
@@ -58,3 +62,45 @@ def writes_status(status: Status) -> Callable[[Sequence[Op]], bool]:
     return lambda ops: any(
         isinstance(op, (InsertEffect, UpdateEffect)) and op.record.status is status for op in ops
     )
+
+
+@contextlib.contextmanager
+def held_elsewhere(
+    store: tl.Store,
+    session_id: str,
+    *,
+    ttl: float,
+    every: float,
+    token: int = 1,
+    expect_token: int = 0,
+    gives_back_after: float | None = None,
+) -> Iterator[Lease]:
+    """A live worker on another host holds ``session_id``: it takes the lease (``token``, over
+    ``expect_token``), renews it every ``every`` seconds on the store's clock and — after
+    ``gives_back_after`` seconds, if given — gives it back. Stopped when the block ends."""
+    lease = Lease(
+        session_id=session_id,
+        owner="other-host:1:x",
+        token=token,
+        expires_at=store.now() + ttl,
+        holder=Holder(host="other-host", pidns="1", pid=1, start=1),
+        ttl=ttl,
+    )
+    store.backend.apply(session_id, [TakeLease(lease, expect_token=expect_token)])
+    stop = threading.Event()
+    began = time.monotonic()
+
+    def renew() -> None:
+        while not stop.wait(every):
+            if gives_back_after is not None and time.monotonic() - began >= gives_back_after:
+                store.backend.apply(session_id, [DropLease(session_id, token)])
+                return
+            store.backend.apply(session_id, [HoldLease(session_id, token, store.now() + ttl)])
+
+    renewer = threading.Thread(target=renew, daemon=True)
+    renewer.start()
+    try:
+        yield lease
+    finally:
+        stop.set()
+        renewer.join()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,8 @@ from toolledger.records import Holder, Lease, Status
 from toolledger.testing import elsewhere
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import World
+
+from ..helpers import held_elsewhere
 
 CALL = ToolUse("slow_send", {"to": "a@b"})
 
@@ -132,45 +132,14 @@ def test_a_taken_over_worker_s_call_is_never_run_twice(
     assert len(world.executions("slow_send")) == 1
 
 
-@contextlib.contextmanager
-def renewing(store: tl.Store, lease: Lease, every: float) -> Iterator[None]:
-    """A live holder elsewhere: it renews ``lease`` every ``every`` seconds (on the store's
-    clock) while the block runs."""
-    stop = threading.Event()
-
-    def beat() -> None:
-        while not stop.wait(every):
-            store.backend.apply(
-                lease.session_id,
-                [HoldLease(lease.session_id, lease.token, store.now() + (lease.ttl or 30))],
-            )
-
-    thread = threading.Thread(target=beat, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
 def test_a_live_worker_s_lease_is_not_taken_by_a_skewed_clock(store: tl.Store) -> None:
     """A worker on another host whose clock is an hour ahead comes for a session whose holder,
     elsewhere, keeps renewing: on a server's clock the lease has not expired; on a file store
     (each machine's own clock) it is seen renewed. Busy either way — never taken."""
     with ScriptedModel([Reply(text="hi")]) as m:
         agent = tl.Agent(client=m.client(), model="x", tools=[], store=store, lease_ttl=30)
-        live = Lease(
-            session_id="s",
-            owner="a:1:x/run",
-            token=1,
-            expires_at=store.now() + 1.5,
-            holder=Holder(host="host-a", pidns="1", pid=1, start=1),
-            ttl=1.5,
-        )
-        store.backend.apply("s", [TakeLease(live, expect_token=0)])
         ahead = tl.Agent(client=m.client(), model="x", tools=[], store=elsewhere(store, skew=3600))
-        with renewing(store, live, every=0.5):
+        with held_elsewhere(store, "s", ttl=1.5, every=0.5):
             until = time.monotonic() + 2.0  # past its first expiry, across several renewals
             while time.monotonic() < until:
                 with pytest.raises(tl.SessionBusyError):

@@ -4,18 +4,16 @@ free lease is run again — once — and the rest are left alone."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 import toolledger as tl
 from toolledger.cli.app import main
-from toolledger.ops import HoldLease, TakeLease
-from toolledger.records import Holder, Lease
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import AgentSpec, World, run_agent
+
+from ..helpers import held_elsewhere
 
 AGENT_MODULE = """
 import anthropic
@@ -47,46 +45,19 @@ def test_resume_all_after_a_fleet_restart(
             "turns": 2,
             "alerts": 0,
         }
-        store = tl.open_store(url)
-        busy = Lease(
-            session_id="crashed-2",
-            owner="other-host:1:x",
-            token=9,
-            expires_at=time.time() + 600,
-            holder=Holder(host="other-host", pidns="1", pid=1, start=1),
-            ttl=0.6,
-        )
-        store.backend.apply("crashed-2", [TakeLease(busy, expect_token=1)])
-        # Its holder lives, elsewhere: it renews the lease every 0.2 s.
-        stop = threading.Event()
-
-        def renew() -> None:
-            while not stop.wait(0.2):
-                store.backend.apply("crashed-2", [HoldLease("crashed-2", 9, time.time() + 600)])
-
-        renewer = threading.Thread(target=renew, daemon=True)
-        renewer.start()
         (tmp_path / "fleet_agent.py").write_text(
             AGENT_MODULE.format(base_url=model.url, world=world.path)
         )
         monkeypatch.chdir(tmp_path)
-        code = main(
-            [
-                "resume-all",
-                "--agent",
-                "fleet_agent:make_agent",
-                "--store",
-                url,
-                "--workers",
-                "2",
-                "--json",
-            ]
-        )
+        argv = ["resume-all", "--agent", "fleet_agent:make_agent", "--store", url]
+        # crashed-2's holder lives, elsewhere: it renews its lease every 0.2 s.
+        with (
+            tl.open_store(url) as store,
+            held_elsewhere(store, "crashed-2", ttl=0.6, every=0.2, token=9, expect_token=1),
+        ):
+            code = main([*argv, "--workers", "2", "--json"])
         rows = json.loads(capsys.readouterr().out)
         assert model.rejected == []
-        stop.set()
-        renewer.join()
-        store.close()
     assert code == 0
     assert sorted((r["session_id"], r["status"]) for r in rows) == [
         ("crashed-0", "completed"),

@@ -5,7 +5,6 @@ does not know the agent. (Many workers and kills: ``test_dbos_fleet.py``.)"""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,11 +13,10 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-from toolledger.ops import DropLease, HoldLease, TakeLease
-from toolledger.records import Holder, Lease
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import World
 
+from ..helpers import held_elsewhere
 from .conftest import require
 
 require("dbos", "dbos")
@@ -119,28 +117,13 @@ def test_a_session_another_worker_holds_is_waited_for(
 ) -> None:
     world = World(tmp_path / "world")
     script = [Reply(tool_uses=[ToolUse("ensure_ticket", {"title": "t"})]), Reply(text="done")]
-    held = Lease(
-        session_id="held",
-        owner="other-host:1:x",
-        token=1,
-        expires_at=store.now() + 0.6,
-        holder=Holder(host="other-host", pidns="1", pid=1, start=1),
-        ttl=0.6,
-    )
-    store.backend.apply("held", [TakeLease(held, expect_token=0)])
-
-    def another_worker() -> None:  # alive for 4 s, renewing; then it gives the session back
-        for _ in range(20):
-            time.sleep(0.2)
-            store.backend.apply("held", [HoldLease("held", 1, store.now() + 0.6)])
-        store.backend.apply("held", [DropLease("held", 1)])
-
-    worker = threading.Thread(target=another_worker, daemon=True)
-    worker.start()
-    with ScriptedModel(script) as model:
+    # Another worker lives for 4 s, renewing its lease; then it gives the session back.
+    with (
+        held_elsewhere(store, "held", ttl=0.6, every=0.2, gives_back_after=4.0),
+        ScriptedModel(script) as model,
+    ):
         register(model, store, world)
         outcome = tl_dbos.enqueue(session="held", prompt="go").get_result()
-    worker.join()
     assert outcome.status is tl.RunStatus.COMPLETED
     assert outcome.attempts > 1 and outcome.waited > 0, outcome
     assert [t["title"] for t in world.tickets()] == ["t"]
