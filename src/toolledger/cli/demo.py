@@ -171,6 +171,7 @@ def run_demo(console: Console, *, directory: Path | None, as_json: bool) -> int:
     from ..stores import open_store
     from ..testing.scripted import ScriptedModel
     from . import render
+    from .output import Out
 
     with tempfile.TemporaryDirectory(prefix="toolledger-demo-") as tmp:
         base = directory or Path(tmp)
@@ -251,7 +252,7 @@ def run_demo(console: Console, *, directory: Path | None, as_json: bool) -> int:
             f"   tickets: [bold]{tickets}[/bold], e-mails sent: [bold]{emails}[/bold], "
             f"requests that broke the tool_use/tool_result rule: {len(rejected)}"
         )
-        console.print(render.timeline_table(events, f"timeline of {SESSION}"))
+        Out(console).grid(render.timeline_table(events, f"timeline of {SESSION}"))
         if ok:
             console.print(
                 "[bold green]one ticket, one e-mail: nothing happened twice.[/bold green]"

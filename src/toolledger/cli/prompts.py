@@ -5,11 +5,11 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 from typing import TYPE_CHECKING
 
 from ..gate import ApprovalRequest, Decision
+from .format import user
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -49,4 +49,4 @@ def terminal(request: ApprovalRequest) -> Decision:
     approved = ask_approval(request)
     if approved is None:  # no terminal: nobody said yes
         return Decision(approved=False, by="terminal: no terminal to ask on")
-    return Decision(approved=approved, by=f"terminal:{getpass.getuser()}")
+    return Decision(approved=approved, by=f"terminal:{user()}")

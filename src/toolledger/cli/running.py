@@ -11,6 +11,7 @@ from rich.console import Console
 
 from . import render
 from ._command import emit_json, store_of
+from .output import Out
 
 __all__ = ["cmd_audit", "cmd_bench", "cmd_demo", "cmd_resume_all"]
 
@@ -53,7 +54,7 @@ def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         emit_json(rows)
     else:
-        console.print(render.resumed_table(rows))
+        Out(console).grid(render.resumed_table(rows))
     return 1 if any(r.error is not None for r in done) else 0
 
 
