@@ -43,7 +43,7 @@ def cmd_fork(args: argparse.Namespace, console: Console) -> int:
     """Fork a session: a new session whose transcript is this one's through the end of turn K,
     carrying those turns' ledger records. Every call after turn K that took effect (or may have)
     is listed on the fork and, unless --ignore-effects, told to the model in a note."""
-    with store_of(args) as store:
+    with store_of(args, write=True) as store:
         if not known_session(store, args.session):
             return no_session(console, args, store)
         new = fork(
@@ -78,7 +78,7 @@ def cmd_rewind(args: argparse.Namespace, console: Console) -> int:
     """Rewind a session to the end of turn K, in place. The later turns are kept as an abandoned
     branch (see `toolledger history`), never deleted; every call of them that took effect (or
     may have) is listed and, unless --ignore-effects, told to the model in a note."""
-    with store_of(args) as store:
+    with store_of(args, write=True) as store:
         if not known_session(store, args.session):
             return no_session(console, args, store)
         entry = rewind(

@@ -42,7 +42,7 @@ def cmd_prune(args: argparse.Namespace, console: Console) -> int:
     than --older-than, one transaction each: state, transcript, records, approvals. Never one
     with a call in progress or in doubt, a pending approval or a held lease. Their calls are
     forgotten: `toolledger export` keeps a copy first."""
-    with store_of(args) as store:
+    with store_of(args, write=not args.dry_run) as store:
         report = store.prune(older_than=args.older_than, status=args.status, dry_run=args.dry_run)
     if args.json:
         emit_json(_report_json(report))

@@ -27,7 +27,7 @@ def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
     if isinstance(target, Agent):
         agent = target
     elif callable(target):
-        agent = target(store_of(args))
+        agent = target(store_of(args, write=True))
         if not isinstance(agent, Agent):
             console.print(
                 f"[red]{args.agent} returned a {type(agent).__name__}, not an Agent[/red]"

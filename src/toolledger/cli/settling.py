@@ -38,7 +38,7 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
                 f"[red]--result is not JSON the model can be told: {escape(str(exc))}[/red]"
             )
             return 2
-    with store_of(args) as store:
+    with store_of(args, write=True) as store:
         record = store.ledger(args.session).resolve(
             args.tool_use_id, happened=args.happened, result=result, by=args.by, force=args.force
         )
@@ -84,7 +84,7 @@ def cmd_approvals(args: argparse.Namespace, console: Console) -> int:
 
 
 def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
-    with store_of(args) as store:
+    with store_of(args, write=True) as store:
         record = approvals.decide(
             store, args.session, args.tool_use_id, approved=approved, by=args.by
         )

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from ..errors import CorruptLedgerError, SessionConflictError, StoreError, StoreUnavailableError
 from ..ops import Op
@@ -66,10 +67,13 @@ def translate(exc: sqlite3.Error, url: str, action: str) -> StoreError:
 class SQLiteBackend:
     durable = True
 
-    def __init__(self, path: str, *, url: str, create: bool = True) -> None:
+    def __init__(
+        self, path: str, *, url: str, create: bool = True, read_only: bool = False
+    ) -> None:
         self.url = url
         self.path = path
-        if not create and path != ":memory:" and not Path(path).is_file():
+        self.read_only = read_only and path != ":memory:"
+        if (not create or self.read_only) and path != ":memory:" and not Path(path).is_file():
             raise StoreUnavailableError(
                 f"no store at {url}: {Path(path).resolve()} does not exist. Check the URL "
                 "(--store or $TOOLLEDGER_STORE; sqlite:///relative.db, sqlite:////absolute.db).",
@@ -85,6 +89,10 @@ class SQLiteBackend:
         self._leading = False
         self._waiting = 0
         self.commits = 0  # physical commits (transactions), for tests and benchmarks
+        if self.read_only:
+            self._conn = _open_read_only(path, url)
+            self._identity = None
+            return
         if path != ":memory:":
             _create_owner_only(Path(path))
         try:
@@ -349,6 +357,65 @@ class SQLiteBackend:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _open_read_only(path: str, url: str) -> sqlite3.Connection:
+    """A connection that cannot write, for the commands that only look (a store on read-only
+    media, a bind mount, a copy owned by someone else).
+
+    ``mode=ro`` first: it reads the write-ahead log, so it sees every commit, but SQLite needs
+    the ``-shm`` file (or a directory it may create it in). Where that fails and there is no WAL
+    to read — a checkpointed file — ``immutable=1`` reads the file alone, with no locks; with a
+    WAL holding commits it would miss them, so then it is an error that says why. The schema
+    is never migrated: a store older than this release is copied into memory and the copy
+    migrated; a newer one is refused (``SchemaVersionError``).
+    """
+    target = quote(os.path.abspath(path))
+    wal = Path(f"{path}-wal")
+    try:
+        conn = sqlite3.connect(
+            f"file:{target}?mode=ro", uri=True, isolation_level=None, check_same_thread=False,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+        )  # fmt: skip
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error as exc:
+        if wal.exists() and wal.stat().st_size > 0:
+            raise StoreUnavailableError(
+                f"{url} cannot be read without write access ({exc}): its write-ahead log "
+                f"{wal} holds commits not yet in the database file, and SQLite reads them "
+                "only with a -shm file it can create. Open it once as a user who may write "
+                "there (any command that writes checkpoints it), or copy the files somewhere "
+                "writable.",
+                url=url,
+            ) from exc
+        try:
+            conn = sqlite3.connect(
+                f"file:{target}?immutable=1", uri=True, isolation_level=None,
+                check_same_thread=False,
+            )  # fmt: skip
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.Error as exc2:
+            raise translate(exc2, url, "opening read-only") from exc2
+    error = too_new(version, url)
+    if error is not None:
+        conn.close()
+        raise error
+    if version < len(MIGRATIONS):
+        # Written by an earlier release: read a migrated copy in memory, never touch the file.
+        copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        try:
+            conn.backup(copy)
+            for migration in MIGRATIONS[version:]:
+                copy.executescript(migration)
+            copy.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+        except sqlite3.Error as exc:
+            copy.close()
+            raise translate(exc, url, "reading an older store") from exc
+        finally:
+            conn.close()
+        return copy
+    return conn
 
 
 def _identity(path: str, url: str) -> tuple[int, int] | None:
