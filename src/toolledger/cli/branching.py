@@ -21,8 +21,9 @@ from ..lineage import Branch, BranchKind, ForkedEffect
 from ..masking import masked, masked_text
 from ..tools import ToolSet
 from ._command import emit_json, known_session, no_session, store_of
-from .format import user, when
+from .format import when
 from .output import Out
+from .prompts import user
 from .render import preview, safe
 
 __all__ = [

@@ -1,15 +1,12 @@
-"""How the CLI writes a few values for people: status colours, instants, who ran an attempt,
-who is at the keyboard."""
+"""How the CLI writes a few values for people: status colours, instants, who ran an attempt."""
 
 from __future__ import annotations
 
-import getpass
-import os
 from datetime import UTC, datetime
 
 from ..records import EffectRecord
 
-__all__ = ["STATUS_STYLE", "owner", "user", "when"]
+__all__ = ["STATUS_STYLE", "owner", "when"]
 
 STATUS_STYLE = {
     "succeeded": "green",
@@ -43,17 +40,3 @@ def owner(r: EffectRecord) -> str:
     if r.lease_token is not None:
         who += f", lease #{r.lease_token}"
     return who
-
-
-def user() -> str:
-    """Who runs this command, for ``--by``: the login name, else ``uid N``.
-
-    ``getpass.getuser()`` reads ``$LOGNAME``, ``$USER``… then the password database, and a
-    process under a uid with no entry there and none of those variables (a container's random
-    uid) gets ``KeyError`` (``OSError`` from Python 3.13): that must not stop a person settling
-    a call.
-    """
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError, ImportError):
-        return f"uid {os.getuid()}"
