@@ -7,7 +7,8 @@ durable and CPU only; statements per turn), sizes (every approach at N = 100, 1k
 (commit sharing within a turn, across concurrent sessions, threads against asyncio tasks, and
 16 processes against a bare loop of the same commits), postgres (a record next to a bare INSERT,
 throughput with 1, 4 and 16 worker processes and against a bare loop, round trips per call;
-skipped without a server), hot (profile-guided patches, bench-only).
+skipped without a server), hot (profile-guided patches, bench-only), cli (``toolledger show``,
+``history`` and ``effects`` of a 5,000-turn session: wall time and peak memory).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from rich.console import Console
 import toolledger as tl
 
 from . import (
+    cli_reads,
     core,
     cpu,
     floor,
@@ -42,7 +44,7 @@ from . import (
 )
 from .measure import Contender, interleaved
 
-SECTIONS = ("main", "sizes", "lookups", "long", "group", "postgres", "hot")
+SECTIONS = ("main", "sizes", "lookups", "long", "group", "postgres", "hot", "cli")
 
 
 @dataclass(frozen=True)
@@ -320,6 +322,11 @@ def run_postgres(results: report.Results, plan: Plan, d: Path, stack: ExitStack)
     results.pg_round_trips = pg.round_trips(url, stack, plan.n_pg)
 
 
+def run_cli(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+    turns = 500 if plan is SMOKE else 5000
+    results.cli_reads = "\n".join(cli_reads.table(turns, cli_reads.run(turns, d))) + "\n"
+
+
 RUNNERS = {
     "main": run_main,
     "sizes": run_sizes,
@@ -328,6 +335,7 @@ RUNNERS = {
     "group": run_group,
     "postgres": run_postgres,
     "hot": run_hot,
+    "cli": run_cli,
 }
 
 

@@ -33,6 +33,7 @@ from .retention import cmd_export, cmd_prune, duration
 from .running import cmd_audit, cmd_bench, cmd_demo, cmd_resume_all
 from .serving import TOKEN_ENV, cmd_console
 from .settling import cmd_approvals, cmd_approve, cmd_deny, cmd_resolve
+from .window import LAST_RECORDS, LAST_TURNS, add_window
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -108,14 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     add("sessions", cmd_sessions)
-    p = add("show", cmd_show)
-    p.add_argument("session")
-    show_secrets(p)
-    _history(add, show_secrets)
+    _reading(add, show_secrets)
     add_branching(add, show_secrets)
-    p = add("effects", cmd_effects)
-    p.add_argument("session")
-    show_secrets(p)
     show_secrets(add("in-doubt", cmd_in_doubt))
     p = add("resolve", cmd_resolve)
     p.add_argument("session")
@@ -168,12 +163,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _history(
+def _reading(
     add: Callable[..., argparse.ArgumentParser],
     show_secrets: Callable[[argparse.ArgumentParser], None],
 ) -> None:
+    """``show``, ``effects`` and ``history``: one session, its latest turns (or records) by
+    default."""
+    p = add("show", cmd_show)
+    p.add_argument("session")
+    add_window(p, "turn", LAST_TURNS)
+    show_secrets(p)
+    p = add("effects", cmd_effects)
+    p.add_argument("session")
+    add_window(p, "record", LAST_RECORDS)
+    show_secrets(p)
     p = add("history", cmd_history)
     p.add_argument("session")
+    add_window(p, "turn", LAST_TURNS)
     p.add_argument(
         "--tools",
         metavar="MODULE:TOOLSET",

@@ -22,6 +22,7 @@ from .branching import branch_lines, branches_json
 from .format import when
 from .output import Col, Grid, Out
 from .render import preview, safe
+from .window import window_of
 
 __all__ = ["cmd_history", "history_json", "history_table"]
 
@@ -50,10 +51,13 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
             return no_session(console, args, store)
         turns = store.history(args.session, tools=tools)
         branches = store.branches(args.session, tools=tools)
+    window = window_of(args, len(turns), "turn")
+    turns = turns[window.first - 1 : window.last]
     reveal = args.show_secrets
     if args.json:
         emit_json(
             {
+                "window": window.as_json(),
                 "session_id": args.session,
                 "turns": history_json(turns, reveal=reveal),
                 "branches": branches_json(
@@ -63,7 +67,11 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
         )
         return 0
     out = Out(console)
+    if window.note():
+        out.note(window.note())
     out.grid(history_table(turns, f"history of {args.session}", reveal=reveal))
+    if window.note():
+        out.note(window.note())
     for h in branches:
         for line in branch_lines(h.branch, reveal=reveal):
             out.note(line)

@@ -18,6 +18,8 @@ from ._command import emit_json, known_session, no_session, store_of, url_of
 from .branching import branch_json, branch_lines
 from .output import Layout, Out
 from .render import safe
+from .timeline import timeline_window
+from .window import window_of
 
 __all__ = [
     "Overview",
@@ -110,10 +112,16 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         if not known_session(store, args.session):
             return no_session(console, args, store)
         state = store.session(args.session)
-        events = render.timeline(store, args.session, reveal=args.show_secrets)
+        events, window = timeline_window(
+            store,
+            args.session,
+            lambda total: window_of(args, total, "turn"),
+            reveal=args.show_secrets,
+        )
     if args.json:
         emit_json(
             {
+                "window": window.as_json(),
                 "session": render.session_json(state) if state else None,
                 "lineage": [branch_json(b, reveal=args.show_secrets) for b in state.lineage]
                 if state
@@ -135,7 +143,11 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         for b in state.lineage:
             for line in branch_lines(b, reveal=args.show_secrets):
                 out.note(Text("  ").append_text(line))
+    if window.note():
+        out.note(window.note())
     out.grid(render.timeline_table(events, f"timeline of {args.session}"))
+    if window.note():
+        out.note(window.note())
     return 0
 
 
@@ -145,12 +157,17 @@ def cmd_effects(args: argparse.Namespace, console: Console) -> int:
         if not known_session(store, args.session):
             return no_session(console, args, store)
         records = store.ledger(args.session).records()
+    window = window_of(args, len(records), "record")
+    records = records[window.first - 1 : window.last]
     if args.json:
         emit_json([render.effect_json(r, reveal=args.show_secrets) for r in records])
-    else:
-        Out(console).grid(
-            render.effects_table(records, f"effects of {args.session}", reveal=args.show_secrets)
-        )
+        return 0
+    out = Out(console)
+    if window.note():
+        out.note(window.note())
+    out.grid(render.effects_table(records, f"effects of {args.session}", reveal=args.show_secrets))
+    if window.note():
+        out.note(window.note())
     return 0
 
 
