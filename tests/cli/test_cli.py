@@ -180,10 +180,23 @@ def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_demo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--dir keeps the store (the path it names exists afterwards, and holds the story); a
+    rerun on the same directory starts a fresh story and says so."""
     code, report = cli(capsys, "demo", "--dir", str(tmp_path), "--json")
     assert code == 0, report
     assert report["ok"] and report["killed"] and report["status"] == "completed"
     assert report["tickets"] == 1 and report["emails"] == 1
+    assert report["store"] == f"sqlite:///{tmp_path / 'demo.db'}" and not report["fresh_start"]
+    with tl.open_store(report["store"]) as store:
+        assert [s.session_id for s in store.session_states()] == ["outage-42"]
+    code, again = cli(capsys, "demo", "--dir", str(tmp_path), "--json")
+    assert code == 0, again
+    assert again["ok"] and again["fresh_start"], "a rerun tells the same story, from the start"
+    assert again["tickets"] == 1 and again["emails"] == 1
+    assert len(list((tmp_path / "world" / "tickets").iterdir())) == 1
+    assert main(["demo", "--dir", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "held an earlier demo run" in out and f"in {tmp_path}; look again with" in out
 
 
 def test_demo_as_a_newcomer_runs_it() -> None:
@@ -196,6 +209,7 @@ def test_demo_as_a_newcomer_runs_it() -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "nothing happened twice" in proc.stdout
+    assert "a temporary directory, removed when the demo ends" in " ".join(proc.stdout.split())
 
 
 def test_a_call_in_progress_is_shown_as_such_and_cannot_be_resolved_without_force(
