@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,all,recipes]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs,all,recipes]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -2,7 +2,7 @@
 
 A ``started`` record is *in progress* while its attempt may still take effect, and only then is
 it safe to leave alone; once its attempt is provably over it is *in doubt* and may be settled
-(DESIGN.md rules 12-13; docs/design.md, "Concurrency"). What counts as proof:
+(docs/design.md, rules 12-13 and "Concurrency"). What counts as proof:
 
 * **this process** — the attempt is registered in flight here (``Runtime.in_flight``) from before
   its intent commits until after its outcome commits: in progress exactly while registered;

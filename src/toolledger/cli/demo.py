@@ -1,8 +1,8 @@
-"""``toolledger demo``: the brief's story, end to end, with no network.
+"""``toolledger demo``: the story toolledger exists for, end to end, with no network.
 
 A customer reports an outage; the agent opens a ticket and e-mails the customer. The agent
 process is ``SIGKILL``ed right after ``create_ticket`` succeeded — before its result was recorded,
-the exact gap the brief is about — then restarted on the same session. The ticket system ends up
+the exact gap toolledger closes — then restarted on the same session. The ticket system ends up
 with one ticket, the customer with one e-mail, and the timeline says why.
 
 The model is a scripted Messages API on 127.0.0.1, driven by the real ``anthropic`` SDK when it

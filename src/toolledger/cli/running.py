@@ -85,8 +85,9 @@ def cmd_audit(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    """The brief's story end to end, offline: an agent is killed right after opening a ticket,
-    resumed, and opens exactly one."""
+    """The story end to end, offline: an agent is killed right after opening a ticket, resumed,
+    and opens exactly one (--dir DIR keeps its store to look at afterwards; a rerun there
+    starts afresh)."""
     from .demo import run_demo
 
     return run_demo(console, directory=args.dir, as_json=args.json)

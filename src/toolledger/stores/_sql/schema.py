@@ -78,7 +78,7 @@ SQLITE_MIGRATIONS: list[str] = [
         expires_at REAL    NOT NULL
     ) WITHOUT ROWID;
     """,
-    # 4: an attempt's owner and end (DESIGN.md rule 12) and the attempts it replaced; the
+    # 4: an attempt's owner and end (docs/design.md, rule 12) and the attempts it replaced; the
     # lease holder's process. Rows written before have NULLs: see EffectRecord and Lease.
     """
     ALTER TABLE effects ADD COLUMN holder TEXT;
@@ -186,7 +186,7 @@ POSTGRES_MIGRATIONS: list[str] = [
         expires_at DOUBLE PRECISION NOT NULL
     )
     """,
-    # 4: an attempt's owner and end (DESIGN.md rule 12) and the attempts it replaced; the
+    # 4: an attempt's owner and end (docs/design.md, rule 12) and the attempts it replaced; the
     # lease holder's process. Rows written before have NULLs: see EffectRecord and Lease.
     """
     ALTER TABLE effects ADD COLUMN holder TEXT;

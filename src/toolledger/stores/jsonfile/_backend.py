@@ -77,7 +77,7 @@ class JSONBackend:
                     return cached[2]
                 data = fh.read()
         except FileNotFoundError:
-            # A missing ledger is an empty one (DESIGN.md rule 5) — unless the line creating
+            # A missing ledger is an empty one (docs/design.md, rule 5) — unless the line creating
             # the session carried its records, and the process died before it wrote the file.
             inline = self._load_log(session_id).records
             return {} if inline is None else inline

@@ -12,7 +12,7 @@ persisted queue).
 A tool's effect happens at one instant of its run (when its request is "sent"). A tool that
 *honours its deadline* checks ``ctx.deadline`` against its own host's clock before sending, and
 fails instead of sending late — as a client given ``ctx.remaining()`` as its timeout does. One
-that does not may send after its deadline: the documented limit (DESIGN.md rule 14).
+that does not may send after its deadline: the documented limit (docs/design.md, rule 14).
 """
 
 from __future__ import annotations
