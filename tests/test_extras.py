@@ -10,8 +10,7 @@ import pytest
 
 CASES = {
     "anthropic": (
-        "from toolledger.testing import ScriptedModel\n"
-        "with ScriptedModel([]) as m:\n    m.client()"
+        "from toolledger.testing import ScriptedModel\nwith ScriptedModel([]) as m:\n    m.client()"
     ),
     "openai": (
         "from toolledger.testing.scripted_openai import ScriptedOpenAI\n"
