@@ -3,9 +3,9 @@
 A ``python`` block is a complete program — imports included, every name defined — run here
 against the scripted model and a local store, in a directory of its own; or its fence says
 ``title="fragment: …"`` and its page also holds a complete program, or the title names one in
-``examples/`` (each run by ``tests/test_examples.py``) or ``tests/`` (run by the suite). In a shell block, every ``toolledger``
-command parses, every ``make`` target exists and every ``pip install 'toolledger[…]'`` names
-extras that exist. A ``json`` block parses.
+``examples/`` (each run by ``tests/test_examples.py``) or ``tests/`` (run by the suite). In a
+shell block, every ``toolledger`` command parses, every ``make`` target exists and every
+``pip install 'toolledger[…]'`` names extras that exist.
 """
 
 from __future__ import annotations
