@@ -247,10 +247,11 @@ def _introduce(console: Console, store_url: str, *, kept: bool, again: bool, bas
             "removed, and the story starts again.[/yellow]"
         )
     if not _has_sdk():
-        console.print(
-            "[dim]The anthropic SDK is not installed: the agent talks to its scripted model "
-            "over plain HTTP (pip install 'toolledger[anthropic]' for your own agents).[/dim]"
+        note = (
+            "The anthropic SDK is not installed: the agent talks to its scripted model over "
+            "plain HTTP (pip install 'toolledger[anthropic]' for your own agents)."
         )
+        console.print(f"[dim]{escape(note)}[/dim]")
 
 
 def run_demo(console: Console, *, directory: Path | None, as_json: bool) -> int:
