@@ -32,6 +32,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = SHARED.get(item.nodeid.split("::", 1)[0])
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
 BACKENDS = [*EMBEDDED, "postgres"]
 
 
