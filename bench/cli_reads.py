@@ -169,13 +169,13 @@ VIEWS: tuple[tuple[str, ...], ...] = (
 )
 
 
-def run(turns: int, directory: Path) -> list[Measured]:
+def run(turns: int, directory: Path, views: tuple[tuple[str, ...], ...] = VIEWS) -> list[Measured]:
     """Build the session, then measure each view in a process of its own (so that each peak is
     that command's own)."""
     url = f"sqlite:///{directory / 'day-two.db'}"
     build(url, turns)
     out = []
-    for view in VIEWS:
+    for view in views:
         probe = subprocess.run(
             [sys.executable, "-m", "bench.cli_reads", "--measure", url, *view],
             capture_output=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -189,14 +190,25 @@ def test_demo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert report["store"] == f"sqlite:///{tmp_path / 'demo.db'}" and not report["fresh_start"]
     with tl.open_store(report["store"]) as store:
         assert [s.session_id for s in store.session_states()] == ["outage-42"]
-    code, again = cli(capsys, "demo", "--dir", str(tmp_path), "--json")
-    assert code == 0, again
-    assert again["ok"] and again["fresh_start"], "a rerun tells the same story, from the start"
-    assert again["tickets"] == 1 and again["emails"] == 1
-    assert len(list((tmp_path / "world" / "tickets").iterdir())) == 1
+    # Again on the same directory: a fresh story, said so, and the world holds its one ticket.
     assert main(["demo", "--dir", str(tmp_path)]) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert "held an earlier demo run" in out and f"in {tmp_path}; look again with" in out
+    printed = capsys.readouterr().out
+    out = " ".join(printed.split())
+    assert "held an earlier demo run" in out and "nothing happened twice" in out
+    assert f"in {tmp_path}; look again with" in out
+    assert len(list((tmp_path / "world" / "tickets").iterdir())) == 1
+    assert len(list((tmp_path / "world" / "outbox").iterdir())) == 1
+    # The command it prints, pasted as printed, shows the story it tells.
+    (look,) = [line for line in printed.splitlines() if line.startswith("toolledger ")]
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    shown = subprocess.run(
+        ["bash", "-c", look],
+        env={**os.environ, "PATH": path},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert shown.returncode == 0 and "create_ticket" in shown.stdout, shown.stderr
 
 
 def test_demo_as_a_newcomer_runs_it() -> None:
