@@ -33,9 +33,9 @@ browser:
 
 # The suite on WORKERS processes (pytest-xdist); tests that share a module's server or browser
 # stay together (tests/conftest.py). Most tests wait on processes, disks and sockets more than
-# they compute, so twice the cores keeps both busy. The suite runs every snippet of the README
+# they compute, so a worker more than the cores keeps them busy. The suite runs every snippet of the README
 # and docs, and builds the wheel and runs the demo from it in a fresh venv (tests/test_release.py).
-WORKERS ?= 4
+WORKERS ?= 3
 pytest: $(STAMP) browser
 	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup
 

@@ -265,7 +265,9 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     with tl.open_store(url) as store:
         ops = [InsertEffect(started("big", f"toolu_{n:06d}_{'x' * 40}")) for n in range(3000)]
         store.backend.apply("big", ops)
-    for argv in (["effects", "big"], ["effects", "big", "--json"], ["in-doubt"]):
+    # Each output is far larger than a pipe's 64 KiB: the writer blocks until the reader has
+    # gone, so it must meet the closed pipe.
+    for argv in (["effects", "big", "--all"], ["effects", "big", "--all", "--json"], ["in-doubt"]):
         proc = subprocess.Popen(
             [sys.executable, "-m", "toolledger", *argv, "--store", url],
             stdout=subprocess.PIPE,

@@ -55,8 +55,10 @@ def open_store(
     line's reading commands do): a missing one is ``StoreUnavailableError("no store at …")``.
     ``read_only=True`` (the reading commands too) never writes and never migrates: SQLite opens
     the file ``mode=ro`` (``immutable=1`` where it has no write-ahead log to read), so a store
-    on read-only media, or owned by someone else, can be looked at; a write raises
-    ``StoreUnavailableError``. It implies ``create=False``.
+    on read-only media, or owned by someone else, can be looked at, and reads an older
+    release's file through a migrated copy in memory; a write raises ``StoreUnavailableError``.
+    PostgreSQL's schema is not migrated either (an older one is an error saying how). It
+    implies ``create=False``.
     Raises ``ConfigurationError`` for a URL we cannot use and ``StoreError`` for a store we
     cannot open.
     """
@@ -84,6 +86,8 @@ def open_store(
     if scheme in ("postgresql", "postgres"):
         from .postgres import open_backends  # raises ConfigurationError without psycopg
 
-        pg_backend, pg_async_backend = open_backends(url, create=create and not read_only)
+        pg_backend, pg_async_backend = open_backends(
+            url, create=create and not read_only, read_only=read_only
+        )
         return Store(pg_backend, async_backend=pg_async_backend, **options)
     raise ConfigurationError(f"unknown store URL {url!r}; use one of {_SCHEMES}")
