@@ -338,3 +338,32 @@ def test_printed_commands_quote_controls_so_the_shell_gets_the_real_id() -> None
             a.encode() for a in ("resolve", sid, "toolu_x", "--happened")
         ]
         assert shlex.split(line)[0] == "toolledger"
+
+
+def test_a_reason_naming_commands_is_never_folded_in_a_table(tmp_path: Path) -> None:
+    """A short session id on a wide terminal: the sessions list may be a table — but the
+    reason names the commands to run, so it is printed whole, each command on one line."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+
+    @tl.tool(high_impact=True)
+    def refund(order: str) -> str:
+        return "refunded"
+
+    with (
+        ScriptedModel([Reply(tool_uses=[ToolUse("refund", {"order": "o-1"})])]) as model,
+        tl.open_store(url) as store,
+    ):
+        run = tl.Agent(
+            client=model.client(),
+            model="x",
+            tools=[refund],
+            store=store,
+            approve=tl.approvals.queue,
+        ).run(session="s", prompt="refund")
+    assert run.reason is not None
+    commands = re.findall(r"`(toolledger [^`]*)`", run.reason)
+    assert len(commands) == 2
+    for columns in (80, 200):
+        out = in_terminal(["sessions", "--store", url], columns)
+        for command in commands:
+            assert any(command in line for line in out.splitlines()), (columns, out)

@@ -197,9 +197,9 @@ def sessions_table(
             Col("turns"),
             Col("tokens in/out"),
             Col("updated"),
-            Col("held by", preview=True),
+            Col("held by"),
             Col("started calls"),
-            Col("reason", preview=True),
+            Col("reason"),  # whole: it names the commands that settle the session's calls
         ],
     )
     leases, started = leases or {}, started or {}
