@@ -17,8 +17,8 @@ demo: $(STAMP)
 	$(BIN)/toolledger demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples bench
-	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/ruff check src tests examples bench docs_nav.py
+	$(BIN)/ruff format --check src tests examples bench docs_nav.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
