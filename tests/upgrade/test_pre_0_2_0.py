@@ -72,7 +72,8 @@ def test_with_write_access_every_session_goes_on(copy: tuple[str, Path]) -> None
         settled = store.ledger("in-doubt").resolve(doubt.tool_use_id, happened=True, by="ana")
         assert settled.status is tl.Status.SUCCEEDED
         (request,) = tl.approvals.pending(store)
-        tl.approvals.decide(store, "awaiting-approval", request.tool_use_id, approved=False, by="ana")
+        call = request.tool_use_id
+        tl.approvals.decide(store, "awaiting-approval", call, approved=False, by="ana")
         assert tl.approvals.pending(store) == []
         # The fork runs on: its first request carries the note telling the model of the
         # ticket opened after the fork point, and opens nothing.
