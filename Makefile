@@ -4,12 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck pytest browser torture torture-concurrent simulate bench bench-full clean
+.PHONY: demo test lint typecheck docs pytest browser torture torture-concurrent simulate bench bench-full clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,all,recipes]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs,all,recipes]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -17,20 +17,29 @@ demo: $(STAMP)
 	$(BIN)/toolledger demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples bench
-	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/ruff check src tests examples bench docs_nav.py
+	$(BIN)/ruff format --check src tests examples bench docs_nav.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The documentation site, built as it would be published: a broken link or reference fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
 # The console's browser tests drive Debian's chromium: installed here when it is missing.
 browser:
 	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || .ci/install-browser
 
+# The suite on WORKERS processes (pytest-xdist); tests that share a module's server or browser
+# stay together (tests/conftest.py). Most tests wait on processes, disks and sockets more than
+# they compute, so a worker more than the cores keeps them busy. The suite runs every snippet of the README
+# and docs, and builds the wheel and runs the demo from it in a fresh venv (tests/test_release.py).
+WORKERS ?= 3
 pytest: $(STAMP) browser
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup
 
-test: lint typecheck pytest
+test: lint typecheck docs pytest
 
 # 10,000 SIGKILLs at random instants, every session checked against the world (about 12 minutes
 # on 2 cores). BACKEND=json|postgres, KILLS=N and SEED=S vary it; `make test` runs a few hundred.

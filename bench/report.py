@@ -153,6 +153,7 @@ class Results:
     pg_throughput: list[Throughput] = field(default_factory=list)
     pg_procs: list[Rate] = field(default_factory=list)
     pg_round_trips: RoundTrips | None = None
+    cli_reads: str = ""  # the markdown of bench/cli_reads.py
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -821,7 +822,10 @@ def markdown(results: Results) -> str:
         "interleaved run. See `bench/` for what each row does.",
         "",
     ]
-    return "\n".join(head) + "\n".join(t.markdown() for t in all_tables(results))
+    tables = [t.markdown() for t in all_tables(results)]
+    if results.cli_reads:
+        tables.append(results.cli_reads)
+    return "\n".join(head) + "\n".join(tables)
 
 
 def plot(results: Results, path: Path) -> str | None:

@@ -15,6 +15,25 @@ import pytest
 import toolledger as tl
 
 EMBEDDED = ["memory", "json", "sqlite"]
+
+# Modules whose tests share a module-scoped server, browser or summary: under pytest-xdist
+# (`make pytest`, --dist loadgroup) each stays on one worker, so it is set up once.
+SHARED = {
+    "tests/console/test_browser.py": "browser",
+    "tests/console/test_security.py": "console-security",
+    "tests/reliability/test_network_faults.py": "network-faults",
+    "tests/cli/test_widths.py": "cli-widths",
+    "tests/cli/test_window.py": "cli-window",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = SHARED.get(item.nodeid.split("::", 1)[0])
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 BACKENDS = [*EMBEDDED, "postgres"]
 
 

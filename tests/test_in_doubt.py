@@ -1,5 +1,6 @@
-"""DESIGN.md rule 6: a call found ``started`` (the process died while it ran) is settled, in order,
-by a safe re-run, the tool's own ``check``, the approver, or a person. It never re-runs silently.
+"""docs/design.md, rule 6: a call found ``started`` (the process died while it ran) is settled, in
+order, by a safe re-run, the tool's own ``check``, the approver, or a person. It never re-runs
+silently.
 
 The in-doubt state is set up exactly as a crash leaves it: a ``started`` record and nothing else.
 (The real ``SIGKILL`` versions of these live in the agent's crash matrix.)

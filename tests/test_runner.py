@@ -1,4 +1,5 @@
-"""run_tool_uses / arun_tool_uses: DESIGN.md rules 1-7, on every embedded store, sync and async.
+"""run_tool_uses / arun_tool_uses: docs/design.md, rules 1-7, on every embedded store, sync and
+async.
 
 Every test counts real executions with its own counter, never with toolledger's records.
 """

@@ -7,6 +7,7 @@ re-exported here; modules with a leading underscore, and names not in ``__all__`
 from __future__ import annotations
 
 from . import approvals, keys, notify
+from ._version import __version__
 from .adapters.openai_responses import OpenAIResponses
 from .agent import Agent, Run, Usage
 from .branching import fork, rewind
@@ -52,8 +53,6 @@ from .runner import arun_tool_uses, run_tool_uses
 from .stores import DEFAULT_STORE_URL, Ledger, Store, open_store
 from .tools import SchemaTool, Tool, ToolContext, ToolSet, tool
 from .verify import Problem, Severity, verify
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",

@@ -3,8 +3,7 @@ awaiting approval (with the whole commands to run), a session behind its ledger.
 
 from __future__ import annotations
 
-import shlex
-
+from ._shell import command
 from .errors import CorruptLedgerError
 from .outcomes import CallOutcome, Disposition
 from .records import RunStatus
@@ -31,26 +30,31 @@ def behind(sid: str, stray: list[str], why: str, *, url: str) -> CorruptLedgerEr
 def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunStatus, str] | None:
     """Why checkpoint B must not be written yet: a call is in doubt or awaits approval. The
     commands to run are whole and shell-quoted, with the store when it is not the default."""
-    store = ["--store", url] if url != DEFAULT_STORE_URL else []
 
     def cmd(*argv: str) -> str:
-        return "toolledger " + shlex.join([*store, *argv])
+        return command(*argv, url=url, default_url=DEFAULT_STORE_URL)
 
     doubt = [o for o in outcomes if o.disposition is Disposition.IN_DOUBT]
     if doubt:
         names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in doubt)
         how = "; ".join(
-            f"`{cmd('resolve', sid, o.call.tool_use_id)} --happened|--not-happened`" for o in doubt
+            f"`{cmd('resolve', sid, o.call.tool_use_id, '--happened')}` if it took effect, or "
+            f"`{cmd('resolve', sid, o.call.tool_use_id, '--not-happened')}` if it did not"
+            for o in doubt
         )
         return (
             RunStatus.NEEDS_ATTENTION,
-            f"in doubt: {names} may already have happened. Settle it with {how}, then run the "
-            "session again.",
+            f"in doubt: {names} may already have happened. Settle each with one command: {how}; "
+            "then run the session again.",
         )
     waiting = [o for o in outcomes if o.disposition is Disposition.AWAITING_APPROVAL]
     if waiting:
         names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in waiting)
-        how = "; ".join(f"`{cmd('approve', sid, o.call.tool_use_id)}` (or deny)" for o in waiting)
+        how = "; ".join(
+            f"`{cmd('approve', sid, o.call.tool_use_id)}` or "
+            f"`{cmd('deny', sid, o.call.tool_use_id)}`"
+            for o in waiting
+        )
         return (
             RunStatus.AWAITING_APPROVAL,
             f"awaiting approval: {names}. Decide with {how}, then run the session again.",

@@ -14,9 +14,9 @@ whose calls are safe to re-run costs 2 (A, outcome+B); the final turn, with no t
 
 Resuming reads the transcript: a last assistant message with tool_use blocks is a turn whose tools
 are *pending*. They go through the ledger again — recorded ones answer from it, never-started
-ones run, in-doubt ones follow DESIGN.md rule 6 — and every tool_use gets exactly one tool_result,
-first in the next user message. A call nobody can settle stops the run with ``needs_attention``
-*before* anything is sent to the model.
+ones run, in-doubt ones follow docs/design.md, rule 6 — and every tool_use gets exactly one
+tool_result, first in the next user message. A call nobody can settle stops the run with
+``needs_attention`` *before* anything is sent to the model.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The approval gate: who may say yes to a high-impact call, and how they are asked.
 
 An approver is any callable ``approve(request) -> bool | Decision`` (or an ``async def``). It is
-asked only after the ledger gate: a call already recorded never asks again (DESIGN.md rule 1).
+asked only after the ledger gate: a call already recorded never asks again (docs/design.md, rule 1).
 
 Built in:
 

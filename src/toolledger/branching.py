@@ -1,5 +1,5 @@
 """Rewind and fork: going back to an earlier turn of a session without forgetting what the world
-saw (DESIGN.md rule 15).
+saw (docs/design.md, rule 15).
 
 ``fork(store, session, at_turn=K)`` makes a new session whose transcript is ``session``'s through
 the end of turn K — the assistant message and the results of every call it made, a checkpoint-B

@@ -3,8 +3,8 @@
 No I/O here — no store, no clock (a time is passed in). Every transition of a call is one
 function: ``first_step`` (from its record), ``after_approval`` (the approver's answer),
 ``after_check`` (its check's answer), ``after_failure`` (the tool raised). ``toolledger.runner``
-only carries the actions out, so the rules (DESIGN.md 1-7) live in one place and cannot drift
-apart.
+only carries the actions out, so the rules (docs/design.md, rules 1-7) live in one place and cannot
+drift apart.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class Failed:
 
 
 def mismatch(record: EffectRecord, call: ToolCall) -> str | None:
-    """Why ``record`` cannot be this call's record (DESIGN.md rule 7), or ``None``."""
+    """Why ``record`` cannot be this call's record (docs/design.md, rule 7), or ``None``."""
     if record.tool != call.name:
         return (
             f"tool_use id {call.tool_use_id!r} is recorded for tool {record.tool!r}, "

@@ -23,8 +23,8 @@ ToolLedgerError                      base of everything below
 │   ├── StoreUnavailableError        the database or directory went away
 │   ├── SchemaVersionError           the store was written by a newer toolledger
 │   └── LedgerWriteError             an effect happened but its record could not be written
-│       │                            (the alert of DESIGN.md rule 4): given to ``on_alert`` and
-│       │                            the logger, raised only when asked (``raise_alerts=True``)
+│       │                            (docs/design.md, rule 4): given to ``on_alert`` and the
+│       │                            logger, raised only when asked (``raise_alerts=True``)
 │       └── LateOutcomeError         an attempt reported after the call was settled otherwise:
 │                                    both attempts may have taken effect (an alert, likewise)
 └── OutcomeUnknown                   raised *by a tool*: "I may have done it" (leaves it in doubt)
@@ -260,7 +260,7 @@ class SchemaVersionError(StoreError):
 
 
 class LedgerWriteError(StoreError):
-    """An effect happened but its record could not be written (DESIGN.md rule 4).
+    """An effect happened but its record could not be written (docs/design.md, rule 4).
 
     This is an *alert*, not a failure of the tool: the real result still went back to the model.
     A person must look, because a resume could run the effect again. ``result`` is the content the
@@ -304,7 +304,7 @@ class LateOutcomeError(LedgerWriteError):
     ``history`` (``toolledger verify`` reports it); if it succeeded, the world may hold the
     effect twice. ``attempt`` is the late attempt, ``current`` what the record says now.
 
-    Only a process that was paused or cut off past its deadline can cause this (DESIGN.md rule
+    Only a process that was paused or cut off past its deadline can cause this (docs/design.md, rule
     14): a tool that forwards ``ctx.idempotency_key`` lets the receiver refuse the repeat.
     """
 

@@ -3,7 +3,7 @@ and what it may say. The runner asks through these; ready-made approvers are in
 ``toolledger.approvals``.
 
 An approver is any callable ``approve(request) -> bool | Decision`` (or an ``async def``). It is
-asked only after the ledger gate: a call already recorded never asks again (DESIGN.md rule 1).
+asked only after the ledger gate: a call already recorded never asks again (docs/design.md, rule 1).
 """
 
 from __future__ import annotations

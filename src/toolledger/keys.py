@@ -1,8 +1,8 @@
 """Keys downstream: forward ``ctx.idempotency_key`` so the receiver can drop a repeat.
 
 The ledger cannot know whether a call that was running when the process died took effect: that
-is the in-doubt window (DESIGN.md rule 6). The receiver can, if every attempt of one call reaches
-it under one key. ``ctx.idempotency_key`` is that key — the same for one ``(session,
+is the in-doubt window (docs/design.md, rule 6). The receiver can, if every attempt of one call
+reaches it under one key. ``ctx.idempotency_key`` is that key — the same for one ``(session,
 tool_use_id)`` on every process and machine, different for every other call. Forward it, declare
 the tool ``forwards_idempotency_key=True``, and a resume simply runs the call again: the receiver
 answers the repeat with the first outcome.

@@ -1,7 +1,7 @@
 """Where a session's transcript came from: the forks and rewinds that made it
 (``SessionState.lineage``), and what the world saw on the paths they left.
 
-Going back never un-happens anything (DESIGN.md rule 15). A fork or a rewind keeps, with the
+Going back never un-happens anything (docs/design.md, rule 15). A fork or a rewind keeps, with the
 session, every call made after its point that took effect or may have — succeeded, in doubt, or
 still in progress when the branch was made — so that it can be listed (``Run.effects_after_fork``,
 ``toolledger history``, ``toolledger show``) and told to the model once, in a note placed in the

@@ -2,7 +2,7 @@
 
 A ``started`` record is *in progress* while its attempt may still take effect, and only then is
 it safe to leave alone; once its attempt is provably over it is *in doubt* and may be settled
-(docs/design.md, "Concurrency"; docs/liveness.md says what is trusted where). The answer is one
+(docs/design.md, "Concurrency"; docs/concepts/liveness.md says what is trusted where). The answer is one
 of three — alive, ended, or *unknown* — and unknown is never taken for ended (rule 18). What
 counts as proof:
 

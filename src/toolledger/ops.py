@@ -3,7 +3,7 @@
 A backend's ``apply`` takes a list of them and commits them durably in one transaction. Each is a
 single conditional write — insert-if-absent, or compare-and-set on ``(status, attempt)`` (and the
 version's ``updated_at``), a session's version, a lease's token — so a crash or a racing worker
-can never leave half a state change, and a re-sent write is harmless (STYLE.md rule 3). Guards
+can never leave half a state change, and a re-sent write is harmless (docs/style.md, rule 3). Guards
 (``PutSession``, ``AppendMessages``, ``HoldLease``, ``TakeLease``, a guarded ``UpdateEffect``)
 roll the whole batch back when their condition fails, with the error made here.
 """

@@ -1,4 +1,4 @@
-"""A commit whose answer was lost: read it back before going on (DESIGN.md rule 16).
+"""A commit whose answer was lost: read it back before going on (docs/design.md, rule 16).
 
 When the connection dies during COMMIT the write may or may not have landed, and both guesses
 are dangerous: "it did not" re-runs a call whose intent is in fact durable, or raises a false

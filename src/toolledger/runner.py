@@ -453,7 +453,7 @@ def run_tool_uses(
     """Run the ``tool_use`` blocks of ``content`` through the ledger; return their
     ``tool_result`` blocks, in order, ready to send as the next user message.
 
-    For each call (DESIGN.md rules 1-7, 12-13): a finished record answers it without running
+    For each call (docs/design.md, rules 1-7, 12-13): a finished record answers it without running
     anything or asking anyone; a high-impact call asks ``approve``; the intent is durable before
     a call whose re-run is unsafe runs, and the outcome the instant it returns. A call found in
     doubt is re-run only when that is safe, settled by the tool's ``check``, or put to the

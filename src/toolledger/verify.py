@@ -14,15 +14,16 @@ is an error; an approver's or a forced re-run of an in-doubt call is a warning.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ._shell import command
 from .adapters import transcript_reader
 from .errors import ToolLedgerError
 from .lineage import abandoned_calls
 from .liveness import Running
 from .records import EffectRecord, Lease, RunStatus, SessionState, Status
+from .stores import DEFAULT_STORE_URL
 from .stores.store import Store
 
 __all__ = ["Problem", "Severity", "verify"]
@@ -173,6 +174,12 @@ def _attempts(store: Store, sid: str, r: EffectRecord, lease: Lease | None) -> l
     """What a record's attempts say: one still running or in doubt, two that both took effect."""
     out: list[Problem] = []
     call = f"{r.tool!r} ({r.tool_use_id})"
+
+    def settle(how: str) -> str:
+        return command(
+            "resolve", sid, r.tool_use_id, how, url=store.url, default_url=DEFAULT_STORE_URL
+        )
+
     if r.status is Status.STARTED:
         verdict = store.judge(r, lease)
         who = f"attempt {r.attempt} by {r.worker or 'an unknown worker'}"
@@ -186,8 +193,8 @@ def _attempts(store: Store, sid: str, r: EffectRecord, lease: Lease | None) -> l
                     Severity.WARNING,
                     sid,
                     f"{call} is in doubt since {who} ({verdict.why}): resolve it with "
-                    f"`toolledger resolve {shlex.join([sid, r.tool_use_id])} "
-                    "--happened|--not-happened`",
+                    f"`{settle('--happened')}` if it took effect, or "
+                    f"`{settle('--not-happened')}` if it did not",
                 )
             )
     for past in r.history:

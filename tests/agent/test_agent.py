@@ -248,8 +248,9 @@ def test_queued_approval_stops_then_proceeds(store: tl.Store, world: World) -> N
         assert run.status is tl.RunStatus.AWAITING_APPROVAL
         assert len(m.requests) == 1, "nothing was sent to the model while it waits"
         (request,) = tl.approvals.pending(store)
-        command = shlex.join(["toolledger", "--store", store.url, "approve", "s"])
-        assert f"`{command} {request.tool_use_id}` (or deny)" in (run.reason or "")
+        for verb in ("approve", "deny"):
+            command = shlex.join(["toolledger", "--store", store.url, verb, "s"])
+            assert f"`{command} {request.tool_use_id}`" in (run.reason or "")
         assert (request.tool, request.input, request.in_doubt) == ("wire", {"amount": 5}, False)
         assert agent.run(session="s").status is tl.RunStatus.AWAITING_APPROVAL
         tl.approvals.decide(store, "s", request.tool_use_id, approved=True, by="ana")

@@ -232,8 +232,8 @@ def test_another_host_waits_for_the_paused_worker_s_deadline(
 def test_past_the_deadline_a_late_effect_is_caught(
     shared_url: str, tmp_path: Path, kind: str
 ) -> None:
-    """The limit (DESIGN.md rule 14): past its lease and its deadline a paused worker is judged
-    over; another host settles the call — its check finds nothing yet — and runs it. When the
+    """The limit (docs/design.md, rule 14): past its lease and its deadline a paused worker is
+    judged over; another host settles the call — its check finds nothing yet — and runs it. When the
     paused worker wakes its effect lands too. With a plain check that is a second ticket, and it
     is never silent: the late outcome is kept in the record and raised as an alert, and verify
     reports it. A tool that forwards its idempotency key lets the receiver refuse the repeat."""

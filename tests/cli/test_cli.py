@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -180,10 +181,34 @@ def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_demo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--dir keeps the store (the path it names exists afterwards, and holds the story); a
+    rerun on the same directory starts a fresh story and says so."""
     code, report = cli(capsys, "demo", "--dir", str(tmp_path), "--json")
     assert code == 0, report
     assert report["ok"] and report["killed"] and report["status"] == "completed"
     assert report["tickets"] == 1 and report["emails"] == 1
+    assert report["store"] == f"sqlite:///{tmp_path / 'demo.db'}" and not report["fresh_start"]
+    with tl.open_store(report["store"]) as store:
+        assert [s.session_id for s in store.session_states()] == ["outage-42"]
+    # Again on the same directory: a fresh story, said so, and the world holds its one ticket.
+    assert main(["demo", "--dir", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    out = " ".join(printed.split())
+    assert "held an earlier demo run" in out and "nothing happened twice" in out
+    assert f"in {tmp_path}; look again with" in out
+    assert len(list((tmp_path / "world" / "tickets").iterdir())) == 1
+    assert len(list((tmp_path / "world" / "outbox").iterdir())) == 1
+    # The command it prints, pasted as printed, shows the story it tells.
+    (look,) = [line for line in printed.splitlines() if line.startswith("toolledger ")]
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    shown = subprocess.run(
+        ["bash", "-c", look],
+        env={**os.environ, "PATH": path},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert shown.returncode == 0 and "create_ticket" in shown.stdout, shown.stderr
 
 
 def test_demo_as_a_newcomer_runs_it() -> None:
@@ -196,6 +221,7 @@ def test_demo_as_a_newcomer_runs_it() -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "nothing happened twice" in proc.stdout
+    assert "a temporary directory, removed when the demo ends" in " ".join(proc.stdout.split())
 
 
 def test_a_call_in_progress_is_shown_as_such_and_cannot_be_resolved_without_force(

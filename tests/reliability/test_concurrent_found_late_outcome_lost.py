@@ -2,9 +2,9 @@
 written into the history of a record whose next attempt was still running was erased when that
 attempt's own outcome landed.
 
-DESIGN.md rule 14: a worker paused past its deadline on another host can wake and make its effect
-after the call was settled and run again; that duplicate is never silent — the late outcome is
-kept in the record's history (``record.late_effects``) and ``verify`` reports it. Here attempt 1
+docs/design.md, rule 14: a worker paused past its deadline on another host can wake and make its
+effect after the call was settled and run again; that duplicate is never silent — the late outcome
+is kept in the record's history (``record.late_effects``) and ``verify`` reports it. Here attempt 1
 (this host) is paused inside its tool past its deadline; a worker on another host checks, finds
 nothing, and runs attempt 2. Attempt 1 wakes, makes its effect, and its late outcome is written
 into the history of the record — still ``started``, attempt 2 running. Then attempt 2 returns.

@@ -2,7 +2,7 @@
 ``op_timeout`` must not land *after* the worker has read it back and found it missing.
 
 The worker's connection is cut at ``op_timeout`` and the commit is read back on a fresh
-connection (DESIGN.md rule 16). The first transaction was still open on the server, its
+connection (docs/design.md, rule 16). The first transaction was still open on the server, its
 ``COMMIT`` on its way, so the read-back saw "not landed"; the resend then waited on the first
 transaction's row locks, which committed, and the resend took the worker's own rows for someone
 else's: a call that never ran was left in doubt (the intent), or the run stopped with

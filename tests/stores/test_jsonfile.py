@@ -265,6 +265,8 @@ open_store(url).backend.apply("fork", batch)
 
 
 def _fork_and_die(url: str, point: str) -> None:
+    # Made (and its format file written) first: the child's writes counted are the batch's.
+    tl.open_store(url).close()
     child = subprocess.run(
         [sys.executable, "-c", _FORK_AND_DIE, url, point],
         check=False,

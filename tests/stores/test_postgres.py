@@ -181,7 +181,9 @@ def test_a_schema_newer_than_the_code_is_refused(
         store.backend.apply("s", [InsertEffect(make_record())])
     newer = (VERSION + 5,)
     in_schema(admin, postgres_schema, "INSERT INTO toolledger_schema (version) VALUES (%s)", newer)
-    with pytest.raises(tl.SchemaVersionError, match="Upgrade toolledger") as info:
+    with pytest.raises(
+        tl.SchemaVersionError, match="written by a newer toolledger — upgrade"
+    ) as info:
         tl.open_store(postgres_store_url)
     assert info.value.url is not None and postgres_schema in info.value.url
     rows = in_schema(admin, postgres_schema, "SELECT tool_use_id FROM effects")

@@ -65,7 +65,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     raw = sqlite3.connect(db)
     raw.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 5}")
     raw.close()
-    with pytest.raises(tl.SchemaVersionError, match="Upgrade toolledger"):
+    with pytest.raises(tl.SchemaVersionError, match="written by a newer toolledger — upgrade"):
         tl.open_store(f"sqlite:///{db}")
 
 

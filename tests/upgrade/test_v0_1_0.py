@@ -1,5 +1,5 @@
-"""Upgrades lose nothing (DESIGN.md rule 17): stores written by toolledger 0.1.0 open with this
-release, on every backend, and every session goes on — counted in the world the tools write.
+"""Upgrades lose nothing (docs/design.md, rule 17): stores written by toolledger 0.1.0 open with
+this release, on every backend, and every session goes on — counted in the world the tools write.
 
 The stores are in ``fixtures/v0_1_0/`` (made by ``make_v0_1_0_fixtures.py`` running 0.1.0 itself);
 ``manifest.json`` says what each session holds and what a resume does. Each test works on a copy:

@@ -1,4 +1,4 @@
-"""``python -m toolledger.cli``."""
+"""``python -m toolledger.cli``: the ``toolledger`` command (``python -m toolledger`` too)."""
 
 import sys
 

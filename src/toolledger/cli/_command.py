@@ -23,10 +23,12 @@ def url_of(args: argparse.Namespace) -> str:
     return str(args.store or os.environ.get("TOOLLEDGER_STORE") or DEFAULT_STORE_URL)
 
 
-def store_of(args: argparse.Namespace) -> Store:
+def store_of(args: argparse.Namespace, *, write: bool = False) -> Store:
     """The store the command looks at. It must exist: looking never creates one (a forgotten
-    ``--store`` says "no store at …", it does not leave an empty ``toolledger.db`` behind)."""
-    return open_store(url_of(args), create=False)
+    ``--store`` says "no store at …", it does not leave an empty ``toolledger.db`` behind).
+    A command that only looks opens it read-only (``write=False``): it works on read-only media
+    and never migrates."""
+    return open_store(url_of(args), create=False, read_only=not write)
 
 
 def known_session(store: Store, session_id: str) -> bool:

@@ -1,7 +1,9 @@
 """``toolledger`` — look into a store, settle in-doubt calls, decide approvals, run the demo.
 
 The store comes from ``--store URL``, else ``$TOOLLEDGER_STORE``, else ``sqlite:///toolledger.db``.
-Every command takes ``--json`` for machine-readable output. Every command is registered here
+Every command takes ``--json`` for machine-readable output; otherwise a terminal gets tables (or
+records, one field a line, when a table would not fit) and a pipe gets tab-separated lines
+(``output``). The exit status is one of ``EXIT_CODES``. Every command is registered here
 (``build_parser``); they are written in ``looking`` (what a store holds), ``history`` (a
 session's turns), ``settling`` (in-doubt calls and approvals), ``retention`` (prune, export),
 ``running`` (resume-all, bench, audit, demo) and ``serving`` (the web console).
@@ -10,7 +12,7 @@ session's turns), ``settling`` (in-doubt calls and approvals), ``retention`` (pr
 from __future__ import annotations
 
 import argparse
-import getpass
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,11 +27,31 @@ from ._command import Handler, emit_json
 from .branching import add_branching
 from .history import cmd_history
 from .looking import cmd_effects, cmd_in_doubt, cmd_sessions, cmd_show, cmd_verify
+from .prompts import user
 from .render import safe
 from .retention import cmd_export, cmd_prune, duration
 from .running import cmd_audit, cmd_bench, cmd_demo, cmd_resume_all
 from .serving import TOKEN_ENV, cmd_console
 from .settling import cmd_approvals, cmd_approve, cmd_deny, cmd_resolve
+from .window import LAST_RECORDS, LAST_TURNS, add_window
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_CLOSED_PIPE = 141
+
+EXIT_CODES = {
+    EXIT_OK: "done (for verify: the store is sound)",
+    EXIT_FAILED: "the command could not do what it was asked (no such store or session, a call "
+    "not in doubt, a store error; for verify: errors found; for demo: the story went wrong); "
+    "the message says what happened and what to do",
+    EXIT_USAGE: "the command line is wrong (an unknown option, a missing argument, --result "
+    "that is not JSON)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+    EXIT_CLOSED_PIPE: "the reader of its output went away (`| head`): it stops quietly",
+}
+
 
 # -- the parser ----------------------------------------------------------------------------------
 
@@ -69,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         description="Inspect and repair toolledger stores: sessions, effects, in-doubt calls, "
         "approvals.",
+        epilog="exit status: "
+        + "; ".join(f"{code} {what.split(' (')[0]}" for code, what in EXIT_CODES.items()),
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -98,12 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("sessions", cmd_sessions)
-    p = add("show", cmd_show)
-    p.add_argument("session")
-    show_secrets(p)
-    _history(add, show_secrets)
+    _reading(add, show_secrets)
     add_branching(add, show_secrets)
-    show_secrets(add("effects", cmd_effects)).add_argument("session")
     _watch(show_secrets(add("in-doubt", cmd_in_doubt)), 0.0)
     p = add("resolve", cmd_resolve)
     p.add_argument("session")
@@ -122,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="it did not take place: the call runs on the next run",
     )
     p.add_argument("--result", help="JSON the model is told (with --happened)")
-    p.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
+    p.add_argument("--by", default=user(), help="who decides (default: you)")
     p.add_argument(
         "--force",
         action="store_true",
@@ -138,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = add(name, handler)
         p.add_argument("session")
         p.add_argument("tool_use_id")
-        p.add_argument("--by", default=getpass.getuser(), help="who decides (default: you)")
+        p.add_argument("--by", default=user(), help="who decides (default: you)")
     add("verify", cmd_verify)
     _console(add)
     p = add("audit", cmd_audit)
@@ -157,12 +177,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _history(
+def _reading(
     add: Callable[..., argparse.ArgumentParser],
     show_secrets: Callable[[argparse.ArgumentParser], object],
 ) -> None:
+    """``show``, ``effects`` and ``history``: one session, its latest turns (or records) by
+    default."""
+    p = add("show", cmd_show)
+    p.add_argument("session")
+    add_window(p, "turn", LAST_TURNS)
+    show_secrets(p)
+    p = add("effects", cmd_effects)
+    p.add_argument("session")
+    add_window(p, "record", LAST_RECORDS)
+    show_secrets(p)
     p = add("history", cmd_history)
     p.add_argument("session")
+    add_window(p, "turn", LAST_TURNS)
     p.add_argument(
         "--tools",
         metavar="MODULE:TOOLSET",
@@ -207,20 +238,47 @@ def _retention(
     show_secrets(p)
 
 
+class _Console(Console):
+    """rich's console, leaving a closed pipe to ``main`` (rich exits 1 on its own)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; return its exit status (``EXIT_CODES``)."""
     args = build_parser().parse_args(argv)
     args.store = getattr(args, "store", None)
     args.json = getattr(args, "json", False)
-    console = Console()
+    console = _Console()
     handler: Handler = args.handler
     try:
-        return handler(args, console)
+        code = handler(args, console)
+        sys.stdout.flush()
     except ToolLedgerError as exc:
         if getattr(args, "json", False):
             emit_json({"error": type(exc).__name__, "message": str(exc)})
         else:
-            Console(stderr=True).print(safe(f"{type(exc).__name__}:", "red"), safe(f" {exc}"))
-        return 1
+            _Console(stderr=True).print(
+                safe(f"{type(exc).__name__}:", "red"), safe(f" {exc}"), soft_wrap=True
+            )
+        return EXIT_FAILED
+    except BrokenPipeError:
+        return _closed_pipe()
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return code
+
+
+def _closed_pipe() -> int:
+    """Whoever read our output stopped reading (``toolledger sessions | head``): stop, print no
+    traceback, and let nothing more be flushed into the closed pipe at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_CLOSED_PIPE
 
 
 if __name__ == "__main__":

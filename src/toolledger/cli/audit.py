@@ -1,8 +1,8 @@
 """``toolledger audit MODULE:TOOLSET`` — the brief's first exercise, as a command.
 
 For each tool: its effect class, whether it needs a person's approval, what a resume does with an
-interrupted call of it (DESIGN.md rule 6), and a risk level with the reason. The risk is that of
-the call being interrupted — the process dying while it runs — given what the declaration lets
+interrupted call of it (docs/design.md, rule 6), and a risk level with the reason. The risk is that
+of the call being interrupted — the process dying while it runs — given what the declaration lets
 toolledger do about it:
 
 * **low** — a re-run is harmless (read-only, idempotent), or the resume can settle it without a

@@ -8,7 +8,6 @@ Everything shown is data from the store: printed literally (``safe``), secrets m
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +22,8 @@ from ..masking import masked, masked_text
 from ..tools import ToolSet
 from ._command import emit_json, known_session, no_session, store_of
 from .format import when
+from .output import Out
+from .prompts import user
 from .render import preview, safe
 
 __all__ = [
@@ -43,7 +44,7 @@ def cmd_fork(args: argparse.Namespace, console: Console) -> int:
     """Fork a session: a new session whose transcript is this one's through the end of turn K,
     carrying those turns' ledger records. Every call after turn K that took effect (or may have)
     is listed on the fork and, unless --ignore-effects, told to the model in a note."""
-    with store_of(args) as store:
+    with store_of(args, write=True) as store:
         if not known_session(store, args.session):
             return no_session(console, args, store)
         new = fork(
@@ -60,7 +61,8 @@ def cmd_fork(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         emit_json({"session_id": new, "branch": None if entry is None else branch_json(entry)})
         return 0
-    console.print(
+    out = Out(console)
+    out.line(
         safe("forked "),
         safe(args.session, "bold"),
         safe(f" at turn {args.at_turn} into "),
@@ -68,8 +70,8 @@ def cmd_fork(args: argparse.Namespace, console: Console) -> int:
     )
     if entry is not None:
         for line in branch_lines(entry, reveal=args.show_secrets):
-            console.print(line)
-    console.print(safe(f"next: {_run_hint(new)}"))
+            out.line(line)
+    out.line(safe(f"next: {_run_hint(new)}"))
     return 0
 
 
@@ -77,7 +79,7 @@ def cmd_rewind(args: argparse.Namespace, console: Console) -> int:
     """Rewind a session to the end of turn K, in place. The later turns are kept as an abandoned
     branch (see `toolledger history`), never deleted; every call of them that took effect (or
     may have) is listed and, unless --ignore-effects, told to the model in a note."""
-    with store_of(args) as store:
+    with store_of(args, write=True) as store:
         if not known_session(store, args.session):
             return no_session(console, args, store)
         entry = rewind(
@@ -91,10 +93,11 @@ def cmd_rewind(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         emit_json({"session_id": args.session, "branch": branch_json(entry)})
         return 0
-    console.print(safe("rewound "), safe(args.session, "bold"), safe(f" to turn {args.to_turn}"))
+    out = Out(console)
+    out.line(safe("rewound "), safe(args.session, "bold"), safe(f" to turn {args.to_turn}"))
     for line in branch_lines(entry, reveal=args.show_secrets):
-        console.print(line)
-    console.print(safe(f"next: {_run_hint(args.session)}"))
+        out.line(line)
+    out.line(safe(f"next: {_run_hint(args.session)}"))
     return 0
 
 
@@ -124,7 +127,7 @@ def _common(p: argparse.ArgumentParser, show_secrets: Any) -> None:
         metavar="MODULE:TOOLSET",
         help="the session's tools: calls of read_only tools are then left out of the note",
     )
-    p.add_argument("--by", default=getpass.getuser(), help="who branches (default: you)")
+    p.add_argument("--by", default=user(), help="who branches (default: you)")
     show_secrets(p)
 
 

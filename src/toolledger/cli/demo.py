@@ -1,12 +1,18 @@
-"""``toolledger demo``: the brief's story, end to end, with no network.
+"""``toolledger demo``: the story toolledger exists for, end to end, with no network.
 
 A customer reports an outage; the agent opens a ticket and e-mails the customer. The agent
 process is ``SIGKILL``ed right after ``create_ticket`` succeeded — before its result was recorded,
-the exact gap the brief is about — then restarted on the same session. The ticket system ends up
+the exact gap toolledger closes — then restarted on the same session. The ticket system ends up
 with one ticket, the customer with one e-mail, and the timeline says why.
 
-The model is a scripted Messages API on 127.0.0.1, driven by the real ``anthropic`` SDK. This
-module is also the agent process: ``python -m toolledger.cli.demo --child ...``.
+The model is a scripted Messages API on 127.0.0.1, driven by the real ``anthropic`` SDK when it
+is installed, else by a few lines of plain HTTP (the demo runs on a core install:
+``pip install toolledger``). This module is also the agent process:
+``python -m toolledger.cli.demo --child ...``.
+
+``--dir DIR`` keeps the store and the world in DIR (a rerun there starts a fresh story: the
+previous run's own files are removed, and it says so); without it they live in a temporary
+directory, removed at the end, and the demo says that too.
 """
 
 from __future__ import annotations
@@ -14,9 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -108,10 +116,45 @@ def _script() -> list[Any]:
     ]
 
 
+class _PlainMessages:
+    """``client.messages.create`` as plain HTTP: what the demo's agent uses when the anthropic
+    SDK is not installed (a core install). It speaks only to the demo's scripted model."""
+
+    def __init__(self, base_url: str) -> None:
+        self.url = base_url.rstrip("/") + "/v1/messages"
+
+    def create(self, **request: Any) -> dict[str, Any]:
+        body = json.dumps(request).encode()
+        headers = {"content-type": "application/json", "x-api-key": "demo"}
+        sent = urllib.request.Request(self.url, data=body, headers=headers, method="POST")  # noqa: S310 - the demo's own 127.0.0.1 server
+        with urllib.request.urlopen(sent, timeout=60) as answer:  # noqa: S310 - likewise
+            reply: dict[str, Any] = json.loads(answer.read())
+        return reply
+
+
+class _PlainClient:
+    def __init__(self, base_url: str) -> None:
+        self.messages = _PlainMessages(base_url)
+
+
+def _client(base_url: str) -> Any:
+    try:
+        import anthropic
+    except ImportError:
+        return _PlainClient(base_url)
+    return anthropic.Anthropic(base_url=base_url, api_key="demo", max_retries=0)
+
+
+def _has_sdk() -> bool:
+    try:
+        import anthropic  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _child(argv: list[str]) -> int:
     """The agent process."""
-    import anthropic
-
     from ..agent import Agent
     from ..stores import open_store
 
@@ -125,7 +168,7 @@ def _child(argv: list[str]) -> int:
         # Stands in for a person at `tl.approvals.terminal`, so the demo runs unattended.
         return Decision(approved=True, by="on-call engineer (demo)")
 
-    client = anthropic.Anthropic(base_url=args.base_url, api_key="demo", max_retries=0)
+    client = _client(args.base_url)
     with open_store(args.store) as store:
         agent = Agent(
             client=client,
@@ -167,14 +210,60 @@ def _spawn(
     )
 
 
+DEMO_FILES = ("demo.db", "demo.db-wal", "demo.db-shm")
+
+
+def _fresh(base: Path) -> bool:
+    """Remove what an earlier demo run left in ``base`` — its store and its world, nothing
+    else — so the story starts again. Whether there was any."""
+    found = False
+    for name in DEMO_FILES:
+        if (base / name).exists():
+            (base / name).unlink()
+            found = True
+    for part in ("tickets", "outbox"):
+        where = base / "world" / part
+        if where.is_dir():
+            shutil.rmtree(where)
+            found = True
+    return found
+
+
+def _introduce(console: Console, store_url: str, *, kept: bool, again: bool, base: Path) -> None:
+    """The demo's first lines: the story, where its store is (and whether it stays), a rerun,
+    and a core install's plain HTTP."""
+    from rich.markup import escape
+
+    where = (
+        f"store: {escape(store_url)} (kept: --dir)"
+        if kept
+        else f"store: {escape(store_url)}\n(a temporary directory, removed when the demo "
+        "ends: --dir DIR keeps the store and the world to look at afterwards)"
+    )
+    console.print(Panel.fit(f"[bold]toolledger demo[/bold]\n{PROMPT}\n{where}"))
+    if again:
+        console.print(
+            f"[yellow]{escape(str(base))} held an earlier demo run: its store and world were "
+            "removed, and the story starts again.[/yellow]"
+        )
+    if not _has_sdk():
+        note = (
+            "The anthropic SDK is not installed: the agent talks to its scripted model over "
+            "plain HTTP (pip install 'toolledger[anthropic]' for your own agents)."
+        )
+        console.print(f"[dim]{escape(note)}[/dim]")
+
+
 def run_demo(console: Console, *, directory: Path | None, as_json: bool) -> int:
     from ..stores import open_store
     from ..testing.scripted import ScriptedModel
     from . import render
+    from .output import Out
 
     with tempfile.TemporaryDirectory(prefix="toolledger-demo-") as tmp:
-        base = directory or Path(tmp)
+        base = (directory or Path(tmp)).resolve()
         base.mkdir(parents=True, exist_ok=True)
+        again = directory is not None and _fresh(base)
         world = base / "world"
         store_url = f"sqlite:///{base / 'demo.db'}"
 
@@ -182,7 +271,8 @@ def run_demo(console: Console, *, directory: Path | None, as_json: bool) -> int:
             if not as_json:
                 console.print(*parts)
 
-        say(Panel.fit(f"[bold]toolledger demo[/bold]\n{PROMPT}\nstore: {store_url}"))
+        if not as_json:
+            _introduce(console, store_url, kept=directory is not None, again=again, base=base)
         with ScriptedModel(_script()) as model:
             say(
                 "[bold]1.[/bold] The agent starts. It is armed to be killed with SIGKILL right "
@@ -230,6 +320,8 @@ def run_demo(console: Console, *, directory: Path | None, as_json: bool) -> int:
                         "status": outcome.get("status"),
                         "tickets": tickets,
                         "emails": emails,
+                        "store": store_url if directory is not None else None,
+                        "fresh_start": again,
                         "timeline": render.timeline_json(events),
                     },
                     indent=2,
@@ -251,11 +343,15 @@ def run_demo(console: Console, *, directory: Path | None, as_json: bool) -> int:
             f"   tickets: [bold]{tickets}[/bold], e-mails sent: [bold]{emails}[/bold], "
             f"requests that broke the tool_use/tool_result rule: {len(rejected)}"
         )
-        console.print(render.timeline_table(events, f"timeline of {SESSION}"))
+        Out(console).grid(render.timeline_table(events, f"timeline of {SESSION}"))
         if ok:
             console.print(
                 "[bold green]one ticket, one e-mail: nothing happened twice.[/bold green]"
             )
+            if directory is not None:
+                look = render.command("show", SESSION, url=store_url)
+                Out(console).line(f"the store and the world are in {base}; look again with:")
+                Out(console).command(look)
         else:
             console.print("[bold red]the demo did not go as it should[/bold red]")
             if second.stderr:

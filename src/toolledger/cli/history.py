@@ -13,7 +13,6 @@ import json
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from ..history import CallState, Turn, TurnCall
 from ..masking import masked, masked_text
@@ -21,7 +20,9 @@ from ..tools import ToolSet
 from ._command import emit_json, known_session, no_session, store_of
 from .branching import branch_lines, branches_json
 from .format import when
+from .output import Col, Grid, Out
 from .render import preview, safe
+from .window import window_of
 
 __all__ = ["cmd_history", "history_json", "history_table"]
 
@@ -50,10 +51,13 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
             return no_session(console, args, store)
         turns = store.history(args.session, tools=tools)
         branches = store.branches(args.session, tools=tools)
+    window = window_of(args, len(turns), "turn")
+    turns = turns[window.first - 1 : window.last]
     reveal = args.show_secrets
     if args.json:
         emit_json(
             {
+                "window": window.as_json(),
                 "session_id": args.session,
                 "turns": history_json(turns, reveal=reveal),
                 "branches": branches_json(
@@ -62,13 +66,18 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
             }
         )
         return 0
-    console.print(history_table(turns, f"history of {args.session}", reveal=reveal))
+    out = Out(console)
+    if window.note():
+        out.note(window.note())
+    out.grid(history_table(turns, f"history of {args.session}", reveal=reveal))
+    if window.note():
+        out.note(window.note())
     for h in branches:
         for line in branch_lines(h.branch, reveal=reveal):
-            console.print(line)
+            out.note(line)
         if h.abandoned:
             title = f"abandoned branch {h.branch.branch} of {args.session}"
-            console.print(history_table(list(h.abandoned), title, reveal=reveal))
+            out.grid(history_table(list(h.abandoned), title, reveal=reveal))
     return 0
 
 
@@ -97,23 +106,30 @@ def _call_json(c: TurnCall, reveal: bool) -> dict[str, Any]:
     }
 
 
-def history_table(turns: list[Turn], title: str, *, reveal: bool = False) -> Table:
+def history_table(turns: list[Turn], title: str, *, reveal: bool = False) -> Grid:
     """One row per call, the turn's number, time and text on its first (a turn without calls
-    has one row). Ids wrap, never cut; the text, inputs and results the model was told are
-    previews (``--json``: whole)."""
-    table = Table(title=safe(title))
-    columns = ("turn", "when", "model said", "tool_use_id", "asks", "effect", "disposition", "told")
-    for col in columns:
-        table.add_column(
-            col, overflow="fold", no_wrap=False, min_width=8 if col == "tool_use_id" else None
-        )
+    has one row). Ids are whole; the text, inputs and results the model was told are previews
+    (``--json``: whole)."""
+    table = Grid(
+        title,
+        [
+            Col("turn"),
+            Col("when"),
+            Col("model said", preview=True),
+            Col("tool_use_id"),
+            Col("asks", preview=True),
+            Col("effect"),
+            Col("disposition"),
+            Col("told", preview=True),
+        ],
+    )
     for t in turns:
         text = t.text if reveal else masked_text(t.text)
         head = [safe(t.number), safe(when(t.at)), safe(preview(text, 60))]
-        blank = [safe(""), safe(""), safe("")]
+        blank = [safe(t.number), safe(when(t.at)), safe("")]
         for i, c in enumerate(t.calls):
             shown = json.dumps(c.input if reveal else masked(c.input), ensure_ascii=False)
-            table.add_row(
+            table.add(
                 *(head if i == 0 else blank),
                 safe(c.tool_use_id),
                 safe(f"{c.tool} {preview(shown, 40)}"),
@@ -122,7 +138,7 @@ def history_table(turns: list[Turn], title: str, *, reveal: bool = False) -> Tab
                 safe(preview(c.result if reveal else masked_text(c.result), 40)),
             )
         if not t.calls:
-            table.add_row(*head, *[safe("")] * 5)
+            table.add(*head, *[safe("")] * 5)
     if not turns:
         table.caption = "no turns: the session has no transcript (a ledger used on its own)"
     elif any(c.effect is None for t in turns for c in t.calls):

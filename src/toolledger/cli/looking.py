@@ -16,7 +16,10 @@ from ..verify import Severity, verify
 from . import render
 from ._command import emit_json, known_session, no_session, store_of, url_of
 from .branching import branch_json, branch_lines
+from .output import Layout, Out
 from .render import safe
+from .timeline import timeline_window
+from .window import window_of
 
 __all__ = [
     "Overview",
@@ -98,7 +101,7 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
     else:
         summary = seen.started_summary()
         text = {sid: h["text"] for sid, h in held.items()}
-        console.print(render.sessions_table(states, ledger_only, text, summary))
+        Out(console).grid(render.sessions_table(states, ledger_only, text, summary))
     return 0
 
 
@@ -108,10 +111,16 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         if not known_session(store, args.session):
             return no_session(console, args, store)
         state = store.session(args.session)
-        events = render.timeline(store, args.session, reveal=args.show_secrets)
+        events, window = timeline_window(
+            store,
+            args.session,
+            lambda total: window_of(args, total, "turn"),
+            reveal=args.show_secrets,
+        )
     if args.json:
         emit_json(
             {
+                "window": window.as_json(),
                 "session": render.session_json(state) if state else None,
                 "lineage": [branch_json(b, reveal=args.show_secrets) for b in state.lineage]
                 if state
@@ -120,19 +129,24 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
             }
         )
         return 0
+    out = Out(console)
     if state is not None:
-        console.print(
+        out.note(
             safe(state.session_id, "bold"),
             ": ",
             render.styled(state.status.value),
             f" — {state.turns} turns, {state.input_tokens}/{state.output_tokens} tokens",
         )
         if state.reason:
-            console.print(safe(f"  {state.reason}"))
+            out.note(safe(f"  {state.reason}"))
         for b in state.lineage:
             for line in branch_lines(b, reveal=args.show_secrets):
-                console.print(Text("  ").append_text(line))
-    console.print(render.timeline_table(events, f"timeline of {args.session}"))
+                out.note(Text("  ").append_text(line))
+    if window.note():
+        out.note(window.note())
+    out.grid(render.timeline_table(events, f"timeline of {args.session}"))
+    if window.note():
+        out.note(window.note())
     return 0
 
 
@@ -142,12 +156,17 @@ def cmd_effects(args: argparse.Namespace, console: Console) -> int:
         if not known_session(store, args.session):
             return no_session(console, args, store)
         records = store.ledger(args.session).records()
+    window = window_of(args, len(records), "record")
+    records = records[window.first - 1 : window.last]
     if args.json:
         emit_json([render.effect_json(r, reveal=args.show_secrets) for r in records])
-    else:
-        console.print(
-            render.effects_table(records, f"effects of {args.session}", reveal=args.show_secrets)
-        )
+        return 0
+    out = Out(console)
+    if window.note():
+        out.note(window.note())
+    out.grid(render.effects_table(records, f"effects of {args.session}", reveal=args.show_secrets))
+    if window.note():
+        out.note(window.note())
     return 0
 
 
@@ -169,17 +188,20 @@ def cmd_in_doubt(args: argparse.Namespace, console: Console) -> int:
         )
     doubt = [(r, v) for r, v in started if isinstance(v, Over)]
     running = [(r, v) for r, v in started if not isinstance(v, Over)]
+    out = Out(console)
     if running:
-        console.print(render.in_progress_table(running))
+        out.grid(render.in_progress_table(running))
     if doubt:
-        console.print(render.in_doubt_table(doubt))
-        console.print("settle each with one of:")
-        for line in render.settle_commands(doubt, url=url_of(args)):
-            console.print(line, soft_wrap=True)  # never folded: it is pasted whole
+        url = url_of(args)
+        if out.grid(render.in_doubt_table(doubt, url=url)) is Layout.TABLE:
+            out.line("")
+            out.line("settle each call with exactly one of its two commands:")
+            for note, line in render.settle_commands(doubt, url=url):
+                out.command(line, note=note)
     if not started:
-        console.print("no call is in doubt")
+        out.note("no call is in doubt")
     elif not doubt:
-        console.print("no call is in doubt (the calls above are still in progress)")
+        out.note("no call is in doubt (the calls above are still in progress)")
     return 0
 
 
@@ -201,11 +223,12 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
             }
         )
     else:
+        out = Out(console)
         for p in problems:
             style = "red" if p.severity is Severity.ERROR else "yellow"
             where = f"[{p.session_id}] " if p.session_id else ""
-            console.print(safe(p.severity.value, style), " ", safe(f"{where}{p.message}"))
-        console.print(
+            out.line(safe(p.severity.value, style), " ", safe(f"{where}{p.message}"))
+        out.line(
             safe(f"{url}: "),
             safe("ok", "green") if not errors else safe(f"{len(errors)} error(s)", "red"),
         )

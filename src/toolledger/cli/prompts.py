@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 from typing import TYPE_CHECKING
 
 from ..gate import ApprovalRequest, Decision
@@ -49,4 +50,18 @@ def terminal(request: ApprovalRequest) -> Decision:
     approved = ask_approval(request)
     if approved is None:  # no terminal: nobody said yes
         return Decision(approved=False, by="terminal: no terminal to ask on")
-    return Decision(approved=approved, by=f"terminal:{getpass.getuser()}")
+    return Decision(approved=approved, by=f"terminal:{user()}")
+
+
+def user() -> str:
+    """Who runs this command, for ``--by``: the login name, else ``uid N``.
+
+    ``getpass.getuser()`` reads ``$LOGNAME``, ``$USER``… then the password database, and a
+    process under a uid with no entry there and none of those variables (a container's random
+    uid) gets ``KeyError`` (``OSError`` from Python 3.13): that must not stop a person settling
+    a call.
+    """
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError, ImportError):
+        return f"uid {os.getuid()}"

@@ -2,20 +2,21 @@
 
 Everything read from a store is data: it is printed literally (rich markup in a result or a
 session id is shown, never interpreted; terminal control characters are shown escaped), ids and
-commands are never cut (they wrap), and JSON output is never truncated. Secrets are masked unless
+commands are never cut or wrapped (``output`` picks a table, records or TSV to keep them whole),
+and JSON output is never truncated. Secrets are masked unless
 ``--show-secrets`` (see ``toolledger.masking``).
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 
+from .._shell import command as shell_command
+from .._shell import shown
 from ..liveness import Running, Verdict
 from ..masking import is_secret_key, masked, masked_text
 from ..records import (
@@ -29,9 +30,12 @@ from ..records import (
 )
 from ..stores import DEFAULT_STORE_URL
 from .format import STATUS_STYLE, owner, when
+from .output import Col, Grid
 from .timeline import Event, timeline
 
 __all__ = [
+    "HAPPENED",
+    "NOT_HAPPENED",
     "STATUS_STYLE",
     "Event",
     "approval_json",
@@ -50,6 +54,7 @@ __all__ = [
     "safe",
     "session_json",
     "sessions_table",
+    "settle_argv",
     "settle_commands",
     "styled",
     "timeline",
@@ -59,15 +64,11 @@ __all__ = [
 ]
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-_CONTROL.pop(ord("\n"))
-_CONTROL.pop(ord("\t"))
-
-
 def safe(text: object, style: str = "") -> Text:
-    """Data as rich will print it literally: no markup is read in it, and control characters
-    (an escape sequence in a tool result) are shown as ``\\x1b``, never sent to the terminal."""
-    return Text(str(text).translate(_CONTROL), style=style)
+    """Data as rich will print it literally: no markup is read in it, and control and
+    bidirectional characters (an escape sequence in a tool result, a U+202E in an id) are shown
+    as ``\\x1b``, ``\\u202e``, never sent to the terminal."""
+    return Text(shown(str(text), keep="\n\t"), style=style)
 
 
 def styled(status: str) -> Text:
@@ -83,18 +84,10 @@ def preview(text: str | None, width: int = 60) -> str:
 
 
 def command(*argv: str, url: str | None = None) -> str:
-    """A ``toolledger`` command a person can paste: every argument shell-quoted, ``--store``
-    when the store is not the default."""
-    store = ["--store", url] if url is not None and url != DEFAULT_STORE_URL else []
-    return "toolledger " + shlex.join([*store, *argv])
-
-
-def _table(title: str, *columns: str, ids: Sequence[str] = ()) -> Table:
-    """A table whose id and command columns wrap rather than cut."""
-    table = Table(title=safe(title))
-    for col in columns:
-        table.add_column(col, overflow="fold", no_wrap=False, min_width=8 if col in ids else None)
-    return table
+    """A ``toolledger`` command a person can paste: every argument shell-quoted (control and
+    bidirectional characters as ``$'\\x…'`` escapes the shell turns back into the real id),
+    ``--store`` when the store is not the default."""
+    return shell_command(*argv, url=url, default_url=DEFAULT_STORE_URL)
 
 
 # -- JSON ----------------------------------------------------------------------------------------
@@ -179,7 +172,7 @@ def timeline_json(events: list[Event]) -> list[dict[str, Any]]:
     ]
 
 
-# -- tables --------------------------------------------------------------------------------------
+# -- tables ------------------------------------------------------------------------------------
 
 
 def lease_text(lease: Lease | None, verdict: Verdict | None) -> str:
@@ -195,25 +188,26 @@ def sessions_table(
     ledger_only: list[str],
     leases: dict[str, str] | None = None,
     started: dict[str, str] | None = None,
-) -> Table:
-    table = _table(
+) -> Grid:
+    grid = Grid(
         "sessions",
-        "session",
-        "status",
-        "turns",
-        "tokens in/out",
-        "updated",
-        "held by",
-        "started calls",
-        "reason",
-        ids=("session",),
+        [
+            Col("session"),
+            Col("status"),
+            Col("turns"),
+            Col("tokens in/out"),
+            Col("updated"),
+            Col("held by"),
+            Col("started calls"),
+            Col("reason"),  # whole: it names the commands that settle the session's calls
+        ],
     )
     leases, started = leases or {}, started or {}
     for s in sorted(states, key=lambda s: s.updated_at, reverse=True):
         held = leases.get(s.session_id, "")
         if not held and s.status is RunStatus.RUNNING:
             held = "nobody: interrupted (run it again to resume)"
-        table.add_row(
+        grid.add(
             safe(s.session_id),
             styled(s.status.value),
             str(s.turns),
@@ -224,93 +218,116 @@ def sessions_table(
             safe(s.reason or ""),
         )
     for sid in ledger_only:
-        table.add_row(
+        grid.add(
             safe(sid), safe("ledger only", "dim"), "-", "-", "-", "", safe(started.get(sid, "")), ""
         )
-    return table
+    if not states and not ledger_only:
+        grid.caption = "no session in this store"
+    return grid
 
 
-def effects_table(records: list[EffectRecord], title: str, *, reveal: bool = False) -> Table:
-    table = _table(
+def effects_table(records: list[EffectRecord], title: str, *, reveal: bool = False) -> Grid:
+    grid = Grid(
         title,
-        "tool_use_id",
-        "tool",
-        "status",
-        "attempt",
-        "result / error",
-        "approved by",
-        "updated",
-        ids=("tool_use_id",),
+        [
+            Col("tool_use_id"),
+            Col("tool"),
+            Col("status"),
+            Col("attempt"),
+            Col("result / error", preview=True),
+            Col("approved by", preview=True),
+            Col("updated"),
+        ],
     )
     for r in records:
         succeeded = r.status is Status.SUCCEEDED
-        shown = (r.result if reveal else masked_text(r.result)) if succeeded else r.error
+        shown_ = (r.result if reveal else masked_text(r.result)) if succeeded else r.error
         note = f" ({r.error})" if succeeded and r.error else ""
-        table.add_row(
+        grid.add(
             safe(r.tool_use_id),
             safe(r.tool),
             styled(r.status.value),
             str(r.attempt),
-            safe(preview(shown) + note),
+            safe(preview(shown_) + note),
             safe(r.approved_by or ""),
             when(r.updated_at),
         )
-    return table
+    return grid
 
 
-def in_doubt_table(records: Sequence[tuple[EffectRecord, Verdict]]) -> Table:
-    """Calls whose attempt is over and whose outcome nobody knows: a person settles them (the
-    commands follow the table, one per line: see ``settle_commands``)."""
-    table = _table(
+def settle_argv(r: EffectRecord, happened: bool) -> list[str]:
+    """The arguments of the one command that settles ``r`` one way."""
+    return ["resolve", r.session_id, r.tool_use_id, "--happened" if happened else "--not-happened"]
+
+
+HAPPENED = (
+    "it took effect: the model is told it succeeded (add --result JSON to say what it returned)"
+)
+NOT_HAPPENED = "it did not take effect: the call runs on the session's next run"
+
+
+def in_doubt_table(records: Sequence[tuple[EffectRecord, Verdict]], url: str | None = None) -> Grid:
+    """Calls whose attempt is over and whose outcome nobody knows: a person settles them. The
+    two commands that settle each call are columns of records and TSV; after a table they are
+    printed one a line (``settle_commands``)."""
+    grid = Grid(
         "in doubt: the attempt is over, nobody knows whether it took effect",
-        "session",
-        "tool_use_id",
-        "tool",
-        "attempt",
-        "owner",
-        "why over",
-        ids=("session", "tool_use_id"),
+        [
+            Col("session"),
+            Col("tool_use_id"),
+            Col("tool"),
+            Col("attempt"),
+            Col("owner", preview=True),
+            Col("why over", preview=True),
+            Col("if it happened", in_table=False),
+            Col("if it did not", in_table=False),
+        ],
     )
     for r, verdict in records:
-        table.add_row(
+        grid.add(
             safe(r.session_id),
             safe(r.tool_use_id),
             safe(r.tool),
             str(r.attempt),
             safe(owner(r)),
             safe(verdict.why),
+            Text(command(*settle_argv(r, True), url=url)),
+            Text(command(*settle_argv(r, False), url=url)),
         )
-    return table
+    return grid
 
 
 def settle_commands(
     records: Sequence[tuple[EffectRecord, Verdict]], url: str | None = None
-) -> list[Text]:
-    """The command that settles each call, whole and shell-quoted: one line each, to paste."""
-    return [
-        safe(command("resolve", r.session_id, r.tool_use_id, url=url) + " --happened")
-        + safe(" | --not-happened", "dim")
-        for r, _ in records
-    ]
+) -> list[tuple[str, str]]:
+    """The commands that settle each call, whole and shell-quoted, each with what it means:
+    two per call, one choice each — run exactly one of a call's two."""
+    out: list[tuple[str, str]] = []
+    for r, _ in records:
+        call = f"{shown(r.tool)} {shown(r.tool_use_id)} in {shown(r.session_id)}"
+        out.append((f"{call}: {HAPPENED}", command(*settle_argv(r, True), url=url)))
+        out.append((f"{call}: {NOT_HAPPENED}", command(*settle_argv(r, False), url=url)))
+    return out
 
 
-def in_progress_table(records: Sequence[tuple[EffectRecord, Verdict]]) -> Table:
+def in_progress_table(records: Sequence[tuple[EffectRecord, Verdict]]) -> Grid:
     """Calls whose attempt may still take effect: nobody may settle them yet."""
-    table = _table(
+    grid = Grid(
         "in progress: the attempt may still take effect — do not settle",
-        "session",
-        "tool_use_id",
-        "tool",
-        "attempt",
-        "owner",
-        "deadline",
-        "why",
-        "until",
-        ids=("session", "tool_use_id"),
+        [
+            Col("session"),
+            Col("tool_use_id"),
+            Col("tool"),
+            Col("attempt"),
+            Col("owner", preview=True),
+            Col("deadline"),
+            Col("why", preview=True),
+            Col("until", preview=True),
+        ],
     )
     for r, verdict in records:
         until = verdict.until if isinstance(verdict, Running) else None
-        table.add_row(
+        grid.add(
             safe(r.session_id),
             safe(r.tool_use_id),
             safe(r.tool),
@@ -320,24 +337,25 @@ def in_progress_table(records: Sequence[tuple[EffectRecord, Verdict]]) -> Table:
             safe(verdict.why),
             when(until) if until is not None else "while its process lives",
         )
-    return table
+    return grid
 
 
-def approvals_table(records: list[ApprovalRecord], *, reveal: bool = False) -> Table:
-    table = _table(
+def approvals_table(records: list[ApprovalRecord], *, reveal: bool = False) -> Grid:
+    grid = Grid(
         "approval requests",
-        "session",
-        "tool_use_id",
-        "tool",
-        "input",
-        "in doubt",
-        "status",
-        "requested",
-        "decided by",
-        ids=("session", "tool_use_id"),
+        [
+            Col("session"),
+            Col("tool_use_id"),
+            Col("tool"),
+            Col("input", preview=True),
+            Col("in doubt"),
+            Col("status"),
+            Col("requested"),
+            Col("decided by", preview=True),
+        ],
     )
     for a in records:
-        table.add_row(
+        grid.add(
             safe(a.session_id),
             safe(a.tool_use_id),
             safe(a.tool),
@@ -347,23 +365,26 @@ def approvals_table(records: list[ApprovalRecord], *, reveal: bool = False) -> T
             when(a.requested_at),
             safe(a.decided_by or ""),
         )
-    return table
+    return grid
 
 
-def timeline_table(events: list[Event], title: str) -> Table:
-    table = _table(title, "t (s)", "event", "tool_use_id", "detail", ids=("tool_use_id",))
+def timeline_table(events: Sequence[Event], title: str) -> Grid:
+    grid = Grid(
+        title,
+        [Col("t (s)"), Col("event", preview=True), Col("tool_use_id"), Col("detail", preview=True)],
+    )
     start = events[0].at if events else 0.0
     for e in events:
-        table.add_row(
+        grid.add(
             f"{e.at - start:.3f}", safe(e.what, e.style), safe(e.ref), safe(preview(e.text, 90))
         )
-    return table
+    return grid
 
 
-def resumed_table(rows: list[dict[str, str]]) -> Table:
-    table = _table("resumed sessions", "session", "status", "detail", ids=("session",))
+def resumed_table(rows: list[dict[str, str]]) -> Grid:
+    grid = Grid("resumed sessions", [Col("session"), Col("status"), Col("detail", preview=True)])
     for r in rows:
-        table.add_row(safe(r["session_id"]), styled(r["status"]), safe(r["detail"]))
+        grid.add(safe(r["session_id"]), styled(r["status"]), safe(r["detail"]))
     if not rows:
-        table.caption = "no unfinished session with a free lease"
-    return table
+        grid.caption = "no unfinished session with a free lease"
+    return grid

@@ -10,7 +10,6 @@ import sys
 from typing import Any, TextIO
 
 from rich.console import Console
-from rich.table import Table
 
 from ..masking import masked
 from ..records import StoredMessage
@@ -19,6 +18,7 @@ from . import render
 from ._command import emit_json, known_session, no_session, store_of
 from .branching import branch_json
 from .format import when
+from .output import Col, Grid, Out
 from .render import safe
 
 __all__ = ["cmd_export", "cmd_prune", "duration"]
@@ -42,18 +42,18 @@ def cmd_prune(args: argparse.Namespace, console: Console) -> int:
     than --older-than, one transaction each: state, transcript, records, approvals. Never one
     with a call in progress or in doubt, a pending approval or a held lease. Their calls are
     forgotten: `toolledger export` keeps a copy first."""
-    with store_of(args) as store:
+    with store_of(args, write=not args.dry_run) as store:
         report = store.prune(older_than=args.older_than, status=args.status, dry_run=args.dry_run)
     if args.json:
         emit_json(_report_json(report))
         return 0
     verb = "would remove" if report.dry_run else "removed"
+    out = Out(console)
     if report.removed:
-        table = Table(title=f"{verb} {len(report.removed)} session(s)")
-        for column in ("session", "status", "last activity", "messages", "records", "approvals"):
-            table.add_column(column)
+        columns = ("session", "status", "last activity", "messages", "records", "approvals")
+        table = Grid(f"{verb} {len(report.removed)} session(s)", [Col(c) for c in columns])
         for p in report.removed:
-            table.add_row(
+            table.add(
                 safe(p.session_id),
                 p.status.value if p.status else "records only",
                 when(p.last_activity),
@@ -61,13 +61,11 @@ def cmd_prune(args: argparse.Namespace, console: Console) -> int:
                 str(p.records),
                 str(p.approvals),
             )
-        console.print(table)
+        out.grid(table)
     else:
-        console.print(
-            f"nothing to remove: no ended session idle for longer than {args.older_than:g}s"
-        )
+        out.note(f"nothing to remove: no ended session idle for longer than {args.older_than:g}s")
     for k in report.kept:
-        console.print(safe(f"kept {k.session_id}: {k.why}", "yellow"))
+        out.note(safe(f"kept {k.session_id}: {k.why}", "yellow"))
     return 0
 
 
@@ -147,7 +145,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
         with open(fd, "w", encoding="utf-8") as fh:
             _write(fh, lines)
         os.replace(tmp, args.output)
-        console.print(safe(f"wrote {len(lines)} lines of session {sid} to {args.output}"))
+        Out(console).line(safe(f"wrote {len(lines)} lines of session {sid} to {args.output}"))
     return 0
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from . import render
 from ._command import emit_json, store_of
+from .output import Out
 
 __all__ = ["cmd_audit", "cmd_bench", "cmd_demo", "cmd_resume_all"]
 
@@ -26,7 +27,7 @@ def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
     if isinstance(target, Agent):
         agent = target
     elif callable(target):
-        agent = target(store_of(args))
+        agent = target(store_of(args, write=True))
         if not isinstance(agent, Agent):
             console.print(
                 f"[red]{args.agent} returned a {type(agent).__name__}, not an Agent[/red]"
@@ -53,7 +54,7 @@ def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         emit_json(rows)
     else:
-        console.print(render.resumed_table(rows))
+        Out(console).grid(render.resumed_table(rows))
     return 1 if any(r.error is not None for r in done) else 0
 
 
@@ -84,8 +85,9 @@ def cmd_audit(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    """The brief's story end to end, offline: an agent is killed right after opening a ticket,
-    resumed, and opens exactly one."""
+    """The story end to end, offline: an agent is killed right after opening a ticket, resumed,
+    and opens exactly one (--dir DIR keeps its store to look at afterwards; a rerun there
+    starts afresh)."""
     from .demo import run_demo
 
     return run_demo(console, directory=args.dir, as_json=args.json)

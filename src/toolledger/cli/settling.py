@@ -14,6 +14,7 @@ from .. import approval_queue as approvals
 from ..codec import MAX_NESTING, nesting
 from . import render
 from ._command import emit_json, store_of
+from .output import Out
 from .render import safe
 
 __all__ = ["cmd_approvals", "cmd_approve", "cmd_deny", "cmd_resolve", "parse_result"]
@@ -37,7 +38,7 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
                 f"[red]--result is not JSON the model can be told: {escape(str(exc))}[/red]"
             )
             return 2
-    with store_of(args) as store:
+    with store_of(args, write=True) as store:
         record = store.ledger(args.session).resolve(
             args.tool_use_id,
             happened=args.happened,
@@ -51,7 +52,7 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
     else:
         _settled(console, f"{args.tool_use_id} resolved: ", record.status.value, f" (by {args.by})")
         if args.force and record.error and "forced while" in record.error:
-            console.print(f"[yellow]{escape(record.error)}[/yellow]")
+            Out(console).line(safe(record.error, "yellow"))
     return 0
 
 
@@ -81,14 +82,14 @@ def cmd_approvals(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         emit_json([render.approval_json(a, reveal=args.show_secrets) for a in records])
     elif records:
-        console.print(render.approvals_table(records, reveal=args.show_secrets))
+        Out(console).grid(render.approvals_table(records, reveal=args.show_secrets))
     else:
-        console.print("no approval request is waiting")
+        Out(console).note("no approval request is waiting")
     return 0
 
 
 def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
-    with store_of(args) as store:
+    with store_of(args, write=True) as store:
         record = approvals.decide(
             store, args.session, args.tool_use_id, approved=approved, by=args.by
         )
@@ -112,4 +113,6 @@ def cmd_deny(args: argparse.Namespace, console: Console) -> int:
 
 def _settled(console: Console, what: str, status: str, by: str) -> None:
     """The line for a call a person settled: what, its new status, by whom, and what next."""
-    console.print(safe(what), render.styled(status), safe(f"{by}. Run the session again to go on."))
+    Out(console).line(
+        safe(what), render.styled(status), safe(f"{by}. Run the session again to go on.")
+    )

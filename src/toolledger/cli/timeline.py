@@ -9,6 +9,7 @@ whole; a table shows a preview of it).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..adapters import Provider, read_or_text, transcript_reader
@@ -17,8 +18,9 @@ from ..masking import masked, masked_text
 from ..records import Status, StoredMessage
 from ..stores.store import Store
 from .format import STATUS_STYLE, owner, when
+from .window import Window
 
-__all__ = ["Event", "timeline"]
+__all__ = ["Event", "timeline", "timeline_window"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +35,55 @@ class Event:
 
 def timeline(store: Store, session_id: str, *, reveal: bool = False) -> list[Event]:
     """Turns, tool calls, ledger records and approvals of a session, in time order."""
+    return _timeline(store, session_id, store.messages(session_id), None, reveal)
+
+
+def timeline_window(
+    store: Store, session_id: str, pick: Callable[[int], Window], *, reveal: bool = False
+) -> tuple[list[Event], Window]:
+    """The timeline of the turns ``pick(number of turns)`` chooses: their messages, and the
+    records and approvals of the calls they made (a turn is a model reply; what comes before
+    the first one belongs to the first)."""
+    messages = store.messages(session_id)
+    turn_of: list[int] = []
+    turn = 0
+    for m in messages:
+        if m.role == "assistant":
+            turn += 1
+        turn_of.append(max(turn, 1))
+    window = pick(turn)
+    if window.whole:
+        return _timeline(store, session_id, messages, None, reveal), window
+    kept = [m for m, t in zip(messages, turn_of, strict=True) if window.holds(t)]
+    return _timeline(store, session_id, kept, _calls(kept), reveal), window
+
+
+def _calls(messages: list[StoredMessage]) -> set[str]:
+    reader = transcript_reader(messages)
+    out: set[str] = set()
+    for m in messages:
+        read = read_or_text(m, reader)
+        out.update(call.tool_use_id for call in read.calls)
+        out.update(call_id for call_id, _, _ in read.results)
+    return out
+
+
+def _timeline(
+    store: Store,
+    session_id: str,
+    messages: list[StoredMessage],
+    calls: set[str] | None,
+    reveal: bool,
+) -> list[Event]:
+    """The events of ``messages``, and of the ledger records and approvals of ``calls`` (all
+    of them when ``None``)."""
     events: list[Event] = []
-    messages: list[StoredMessage] = store.messages(session_id)
     reader = transcript_reader(messages)
     for m in messages:
         events.extend(_message_events(m, reader, reveal))
     for r in store.ledger(session_id).records():
+        if calls is not None and r.tool_use_id not in calls:
+            continue
         intent = r.deadline is not None or (r.holder is None and r.attempt > 0)
         if intent:
             events.append(
@@ -81,6 +126,8 @@ def timeline(store: Store, session_id: str, *, reveal: bool = False) -> list[Eve
             )
         )
     for a in store.approvals(session_id):
+        if calls is not None and a.tool_use_id not in calls:
+            continue
         events.append(
             Event(
                 a.requested_at,

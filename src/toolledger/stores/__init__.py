@@ -45,6 +45,7 @@ def open_store(
     worker_id: str | None = None,
     redact: Callable[[str], str] | None = None,
     create: bool = True,
+    read_only: bool = False,
 ) -> Store:
     """Open (creating if needed) the store named by ``url``.
 
@@ -52,6 +53,12 @@ def open_store(
     before anything is written (see ``toolledger.redact``). ``clock`` and ``worker_id`` are
     injectable for tests. ``create=False`` opens only a store that exists (what the command
     line's reading commands do): a missing one is ``StoreUnavailableError("no store at …")``.
+    ``read_only=True`` (the reading commands too) never writes and never migrates: SQLite opens
+    the file ``mode=ro`` (``immutable=1`` where it has no write-ahead log to read), so a store
+    on read-only media, or owned by someone else, can be looked at, and reads an older
+    release's file through a migrated copy in memory; a write raises ``StoreUnavailableError``.
+    PostgreSQL's schema is not migrated either (an older one is an error saying how). It
+    implies ``create=False``.
     Raises ``ConfigurationError`` for a URL we cannot use and ``StoreError`` for a store we
     cannot open.
     """
@@ -65,11 +72,12 @@ def open_store(
         path = (
             ":memory:" if url in ("sqlite://", "sqlite:///:memory:") else _file_path(url, "sqlite")
         )
-        return Store(SQLiteBackend(path, url=url, create=create), **options)
+        return Store(SQLiteBackend(path, url=url, create=create, read_only=read_only), **options)
     if scheme == "json":
         from .jsonfile import JSONBackend
 
-        return Store(JSONBackend(_file_path(url, "json"), url=url, create=create), **options)
+        directory = _file_path(url, "json")
+        return Store(JSONBackend(directory, url=url, create=create and not read_only), **options)
     if scheme == "memory":
         from .memory import MemoryBackend
 
@@ -78,6 +86,8 @@ def open_store(
     if scheme in ("postgresql", "postgres"):
         from .postgres import open_backends  # raises ConfigurationError without psycopg
 
-        pg_backend, pg_async_backend = open_backends(url, create=create)
+        pg_backend, pg_async_backend = open_backends(
+            url, create=create and not read_only, read_only=read_only
+        )
         return Store(pg_backend, async_backend=pg_async_backend, **options)
     raise ConfigurationError(f"unknown store URL {url!r}; use one of {_SCHEMES}")

@@ -8,7 +8,6 @@ one fsync.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 import time
@@ -16,61 +15,47 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import CorruptLedgerError, SessionConflictError, StoreError, StoreUnavailableError
+from ..errors import (
+    CorruptLedgerError,
+    SchemaVersionError,
+    SessionConflictError,
+    StoreError,
+    StoreUnavailableError,
+)
 from ..ops import Op
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from ._sql import plans
 from ._sql.plans import Outcome, Step
 from ._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
 from ._sql.schema import too_new
+from ._sqlite_files import (
+    BUSY_TIMEOUT_S,
+    create_owner_only,
+    identity,
+    open_read_only,
+    translate,
+)
 from .contract import Pending
 
-__all__ = ["SQLiteBackend"]
+__all__ = ["SQLiteBackend", "translate"]
 
 T = TypeVar("T")
 
-BUSY_TIMEOUT_MS = 10_000
+BUSY_TIMEOUT_MS = BUSY_TIMEOUT_S * 1000
 WAL_AUTOCHECKPOINT_PAGES = 100
-
-
-def translate(exc: sqlite3.Error, url: str, action: str) -> StoreError:
-    """Map a driver error to our tree, saying what happened and what to do."""
-    text = str(exc)
-    low = text.lower()
-    if "malformed" in low or "not a database" in low or "corrupt" in low:
-        return CorruptLedgerError(
-            f"{url} is damaged ({text}) while {action}. It is not read as empty: that would "
-            "re-run every recorded effect. Restore it from a backup, or run "
-            "`toolledger verify` to see what is readable.",
-            url=url,
-        )
-    if "locked" in low or "busy" in low:
-        return StoreUnavailableError(
-            f"{url} stayed locked for {BUSY_TIMEOUT_MS // 1000}s while {action} ({text}): "
-            "another process holds a long write transaction",
-            url=url,
-        )
-    if "readonly" in low or "unable to open" in low or "disk i/o" in low or "no such" in low:
-        return StoreUnavailableError(
-            f"{url} cannot be used while {action}: {text}. Check that the file and its "
-            "directory exist and are writable by this user.",
-            url=url,
-        )
-    if "full" in low:
-        return StoreUnavailableError(
-            f"{url}: the disk is full while {action} ({text}); free space and retry", url=url
-        )
-    return StoreError(f"{url}: {action} failed: {text}", url=url)
 
 
 class SQLiteBackend:
     durable = True
     shared_clock = False  # each machine's own clock: leases are judged by watching them
 
-    def __init__(self, path: str, *, url: str, create: bool = True) -> None:
+    def __init__(
+        self, path: str, *, url: str, create: bool = True, read_only: bool = False
+    ) -> None:
         self.url = url
         self.path = path
-        if not create and path != ":memory:" and not Path(path).is_file():
+        self.read_only = read_only and path != ":memory:"
+        if (not create or self.read_only) and path != ":memory:" and not Path(path).is_file():
             raise StoreUnavailableError(
                 f"no store at {url}: {Path(path).resolve()} does not exist. Check the URL "
                 "(--store or $TOOLLEDGER_STORE; sqlite:///relative.db, sqlite:////absolute.db).",
@@ -86,8 +71,13 @@ class SQLiteBackend:
         self._leading = False
         self._waiting = 0
         self.commits = 0  # physical commits (transactions), for tests and benchmarks
+        self._probe: sqlite3.Connection | None = None  # reads the schema version (_check_schema)
+        if self.read_only:
+            self._conn = open_read_only(path, url, busy_timeout_ms=BUSY_TIMEOUT_MS)
+            self._identity = None
+            return
         if path != ":memory:":
-            _create_owner_only(Path(path))
+            create_owner_only(Path(path))
         try:
             self._conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
@@ -95,7 +85,7 @@ class SQLiteBackend:
         except sqlite3.Error as exc:
             raise translate(exc, url, "opening") from exc
         try:
-            self._identity = _identity(path, url)
+            self._identity = identity(path, url)
             self._configure()
             self._migrate()
         except sqlite3.Error as exc:
@@ -174,8 +164,23 @@ class SQLiteBackend:
         try:
             return query.finish(found)
         except CorruptLedgerError as exc:  # a damaged value in a sound row: name the store
+            newer = self._newer()  # or a row a newer release wrote, in a schema it migrated
+            if newer is not None:
+                raise newer from exc
             exc.url = exc.url or self.url
             raise
+
+    def _newer(self) -> StoreError | None:
+        """``SchemaVersionError`` if a newer toolledger has migrated the file since it was
+        opened (a long-lived worker meeting an upgrade), else ``None``."""
+        try:
+            with self._lock:
+                self._check_schema()
+        except SchemaVersionError as exc:
+            return exc
+        except sqlite3.Error:
+            return None
+        return None
 
     def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
@@ -251,6 +256,7 @@ class SQLiteBackend:
             with self._lock:
                 c = self._conn
                 self._check_identity()
+                self._check_schema()
                 if len(group) == 1 and plans.one_statement(group[0].ops, ride=True):
                     # One conditional statement is a transaction of its own (autocommit): one
                     # call into SQLite instead of BEGIN, statement, COMMIT. A guard that fails
@@ -296,13 +302,28 @@ class SQLiteBackend:
             for p in group:
                 p.done = True
 
+    def _check_schema(self) -> None:
+        """A newer release may have migrated the file since it was opened (a long-lived worker
+        meeting an upgrade): stop, typed, before writing rows of a schema this code does not
+        know. Read on a connection of its own (about 2 µs: page 1 is cached), so the write
+        connection's transaction stays the plan's statements alone. A migration committed
+        between this read and the write is met by the next write."""
+        if self.path == ":memory:":
+            return
+        if self._probe is None:
+            self._probe = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        version = int(self._probe.execute("PRAGMA user_version").fetchone()[0])
+        error = too_new(version, self.url)
+        if error is not None:
+            raise error
+
     def _check_identity(self) -> None:
         """The file we opened must still be the one at our path. SQLite writes on into a
         deleted (or replaced) database as if nothing happened — every commit "succeeding" into
         an inode nobody will ever open again."""
         if self._identity is None:
             return
-        now = _identity(self.path, self.url)  # refuses a second name made meanwhile, too
+        now = identity(self.path, self.url)  # refuses a second name made meanwhile, too
         if now != self._identity:
             what = "was deleted" if now is None else "was replaced by another file"
             raise StoreUnavailableError(
@@ -350,45 +371,5 @@ class SQLiteBackend:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-def _identity(path: str, url: str) -> tuple[int, int] | None:
-    """(device, inode) of the database file; ``None`` for ``:memory:`` or a missing file.
-
-    A file that has another name (a hard link) is refused: SQLite keeps its WAL and lock files
-    beside the name it was opened by, so two names are two ledgers that do not see each other's
-    last commits — and a call recorded under one runs again under the other.
-    """
-    if path == ":memory:":
-        return None
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    if st.st_nlink > 1:
-        raise StoreUnavailableError(
-            f"{url}: the database file has {st.st_nlink} names (hard links). SQLite keeps its "
-            "write-ahead log beside the name it was opened by, so processes opening it by "
-            "different names would not see each other's latest records. Remove the extra "
-            "link and use one path (a symbolic link is fine).",
-            url=url,
-        )
-    return (st.st_dev, st.st_ino)
-
-
-def _create_owner_only(path: Path) -> None:
-    """Create the database file 0600 (and a missing directory 0700) before SQLite does, so the
-    ledger — which holds tool inputs and results — is never readable by other users. SQLite
-    gives its -wal and -shm files the database file's permissions."""
-    if path.exists():
-        return
-    parent = path.parent
-    if not parent.exists():
-        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        return
-    except OSError as exc:
-        raise StoreUnavailableError(f"cannot create {path}: {exc}", url=str(path)) from exc
-    os.close(fd)
+            if self._probe is not None:
+                self._probe.close()

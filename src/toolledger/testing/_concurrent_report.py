@@ -14,7 +14,7 @@ __all__ = ["ConcurrentReport"]
 class ConcurrentReport:
     """What one concurrency torture did and found. ``violations`` is empty when the promise held.
 
-    The documented limit (DESIGN.md rule 14) — an attempt paused past its deadline on another
+    The documented limit (docs/design.md, rule 14) — an attempt paused past its deadline on another
     host wakes after its call was settled — is counted, not a violation, when the world shows
     exactly that: ``late_effects``, calls done twice, each late success in its record's history
     and alerted; ``late_outcomes``, such late successes that added nothing to the world;

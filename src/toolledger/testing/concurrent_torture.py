@@ -45,10 +45,10 @@ harness drives each session to its end (resume, settle in-doubt calls from the w
 1. a key-forwarding or idempotent call left exactly one ticket, always;
 2. a plain, checked or high-impact call left exactly one ticket — unless an attempt of it woke
    past its deadline on another host after the call had been settled and run again, and then its
-   late success is in the record's ``history`` and was raised as ``LateOutcomeError`` (DESIGN.md
-   rule 14, counted as *late effects*). The world must show it: that attempt's execution was
-   settled only by another host's worker or operator, and only after its deadline. With
-   ``--other-hosts 0`` there is no such case at all;
+   late success is in the record's ``history`` and was raised as ``LateOutcomeError``
+   (docs/design.md, rule 14, counted as *late effects*). The world must show it: that attempt's
+   execution was settled only by another host's worker or operator, and only after its deadline.
+   With ``--other-hosts 0`` there is no such case at all;
 3. every ticket belongs to a call of a final transcript (its tool_use_id and title), and is
    recorded — a ``succeeded`` record, or a late outcome in the history. The one exception: an
    attempt of 2 that was killed between its late effect and its report — nothing can tell the

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._extras import require
 from ..adapters.anthropic import AnthropicProvider, pairing_errors
 from ..errors import ConfigurationError
 from ..records import StoredMessage
@@ -75,14 +76,12 @@ class ScriptedModel(ScriptedServer):
 
     def client(self, **kwargs: Any) -> Any:
         """An ``anthropic.Anthropic`` pointed at this server (no retries unless asked)."""
-        import anthropic
-
+        anthropic = require("anthropic", "anthropic", what="ScriptedModel.client()")
         kwargs.setdefault("max_retries", 0)
         return anthropic.Anthropic(base_url=self.url, api_key="scripted", **kwargs)
 
     def async_client(self, **kwargs: Any) -> Any:
-        import anthropic
-
+        anthropic = require("anthropic", "anthropic", what="ScriptedModel.async_client()")
         kwargs.setdefault("max_retries", 0)
         return anthropic.AsyncAnthropic(base_url=self.url, api_key="scripted", **kwargs)
 

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._extras import require
 from ..adapters.openai import chat_pairing_errors, responses_pairing_errors
 from ..adapters.openai_chat import OpenAIChat
 from ..records import StoredMessage
@@ -82,14 +83,12 @@ class ScriptedOpenAI(ScriptedServer):
 
     def client(self, **kwargs: Any) -> Any:
         """An ``openai.OpenAI`` pointed at this server (no retries unless asked)."""
-        import openai
-
+        openai = require("openai", "openai", what="ScriptedOpenAI.client()")
         kwargs.setdefault("max_retries", 0)
         return openai.OpenAI(base_url=self.url, api_key="scripted", **kwargs)
 
     def async_client(self, **kwargs: Any) -> Any:
-        import openai
-
+        openai = require("openai", "openai", what="ScriptedOpenAI.async_client()")
         kwargs.setdefault("max_retries", 0)
         return openai.AsyncOpenAI(base_url=self.url, api_key="scripted", **kwargs)
 

@@ -5,7 +5,7 @@ Every tool logs each real execution (``executions``) and leaves its effect as a 
 records. The same tools run in a separate process that the test kills with ``SIGKILL``
 (``run_agent``), which is what the crash matrix and the torture harness do.
 
-Four ways to create a ticket, one per recovery strategy of DESIGN.md rule 6:
+Four ways to create a ticket, one per recovery strategy of docs/design.md, rule 6:
 
 * ``create_ticket`` — plain non-idempotent: an in-doubt call needs a person;
 * ``create_ticket_checked`` — non-idempotent with a ``check`` that finds the ticket by its

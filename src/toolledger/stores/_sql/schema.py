@@ -1,7 +1,7 @@
 """Both schemas, side by side: SQLite's and PostgreSQL's migrations, entry for entry.
 
 Entry ``i`` of either list brings a store from schema version ``i`` to ``i + 1``; the versions
-of the two backends match. Migrations only append (DESIGN.md rule 17): never edit a shipped
+of the two backends match. Migrations only append (docs/design.md, rule 17): never edit a shipped
 entry, add a new one to both lists.
 """
 
@@ -78,7 +78,7 @@ SQLITE_MIGRATIONS: list[str] = [
         expires_at REAL    NOT NULL
     ) WITHOUT ROWID;
     """,
-    # 4: an attempt's owner and end (DESIGN.md rule 12) and the attempts it replaced; the
+    # 4: an attempt's owner and end (docs/design.md, rule 12) and the attempts it replaced; the
     # lease holder's process. Rows written before have NULLs: see EffectRecord and Lease.
     """
     ALTER TABLE effects ADD COLUMN holder TEXT;
@@ -195,7 +195,7 @@ POSTGRES_MIGRATIONS: list[str] = [
         expires_at DOUBLE PRECISION NOT NULL
     )
     """,
-    # 4: an attempt's owner and end (DESIGN.md rule 12) and the attempts it replaced; the
+    # 4: an attempt's owner and end (docs/design.md, rule 12) and the attempts it replaced; the
     # lease holder's process. Rows written before have NULLs: see EffectRecord and Lease.
     """
     ALTER TABLE effects ADD COLUMN holder TEXT;
@@ -253,7 +253,8 @@ def too_new(version: int, url: str) -> SchemaVersionError | None:
     if version <= VERSION:
         return None
     return SchemaVersionError(
-        f"{url} has schema version {version}; this toolledger knows up to {VERSION}. "
-        "Upgrade toolledger to use this store.",
+        f"{url} was written by a newer toolledger — upgrade: its schema version is {version}, "
+        f"and this release knows up to {VERSION}. Nothing more is written to it. (It is not "
+        "damaged: do not restore or replace it, which would re-run every call it records.)",
         url=url,
     )

@@ -26,6 +26,7 @@ from ._codec import (
     record_line,
 )
 from ._files import LOG_SUFFIX, SUFFIX, Directory
+from ._format import Format, format_file
 
 __all__ = ["JSONBackend"]
 
@@ -43,6 +44,14 @@ class JSONBackend:
         self.url = url
         self._files = Directory(directory, url=url, create=create)
         self.dir = self._files.path
+        self._format = Format(self.dir, url)
+        self._format.check()
+        if create and self._format.stamp():
+            from ..._version import __version__
+
+            with self._files.locked():
+                if self._format.stamp():
+                    self._files.replace(self._format.path, format_file(__version__))
         # Parsed ledgers by path, valid while (inode, mtime, size) is unchanged, with the
         # session they were parsed for (a file is only ever read as that session's).
         self._cache: dict[Path, tuple[tuple[int, int, int], str, dict[str, EffectRecord]]] = {}
@@ -69,7 +78,7 @@ class JSONBackend:
                     return cached[2]
                 data = fh.read()
         except FileNotFoundError:
-            # A missing ledger is an empty one (DESIGN.md rule 5) — unless the line creating
+            # A missing ledger is an empty one (docs/design.md, rule 5) — unless the line creating
             # the session carried its records, and the process died before it wrote the file.
             inline = self._load_log(session_id).records
             return {} if inline is None else inline
@@ -82,9 +91,10 @@ class JSONBackend:
         self._cache[path] = (key, session_id, records)
         return records
 
-    def _corrupt(
-        self, path: Path, size: int, session_id: str, exc: BaseException
-    ) -> CorruptLedgerError:
+    def _corrupt(self, path: Path, size: int, session_id: str, exc: BaseException) -> StoreError:
+        newer = self._format.newer()  # a newer release's file, not a damaged one
+        if newer is not None:
+            return newer
         return CorruptLedgerError(
             f"ledger file {path} ({size} bytes) is corrupt or truncated: {exc}. " + _RESTORE_HINT,
             url=self.url,
@@ -134,6 +144,9 @@ class JSONBackend:
             try:
                 read_log_line(log, line, session_id)
             except LOG_DAMAGE as exc:
+                newer = self._format.newer()  # a newer release's line, not a damaged one
+                if newer is not None:
+                    raise newer from exc
                 raise CorruptLedgerError(
                     f"session log {path} is corrupt at line {number + 1} past byte "
                     f"{log.offset}: {exc}. " + _RESTORE_HINT,
@@ -189,6 +202,7 @@ class JSONBackend:
             return []
         try:
             with self._files.locked():
+                self._format.check()  # a newer release may have upgraded it meanwhile
                 effects = self._load(session_id)
                 log = self._load_log(session_id)
                 stored = SessionData(

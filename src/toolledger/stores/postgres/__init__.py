@@ -51,10 +51,13 @@ from .schema import migrate
 __all__ = ["AsyncPostgresBackend", "PostgresBackend", "migrate", "open_backends"]
 
 
-def open_backends(url: str, *, create: bool = True) -> tuple[PostgresBackend, AsyncPostgresBackend]:
+def open_backends(
+    url: str, *, create: bool = True, read_only: bool = False
+) -> tuple[PostgresBackend, AsyncPostgresBackend]:
     """The two faces of one store: closing either one (``Store.close()`` or ``aclose()``)
-    releases both pools. ``create=False``: a schema without toolledger's tables is an error."""
-    backend = PostgresBackend(url, create=create)
+    releases both pools. ``create=False``: a schema without toolledger's tables is an error.
+    ``read_only=True``: the schema is never migrated (an older one is an error that says so)."""
+    backend = PostgresBackend(url, create=create, read_only=read_only)
     twin = AsyncPostgresBackend(url, clock=backend.server_clock, orphans=backend.orphans)
     backend._twin, twin._twin = twin, backend
     return backend, twin

@@ -38,13 +38,13 @@ class PostgresBackend:
     durable = True
     shared_clock = True  # one clock for every worker: the server's (Backend.shared_clock)
 
-    def __init__(self, url: str, *, create: bool = True) -> None:
+    def __init__(self, url: str, *, create: bool = True, read_only: bool = False) -> None:
         self.settings = parse_url(url)
         self.url = self.settings.display
         self._twin: _Twin | None = None
         self.server_clock = ServerClock()
         self.orphans = Orphans()
-        self.schema_version = migrate(self.settings, create=create)
+        self.schema_version = migrate(self.settings, create=create, read_only=read_only)
         s = self.settings
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             s.conninfo,

@@ -1,4 +1,4 @@
-"""What keeps a PostgreSQL store safe on an unreliable network (DESIGN.md rule 16): the
+"""What keeps a PostgreSQL store safe on an unreliable network (docs/design.md, rule 16): the
 watchdog that cuts an operation past its deadline, the orphans (server transactions of cut
 connections) ended before the store reads again, each connection's identity on the server, and
 the server's clock.
@@ -165,7 +165,7 @@ class Orphans:
     operation of the store reads or writes anything, each is ended (``pg_terminate_backend``,
     then watched until it has exited, within half the operation's deadline) — so the read-back
     of a commit whose answer was lost is conclusive: the commit has landed, or it never will
-    (DESIGN.md rule 16). One that will not end fails the operation (``StoreUnavailableError``)
+    (docs/design.md, rule 16). One that will not end fails the operation (``StoreUnavailableError``)
     rather than let it read a state that may still change."""
 
     def __init__(self) -> None:

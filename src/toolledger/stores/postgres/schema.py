@@ -81,14 +81,15 @@ def integrity() -> Plan[list[str]]:
     return problems
 
 
-def migrate(settings: Settings, *, create: bool = True) -> int:
+def migrate(settings: Settings, *, create: bool = True, read_only: bool = False) -> int:
     """Bring the schema up to date on a connection of its own, then wait out the writes that
     were in flight; return the schema version.
 
     Each migration commits in its own transaction together with its ``toolledger_schema`` row,
     under a transaction-level advisory lock, so workers starting together queue instead of
     racing, and a crash mid-way leaves a whole number of migrations. Raises
-    ``SchemaVersionError`` when the schema is newer than this code.
+    ``SchemaVersionError`` when the schema is newer than this code. ``read_only``: never
+    migrate — an older schema raises ``StoreUnavailableError`` saying how to migrate it.
     """
     url = settings.display
     try:
@@ -98,7 +99,7 @@ def migrate(settings: Settings, *, create: bool = True) -> int:
     try:
         with conn:
             configure(conn, schema=settings.schema)
-            version = _upgrade(conn, settings, create=create)
+            version = _upgrade(conn, settings, create=create, read_only=read_only)
             _await_writes_in_flight(conn)
             return version
     except psycopg.Error as exc:
@@ -125,7 +126,9 @@ def _await_writes_in_flight(conn: Conn) -> None:
         pending = [row[0] for row in conn.execute(STILL_RUNNING, (pending,)).fetchall()]
 
 
-def _upgrade(conn: Conn, settings: Settings, *, create: bool = True) -> int:
+def _upgrade(
+    conn: Conn, settings: Settings, *, create: bool = True, read_only: bool = False
+) -> int:
     target = VERSION
     try:
         # The common case takes no lock and needs no DDL rights: already up to date.
@@ -145,6 +148,14 @@ def _upgrade(conn: Conn, settings: Settings, *, create: bool = True) -> int:
             raise error
         if version == target:
             return version
+        if read_only:
+            raise StoreUnavailableError(
+                f"{settings.display} has schema version {version}, written by an earlier "
+                f"toolledger; this release reads version {target}. A command that only looks "
+                "does not migrate a store: start a worker of this release (opening the store "
+                "with write access migrates it, in one transaction per step), then look again.",
+                url=settings.display,
+            )
         with conn.transaction():
             conn.execute(LOCK_MIGRATIONS, (settings.schema,))
             schema = settings.schema

@@ -27,7 +27,7 @@ class Settings:
     pool_timeout: float
     op_timeout: float
     """How long one store operation may wait for the server before its connection is cut and
-    discarded: a reply lost on the network never hangs a worker (DESIGN.md rule 16)."""
+    discarded: a reply lost on the network never hangs a worker (docs/design.md, rule 16)."""
     connect_kwargs: dict[str, Any]
     """Connection defaults the URL did not set (``connect_timeout``, ``application_name``, TCP
     keepalives, ``tcp_user_timeout``)."""

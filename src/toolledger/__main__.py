@@ -1,0 +1,7 @@
+"""``python -m toolledger``: the ``toolledger`` command."""
+
+import sys
+
+from .cli.app import main
+
+sys.exit(main())

@@ -1,0 +1,174 @@
+"""How a command's rows reach a person or a pipe, whole at any width.
+
+A command builds a ``Grid`` (a title, columns, rows of cells) and hands it to ``Out.grid``, which
+picks one layout:
+
+* **table** — on a terminal wide enough that every *whole* column (ids, commands, statuses,
+  times: never cut, never wrapped) fits at its natural width beside a little room for each
+  *preview* column (content already shortened, which may wrap);
+* **records** — on a terminal too narrow for that: one field a line, ``name: value``, a blank
+  line between records; a line is never broken by the program (the terminal may fold it on the
+  screen; copied, it is whole);
+* **tsv** — when standard output is not a terminal (a pipe, a file): a header line, then one
+  line per row, cells separated by tabs (a tab, newline, carriage return or backslash in a cell
+  written ``\\t``, ``\\n``, ``\\r``, ``\\\\``). Titles and notes are comment lines starting
+  with ``# ``.
+
+``--json`` bypasses all of this (``emit_json``). Every line is printed with ``soft_wrap``: the
+program never inserts a line break into an id or a command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from rich.cells import cell_len
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["Col", "Grid", "Layout", "Out"]
+
+# What a preview column keeps at least, in a table, before the table gives way to records.
+PREVIEW_MIN = 12
+
+
+class Layout(StrEnum):
+    TABLE = "table"
+    RECORDS = "records"
+    TSV = "tsv"
+
+
+@dataclass(frozen=True, slots=True)
+class Col:
+    """A column. ``preview``: its cells are shortened content that may wrap in a table (never an
+    id or a command). ``in_table=False``: shown in records and TSV only — the caller prints it
+    after a table itself (the commands that settle a call, one a line)."""
+
+    name: str
+    preview: bool = False
+    in_table: bool = True
+
+
+@dataclass(slots=True)
+class Grid:
+    title: str
+    cols: Sequence[Col]
+    rows: list[list[Text]] = field(default_factory=list)
+    caption: str = ""
+
+    def add(self, *cells: Text | str) -> None:
+        assert len(cells) == len(self.cols), (self.title, len(cells), len(self.cols))
+        self.rows.append([c if isinstance(c, Text) else Text(c) for c in cells])
+
+
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def tsv_cell(text: str) -> str:
+    return text.translate(_TSV_ESCAPES)
+
+
+class Out:
+    """Where one command prints: the console, and whether it is a terminal (``sys.stdout``'s
+    own answer: ``FORCE_COLOR`` colours a pipe, it does not make one a screen)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.terminal = _isatty(console.file)
+
+    def line(self, *parts: Text | str) -> None:
+        """A line of output, never broken by the program."""
+        text = Text()
+        for p in parts:
+            text.append_text(p if isinstance(p, Text) else Text(p))
+        self.console.print(text, soft_wrap=True, highlight=False)
+
+    def note(self, *parts: Text | str) -> None:
+        """A line about the rows around it (a heading, a remark): in a pipe a ``# `` comment,
+        so that what a script reads is the TSV alone."""
+        if self.terminal:
+            self.line(*parts)
+        elif any(p.plain if isinstance(p, Text) else p for p in parts):
+            self.line("# ", *parts)
+
+    def command(self, text: str, *, note: str = "") -> None:
+        """A command to paste: alone on its line, never broken, never commented out (its
+        explanation, if any, is the comment line before it)."""
+        if note:
+            self.console.print(Text(f"# {note}", style="dim"), soft_wrap=True, highlight=False)
+        self.console.print(Text(text), soft_wrap=True, highlight=False)
+
+    def grid(self, grid: Grid) -> Layout:
+        """Print ``grid`` in the layout that keeps every id whole; say which."""
+        if not self.terminal:
+            self._tsv(grid)
+            return Layout.TSV
+        if self._fits(grid):
+            self._table(grid)
+            return Layout.TABLE
+        self._records(grid)
+        return Layout.RECORDS
+
+    # -- the layouts ---------------------------------------------------------------------------
+
+    def _shown(self, grid: Grid) -> list[int]:
+        return [i for i, c in enumerate(grid.cols) if c.in_table]
+
+    def _natural(self, grid: Grid, i: int) -> int:
+        return max([cell_len(grid.cols[i].name), *(cell_len(r[i].plain) for r in grid.rows)])
+
+    def _fits(self, grid: Grid) -> bool:
+        shown = self._shown(grid)
+        need = 1 + 3 * len(shown)  # rich's box: a bar, and " │ " around each cell
+        for i in shown:
+            natural = self._natural(grid, i)
+            need += min(natural, PREVIEW_MIN) if grid.cols[i].preview else natural
+        return need <= self.console.width
+
+    def _table(self, grid: Grid) -> None:
+        table = Table(title=Text(grid.title), caption=grid.caption or None)
+        shown = self._shown(grid)
+        for i in shown:
+            col = grid.cols[i]
+            if col.preview:
+                table.add_column(col.name, overflow="fold")
+            else:
+                table.add_column(col.name, no_wrap=True, min_width=self._natural(grid, i))
+        for row in grid.rows:
+            table.add_row(*(row[i] for i in shown))
+        self.console.print(table)
+
+    def _records(self, grid: Grid) -> None:
+        self.console.print(Text(grid.title, style="bold"), soft_wrap=True, highlight=False)
+        pad = max((cell_len(c.name) for c in grid.cols), default=0)
+        for row in grid.rows:
+            self.console.print()
+            for col, cell in zip(grid.cols, row, strict=True):
+                if not cell.plain:
+                    continue
+                name = Text(f"{col.name}:".ljust(pad + 2), style="dim")
+                self.console.print(name.append_text(cell), soft_wrap=True, highlight=False)
+        if grid.caption:
+            self.console.print()
+            self.console.print(Text(grid.caption, style="dim"), soft_wrap=True, highlight=False)
+
+    def _tsv(self, grid: Grid) -> None:
+        write = self.console.file.write
+        write(f"# {tsv_cell(grid.title)}\n")
+        write("\t".join(tsv_cell(c.name) for c in grid.cols) + "\n")
+        for row in grid.rows:
+            write("\t".join(tsv_cell(cell.plain) for cell in row) + "\n")
+        if grid.caption:
+            write(f"# {tsv_cell(grid.caption)}\n")
+        self.console.file.flush()
+
+
+def _isatty(file: object) -> bool:
+    isatty = getattr(file, "isatty", None)
+    try:
+        return bool(isatty is not None and isatty())
+    except ValueError:  # closed
+        return False

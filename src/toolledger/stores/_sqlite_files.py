@@ -1,0 +1,148 @@
+"""The SQLite store's file: created owner-only, known by its identity (device, inode), and
+opened for the commands that only look — without writing, without migrating."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from urllib.parse import quote
+
+from ..errors import CorruptLedgerError, StoreError, StoreUnavailableError
+from ._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
+from ._sql.schema import too_new
+
+__all__ = ["BUSY_TIMEOUT_S", "create_owner_only", "identity", "open_read_only", "translate"]
+
+BUSY_TIMEOUT_S = 10
+
+
+def translate(exc: sqlite3.Error, url: str, action: str) -> StoreError:
+    """Map a driver error to our tree, saying what happened and what to do."""
+    text = str(exc)
+    low = text.lower()
+    if "malformed" in low or "not a database" in low or "corrupt" in low:
+        return CorruptLedgerError(
+            f"{url} is damaged ({text}) while {action}. It is not read as empty: that would "
+            "re-run every recorded effect. Restore it from a backup, or run "
+            "`toolledger verify` to see what is readable.",
+            url=url,
+        )
+    if "locked" in low or "busy" in low:
+        return StoreUnavailableError(
+            f"{url} stayed locked for {BUSY_TIMEOUT_S}s while {action} ({text}): "
+            "another process holds a long write transaction",
+            url=url,
+        )
+    if "readonly" in low or "unable to open" in low or "disk i/o" in low or "no such" in low:
+        return StoreUnavailableError(
+            f"{url} cannot be used while {action}: {text}. Check that the file and its "
+            "directory exist and are writable by this user.",
+            url=url,
+        )
+    if "full" in low:
+        return StoreUnavailableError(
+            f"{url}: the disk is full while {action} ({text}); free space and retry", url=url
+        )
+    return StoreError(f"{url}: {action} failed: {text}", url=url)
+
+
+def open_read_only(path: str, url: str, *, busy_timeout_ms: int) -> sqlite3.Connection:
+    """A connection that cannot write, for the commands that only look (a store on read-only
+    media, a bind mount, a copy owned by someone else).
+
+    ``mode=ro`` first: it reads the write-ahead log, so it sees every commit, but SQLite needs
+    the ``-shm`` file (or a directory it may create it in). Where that fails and there is no WAL
+    to read — a checkpointed file — ``immutable=1`` reads the file alone, with no locks; with a
+    WAL holding commits it would miss them, so then it is an error that says why. The schema
+    is never migrated: a store older than this release is copied into memory and the copy
+    migrated; a newer one is refused (``SchemaVersionError``).
+    """
+    target = quote(os.path.abspath(path))
+    wal = Path(f"{path}-wal")
+    try:
+        conn = sqlite3.connect(
+            f"file:{target}?mode=ro", uri=True, isolation_level=None, check_same_thread=False,
+            timeout=busy_timeout_ms / 1000,
+        )  # fmt: skip
+        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error as exc:
+        if wal.exists() and wal.stat().st_size > 0:
+            raise StoreUnavailableError(
+                f"{url} cannot be read without write access ({exc}): its write-ahead log "
+                f"{wal} holds commits not yet in the database file, and SQLite reads them "
+                "only with a -shm file it can create. Open it once as a user who may write "
+                "there (any command that writes checkpoints it), or copy the files somewhere "
+                "writable.",
+                url=url,
+            ) from exc
+        try:
+            conn = sqlite3.connect(
+                f"file:{target}?immutable=1", uri=True, isolation_level=None,
+                check_same_thread=False,
+            )  # fmt: skip
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.Error as exc2:
+            raise translate(exc2, url, "opening read-only") from exc2
+    error = too_new(version, url)
+    if error is not None:
+        conn.close()
+        raise error
+    if version < len(MIGRATIONS):
+        # Written by an earlier release: read a migrated copy in memory, never touch the file.
+        copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        try:
+            conn.backup(copy)
+            for migration in MIGRATIONS[version:]:
+                copy.executescript(migration)
+            copy.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+        except sqlite3.Error as exc:
+            copy.close()
+            raise translate(exc, url, "reading an older store") from exc
+        finally:
+            conn.close()
+        return copy
+    return conn
+
+
+def identity(path: str, url: str) -> tuple[int, int] | None:
+    """(device, inode) of the database file; ``None`` for ``:memory:`` or a missing file.
+
+    A file that has another name (a hard link) is refused: SQLite keeps its WAL and lock files
+    beside the name it was opened by, so two names are two ledgers that do not see each other's
+    last commits — and a call recorded under one runs again under the other.
+    """
+    if path == ":memory:":
+        return None
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if st.st_nlink > 1:
+        raise StoreUnavailableError(
+            f"{url}: the database file has {st.st_nlink} names (hard links). SQLite keeps its "
+            "write-ahead log beside the name it was opened by, so processes opening it by "
+            "different names would not see each other's latest records. Remove the extra "
+            "link and use one path (a symbolic link is fine).",
+            url=url,
+        )
+    return (st.st_dev, st.st_ino)
+
+
+def create_owner_only(path: Path) -> None:
+    """Create the database file 0600 (and a missing directory 0700) before SQLite does, so the
+    ledger — which holds tool inputs and results — is never readable by other users. SQLite
+    gives its -wal and -shm files the database file's permissions."""
+    if path.exists():
+        return
+    parent = path.parent
+    if not parent.exists():
+        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreUnavailableError(f"cannot create {path}: {exc}", url=str(path)) from exc
+    os.close(fd)

@@ -1,0 +1,80 @@
+"""The format version of a ``json:///`` store: ``.toolledger-format`` in its directory.
+
+``{"format": N, "written_by": "toolledger X.Y.Z"}``. A directory without the file was written by
+a release before 0.2 (format 1): it reads as it is, and the first store opened on it that may
+write records format 2 there. A store whose format is newer than this release knows is refused
+on opening — and by a worker that meets it mid-run (a newer release upgraded the directory while
+it ran), on its next write or on a line it cannot read — with ``SchemaVersionError``: "written
+by a newer toolledger — upgrade". Never "corrupt": moving such a file aside would re-run every
+call it records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ...errors import SchemaVersionError
+
+__all__ = ["FORMAT", "FORMAT_FILE", "Format", "format_file", "too_new"]
+
+FORMAT = 2
+"""The newest format this release reads, and the one it writes. 1: toolledger 0.1 (no file)."""
+FORMAT_FILE = ".toolledger-format"
+
+
+class Format:
+    """The directory's format file, read again only when it changes (one ``stat`` a check)."""
+
+    def __init__(self, directory: Path, url: str) -> None:
+        self.path = directory / FORMAT_FILE
+        self.url = url
+        self._seen: tuple[int, int, int] | None = None
+        self.version = 1
+
+    def read(self) -> int:
+        """The directory's format now (1 when the file is missing, or unreadable as a format)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._seen, self.version = None, 1
+            return 1
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key != self._seen:
+            try:
+                raw = json.loads(self.path.read_bytes())
+                version = int(raw["format"])
+            except (OSError, ValueError, KeyError, TypeError):
+                version = 1
+            self._seen, self.version = key, version
+        return self.version
+
+    def check(self) -> None:
+        """Raise ``SchemaVersionError`` if a newer toolledger wrote the directory."""
+        version = self.read()
+        if version > FORMAT:
+            raise too_new(version, self.url)
+
+    def newer(self) -> SchemaVersionError | None:
+        """The error to raise instead of "corrupt" for a file this release cannot read, when the
+        directory is of a newer format."""
+        version = self.read()
+        return too_new(version, self.url) if version > FORMAT else None
+
+    def stamp(self) -> bool:
+        """Whether the directory needs ``data`` written as its format file (it is older)."""
+        return self.read() < FORMAT
+
+
+def too_new(version: int, url: str) -> SchemaVersionError:
+    return SchemaVersionError(
+        f"{url} was written by a newer toolledger — upgrade: its format is {version}, and "
+        f"this release reads up to {FORMAT}. Nothing was read or written. (It is not damaged: "
+        "do not move its files aside, which would re-run every call they record.)",
+        url=url,
+    )
+
+
+def format_file(release: str) -> bytes:
+    return (json.dumps({"format": FORMAT, "written_by": f"toolledger {release}"}) + "\n").encode()
