@@ -399,19 +399,25 @@ def test_a_deadline_on_this_machine_s_boot_clock_ignores_the_wall_clock() -> Non
     proc.booted = 1_031.0
     stepped_back = verdict(record, now=wall - 600, runtime=runtime, shared_clock=False)
     assert isinstance(stepped_back, Over)
-    # Another kernel's boot clock says nothing here: the wall clock is all there is.
+    # Another kernel's boot clock says nothing here: for a call run without a lease, the
+    # deadline alone, on a wall clock that may have stepped — so it is watched for its timeout.
+    ticker = Ticker()
+    runtime = Runtime(proc, monotonic=ticker)
     other = replace(record, boot_deadline="boot-z/99999.000")
-    assert isinstance(verdict(other, now=wall + 31, runtime=runtime, shared_clock=False), Over)
+    first = verdict(other, now=wall + 600, runtime=runtime, shared_clock=False)
+    assert isinstance(first, Running) and first.watch == 30.0
+    ticker.t += 30.0
+    assert isinstance(verdict(other, now=wall + 600, runtime=runtime, shared_clock=False), Over)
 
 
 def test_a_deadline_a_stepped_back_clock_pushes_away_is_believed_for_one_timeout() -> None:
-    """No boot clock to compare (another machine, macOS): the wall-clock deadline — but once
-    this process has watched the attempt for its whole timeout (its deadline less its time),
-    it is over, however far back the clock stepped."""
+    """No boot clock to compare (another machine, macOS), and the worker's lease gone: the
+    wall-clock deadline — but once this process has watched the attempt for its whole timeout
+    (its deadline less its time), it is over, however far back the clock stepped."""
     ticker = Ticker()
     runtime = Runtime(FakeProc(booted=None), monotonic=ticker)
     far = Holder(host="far", pidns="1", pid=7, start=1)
-    record = started(far, deadline=1_000_030.0, at=1_000_000.0)
+    record = started(far, deadline=1_000_030.0, at=1_000_000.0, lease_token=4)
     back = 1_000_000.0 - 600  # the clock stepped back 600 s since the intent
     first = verdict(record, now=back, runtime=runtime, shared_clock=False)
     assert isinstance(first, Running) and first.watch == 30.0
@@ -422,6 +428,25 @@ def test_a_deadline_a_stepped_back_clock_pushes_away_is_believed_for_one_timeout
     assert isinstance(got, Over) and "stepped back" in got.why
     # On a server's clock (PostgreSQL), the deadline is the deadline.
     assert isinstance(verdict(record, now=back + 30, runtime=runtime, shared_clock=True), Running)
+
+
+@pytest.mark.parametrize("step", [-600.0, 0.0, 600.0])
+def test_a_call_run_without_a_lease_and_no_boot_clock_is_watched_for_its_timeout(
+    step: float,
+) -> None:
+    """``run_tool_uses`` on macOS: no lease to watch, no boot clock to read — the deadline is
+    all there is, on a wall clock that may have stepped. However the clock stepped, the call is
+    in progress until this process has watched it for its whole timeout, and over then."""
+    ticker = Ticker()
+    runtime = Runtime(FakeProc(self_link=None, booted=None), monotonic=ticker)
+    record = started(Holder.unknown(77), deadline=1_000_030.0, at=1_000_000.0)
+    now = 1_000_001.0 + step
+    got = verdict(record, now=now, runtime=runtime, shared_clock=False)
+    assert isinstance(got, Running) and got.watch == 30.0 and "no lease" in got.why
+    ticker.t += 29.9
+    assert isinstance(verdict(record, now=now, runtime=runtime, shared_clock=False), Running)
+    ticker.t += 0.1
+    assert isinstance(verdict(record, now=now, runtime=runtime, shared_clock=False), Over)
 
 
 def test_a_released_attempt_is_over_at_once() -> None:
@@ -541,7 +566,8 @@ def test_run_tool_uses_refuses_a_call_another_host_is_running(store: tl.Store) -
 
     with pytest.raises(tl.EffectInProgressError) as info:
         tl.run_tool_uses([tool_use("t", "send", to="a")], [send], ledger=store.ledger("s"))
-    assert info.value.holder == "w" and info.value.until == record.deadline
+    assert info.value.holder == "w" and info.value.until is not None
+    assert abs(info.value.until - (record.deadline or 0)) < 5  # its deadline, or its timeout
     with pytest.raises(tl.EffectInProgressError, match="--force"):
         store.ledger("s").resolve("t", happened=False, by="ana")
     assert store.ledger("s").in_doubt() == []

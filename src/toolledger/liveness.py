@@ -2,9 +2,9 @@
 
 A ``started`` record is *in progress* while its attempt may still take effect, and only then is
 it safe to leave alone; once its attempt is provably over it is *in doubt* and may be settled
-(docs/design.md, "Concurrency"; docs/concepts/liveness.md says what is trusted where). The answer is one
-of three — alive, ended, or *unknown* — and unknown is never taken for ended (rule 18). What
-counts as proof:
+(docs/design.md, "Concurrency"; docs/concepts/liveness.md says what is trusted where). The
+answer is one of three — alive, ended, or *unknown* — and unknown is never taken for ended (rule
+18). What counts as proof:
 
 * **this process** — the attempt is registered in flight here (``Runtime.in_flight``) from before
   its intent commits until after its outcome commits: in progress exactly while registered;
@@ -308,6 +308,8 @@ def judge(
         by_boot = _by_boot_clock(record, runtime, now)
         if by_boot is not None:
             return by_boot
+        if record.lease_token is None:
+            return _watched_for_its_timeout(record, deadline, now, runtime=runtime, url=url)
     if deadline is not None and now < deadline:
         return _before_deadline(record, deadline, runtime=runtime, url=url, shared=shared_clock)
     if record.lease_token is None:
@@ -337,6 +339,34 @@ def _by_boot_clock(record: EffectRecord, runtime: Runtime, now: float) -> Verdic
     if record.lease_token is None:
         return Over("its worker held no lease and its deadline has passed")
     return Over("its worker's lease is gone and its deadline has passed")
+
+
+def _watched_for_its_timeout(
+    record: EffectRecord, deadline: float, now: float, *, runtime: Runtime, url: str
+) -> Verdict:
+    """A call run without a lease (``run_tool_uses``, the framework integrations), whose
+    deadline no boot clock can judge (no ``/proc`` on one side: macOS, Windows, a masked one):
+    its deadline is all there is, and it is written on a machine's wall clock, which may have
+    stepped. It is in progress until this process has watched it for its whole timeout (its
+    deadline less its time): by then its tool, counting down on a monotonic clock, is past it
+    whatever any wall clock says."""
+    timeout = deadline - record.updated_at
+    if not 0 < timeout <= _LEGACY_TTL_CAP * 24:
+        timeout = LEGACY_TIMEOUT
+    watched, _ = runtime.watch.look(
+        (url, record.session_id, record.tool_use_id), (record.attempt, record.updated_at)
+    )
+    if watched >= timeout:
+        return Over(
+            f"its worker held no lease, and it was watched for its whole timeout ({timeout:g}s) "
+            "from here"
+        )
+    return Running(
+        f"its worker holds no lease and no clock here can tell its deadline: it is in progress "
+        f"until watched for its whole timeout, {timeout:g}s ({timeout - watched:.0f}s more)",
+        now + (timeout - watched),
+        timeout - watched,
+    )
 
 
 def _before_deadline(

@@ -30,6 +30,10 @@ class Faults(Truth):
                 victim.state, victim.paused_until = "paused", self.t + span
                 self.stats["pauses"] += 1
                 self.stats["pauses_past_lease"] += span > c.lease_ttl
+                if span > c.lease_ttl:
+                    for attempt in self.attempts.values():
+                        if attempt.process is victim and not attempt.over:
+                            attempt.stalled = True
                 self.stats["pauses_past_deadline"] += span > c.tool_timeout
                 self.note(f"pause {victim.name} for {span:.2f}s")
                 self._at(span, self._waker(victim))

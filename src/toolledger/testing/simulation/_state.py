@@ -41,6 +41,7 @@ class Attempt:
     deadline: float | None  # when its time is up, in true time, as its ToolContext counts
     effect_done: bool = False
     over: bool = False  # returned, or its worker is gone
+    stalled: bool = False  # its process was paused past its lease while it ran (rule 14)
 
 
 class SimState:

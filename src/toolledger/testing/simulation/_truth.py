@@ -33,11 +33,28 @@ class Truth(SimState):
             self.stats["limit_cases"] += 1
         elif (sid, tid) in self.limit_cases:
             self.stats["limit_cases"] += 1  # settled as a documented limit case (``_settled``)
+        elif self._clock_limit(sid, same):
+            self.limit_cases.add((sid, tid))
+            self.stats["limit_cases"] += 1
+            self.stats["clock_limit_cases"] += 1
         elif not any(k[0] == sid and k[1] in {e.tool_use_id for e in same} for k in self.forced):
             self.violation(
                 f"{effect.title}: took effect {len(same)} times "
                 f"({', '.join(f'attempt {e.attempt} by {e.process}' for e in same)})"
             )
+
+    def _clock_limit(self, sid: str, same: list[Any]) -> bool:
+        """Rule 14 on a file store whose clock stepped forward: an earlier attempt's process
+        stopped (paused past its lease) and woke within its time, while the one that ran the
+        call again judged its deadline on a wall clock — there was no boot clock to read on one
+        side (no /proc there). Counted and documented (docs/concepts/liveness.md), not silent."""
+        if not self.local_clock:
+            return False
+        by_attempt = {e.attempt: self.attempts.get((sid, e.tool_use_id, e.attempt)) for e in same}
+        found = [a for a in by_attempt.values() if a is not None]
+        stalled = [a for a in found if a.stalled]
+        no_boot_clock = any(a.process.runtime.boot is None for a in found)
+        return bool(stalled) and no_boot_clock
 
     def observe_commit(
         self,
@@ -129,7 +146,7 @@ class Truth(SimState):
             # Rule 14 again: its worker stopped renewing (paused past its lease), and with no
             # boot clock to judge its deadline on (no /proc on one side: macOS, a masked /proc)
             # the settler read it on a wall clock that stepped forward. Counted and documented
-            # (docs/liveness.md), not excused silently.
+            # (docs/concepts/liveness.md), not excused silently.
             self.limit_cases.add(key)
             self.stats["clock_limit_cases"] += 1
             return
