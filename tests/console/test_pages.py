@@ -71,7 +71,7 @@ def test_in_doubt_lists_doubtful_and_in_progress_calls_and_only_the_first_can_be
 ) -> None:
     page = client.get("/in-doubt").text
     assert "mail-1" in page and "ops@example.com" in page
-    assert "in progress: its deadline has not passed" in page and "toolu_running" in page
+    assert "in progress: its worker holds no lease" in page and "toolu_running" in page
     forms = forms_of(page)
     assert [f["session"] for f in forms] == ["mail-1"], "no form for a call in progress"
 

@@ -58,7 +58,9 @@ def test_a_late_outcome_survives_the_next_attempt_s_outcome(tmp_path: Path) -> N
         there = threading.Thread(
             target=tl.run_tool_uses,
             args=([block], [create_ticket]),
-            kwargs={"ledger": far.ledger("s")},
+            # It waits, watching: another host's call without a lease is over once watched
+            # for its whole timeout from there.
+            kwargs={"ledger": far.ledger("s"), "wait": 5.0},
         )
         there.start()
         assert entered[2].wait(30), "host b judged attempt 1 over, checked, and ran attempt 2"
