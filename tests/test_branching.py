@@ -92,15 +92,14 @@ def test_a_fork_at_every_turn(store: tl.Store, turn: int) -> None:
         assert messages[-1].content == note_text(entry.effects, turn)
     else:
         assert len(messages) == CUT[turn] and entry.note_seq is None
-    # The kept calls' records are copied, field for field, into the fork's own ledger.
-    kept_tools = {0: [], 1: ["lookup"], 2: ["lookup", "create_ticket", "flaky"]}.get(
-        turn, ["lookup", "create_ticket", "flaky", "refund"]
-    )
+    # Every record of the lineage — the kept calls' and those left behind — is copied, field
+    # for field, into the fork's own ledger, naming the session the call was made in.
     copies = {r.tool: r for r in store.ledger(new).records()}
-    assert sorted(copies) == sorted(t for t in kept_tools if t in parent_ids)
+    assert sorted(copies) == sorted(parent_ids)
     for r in copies.values():
         original = store.ledger(SESSION).get(r.tool_use_id)
-        assert original is not None and r == replace(original, session_id=new)
+        assert original is not None
+        assert r == replace(original, session_id=new, origin=SESSION)
 
     # The fork goes on: the model's first request carries the note; nothing runs again.
     before = (calls["create_ticket"], calls["lookup"], calls["refund"])
@@ -286,16 +285,17 @@ def test_forks_of_forks_carry_what_their_parents_left_behind(store: tl.Store) ->
     other_id = next(
         r.tool_use_id
         for r in store.ledger(f1).records()
-        if r.tool_use_id != ids["lookup"] and r.tool == "create_ticket"
+        if r.tool == "create_ticket" and r.origin is None  # f1's own, not the copy
     )
 
-    # At turn 1 of f1 again: f1's note is not kept, so its effect is carried with f1's own.
+    # At turn 1 of f1 again: f1's note is not kept, so its effect is carried with f1's own
+    # (oldest first: f1 holds the parent's call, copied, naming where it was made).
     f2 = tl.fork(store, f1, at_turn=1, new_session="f2")
     state = store.session(f2)
     assert state is not None
     assert [(e.tool_use_id, e.session_id) for e in state.lineage[-1].effects] == [
-        (other_id, f1),
         (ids["create_ticket"], SESSION),
+        (other_id, f1),
     ]
     assert [b.source for b in state.lineage] == [SESSION, f1]
     assert state.lineage[0].note_seq is None

@@ -39,8 +39,10 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
     doubt = [o for o in outcomes if o.disposition is Disposition.IN_DOUBT]
     if doubt:
         names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in doubt)
+        # A branch's copy of its lineage's call is settled where the call was made.
         how = "; ".join(
-            f"`{cmd('resolve', sid, o.call.tool_use_id)} --happened|--not-happened`" for o in doubt
+            f"`{cmd('resolve', o.settle_in or sid, o.call.tool_use_id)} --happened|--not-happened`"
+            for o in doubt
         )
         return (
             RunStatus.NEEDS_ATTENTION,

@@ -22,7 +22,14 @@ from .outcomes import Buffer, Buffered, CallOutcome, Disposition, Env, flush, re
 from .records import EffectRecord, PastAttempt, Status, ToolCall
 from .tools import Tool, ToolContext
 
-__all__ = ["Again", "attempt_of", "context", "created_of", "encode", "run"]
+__all__ = [
+    "Again",
+    "attempt_of",
+    "context",
+    "created_of",
+    "encode",
+    "run",
+]
 
 logger = logging.getLogger("toolledger")
 
@@ -54,9 +61,12 @@ def context(
     attempt: int,
     tool: Tool[Any, Any],
     intent: EffectRecord | None = None,
+    record: EffectRecord | None = None,
 ) -> ToolContext:
     """The call's context. Its deadline is the intent's (the one every other worker judges by,
-    on the store's clock) told on this worker's clock — never later than it."""
+    on the store's clock) told on this worker's clock — never later than it. Its key is made
+    from the session the call was made in (``record.made_in``: a branch's copy of its
+    lineage's call forwards the lineage's key), else from this one."""
     if intent is not None and intent.deadline is not None:
         deadline = env.clock() + (intent.deadline - env.now())
     else:
@@ -64,7 +74,9 @@ def context(
     return ToolContext(
         session_id=env.session_id,
         tool_use_id=call.tool_use_id,
-        idempotency_key=idempotency_key(env.session_id, call.tool_use_id),
+        idempotency_key=idempotency_key(
+            record.made_in if record is not None else env.session_id, call.tool_use_id
+        ),
         in_doubt=in_doubt,
         attempt=attempt,
         deadline=deadline,
@@ -111,7 +123,15 @@ def run(
         yield from flush(buf, env, [])
     elif consume is not None:
         buf.items.append(Buffered(consume, urgent=False, outcome=None))
-    ctx = context(env, call, in_doubt=action.in_doubt, attempt=attempt, tool=tool, intent=intent)
+    ctx = context(
+        env,
+        call,
+        in_doubt=action.in_doubt,
+        attempt=attempt,
+        tool=tool,
+        intent=intent,
+        record=intent or record,
+    )
     # An async tool is cancelled when its deadline comes (what the others judge by), not later.
     timeout = max(0.0, ctx.deadline - env.clock()) if ctx.deadline is not None else tool.timeout
     answer = yield Invoke(tool.invocation(kwargs, ctx), tool.is_async, timeout=timeout, ctx=ctx)
@@ -144,6 +164,7 @@ def run(
                 approved_by=intent.approved_by,
                 deadline=intent.deadline,
                 history=history,
+                replaces=intent,
             )
             if failed.in_doubt:
                 ended = _released(ended)
@@ -163,6 +184,7 @@ def run(
         approved_by=approved_by if intent is None else intent.approved_by,
         deadline=intent.deadline if intent is not None else None,
         history=history,
+        replaces=intent or record,
     )
     outcome = CallOutcome(call, Disposition.EXECUTED, encoded.content, is_error=False)
     buf.items.append(
@@ -205,6 +227,7 @@ def _intend(
         error="in doubt: started, outcome not recorded",
         deadline=env.now() + tool.timeout,
         history=history,
+        replaces=record,
     )
     # In flight from before the intent is durable: no other thread or task of this process
     # may ever see our ``started`` record without knowing that we are running it.

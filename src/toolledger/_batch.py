@@ -51,6 +51,7 @@ class CallOutcome:
     content: str
     is_error: bool
     alert: LedgerWriteError | None = None
+    settle_in: str | None = None  # in doubt, and settled in this session (a branch's copy)
 
     def __post_init__(self) -> None:
         # An error message can carry text UTF-8 cannot hold (an exception's repr); the model
@@ -122,8 +123,11 @@ class Env:
         deadline: float | None = None,
         history: tuple[PastAttempt, ...] = (),
         holder: Holder | None = None,
+        replaces: EffectRecord | None = None,
     ) -> EffectRecord:
-        """A record of ``call`` written by this worker."""
+        """A record of ``call`` written by this worker. It keeps what ``replaces`` (the
+        call's record it is the next version of) says of the call's lineage: a copy stays a
+        copy (``EffectRecord.origin``)."""
         now = self.clock()
         return EffectRecord(
             session_id=self.session_id,
@@ -142,6 +146,7 @@ class Env:
             lease_token=self.lease_token,
             deadline=deadline,
             history=history,
+            origin=replaces.origin if replaces is not None else None,
         )
 
 

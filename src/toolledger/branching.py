@@ -63,7 +63,7 @@ from .records import (
 from .stores.store import Store, check_session_id
 from .tools import ToolSet
 
-__all__ = ["EffectsAfterFork", "fork", "note_text", "rewind"]
+__all__ = ["EffectsAfterFork", "copy_of", "fork", "note_text", "rewind"]
 
 EffectsAfterFork = Literal["tell", "ignore"]
 
@@ -136,10 +136,9 @@ def fork(
         updated_at=now,
         lineage=(*_fork_lineage(snap.state.lineage, cut), entry),
     )
-    called = _call_ids(snap.reader, kept)
-    copies = [
-        InsertEffect(replace(r, session_id=new)) for i, r in snap.records.items() if i in called
-    ]
+    # Every call of the lineage, kept or left behind, is the new session's too (DESIGN.md rule
+    # 19): a model that issues one of its ids again gets its outcome, never a second run.
+    copies = [InsertEffect(copy_of(r, new)) for r in snap.records.values()]
     if store.backend.read_effect_ids(new) or store.session(new) is not None:
         raise SessionConflictError(
             f"cannot fork into {new!r}: a session of that id exists already. Nothing was "
@@ -247,6 +246,12 @@ def rewind(
     ]
     store.apply(sid, ops)
     return entry
+
+
+def copy_of(record: EffectRecord, session: str) -> EffectRecord:
+    """``record`` as a branch ``session`` holds it: the same call, made (and keyed) where it
+    was made (``EffectRecord.origin``)."""
+    return replace(record, session_id=session, origin=record.made_in)
 
 
 def note_text(effects: Sequence[ForkedEffect], turn: int) -> str:
@@ -359,12 +364,15 @@ def _effects_left_behind(
     left = {i for i in snap.records if i not in called and i not in told}
     if left & abandoned_calls(snap.state):
         later += [m for branch in store.abandoned(sid).values() for m in branch]
-    inputs = {
-        c.tool_use_id: c.input
+    # A call copied from the lineage was made in another transcript: its input is in the
+    # effects the lineage's branches listed.
+    inputs = {e.tool_use_id: e.input for b in snap.state.lineage for e in b.effects}
+    inputs.update(
+        (c.tool_use_id, c.input)
         for m in later
         if m.role == "assistant"
         for c in snap.reader.tool_calls(m)
-    }
+    )
     out: dict[str, ForkedEffect] = {}
     lease = store.lease(sid) if any(snap.records[i].in_doubt for i in left) else None
     for r in sorted(snap.records.values(), key=lambda r: (r.created_at, r.tool_use_id)):
@@ -377,7 +385,7 @@ def _effects_left_behind(
         else:
             continue  # failed, declined, did not happen: nothing took effect
         out[r.tool_use_id] = ForkedEffect(
-            session_id=r.session_id,
+            session_id=r.made_in,
             tool_use_id=r.tool_use_id,
             tool=r.tool,
             input=inputs.get(r.tool_use_id),

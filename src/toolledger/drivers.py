@@ -295,7 +295,7 @@ def _answer(request: Request, io: IOContext) -> Any:
     backend = io.store.backend
     sid = io.session_id
     if isinstance(request, ReadEffects):
-        return backend.read_effects(sid, request.tool_use_ids)
+        return backend.read_effects(request.session or sid, request.tool_use_ids)
     if isinstance(request, Commit):
         try:
             ops = io.fenced(request.ops, request.fenced)
@@ -335,7 +335,7 @@ def _answer(request: Request, io: IOContext) -> Any:
     if isinstance(request, ReadEffectIds):
         return backend.read_effect_ids(sid)
     if isinstance(request, ReadLease):
-        return backend.read_lease(sid)
+        return backend.read_lease(request.session or sid)
     if isinstance(request, Fence):
         _hold(io, request)
         heartbeats.add(io)
@@ -375,7 +375,7 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
     backend = io.store.async_backend
     sid = io.session_id
     if isinstance(request, ReadEffects):
-        return await backend.read_effects(sid, request.tool_use_ids)
+        return await backend.read_effects(request.session or sid, request.tool_use_ids)
     if isinstance(request, Commit):
         try:
             ops = io.fenced(request.ops, request.fenced)
@@ -416,7 +416,7 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
     if isinstance(request, ReadEffectIds):
         return await backend.read_effect_ids(sid)
     if isinstance(request, ReadLease):
-        return await backend.read_lease(sid)
+        return await backend.read_lease(request.session or sid)
     if isinstance(request, Fence):
         _hold(io, request)
         io.keeper = asyncio.create_task(_abeat(io, request))

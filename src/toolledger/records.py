@@ -199,6 +199,13 @@ class EffectRecord:
     worker (it knows the attempt is over, outcome unknown); with neither it was written by
     toolledger 0.1, before attempts had an identity, and counts as running until ``updated_at``
     plus the default timeout. ``history`` keeps the attempts a later one replaced.
+
+    ``origin`` is set on a branch's copy of a call its lineage made elsewhere
+    (``toolledger.branching``): the session the call was made in. The copy is the same call
+    (DESIGN.md rule 19): its idempotency key is made from that session's id, the same on every
+    branch, and while it has no outcome of its own it takes its origin's (``made_in``).
+    ``None``: a call made in this session — as every record written before branches copied
+    their lineage's calls.
     """
 
     session_id: str
@@ -217,6 +224,18 @@ class EffectRecord:
     lease_token: int | None = None
     deadline: float | None = None
     history: tuple[PastAttempt, ...] = ()
+    origin: str | None = None
+
+    @property
+    def made_in(self) -> str:
+        """The session the call was made in: ``origin`` for a branch's copy, else its own. Its
+        idempotency key is made from it, so a call forwards one key on every branch."""
+        return self.origin if self.origin is not None else self.session_id
+
+    @property
+    def copied(self) -> bool:
+        """A branch's copy of a call its lineage made elsewhere."""
+        return self.origin is not None and self.origin != self.session_id
 
     @property
     def in_doubt(self) -> bool:

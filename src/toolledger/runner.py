@@ -21,6 +21,7 @@ from typing import Any
 
 from . import decide, telemetry
 from ._attempt import Again, attempt_of, context, created_of, encode, run
+from ._copies import defer
 from .adapters import ResultShape, read_calls
 from .codec import content_of
 from .drivers import (
@@ -197,9 +198,15 @@ def _decide(
     then (``Again``): one statement less for the common case, and on a server one round trip.
     Any other call reads its record first (rule 1: the ledger before the tool or the approver).
     """
-    if record is not None and record.status is Status.STARTED:
-        record = yield from _settled_or_over(call, record, env, buf)
     tool = env.tools.get(call.name)
+    if record is not None and record.copied and not record.status.terminal:
+        # A branch's copy of its lineage's call: its origin settles it (``toolledger._copies``).
+        deferred = yield from defer(call, record, tool, env, buf)
+        if isinstance(deferred, CallOutcome):
+            return deferred
+        record = deferred
+    elif record is not None and record.status is Status.STARTED:
+        record = yield from _settled_or_over(call, record, env, buf)
     kwargs: dict[str, Any] = {}
     input_error = call.problem
     if (
@@ -251,7 +258,7 @@ def _decide(
             action = decide.after_approval(call, action, decision)
             continue
         assert isinstance(action, decide.Check) and record is not None
-        ctx = context(env, call, in_doubt=True, attempt=record.attempt, tool=tool)
+        ctx = context(env, call, in_doubt=True, attempt=record.attempt, tool=tool, record=record)
         answer = yield Invoke(
             tool.check_invocation(kwargs, ctx), tool.check_is_async, ctx=ctx, check=True
         )
@@ -366,6 +373,7 @@ def _denied(env: Env, call: ToolCall, record: EffectRecord | None, message: str)
         created_at=created_of(record),
         error=message,
         history=record.history if record is not None else (),
+        replaces=record,
     )
 
 

@@ -23,6 +23,7 @@ from .errors import ToolLedgerError
 from .lineage import abandoned_calls
 from .liveness import Running
 from .records import EffectRecord, Lease, RunStatus, SessionState, Status
+from .stores.copies import listed_elsewhere
 from .stores.store import Store
 
 __all__ = ["Problem", "Severity", "verify"]
@@ -125,6 +126,8 @@ def _session(store: Store, sid: str) -> list[Problem]:
                 )
     out += _branches(store, sid, state)
     for tid in sorted(set(by_id) - called - abandoned_calls(state)):
+        if by_id[tid].copied:
+            continue  # a call its lineage made elsewhere, copied by a fork: accounted for there
         out.append(
             Problem(
                 Severity.ERROR,
@@ -173,7 +176,7 @@ def _attempts(store: Store, sid: str, r: EffectRecord, lease: Lease | None) -> l
     """What a record's attempts say: one still running or in doubt, two that both took effect."""
     out: list[Problem] = []
     call = f"{r.tool!r} ({r.tool_use_id})"
-    if r.status is Status.STARTED:
+    if r.status is Status.STARTED and not listed_elsewhere(store, r):
         verdict = store.judge(r, lease)
         who = f"attempt {r.attempt} by {r.worker or 'an unknown worker'}"
         if isinstance(verdict, Running):

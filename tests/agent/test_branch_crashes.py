@@ -121,10 +121,10 @@ def test_a_fork_killed_at_any_instant_leaves_all_of_it_or_nothing(shared_url: st
             messages = store.messages(sid)
             # Nothing after turn 2 took effect (the refund was declined): no note.
             assert messages == parent[:5] and state.messages == 5
+            # Every call of its lineage, copied whole (DESIGN.md rule 19).
             copies = store.ledger(sid).records()
-            kept = {i for m in parent[:5] for i in _ids(m)}
-            assert {r.tool_use_id for r in copies} == kept & set(records)
-            assert all(r.session_id == sid for r in copies)
+            assert {r.tool_use_id for r in copies} == set(records)
+            assert all(r.session_id == sid and r.origin == ORIGIN for r in copies)
         assert [p for p in verify(store) if p.severity is Severity.ERROR] == []
 
 
@@ -152,9 +152,3 @@ def test_a_rewind_killed_at_any_instant_leaves_the_session_whole(shared_url: str
         assert sorted(abandoned) == branches
         assert len(abandoned[1]) == 5 and all(len(abandoned[n]) == 1 for n in branches[1:])
         assert [p for p in verify(store) if p.severity is Severity.ERROR] == []
-
-
-def _ids(m: StoredMessage) -> list[str]:
-    if m.role != "assistant" or not isinstance(m.content, list):
-        return []
-    return [b["id"] for b in m.content if b.get("type") == "tool_use"]

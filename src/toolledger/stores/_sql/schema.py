@@ -109,6 +109,12 @@ SQLITE_MIGRATIONS: list[str] = [
         PRIMARY KEY (session_id, branch, seq)
     ) WITHOUT ROWID;
     """,
+    # 6: reserved for the lease changes made beside this one; until they land here, a no-op.
+    "SELECT 1",
+    # 7: one lineage, one call per id (DESIGN.md rule 19): the session a branch's copy of its
+    # lineage's call was made in (its key is made from it). NULL — every row written before —
+    # is a call made in its own session.
+    "ALTER TABLE effects ADD COLUMN origin TEXT",
 ]
 
 
@@ -217,6 +223,10 @@ POSTGRES_MIGRATIONS: list[str] = [
         PRIMARY KEY (session_id, branch, seq)
     )
     """,
+    # 6: reserved for the lease changes made beside this one; until they land here, a no-op.
+    "SELECT 1",
+    # 7: as SQLite's.
+    'ALTER TABLE effects ADD COLUMN origin TEXT COLLATE "C"',
 ]
 
 TABLES = (

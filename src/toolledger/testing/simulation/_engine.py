@@ -27,6 +27,7 @@ from ...drivers import IOContext
 from ...records import RunStatus
 from ...runner import process_batch
 from ...stores.memory import MemoryBackend
+from ._branches import Branches
 from ._cluster import SimProcess, Table, Worker
 from ._config import SimConfig
 from ._faults import Faults
@@ -46,7 +47,7 @@ class _Client:
             raise AssertionError("the simulation answers model calls itself")
 
 
-class Simulation(Requests, Faults):
+class Simulation(Requests, Faults, Branches):
     """One seeded run. ``run()`` returns the report; ``violations`` lists what broke."""
 
     def __init__(self, seed: int, config: SimConfig | None = None) -> None:
@@ -75,6 +76,7 @@ class Simulation(Requests, Faults):
         self.tools = self.world.toolset(self.config.tool_timeout)
         self._agents: dict[str, Agent] = {}
         self.processes: list[SimProcess] = []
+        self._setup_branches()
         self.operator = self._spawn(self.tables[0], name="operator", workers=0)
         self.scripts = {
             f"s{i}": script_for(self.rng, f"s{i}", self.config.kinds)
@@ -116,6 +118,7 @@ class Simulation(Requests, Faults):
             sloppy=self.rng.random() < self.config.sloppy,
         )
         self.processes.append(process)
+        self._hire(process)
         for i in range(self.config.threads if workers is None else workers):
             worker = Worker(process, f"{process.name}.{i}")
             process.workers.append(worker)
@@ -135,7 +138,7 @@ class Simulation(Requests, Faults):
             model="sim",
             tools=self.tools,
             store=process.store,
-            approve=approvals.queue,
+            approve=self.approver_of(process),
             lease_ttl=self.config.lease_ttl,
             on_alert=lambda alert: self.alerts.append(
                 (type(alert).__name__, alert.session_id or "", alert.tool_use_id or "")

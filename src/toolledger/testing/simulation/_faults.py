@@ -44,6 +44,8 @@ class Faults(Truth):
             victim.lose_replies_until = self.t + rng.uniform(0.001, 0.05)
         if rng.random() < c.operator:
             self._operate()
+        if c.branch and rng.random() < c.branch:
+            self._branch()
 
     def _waker(self, p: SimProcess) -> Callable[[], None]:
         return lambda: self._wake(p)
