@@ -92,14 +92,20 @@ def test_a_fork_at_every_turn(store: tl.Store, turn: int) -> None:
         assert messages[-1].content == note_text(entry.effects, turn)
     else:
         assert len(messages) == CUT[turn] and entry.note_seq is None
-    # Every record of the lineage — the kept calls' and those left behind — is copied, field
-    # for field, into the fork's own ledger, naming the session the call was made in.
+    # Every call of the lineage — the kept ones and those left behind — is the fork's too: each
+    # record copied field for field, naming the session it was made in and stands for; a call
+    # the parent asked for and never recorded (the flaky one: a safe tool's failure leaves no
+    # record) as not having happened there.
     copies = {r.tool: r for r in store.ledger(new).records()}
-    assert sorted(copies) == sorted(parent_ids)
+    assert sorted(copies) == ["create_ticket", "flaky", "lookup", "refund"]
     for r in copies.values():
         original = store.ledger(SESSION).get(r.tool_use_id)
+        if r.tool == "flaky":
+            assert original is None and r.status is tl.Status.NOT_HAPPENED
+            assert (r.made_in, r.origin, r.attempt) == (SESSION, SESSION, 0)
+            continue
         assert original is not None
-        assert r == replace(original, session_id=new, origin=SESSION)
+        assert r == replace(original, session_id=new, made_in=SESSION, origin=SESSION)
 
     # The fork goes on: the model's first request carries the note; nothing runs again.
     before = (calls["create_ticket"], calls["lookup"], calls["refund"])

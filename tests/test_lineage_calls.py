@@ -120,12 +120,11 @@ def test_a_fork_replaying_its_parent_at_every_turn_sends_nothing_twice(
 
 
 @pytest.mark.parametrize("turn", [0, 1])
-def test_an_in_doubt_call_rerun_on_a_fork_forwards_the_lineage_key(
-    store: tl.Store, turn: int
-) -> None:
+def test_a_call_in_doubt_is_run_again_by_its_origin_alone(store: tl.Store, turn: int) -> None:
     """Bo's e-mail went out but its answer was lost: in doubt on the parent. The fork's replay
-    meets it; the tool forwards its key, so it runs again — under the parent's key, which the
-    mail server has seen: one e-mail to Bo."""
+    meets it and leaves it to the parent, where the call was made; the parent's next run sends
+    it again under its key (the mail server drops the repeat), and the fork then takes that
+    outcome: one e-mail to Bo, one key."""
     mail = MailServer(lose_answer_to="bo")
     recorded = run_parent(store, mail)
     keys = lineage_keys(store)
@@ -134,11 +133,51 @@ def test_an_in_doubt_call_rerun_on_a_fork_forwards_the_lineage_key(
     assert doubt.session_id == PARENT
 
     fork = tl.fork(store, PARENT, at_turn=turn)
-    replay(store, fork, mail, recorded)
+    run = replay(store, fork, mail, recorded)
+    assert run.status is tl.RunStatus.NEEDS_ATTENTION
+    assert f"resolve {PARENT} {doubt.tool_use_id}" in (run.reason or "")
+    assert len(mail.handed) == 2, "the fork sent nothing"
 
+    assert replay(store, PARENT, mail, recorded).status is tl.RunStatus.COMPLETED
+    assert replay(store, fork, mail, recorded).status is tl.RunStatus.COMPLETED
     assert mail.sent() == ["ana", "bo"], "the receiver kept one message each"
-    assert {key for key, _ in mail.handed} == {keys["ana"], keys["bo"]}, "one key per call"
-    assert [to for _, to in mail.handed].count("ana") == 1
+    assert mail.handed[2:] == [(keys["bo"], "bo")], "sent again once, under the parent's key"
+    copy = store.ledger(fork).get(doubt.tool_use_id)
+    assert copy is not None and copy.status is tl.Status.SUCCEEDED
+
+
+def test_a_call_the_parent_had_not_run_yet_forwards_the_parent_key(store: tl.Store) -> None:
+    """The fork is made while the parent waits for a person to approve Ana's e-mail: nothing is
+    recorded of it yet. The fork's replay sends it (its own approver says yes) — under the
+    parent's key; when the parent is approved and sends it too, the mail server drops it."""
+    mail = MailServer()
+    with ScriptedModel(SCRIPT) as model:
+        waiting = tl.Agent(
+            client=model.client(),
+            model="claude-test",
+            tools=mail.tools(),
+            store=store,
+            approve=tl.approvals.queue,
+        ).run(session=PARENT, prompt="Tell Ana and Bo.")
+    assert waiting.status is tl.RunStatus.AWAITING_APPROVAL
+    recorded = [*ScriptedModel.from_session(store, PARENT).script, *SCRIPT[1:]]
+    (request,) = store.approvals(PARENT)
+    key = idempotency_key(PARENT, request.tool_use_id)
+
+    fork = tl.fork(store, PARENT, at_turn=0)
+    replay(store, fork, mail, recorded)
+    tl.approvals.decide(store, PARENT, request.tool_use_id, approved=True, by="ana")
+    with ScriptedModel(recorded) as model:
+        tl.Agent(
+            client=model.client(),
+            model="claude-test",
+            tools=mail.tools(),
+            store=store,
+            approve=tl.approvals.queue,
+        ).run(session=PARENT)
+
+    assert [k for k, to in mail.handed if to == "ana"] == [key, key], "one key, twice handed"
+    assert mail.sent().count("ana") == 1, "one e-mail to Ana"
 
 
 def test_forks_of_forks_and_a_rewind_replay_nothing(store: tl.Store) -> None:

@@ -65,7 +65,7 @@ def context(
 ) -> ToolContext:
     """The call's context. Its deadline is the intent's (the one every other worker judges by,
     on the store's clock) told on this worker's clock — never later than it. Its key is made
-    from the session the call was made in (``record.made_in``: a branch's copy of its
+    from the session the call was made in (``record.key_session``: a branch's copy of its
     lineage's call forwards the lineage's key), else from this one."""
     if intent is not None and intent.deadline is not None:
         deadline = env.clock() + (intent.deadline - env.now())
@@ -75,7 +75,7 @@ def context(
         session_id=env.session_id,
         tool_use_id=call.tool_use_id,
         idempotency_key=idempotency_key(
-            record.made_in if record is not None else env.session_id, call.tool_use_id
+            record.key_session if record is not None else env.session_id, call.tool_use_id
         ),
         in_doubt=in_doubt,
         attempt=attempt,

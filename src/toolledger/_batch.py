@@ -125,9 +125,10 @@ class Env:
         holder: Holder | None = None,
         replaces: EffectRecord | None = None,
     ) -> EffectRecord:
-        """A record of ``call`` written by this worker. It keeps what ``replaces`` (the
-        call's record it is the next version of) says of the call's lineage: a copy stays a
-        copy (``EffectRecord.origin``)."""
+        """A record of ``call`` written by this worker, of an attempt this session runs (or
+        decides) itself. It keeps where the call was made (``replaces``: the call's record it
+        is the next version of), so its key stays the lineage's (``EffectRecord.made_in``);
+        it stands for no other session's record any more (``origin``)."""
         now = self.clock()
         return EffectRecord(
             session_id=self.session_id,
@@ -146,7 +147,7 @@ class Env:
             lease_token=self.lease_token,
             deadline=deadline,
             history=history,
-            origin=replaces.origin if replaces is not None else None,
+            made_in=replaces.made_in if replaces is not None else None,
         )
 
 

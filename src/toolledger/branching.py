@@ -136,9 +136,7 @@ def fork(
         updated_at=now,
         lineage=(*_fork_lineage(snap.state.lineage, cut), entry),
     )
-    # Every call of the lineage, kept or left behind, is the new session's too (DESIGN.md rule
-    # 19): a model that issues one of its ids again gets its outcome, never a second run.
-    copies = [InsertEffect(copy_of(r, new)) for r in snap.records.values()]
+    copies = [InsertEffect(r) for r in _lineage_calls(snap, new, cut)]
     if store.backend.read_effect_ids(new) or store.session(new) is not None:
         raise SessionConflictError(
             f"cannot fork into {new!r}: a session of that id exists already. Nothing was "
@@ -250,8 +248,14 @@ def rewind(
 
 def copy_of(record: EffectRecord, session: str) -> EffectRecord:
     """``record`` as a branch ``session`` holds it: the same call, made (and keyed) where it
-    was made (``EffectRecord.origin``)."""
-    return replace(record, session_id=session, origin=record.made_in)
+    was made, standing for the record it was copied from — or for the one that one stands
+    for (``EffectRecord.made_in``, ``EffectRecord.origin``)."""
+    return replace(
+        record,
+        session_id=session,
+        made_in=record.key_session,
+        origin=record.origin if record.origin is not None else record.session_id,
+    )
 
 
 def note_text(effects: Sequence[ForkedEffect], turn: int) -> str:
@@ -339,6 +343,40 @@ def _cut(snap: _Snapshot, sid: str, turn: int) -> int:
     return end
 
 
+def _lineage_calls(snap: _Snapshot, session: str, cut: int) -> list[EffectRecord]:
+    """What a fork's ledger starts with: every call of its lineage, kept or left behind
+    (DESIGN.md rule 19), so a model that issues one of their ids again gets its outcome, never
+    a second run, and forwards the lineage's key. A call the source had asked for but not run
+    yet (its turn under way, awaiting approval) is copied as not having happened: run on the
+    branch, it forwards the lineage's key; run in the source first, the branch takes its
+    outcome. (``cut``: where the fork's transcript ends; before rule 19, only the calls it
+    keeps were copied.)"""
+    sid = snap.state.session_id
+    now = snap.state.updated_at
+    copies = [copy_of(r, session) for r in snap.records.values()]
+    for m in snap.messages:
+        if m.role != "assistant":
+            continue
+        for c in snap.reader.tool_calls(m):
+            if c.tool_use_id in snap.records:
+                continue
+            copies.append(
+                EffectRecord(
+                    session_id=session,
+                    tool_use_id=c.tool_use_id,
+                    tool=c.name,
+                    input_hash=c.input_hash,
+                    status=Status.NOT_HAPPENED,
+                    error=f"asked for in session {sid!r}, not run there when this branch was made",
+                    created_at=now,
+                    updated_at=now,
+                    made_in=sid,
+                    origin=sid,
+                )
+            )
+    return copies
+
+
 def _call_ids(reader: Provider, messages: Sequence[StoredMessage]) -> set[str]:
     return {i for m in messages for i in reader.call_ids(m)}
 
@@ -385,7 +423,7 @@ def _effects_left_behind(
         else:
             continue  # failed, declined, did not happen: nothing took effect
         out[r.tool_use_id] = ForkedEffect(
-            session_id=r.made_in,
+            session_id=r.key_session,
             tool_use_id=r.tool_use_id,
             tool=r.tool,
             input=inputs.get(r.tool_use_id),

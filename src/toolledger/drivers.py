@@ -316,7 +316,8 @@ def _answer(request: Request, io: IOContext) -> Any:
         keeper.keep(io.store, sid, request.ops, request.keys)
         return None
     if isinstance(request, Ask):
-        return normalise(_call_sync(partial(io.approve, request.request)), io.approve)
+        answer = _call_sync(partial(io.approve, request.request))
+        return normalise(answer, io.approve, in_doubt=request.request.in_doubt)
     if isinstance(request, CallModel):
         assert io.model is not None
         token = telemetry.enter(request.span)
@@ -397,7 +398,8 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
         return None
     if isinstance(request, Ask):
         call = partial(io.approve, request.request)
-        return normalise(await _acall(call, _is_async(io.approve)), io.approve)
+        answer = await _acall(call, _is_async(io.approve))
+        return normalise(answer, io.approve, in_doubt=request.request.in_doubt)
     if isinstance(request, CallModel):
         assert io.model is not None
         token = telemetry.enter(request.span)

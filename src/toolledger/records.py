@@ -200,12 +200,14 @@ class EffectRecord:
     toolledger 0.1, before attempts had an identity, and counts as running until ``updated_at``
     plus the default timeout. ``history`` keeps the attempts a later one replaced.
 
-    ``origin`` is set on a branch's copy of a call its lineage made elsewhere
-    (``toolledger.branching``): the session the call was made in. The copy is the same call
-    (DESIGN.md rule 19): its idempotency key is made from that session's id, the same on every
-    branch, and while it has no outcome of its own it takes its origin's (``made_in``).
-    ``None``: a call made in this session — as every record written before branches copied
-    their lineage's calls.
+    Branches (DESIGN.md rule 19: one lineage, one call per id; ``toolledger.branching``). A
+    fork copies every call of its lineage into its ledger: the same call, not a new one.
+    ``made_in`` is the session the call was made in: its idempotency key is made from that
+    session's id (``key_session``), the same on every branch. ``origin`` is set while the
+    record is a copy standing for another session's record of the call — it takes that
+    record's outcome, and never runs on the branch while that record is there
+    (``toolledger._copies``); an attempt the branch runs itself clears it. ``None`` for both:
+    a call made in this session — as every record written before lineages shared their calls.
     """
 
     session_id: str
@@ -224,13 +226,14 @@ class EffectRecord:
     lease_token: int | None = None
     deadline: float | None = None
     history: tuple[PastAttempt, ...] = ()
+    made_in: str | None = None
     origin: str | None = None
 
     @property
-    def made_in(self) -> str:
-        """The session the call was made in: ``origin`` for a branch's copy, else its own. Its
-        idempotency key is made from it, so a call forwards one key on every branch."""
-        return self.origin if self.origin is not None else self.session_id
+    def key_session(self) -> str:
+        """The session the call was made in, whose id makes its idempotency key: one key for
+        the call on every branch of its lineage."""
+        return self.made_in if self.made_in is not None else self.session_id
 
     @property
     def copied(self) -> bool:

@@ -198,15 +198,16 @@ def _decide(
     then (``Again``): one statement less for the common case, and on a server one round trip.
     Any other call reads its record first (rule 1: the ledger before the tool or the approver).
     """
-    tool = env.tools.get(call.name)
     if record is not None and record.copied and not record.status.terminal:
         # A branch's copy of its lineage's call: its origin settles it (``toolledger._copies``).
-        deferred = yield from defer(call, record, tool, env, buf)
+        # Returned as it is, its origin no longer holds the call: its attempt as copied is over.
+        deferred = yield from defer(call, record, env, buf)
         if isinstance(deferred, CallOutcome):
             return deferred
         record = deferred
     elif record is not None and record.status is Status.STARTED:
         record = yield from _settled_or_over(call, record, env, buf)
+    tool = env.tools.get(call.name)
     kwargs: dict[str, Any] = {}
     input_error = call.problem
     if (

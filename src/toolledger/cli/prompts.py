@@ -49,4 +49,7 @@ def terminal(request: ApprovalRequest) -> Decision:
     approved = ask_approval(request)
     if approved is None:  # no terminal: nobody said yes
         return Decision(approved=False, by="terminal: no terminal to ask on")
-    return Decision(approved=approved, by=f"terminal:{getpass.getuser()}")
+    # A yes to the "IN DOUBT" question, shown as a re-run, is a yes to the re-run.
+    return Decision(
+        approved=approved, by=f"terminal:{getpass.getuser()}", rerun=approved and request.in_doubt
+    )

@@ -141,12 +141,8 @@ class Store:
         over (``Over``): see ``toolledger.liveness``. Reads the session's lease unless given."""
         if record.status is not Status.STARTED:
             return Over(f"it is {record.status.value}")
-        if record.copied:  # a branch's copy: its attempt ran where the call was made
-            verdict = copies.verdict_of(self, record)
-            if verdict is not None:
-                return verdict
-            # Its origin is gone: its lease token was the origin's, and says nothing here.
-            return judge(record, now=self.now(), lease=None, runtime=self.runtime, url=self.url)
+        if record.copied:  # a branch's copy: its attempt is its origin's
+            return copies.verdict_of(self, record)
         if lease is None and record.lease_token is not None:
             lease = self.backend.read_lease(record.session_id)
         return judge(record, now=self.now(), lease=lease, runtime=self.runtime, url=self.url)

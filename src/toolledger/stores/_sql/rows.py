@@ -57,6 +57,7 @@ def effect_values(r: EffectRecord) -> tuple[Any, ...]:
         r.lease_token,
         r.deadline,
         sql_json(history_json(r.history)) if r.history else None,
+        r.made_in,
         r.origin,
     )
 
@@ -89,7 +90,8 @@ def row_to_record(row: Sequence[Any]) -> EffectRecord:
         lease_token=None if row[13] is None else int(row[13]),
         deadline=None if row[14] is None else float(row[14]),
         history=history_from_json(json.loads(row[15])) if row[15] else (),
-        origin=row[16],
+        made_in=row[16],
+        origin=row[17],
     )
 
 

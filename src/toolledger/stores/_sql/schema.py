@@ -111,10 +111,13 @@ SQLITE_MIGRATIONS: list[str] = [
     """,
     # 6: reserved for the lease changes made beside this one; until they land here, a no-op.
     "SELECT 1",
-    # 7: one lineage, one call per id (DESIGN.md rule 19): the session a branch's copy of its
-    # lineage's call was made in (its key is made from it). NULL — every row written before —
-    # is a call made in its own session.
-    "ALTER TABLE effects ADD COLUMN origin TEXT",
+    # 7: one lineage, one call per id (DESIGN.md rule 19): the session a call was made in
+    # (its key is made from it) and, on a branch's copy, the session whose record it stands
+    # for. NULL — every row written before — is a call made in its own session.
+    """
+    ALTER TABLE effects ADD COLUMN made_in TEXT;
+    ALTER TABLE effects ADD COLUMN origin TEXT;
+    """,
 ]
 
 
@@ -226,7 +229,10 @@ POSTGRES_MIGRATIONS: list[str] = [
     # 6: reserved for the lease changes made beside this one; until they land here, a no-op.
     "SELECT 1",
     # 7: as SQLite's.
-    'ALTER TABLE effects ADD COLUMN origin TEXT COLLATE "C"',
+    """
+    ALTER TABLE effects ADD COLUMN made_in TEXT COLLATE "C";
+    ALTER TABLE effects ADD COLUMN origin TEXT COLLATE "C"
+    """,
 ]
 
 TABLES = (

@@ -109,6 +109,8 @@ def _record_json(record: EffectRecord) -> dict[str, Any]:
         out["deadline"] = record.deadline
     if record.history:
         out["history"] = history_json(record.history)
+    if record.made_in is not None:
+        out["made_in"] = record.made_in
     if record.origin is not None:
         out["origin"] = record.origin
     out["digest"] = _digest({**out, "tool_use_id": record.tool_use_id})
@@ -147,6 +149,7 @@ def _record_from_json(tool_use_id: str, raw: Any) -> EffectRecord:
             lease_token=None if raw.get("lease_token") is None else int(raw["lease_token"]),
             deadline=None if raw.get("deadline") is None else float(raw["deadline"]),
             history=history_from_json(raw.get("history")),
+            made_in=None if raw.get("made_in") is None else str(raw["made_in"]),
             origin=None if raw.get("origin") is None else str(raw["origin"]),
         )
     except (KeyError, ValueError, TypeError) as exc:

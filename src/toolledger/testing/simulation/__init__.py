@@ -41,11 +41,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 from unittest import mock
 
+from ...decide import after_approval as _after_approval
 from ...liveness import Over
 from .._report import summary_lines
 from ._checks import final_checks
@@ -105,6 +107,11 @@ class SimReport:
             "resolutions",
             "forced",
             "approvals",
+            "forks",
+            "rewinds",
+            "replayed_turns",
+            "blanket_yes",
+            "branch_limit_cases",
         ):
             self.faults[name] = self.faults.get(name, 0) + sim.stats[name]
         if sim.violations and self.failing_seed is None:
@@ -150,8 +157,10 @@ EVERYTHING = SimConfig(
 )
 """Every fault on, and a larger cast: what ``make simulate`` runs."""
 
-REGRESSIONS = ("takeover", "threads", "resolve")
-"""Fixed bugs a test can switch back on, to show the simulation finds them."""
+REGRESSIONS = ("takeover", "threads", "resolve", "lineage", "blanket")
+"""Fixed bugs a test can switch back on, to show the simulation finds them. ``lineage`` and
+``blanket`` need the branches and the blanket-yes approvers (``SimConfig.branch``,
+``SimConfig.blanket_yes``) on, as they are by default."""
 
 
 @contextlib.contextmanager
@@ -169,10 +178,26 @@ def _regression(name: str | None) -> Iterator[None]:
     elif name == "resolve":
         # resolve and in-doubt listings that do not ask whether the attempt still runs.
         patch = mock.patch("toolledger.stores.store.Store.judge", return_value=bug)
+    elif name == "lineage":
+        # A fork that copies only the calls its transcript keeps, as they were (before rule 19).
+        patch = mock.patch("toolledger.branching._lineage_calls", _kept_calls_only)
+    elif name == "blanket":
+        # Any yes re-runs a call in doubt (before rule 21's own yes for a re-run).
+        patch = mock.patch("toolledger.decide.after_approval", _any_yes_reruns)
     else:
         raise ValueError(f"unknown regression {name!r}; one of {', '.join(REGRESSIONS)}")
     with patch:
         yield
+
+
+def _kept_calls_only(snap: Any, session: str, cut: int) -> list[Any]:
+    kept = {i for m in snap.messages[:cut] for i in snap.reader.call_ids(m)}
+    return [replace(r, session_id=session) for i, r in snap.records.items() if i in kept]
+
+
+def _any_yes_reruns(call: Any, ask: Any, decision: Any) -> Any:
+    yes = None if decision is None else replace(decision, rerun=decision.approved)
+    return _after_approval(call, ask, yes)
 
 
 def simulate(
@@ -184,7 +209,8 @@ def simulate(
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # the simulated runs' own warnings are expected noise
     try:
-        with _regression(regression):
+        with _regression(regression), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # blanket-yes approvers are warned
             sim.run()
             final_checks(sim)
     finally:

@@ -66,7 +66,7 @@ class Branches(SimState):
         """What ``process``'s approver answers; a yes that allows a run is counted as an
         approval (the high-impact count checks effects against approvals)."""
         approver = self.approver_of(process)
-        decision = normalise(approver(request), approver)
+        decision = normalise(approver(request), approver, in_doubt=request.in_doubt)
         if approver is blanket_yes:
             self.stats["blanket_yes"] += 1
             if not request.in_doubt:

@@ -31,5 +31,5 @@ class SimConfig:
     force: float = 0.0  # an operator forcing a resolution of a running call
     sloppy: float = 0.0  # a process whose tools send past their deadline
     duplicate_delivery: float = 0.2  # a worker runs a session's pending calls by run_tool_uses
-    branch: float = 0.0  # per step: the operator forks or rewinds a session (_branches)
-    blanket_yes: float = 0.0  # the share of processes whose approver says yes to everything
+    branch: float = 0.003  # per step: the operator forks or rewinds a session (_branches)
+    blanket_yes: float = 0.2  # the share of processes whose approver says yes to everything
