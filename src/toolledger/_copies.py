@@ -24,23 +24,83 @@ is over, and the branch settles and runs it like any other — under the lineage
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
 from . import decide
 from ._batch import Buffer, Buffered, CallOutcome, Disposition, Env, write
+from .adapters._shapes import Provider
 from .drivers import ReadEffects, ReadLease, Request, Sleep
 from .liveness import Over, Running, Verdict, judge
 from .outcomes import flush
-from .records import EffectRecord, Lease, Status, ToolCall
+from .records import EffectRecord, Lease, Status, StoredMessage, ToolCall
 from .stores.copies import same_call
 from .stores.store import in_progress_error
 
-__all__ = ["adopted", "defer", "settled_elsewhere"]
+__all__ = ["adopted", "copy_of", "defer", "lineage_calls", "settled_elsewhere"]
 
 _POLL_FIRST_S = 0.005
 _POLL_MAX_S = 0.25
+
+
+# -- what a fork copies ---------------------------------------------------------------------------
+
+
+def copy_of(record: EffectRecord, session: str) -> EffectRecord:
+    """``record`` as a branch ``session`` holds it: the same call, made (and keyed) where it
+    was made, standing for the record it was copied from — or for the one that one stands
+    for (``EffectRecord.made_in``, ``EffectRecord.origin``)."""
+    return replace(
+        record,
+        session_id=session,
+        made_in=record.key_session,
+        origin=record.origin if record.origin is not None else record.session_id,
+    )
+
+
+def lineage_calls(
+    records: dict[str, EffectRecord],
+    messages: Sequence[StoredMessage],
+    reader: Provider,
+    *,
+    source: str,
+    session: str,
+    at: float,
+) -> list[EffectRecord]:
+    """What a fork ``session`` of ``source`` starts its ledger with: every call of its
+    lineage, kept or left behind (DESIGN.md rule 19) — ``source``'s ``records``, copied, so a
+    model that issues one of their ids again gets its outcome, never a second run, and
+    forwards the lineage's key. A call ``source``'s transcript (``messages``) asked for without
+    a record yet (its turn under way, awaiting approval) is copied as not having happened: run
+    on the branch, it forwards the lineage's key; run in the source first, the branch takes its
+    outcome."""
+    copies = [copy_of(r, session) for r in records.values()]
+    for m in messages:
+        if m.role != "assistant":
+            continue
+        for c in reader.tool_calls(m):
+            if c.tool_use_id in records:
+                continue
+            copies.append(
+                EffectRecord(
+                    session_id=session,
+                    tool_use_id=c.tool_use_id,
+                    tool=c.name,
+                    input_hash=c.input_hash,
+                    status=Status.NOT_HAPPENED,
+                    error=f"asked for in session {source!r}, not run there when this branch "
+                    "was made",
+                    created_at=at,
+                    updated_at=at,
+                    made_in=source,
+                    origin=source,
+                )
+            )
+    return copies
+
+
+# -- deciding a copy ------------------------------------------------------------------------------
 
 
 def adopted(copy: EffectRecord, there: EffectRecord) -> EffectRecord:

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from unittest import mock
 
+from ...branching import _cut as _real_cut
 from ...decide import after_approval as _after_approval
 from ...liveness import Over
 from .._report import summary_lines
@@ -180,7 +181,12 @@ def _regression(name: str | None) -> Iterator[None]:
         patch = mock.patch("toolledger.stores.store.Store.judge", return_value=bug)
     elif name == "lineage":
         # A fork that copies only the calls its transcript keeps, as they were (before rule 19).
-        patch = mock.patch("toolledger.branching._lineage_calls", _kept_calls_only)
+        with (
+            mock.patch("toolledger.branching._cut", _cut_seen),
+            mock.patch("toolledger.branching._lineage_calls", _kept_calls_only),
+        ):
+            yield
+        return
     elif name == "blanket":
         # Any yes re-runs a call in doubt (before rule 21's own yes for a re-run).
         patch = mock.patch("toolledger.decide.after_approval", _any_yes_reruns)
@@ -190,9 +196,20 @@ def _regression(name: str | None) -> Iterator[None]:
         yield
 
 
-def _kept_calls_only(snap: Any, session: str, cut: int) -> list[Any]:
+_CUT: list[tuple[Any, int]] = []  # the last branch point the lineage regression saw
+
+
+def _cut_seen(snap: Any, sid: str, turn: int) -> int:
+    cut = _real_cut(snap, sid, turn)
+    _CUT[:] = [(snap, cut)]
+    return cut
+
+
+def _kept_calls_only(records: dict[str, Any], *_: Any, session: str, **__: Any) -> list[Any]:
+    """The records a fork copied before rule 19: those of the calls its transcript keeps."""
+    ((snap, cut),) = _CUT
     kept = {i for m in snap.messages[:cut] for i in snap.reader.call_ids(m)}
-    return [replace(r, session_id=session) for i, r in snap.records.items() if i in kept]
+    return [replace(r, session_id=session) for i, r in records.items() if i in kept]
 
 
 def _any_yes_reruns(call: Any, ask: Any, decision: Any) -> Any:
