@@ -471,3 +471,27 @@ def test_a_turn_that_is_not_a_whole_number_is_refused_clearly(store: tl.Store, t
     with pytest.raises(tl.ConfigurationError, match="a whole number of turns"):
         tl.rewind(store, SESSION, to_turn=turn)  # type: ignore[arg-type]
     assert (store.sessions(), store.session(SESSION), store.messages(SESSION)) == before
+
+
+def test_a_rewind_that_was_told_still_says_so_after_a_later_rewind(store: tl.Store) -> None:
+    """The first rewind's note reached the model; a second rewind, to the same turn, abandons
+    that note (and tells the model again in its own). The first is still shown as told — on
+    the branch the second abandoned — never as "not told to the model"."""
+    from toolledger.cli.branching import told
+
+    calls = four_turn_session(store)
+    first = tl.rewind(store, SESSION, to_turn=1)
+    assert first.note_seq is not None
+    go_on(store, SESSION, calls, 1, Reply(text="Rewound once."))
+    second = tl.rewind(store, SESSION, to_turn=1)
+    state = store.session(SESSION)
+    assert state is not None
+    was, now = state.lineage
+    assert was.note_seq is None and was.told, "its note is abandoned, and it was told"
+    assert now.note_seq is not None and now.told
+    assert told(was) == "told to the model on a branch a later rewind abandoned"
+    assert told(now) == "told to the model"
+    assert [e.tool for e in second.effects] == ["create_ticket"]
+    quiet = tl.fork(store, SESSION, at_turn=1, effects_after_fork="ignore")
+    (*_, entry) = store.session(quiet).lineage  # type: ignore[union-attr]
+    assert not entry.told and told(entry) == "not told to the model"
