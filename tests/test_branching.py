@@ -5,7 +5,6 @@ abandoned branch kept, forks of forks, and the effects left behind counted in th
 from __future__ import annotations
 
 import json
-
 from dataclasses import replace
 from typing import Any
 
@@ -461,7 +460,9 @@ def test_an_agent_that_kept_a_transcript_reads_the_rewound_one(store: tl.Store) 
 
 
 @pytest.mark.parametrize("turn", [True, False, "1", None, 1.0, 2.5])
-def test_a_turn_that_is_not_a_whole_number_is_refused_clearly(store: tl.Store, turn: object) -> None:
+def test_a_turn_that_is_not_a_whole_number_is_refused_clearly(
+    store: tl.Store, turn: object
+) -> None:
     """``at_turn=True`` used to fork at turn 1, ``"1"`` and ``None`` raised a bare TypeError from
     a comparison: each is refused, saying what a turn is, and nothing is written."""
     four_turn_session(store)
