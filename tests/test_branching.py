@@ -259,6 +259,7 @@ def test_a_hostile_result_left_behind_reaches_the_model_only_as_quoted_data(
 ) -> None:
     """The fork's model is told of the ticket — by name, input and state — and sees what the
     ticket tool returned only quoted, after the label; never as text in the user's voice."""
+
     @tl.tool(effect="non_idempotent")
     def create_ticket(title: str) -> dict[str, str]:
         """Open a ticket."""

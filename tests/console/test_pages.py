@@ -20,7 +20,7 @@ from toolledger.console import create_app
 from toolledger.ops import PutApproval
 from toolledger.records import ApprovalStatus, Status
 
-from .scene import MAIL, PAY, SECRET, XSS_SESSION, Scene, build, forms_of
+from .scene import MAIL, PAY, SECRET, XSS_SESSION, Scene, browser, build, forms_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -32,7 +32,7 @@ def scene(tmp_path: Path) -> Scene:
 
 @pytest.fixture
 def client(scene: Scene) -> TestClient:
-    return TestClient(create_app(scene.url), base_url="http://127.0.0.1")
+    return browser(create_app(scene.url))
 
 
 def form_for(client: TestClient, page: str, session: str) -> dict[str, str]:
@@ -237,7 +237,7 @@ def test_a_session_of_every_provider_shows_its_calls_with_secrets_masked(
 
     url = f"sqlite:///{tmp_path / 'kinds.db'}"
     _run_kind(kind, url)
-    client = TestClient(create_app(url), base_url="http://127.0.0.1")
+    client = browser(create_app(url))
     page = client.get("/session", params={"id": "s"}).text
     calls = re.findall(r'<table class="calls">.*?</table>', page, re.S)[0]
     assert calls.count("<tr>") == 3, "a header and the two calls"

@@ -94,14 +94,17 @@ def create_app(store: Store | str, *, token: str | None = None, loopback: bool =
             status_code=status,
         )
 
-    def refuse(request: Request) -> Response:
+    def refuse(request: Request, why: str) -> Response:
+        text = (
+            "This request came from another site, not from this console's own pages (the "
+            "browser said so in its Origin or Sec-Fetch-Site header). Nothing was changed, "
+            "and nothing it sent was read."
+            if why == "another site"
+            else "This form is stale or did not come from this console (its CSRF token is "
+            "missing or wrong). Nothing was changed. Open the page again and retry."
+        )
         html = templates.get_template("message.html").render(
-            heading="Refused",
-            text="This form is stale or did not come from this console (its CSRF token is "
-            "missing or wrong). Nothing was changed. Open the page again and retry.",
-            store_url=source.url,
-            notice=None,
-            page="",
+            heading="Refused", text=text, store_url=source.url, notice=None, page=""
         )
         return HTMLResponse(html, status_code=403)
 
@@ -160,7 +163,7 @@ def create_app(store: Store | str, *, token: str | None = None, loopback: bool =
         Route("/verify", verify, methods=["GET"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, middleware=[middleware_for(guard)])
+    app = Starlette(routes=routes, middleware=[middleware_for(guard, refuse)])
     app.state.guard = guard
     return app
 
