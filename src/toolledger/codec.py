@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
+    "INVISIBLE",
     "EncodedResult",
     "canonical_json",
     "content_of",

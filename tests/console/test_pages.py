@@ -283,3 +283,36 @@ def test_a_forked_and_a_rewound_session_show_what_they_left_behind(
     assert "rewound to turn 0: later turns kept as abandoned branch 1" in text
     assert "by &lt;b&gt;ana&lt;/b&gt;" in text and "<b>ana</b>" not in text
     assert "send_email" in text and "ops@example.com" in text
+
+
+TRICK = "pay-\u202emoc.elpmaxe\u2066-\x9b31m"  # a right-to-left override, an isolate, a C1 CSI
+INVISIBLE = ("\u202e", "\u2066", "\x9b")
+
+
+def test_invisible_characters_from_the_store_are_shown_escaped(scene: Scene) -> None:
+    """A session id and an input holding bidirectional overrides and C1 controls would reorder
+    what a person reads (U+202E shows "moc.elpmaxe" as "example.com") or drive a terminal that
+    copies it: every page shows them escaped, as ``\\u202e``; the forms still post the real id."""
+    assert scene.run(TRICK, "wire", {"amount": 5, "api_key": "k\u2067x\x9b"}).status.value == (
+        "awaiting_approval"
+    )
+    client = browser(create_app(scene.url))
+    for path, params in (
+        ("/", {}),
+        ("/session", {"id": TRICK}),
+        ("/approvals", {}),
+        ("/sessions/rows", {}),
+    ):
+        page = client.get(path, params=params)
+        assert page.status_code == 200, path
+        shown = re.sub(r'<input type="hidden"[^>]*>', "", page.text)  # posted back, not shown
+        for c in (*INVISIBLE, "\u2067"):
+            assert c not in shown, (path, c)
+        assert "\\u202e" in shown and "\\u009b" in shown, path
+        assert "\\u000a" not in shown, "line breaks lay out the inputs"
+    (form,) = [f for f in forms_of(client.get("/approvals").text) if f["session"] == TRICK]
+    decided = client.post("/approvals/decide", data={**form, "by": "ana", "decision": "deny"})
+    assert decided.status_code == 200
+    with tl.open_store(scene.url) as store:
+        (request,) = store.approvals(TRICK)
+    assert request.status is tl.ApprovalStatus.DENIED, "the real id was posted back"

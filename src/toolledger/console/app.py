@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -24,6 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ..cli._command import known_session
+from ..codec import INVISIBLE, escape_invisible
 from ..stores import Store, open_store
 from . import views
 from .actions import Notice, decide_from, resolve_from
@@ -56,12 +58,41 @@ class _Source:
             return fn(store, *args)
 
 
+_HIDDEN = INVISIBLE - {"\n", "\t"}  # line breaks and tabs lay out a pretty-printed input
+
+
+class Posted(str):
+    """A value a form posts back as it is (a hidden field): never shown, never escaped."""
+
+    __slots__ = ()
+
+
+def _visible(value: Any) -> Any:
+    """Every value a template writes: a string's invisible characters — controls, C1 (``\x9b``),
+    bidirectional overrides and isolates, which would reorder what a person reads — shown
+    escaped (``\u202e``) and marked, the rest HTML-escaped. A ``Posted`` value goes out as it
+    is (HTML-escaped by autoescape), so a form posts the real id back."""
+    if not isinstance(value, str) or isinstance(value, Posted | markupsafe.Markup):
+        return value
+    if not any(c in _HIDDEN for c in value):
+        return value
+    parts = [
+        f'<span class="esc">{escape_invisible(c)}</span>'
+        if c in _HIDDEN
+        else str(markupsafe.escape(c))
+        for c in value
+    ]
+    return markupsafe.Markup("".join(parts))  # noqa: S704 - every part escaped above
+
+
 def _templates() -> Jinja2Templates:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
         autoescape=True,  # every value from the store is text, whatever it holds
         undefined=jinja2.StrictUndefined,
+        finalize=_visible,
     )
+    env.filters["posted"] = Posted
     return Jinja2Templates(env=env)
 
 
