@@ -254,7 +254,7 @@ def decide_in_browser(browser: Any, stage: Stage, session: str, name: str, butto
 
     open_page(browser, stage, "/approvals")
     section = card(browser, "section.approval", session)
-    assert '"api_key": "***"' in section.text and SECRET not in section.text
+    assert "api_key" in section.text and '"***"' in section.text and SECRET not in section.text
     section.find_element(By.NAME, "by").send_keys(name)
     section.find_element(By.CSS_SELECTOR, f"button.{button}").click()
     wait_for(lambda: browser.find_elements(By.ID, "notice"), "the notice")
@@ -479,3 +479,61 @@ def test_a_stale_page_changes_nothing_until_it_is_opened_again(browser: Any, sta
 
     decide_in_browser(browser, stage, "pay-3", "ana", "yes")  # opened again: it goes through
     assert approval_of(stage, "pay-3").status is ApprovalStatus.APPROVED
+
+
+def test_no_page_asks_for_what_is_not_there(browser: Any, stage: Stage) -> None:
+    """Every page loads whole: its stylesheet, script and icon, nothing that 404s."""
+    browser.get_log("browser")  # what earlier tests left
+    for path in ("/", "/session?id=pay-1", "/in-doubt", "/approvals", "/verify"):
+        open_page(browser, stage, path)
+    missing = [e["message"] for e in browser.get_log("browser") if "404" in e["message"]]
+    assert missing == []
+    icon = browser.execute_script(
+        "return document.querySelector('link[rel=icon]').getAttribute('href')"
+    )
+    for url in (icon, "/favicon.ico"):
+        with urllib.request.urlopen(stage.console.base + url, timeout=5) as answer:
+            assert answer.status == 200 and answer.headers["Content-Type"] == "image/svg+xml"
+
+
+def test_an_approval_card_keeps_every_field_in_view(browser: Any, stage: Stage) -> None:
+    """A long body no longer pushes ``to`` out of view: the fields in the model's order, each
+    value's start on one line, the body folded until it is opened."""
+    from selenium.webdriver.common.by import By
+
+    letter = {
+        "to": "ops@example.com",
+        "body": "Dear customer,\n" + "we are sorry for the outage. " * 60,
+        "amount": 5,
+        "api_key": SECRET,
+    }
+
+    @tl.tool(effect="non_idempotent", high_impact=True)
+    def send_letter(to: str, body: str, amount: int, api_key: str) -> str:
+        """Send a letter with a refund."""
+        return "sent"
+
+    script = [Reply(tool_uses=[ToolUse("send_letter", letter)]), Reply(text="done")]
+    with ScriptedModel(script) as model, tl.open_store(stage.scene.url) as store:
+        agent = tl.Agent(
+            client=model.client(),
+            model="claude-test",
+            tools=[send_letter],
+            store=store,
+            approve=tl.approvals.queue,
+        )
+        agent.run(session="letter", prompt="wire and write")
+    open_page(browser, stage, "/approvals")
+    section = card(browser, "section.approval", "letter")
+    names = [dt.text for dt in section.find_elements(By.TAG_NAME, "dt")]
+    assert names == ["to", "body", "amount", "api_key"], "as the model wrote them"
+    to = section.find_element(By.XPATH, ".//dt[text()='to']/following-sibling::dd[1]")
+    top = section.location["y"]
+    assert to.is_displayed() and to.text == '"ops@example.com"'
+    assert to.location["y"] - top < 200, "in view at the top of the card"
+    (folded,) = section.find_elements(By.TAG_NAME, "details")
+    assert folded.get_attribute("open") is None and folded.text.endswith("…")
+    folded.find_element(By.TAG_NAME, "summary").click()
+    assert "we are sorry for the outage." * 1 in folded.text
+    assert SECRET not in section.text
+    shot(browser, stage, "07-approval-card")

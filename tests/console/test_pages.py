@@ -19,6 +19,7 @@ import toolledger as tl
 from toolledger.console import create_app
 from toolledger.ops import PutApproval
 from toolledger.records import ApprovalStatus, Status
+from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 from .scene import MAIL, PAY, SECRET, XSS_SESSION, Scene, browser, build, forms_of
 
@@ -141,7 +142,8 @@ def test_approvals_show_the_input_masked_and_approve_lets_the_next_run_run_it(
     client: TestClient, scene: Scene
 ) -> None:
     page = client.get("/approvals").text
-    assert SECRET not in page and "&#34;amount&#34;: 5" in page
+    assert SECRET not in page and "<dt>amount</dt>\n  <dd><code>5</code></dd>" in page
+    assert "<dt>api_key</dt>\n  <dd><code>&#34;***&#34;</code></dd>" in page, "masked"
     assert "may already have run" not in page, "neither request is in doubt"
     form = form_for(client, "/approvals", "pay-1")
     done = client.post("/approvals/decide", data={**form, "by": "ana", "decision": "approve"})
@@ -316,3 +318,44 @@ def test_invisible_characters_from_the_store_are_shown_escaped(scene: Scene) -> 
     with tl.open_store(scene.url) as store:
         (request,) = store.approvals(TRICK)
     assert request.status is tl.ApprovalStatus.DENIED, "the real id was posted back"
+
+
+LETTER = {
+    "to": "ops@example.com",
+    "subject": "Refund",
+    "body": "Dear customer,\n" + "we are sorry for the outage. " * 40,
+    "cc": "audit@example.com",
+}
+
+
+def test_an_approval_card_shows_the_arguments_in_the_models_order_long_ones_folded(
+    scene: Scene,
+) -> None:
+    """The card used to sort the arguments, so a long body came first and pushed ``to`` — the
+    field the approver most needs — out of view. Now: the model's order, each field's name and
+    the start of its value on one line, a long value folded (opened on a click)."""
+
+    @tl.tool(effect="non_idempotent", high_impact=True)
+    def send_email(to: str, subject: str, body: str, cc: str) -> str:
+        """Send an e-mail."""
+        return "sent"
+
+    script = [Reply(tool_uses=[ToolUse("send_email", LETTER)]), Reply(text="done")]
+    with ScriptedModel(script) as model, tl.open_store(scene.url) as store:
+        agent = tl.Agent(
+            client=model.client(),
+            model="claude-test",
+            tools=[send_email],
+            store=store,
+            approve=tl.approvals.queue,
+        )
+        assert agent.run(session="letter", prompt="write").status.value == "awaiting_approval"
+    page = browser(create_app(scene.url)).get("/approvals").text
+    card = next(c for c in re.findall(r"<section.*?</section>", page, re.S) if "letter" in c)
+    names = re.findall(r"<dt>(.*?)</dt>", card)
+    assert names == ["to", "subject", "body", "cc"], "as the model wrote them"
+    starts = re.findall(r"<summary><code>(.*?)</code></summary>", card, re.S)
+    assert len(starts) == 1 and starts[0].startswith("&#34;Dear customer,\\n")
+    assert starts[0].endswith("…") and len(starts[0]) < 120, "the body folded to its start"
+    assert "we are sorry for the outage. " * 40 in html.unescape(card), "whole, unfolded"
+    assert "<code>&#34;ops@example.com&#34;</code>" in card

@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -179,6 +179,9 @@ def create_app(store: Store | str, *, token: str | None = None, loopback: bool =
         ctx = await run_in_threadpool(source.call, views.approvals_view)
         return await page(request, "approvals.html", ctx, notice=notice, status=_code(notice))
 
+    async def favicon(request: Request) -> Response:
+        return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
+
     async def verify(request: Request) -> Response:
         ctx = await run_in_threadpool(source.call, views.verify_view)
         return await page(request, "verify.html", ctx)
@@ -192,6 +195,8 @@ def create_app(store: Store | str, *, token: str | None = None, loopback: bool =
         Route("/approvals", approvals, methods=["GET"]),
         Route("/approvals/decide", decide, methods=["POST"]),
         Route("/verify", verify, methods=["GET"]),
+        # Asked for by browsers and tools that do not read the page's <link rel="icon">.
+        Route("/favicon.ico", favicon, methods=["GET"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, middleware=[middleware_for(guard, refuse)])
