@@ -146,38 +146,72 @@ def test_a_call_in_doubt_is_run_again_by_its_origin_alone(store: tl.Store, turn:
     assert copy is not None and copy.status is tl.Status.SUCCEEDED
 
 
-def test_a_call_the_parent_had_not_run_yet_forwards_the_parent_key(store: tl.Store) -> None:
+def test_a_call_the_parent_had_not_run_yet_runs_there_once(store: tl.Store) -> None:
     """The fork is made while the parent waits for a person to approve Ana's e-mail: nothing is
-    recorded of it yet. The fork's replay sends it (its own approver says yes) — under the
-    parent's key; when the parent is approved and sends it too, the mail server drops it."""
+    recorded of it yet. The fork's replay does not send it — the parent's last turn still asks
+    for it, so it runs there — and stops, naming the parent. The parent is approved and sends it;
+    the fork then takes that outcome: one e-mail, one key, one approval for the lineage."""
     mail = MailServer()
-    with ScriptedModel(SCRIPT) as model:
-        waiting = tl.Agent(
+
+    def parent_agent(model: ScriptedModel) -> tl.Agent:
+        return tl.Agent(
             client=model.client(),
             model="claude-test",
             tools=mail.tools(),
             store=store,
             approve=tl.approvals.queue,
-        ).run(session=PARENT, prompt="Tell Ana and Bo.")
+        )
+
+    with ScriptedModel(SCRIPT) as model:
+        waiting = parent_agent(model).run(session=PARENT, prompt="Tell Ana and Bo.")
     assert waiting.status is tl.RunStatus.AWAITING_APPROVAL
     recorded = [*ScriptedModel.from_session(store, PARENT).script, *SCRIPT[1:]]
     (request,) = store.approvals(PARENT)
     key = idempotency_key(PARENT, request.tool_use_id)
 
     fork = tl.fork(store, PARENT, at_turn=0)
-    replay(store, fork, mail, recorded)
+    stopped = replay(store, fork, mail, recorded)
+    assert stopped.status is tl.RunStatus.NEEDS_ATTENTION and mail.handed == []
+    assert f"is the call of session {PARENT!r}" in (stopped.reason or "")
+
     tl.approvals.decide(store, PARENT, request.tool_use_id, approved=True, by="ana")
     with ScriptedModel(recorded) as model:
+        went_on = parent_agent(model).run(session=PARENT)  # Ana's e-mail, then Bo's asks
+    assert (
+        went_on.status is tl.RunStatus.AWAITING_APPROVAL and went_on.final_text == "Writing to Bo."
+    )
+    assert replay(store, fork, mail, recorded).status is tl.RunStatus.COMPLETED
+    assert [k for k, to in mail.handed if to == "ana"] == [key], "sent once, by the parent"
+    copy = store.ledger(fork).get(request.tool_use_id)
+    assert copy is not None and copy.status is tl.Status.SUCCEEDED
+
+
+def test_a_call_the_parent_will_not_run_runs_on_the_branch_under_the_parent_key(
+    store: tl.Store,
+) -> None:
+    """A rewind took the parent back past Ana's e-mail while it waited for approval: no turn of
+    the parent asks for it any more. A fork made before the rewind replays it: the fork runs it
+    itself — under the parent's key, the lineage's."""
+    mail = MailServer()
+    with ScriptedModel(SCRIPT) as model:
         tl.Agent(
             client=model.client(),
             model="claude-test",
             tools=mail.tools(),
             store=store,
             approve=tl.approvals.queue,
-        ).run(session=PARENT)
+        ).run(session=PARENT, prompt="Tell Ana and Bo.")
+    recorded = [*ScriptedModel.from_session(store, PARENT).script, *SCRIPT[1:]]
+    (request,) = store.approvals(PARENT)
+    fork = tl.fork(store, PARENT, at_turn=0)
+    tl.rewind(store, PARENT, to_turn=0, effects_after_fork="ignore")
 
-    assert [k for k, to in mail.handed if to == "ana"] == [key, key], "one key, twice handed"
-    assert mail.sent().count("ana") == 1, "one e-mail to Ana"
+    assert replay(store, fork, mail, recorded).status is tl.RunStatus.COMPLETED
+    key = idempotency_key(PARENT, request.tool_use_id)
+    assert [k for k, to in mail.handed if to == "ana"] == [key]
+    copy = store.ledger(fork).get(request.tool_use_id)
+    assert copy is not None and copy.status is tl.Status.SUCCEEDED and copy.origin is None
+    assert copy.made_in == PARENT, "the branch's own run of the lineage's call"
 
 
 def test_forks_of_forks_and_a_rewind_replay_nothing(store: tl.Store) -> None:

@@ -38,17 +38,23 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
 
     doubt = [o for o in outcomes if o.disposition is Disposition.IN_DOUBT]
     if doubt:
-        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in doubt)
-        # A branch's copy of its lineage's call is settled where the call was made.
+        here = [o for o in doubt if o.settle_in is None]
+        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in here)
         how = "; ".join(
-            f"`{cmd('resolve', o.settle_in or sid, o.call.tool_use_id)} --happened|--not-happened`"
+            f"`{cmd('resolve', sid, o.call.tool_use_id)} --happened|--not-happened`" for o in here
+        )
+        said = (
+            [f"in doubt: {names} may already have happened. Settle it with {how}"] if here else []
+        )
+        # A branch's copy of its lineage's call is settled (or run) where the call was made.
+        said += [
+            f"{o.call.name!r} ({o.call.tool_use_id}) is the call of session {o.settle_in!r}, "
+            "where this session's lineage holds it: run that session, or settle it there with "
+            f"`{cmd('resolve', o.settle_in, o.call.tool_use_id)} --happened|--not-happened`"
             for o in doubt
-        )
-        return (
-            RunStatus.NEEDS_ATTENTION,
-            f"in doubt: {names} may already have happened. Settle it with {how}, then run the "
-            "session again.",
-        )
+            if o.settle_in is not None
+        ]
+        return (RunStatus.NEEDS_ATTENTION, "; ".join(said) + ", then run the session again.")
     waiting = [o for o in outcomes if o.disposition is Disposition.AWAITING_APPROVAL]
     if waiting:
         names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in waiting)

@@ -12,14 +12,18 @@ record (``EffectRecord.origin``), which alone settles the call: one runner for e
   compare-and-set, so the branch's ledger answers alone from then on).
 * While the origin's attempt may still run, the call is in progress on the branch too (judged
   where it runs: the origin's record, lease and process).
-* Otherwise it answers in doubt, naming the origin: a run of the origin re-runs the call if
-  that is safe, or a person settles it there — once for the whole lineage — and the branch takes
-  that outcome at its next run. It is never run on the branch meanwhile, so a call in doubt
-  runs again at most once, wherever its id is replayed.
+* In doubt there, it answers in doubt here, naming the origin: a run of the origin re-runs the
+  call if that is safe, or a person settles it there — once for the whole lineage — and the
+  branch takes that outcome at its next run. It is never run on the branch meanwhile, so a call
+  in doubt runs again at most once, wherever its id is replayed.
+* Not run there — no record yet (asked for, its turn under way or awaiting approval), or
+  resolved as not having happened — it runs where a turn still asks for it: in the origin, if
+  the origin's transcript ends with the turn that asks for it (the branch answers in doubt
+  meanwhile, naming the origin, and takes the outcome later); otherwise here, as the branch's own.
 
-A copy whose origin no longer holds the call (the origin was removed; or the call was asked
-for there but not yet run when the branch was made) is the branch's own: its attempt as copied
-is over, and the branch settles and runs it like any other — under the lineage's key.
+A copy whose origin no longer holds the call (the origin was removed) is the branch's own: its
+attempt as copied is over, and the branch settles and runs it like any other. Whatever runs it,
+the call forwards the lineage's key.
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ from typing import Any
 
 from . import decide
 from ._batch import Buffer, Buffered, CallOutcome, Disposition, Env, write
+from .adapters import transcript_reader
 from .adapters._shapes import Provider
-from .drivers import ReadEffects, ReadLease, Request, Sleep
+from .drivers import ReadEffects, ReadLease, ReadMessages, ReadSession, Request, Sleep
 from .liveness import Over, Running, Verdict, judge
 from .outcomes import flush
-from .records import EffectRecord, Lease, Status, StoredMessage, ToolCall
+from .records import EffectRecord, Lease, SessionState, Status, StoredMessage, ToolCall
 from .stores.copies import same_call
 from .stores.store import in_progress_error
 
@@ -113,7 +118,7 @@ def settled_elsewhere(copy: EffectRecord, origin: str) -> str:
     return decide.in_doubt_message(
         copy.tool,
         f"the same call of session {origin!r}, where this conversation's lineage holds it, has "
-        "no outcome yet; it is settled there, once for every branch",
+        "no outcome yet; it is settled (or run) there, once for every branch",
     )
 
 
@@ -125,23 +130,34 @@ def defer(
 ) -> Generator[Request, Any, EffectRecord | CallOutcome]:
     """Decide a copy without an outcome of its own by its origin (the module docstring): the
     record to go on deciding from — the origin's outcome, adopted; or the copy itself when the
-    origin no longer holds the call (its attempt as copied is over) — or the call's answer, in
-    doubt, while only the origin may settle it. Raises ``EffectInProgressError`` while the
-    origin's attempt may still run (after ``env.wait`` seconds)."""
+    origin will not settle the call (it no longer holds it, or holds it as not having happened
+    with no turn left to run it) — or the call's answer, in doubt, while only the origin may
+    settle it. Raises ``EffectInProgressError`` while the origin's attempt may still run (after
+    ``env.wait`` seconds)."""
     assert copy.origin is not None
     origin = copy.origin
     waited, pause = 0.0, _POLL_FIRST_S
     while True:
         found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id], session=origin)
         there = found.get(call.tool_use_id)
-        if not same_call(copy, there):
-            return copy  # the branch's own from now on
-        assert there is not None
-        if there.status.terminal:
+        if there is not None and not same_call(copy, there):
+            return copy  # another call of that id there: this one is the branch's own
+        if there is not None and there.status.terminal:
             # Recorded so the branch answers alone from now on; losing it only reads again.
             mine = adopted(copy, there)
             buf.items.append(Buffered(write(mine, copy), urgent=False, outcome=None))
             return mine
+        if there is None or there.status is Status.NOT_HAPPENED:
+            # Not run there (yet): it runs where a turn still asks for it — there, if the
+            # origin's last turn waits for it; else here, as the branch's own.
+            if (yield from _still_to_run(origin, call.tool_use_id)):
+                return _elsewhere(call, copy, origin)
+            if there is not None and copy.status is Status.STARTED:
+                # A person's word there ("it did not happen") settles the attempt copied here.
+                mine = adopted(copy, there)
+                buf.items.append(Buffered(write(mine, copy), urgent=False, outcome=None))
+                return mine
+            return copy
         verdict: Verdict = Over(f"it is {there.status.value} in session {origin!r}")
         if there.status is Status.STARTED:
             lease: Lease | None = None
@@ -150,13 +166,7 @@ def defer(
             store = env.ledger.store
             verdict = judge(there, now=env.now(), lease=lease, runtime=store.runtime, url=env.url)
         if isinstance(verdict, Over):
-            return CallOutcome(
-                call,
-                Disposition.IN_DOUBT,
-                settled_elsewhere(copy, origin),
-                is_error=True,
-                settle_in=origin,
-            )
+            return _elsewhere(call, copy, origin)  # in doubt there: a person settles it there
         assert isinstance(verdict, Running)
         if waited >= env.wait:
             if buf.items:
@@ -166,3 +176,21 @@ def defer(
         yield Sleep(step)
         waited += step
         pause = min(pause * 2, _POLL_MAX_S)
+
+
+def _elsewhere(call: ToolCall, copy: EffectRecord, origin: str) -> CallOutcome:
+    return CallOutcome(
+        call, Disposition.IN_DOUBT, settled_elsewhere(copy, origin), is_error=True, settle_in=origin
+    )
+
+
+def _still_to_run(origin: str, tool_use_id: str) -> Generator[Request, Any, bool]:
+    """Whether ``origin``'s transcript ends with a turn that asks for ``tool_use_id``: its next
+    run runs the call."""
+    state: SessionState | None = yield ReadSession(session=origin)
+    if state is None or state.messages == 0:
+        return False
+    last: list[StoredMessage] = yield ReadMessages(since=state.messages - 1, session=origin)
+    if not last or last[-1].role != "assistant":
+        return False
+    return tool_use_id in transcript_reader(last).call_ids(last[-1])

@@ -50,12 +50,17 @@ class ReadEffectIds:
 
 @dataclass(frozen=True, slots=True)
 class ReadSession:
-    pass
+    """The session's state (``session``: another one's)."""
+
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ReadMessages:
+    """The session's transcript from ``seq`` ``since`` on (``session``: another one's)."""
+
     since: int = 0
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

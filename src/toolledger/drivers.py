@@ -330,9 +330,9 @@ def _answer(request: Request, io: IOContext) -> Any:
         finally:
             telemetry.leave(token)
     if isinstance(request, ReadSession):
-        return backend.read_session(sid)
+        return backend.read_session(request.session or sid)
     if isinstance(request, ReadMessages):
-        return backend.read_messages(sid, request.since)
+        return backend.read_messages(request.session or sid, request.since)
     if isinstance(request, ReadEffectIds):
         return backend.read_effect_ids(sid)
     if isinstance(request, ReadLease):
@@ -412,9 +412,9 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
         finally:
             telemetry.leave(token)
     if isinstance(request, ReadSession):
-        return await backend.read_session(sid)
+        return await backend.read_session(request.session or sid)
     if isinstance(request, ReadMessages):
-        return await backend.read_messages(sid, request.since)
+        return await backend.read_messages(request.session or sid, request.since)
     if isinstance(request, ReadEffectIds):
         return await backend.read_effect_ids(sid)
     if isinstance(request, ReadLease):

@@ -10,7 +10,9 @@ to everything.
   that very answer, tool_use ids and inputs included (a cached model, a recorded session
   replayed); past what the lineage saw, it answers from the session's script. A replayed call
   has the same title as the lineage's, so an effect of it twice is a call run twice, which the
-  world's count catches (DESIGN.md rule 19).
+  world's count catches (DESIGN.md rule 19) — bar the documented limit, counted apart: a call
+  no turn of its origin asked for any more, run by a branch as its own, then asked for again by
+  the origin after a rewind (``rerun_across_branches``).
 * **Blanket yes** (``SimConfig.blanket_yes``) — a share of processes ask an approver that
   answers a plain ``True`` to every question, in-doubt re-runs included. A plain yes approves a
   high-impact call; it never re-runs a call in doubt (rule 21), so the world's count catches a
@@ -25,6 +27,7 @@ from ... import approval_queue as approvals
 from ...branching import fork, rewind
 from ...errors import StoreError, ToolLedgerError
 from ...gate import ApprovalRequest, Decision, normalise
+from ...lineage import abandoned_calls
 from ._cluster import SimProcess
 from ._state import SimState
 
@@ -50,7 +53,6 @@ class Branches(SimState):
         self.branched = {}
         self.yes_men = set()
         self.made_in = {}
-        self.unrecorded = set()
 
     # -- approvers -------------------------------------------------------------------------------
 
@@ -112,8 +114,6 @@ class Branches(SimState):
         assert state is not None
         turn = self.rng.randint(0, state.turns)
         known = self._known(sid)
-        recorded = set(self.backend.read_effect_ids(sid))
-        issued = {b["id"] for content in known for b in content if b.get("type") == "tool_use"}
         store = self.operator.store
         try:
             if self.rng.random() < 0.6:
@@ -124,7 +124,6 @@ class Branches(SimState):
                     for turn_calls in self.scripts[sid]
                 ]
                 self.replays[new] = known
-                self.unrecorded |= {(new, i) for i in issued - recorded}
                 self.stats["forks"] += 1
                 self.note(f"operator forks {sid} at turn {turn} into {new}")
             else:
@@ -137,6 +136,21 @@ class Branches(SimState):
             return
         self.branched[sid] = self.branched.get(sid, 0) + 1
         self._wake_idle()
+
+    def rerun_across_branches(self, same: list[Any]) -> bool:
+        """Effects of one call made in more than one session of a lineage, one of which a rewind
+        took back past the call: the documented limit of DESIGN.md rule 19. A branch runs, as
+        its own, a lineage call that no turn of its origin asks for any more; a rewound origin
+        whose model replays its old answers asks for it again, and runs it too."""
+        sessions = {self.made_in.get(id(e), "") for e in same}
+        if len(sessions) < 2:
+            return False
+        tid = same[-1].tool_use_id
+        for sid in sessions:
+            state = self.backend.read_session(sid)
+            if state is not None and tid in abandoned_calls(state):
+                return True
+        return False
 
     def _wake_idle(self) -> None:
         """A new branch, or a rewound session, is work: idle workers look for it."""

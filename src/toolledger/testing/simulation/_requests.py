@@ -161,9 +161,9 @@ class Requests(Truth):
             elif isinstance(request, ReadEffectIds):
                 answer = backend.read_effect_ids(sid)
             elif isinstance(request, ReadSession):
-                answer = backend.read_session(sid)
+                answer = backend.read_session(request.session or sid)
             elif isinstance(request, ReadMessages):
-                answer = backend.read_messages(sid, request.since)
+                answer = backend.read_messages(request.session or sid, request.since)
             else:
                 answer = backend.read_lease(request.session or sid)
         except StoreError as exc:

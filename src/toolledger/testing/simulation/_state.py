@@ -76,7 +76,6 @@ class SimState:
     operator: SimProcess
     scripts: dict[str, list[list[tuple[str, str]]]]
     made_in: dict[int, str]  # id() of an effect -> the session whose call made it
-    unrecorded: set[tuple[str, str]]  # (branch, id): issued in its source, unrecorded then
     _minted: itertools.count[int]
 
     def _at(self, delay: float, act: Callable[[], None]) -> None:
@@ -109,4 +108,7 @@ class SimState:
         raise NotImplementedError
 
     def _branch(self) -> None:
+        raise NotImplementedError
+
+    def rerun_across_branches(self, same: list[Any]) -> bool:
         raise NotImplementedError

@@ -27,9 +27,9 @@ class Truth(SimState):
         if len(same) < 2:
             return
         sid, tid = effect.title.split("/")[0], effect.tool_use_id
-        if any((self.made_in.get(id(e)), e.tool_use_id) in self.unrecorded for e in same):
-            # Run on a branch made before its lineage recorded the call: the documented limit
-            # of DESIGN.md rule 19 (a branch holds the calls recorded when it was made).
+        if self.rerun_across_branches(same):
+            # The documented limit of DESIGN.md rule 19: a call no turn of its origin asked for
+            # any more, run by a branch as its own, and asked for again by a rewound origin.
             self.limit_cases.add((sid, tid))
             self.stats["branch_limit_cases"] += 1
         elif effect.kind in ("keyed", "idempotent"):
