@@ -98,9 +98,17 @@ def test_after_approval_of_a_fresh_call() -> None:
 
 def test_after_approval_of_an_in_doubt_call() -> None:
     ask = decide.Ask(in_doubt=True, reason="interrupted")
-    run = decide.after_approval(CALL, ask, tl.Decision(approved=True, by="ana"))
+    run = decide.after_approval(CALL, ask, tl.Decision(approved=True, by="ana", rerun=True))
     assert run == decide.Run(
         in_doubt=True, approved_by="ana", settled="an approver (ana) allowed running it again"
+    )
+    # A plain yes approves a first run: a call in doubt stays in doubt (docs/design.md, rule 21).
+    plain = decide.after_approval(CALL, ask, tl.Decision(approved=True, by="ana"))
+    assert isinstance(plain, decide.Unresolved) and "plain yes" in plain.message
+    # A yes that names a re-run is a plain yes to a call that is not in doubt.
+    first = decide.Ask(in_doubt=False, reason="high impact")
+    assert decide.after_approval(CALL, first, tl.Decision(approved=True, rerun=True)) == (
+        decide.Run(in_doubt=False, approved_by=None)
     )
     # "Do not run it again" is not "it did not happen": it stays in doubt, nothing is recorded.
     no = decide.after_approval(CALL, ask, tl.Decision(approved=False, by="ana"))

@@ -186,6 +186,7 @@ def test_high_impact_check_none_asks_as_a_first_run(run: Runner, ledger: tl.Ledg
 
 
 def test_approver_is_asked_whether_to_rerun(run: Runner, ledger: tl.Ledger) -> None:
+    """Only a yes that names the re-run runs a call in doubt again."""
     calls = Counter()
     asked: list[tl.ApprovalRequest] = []
 
@@ -199,13 +200,37 @@ def test_approver_is_asked_whether_to_rerun(run: Runner, ledger: tl.Ledger) -> N
         [tool_use("toolu_1", "send_email", to="a@b")],
         [send_email],
         ledger=ledger,
-        approve=lambda r: asked.append(r) or True,
+        approve=lambda r: asked.append(r) or tl.Decision(approved=True, by="ana", rerun=True),
     )
     (req,) = asked
     assert req.in_doubt is True and "may already have happened" in req.reason
     assert result["content"] == "sent again" and calls["send_email"] == 1
     record = ledger.get("toolu_1")
     assert record is not None and record.status is Status.SUCCEEDED and record.attempt == 2
+
+
+def test_a_plain_yes_does_not_rerun_a_call_in_doubt(run: Runner, ledger: tl.Ledger) -> None:
+    """The approver people write first — yes to everything — keeps working for first runs,
+    and is warned that its yes no longer re-runs a call in doubt (before 0.2 it did)."""
+    calls = Counter()
+
+    @tl.tool
+    def send_email(to: str) -> str:
+        calls.hit("send_email")
+        return "sent again"
+
+    crash_left_started(ledger, "send_email", "toolu_1", to="a@b")
+    with pytest.warns(FutureWarning, match="does not re-run a call in doubt"):
+        (result,) = run(
+            [tool_use("toolu_1", "send_email", to="a@b")],
+            [send_email],
+            ledger=ledger,
+            approve=lambda r: True,
+        )
+    assert calls["send_email"] == 0
+    assert result["is_error"] and "plain yes" in result["content"]
+    record = ledger.get("toolu_1")
+    assert record is not None and record.status is Status.STARTED and record.attempt == 1
 
 
 def test_declining_a_rerun_keeps_the_call_in_doubt(run: Runner, ledger: tl.Ledger) -> None:

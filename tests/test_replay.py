@@ -112,3 +112,19 @@ def test_a_responses_session_is_not_replayed() -> None:
             ScriptedOpenAI.from_session(store, "s")
         with pytest.raises(tl.ConfigurationError, match="openai-responses transcript"):
             ScriptedModel.from_session(store, "s")
+
+
+def test_a_branched_session_is_not_replayed_as_if_it_were_whole(store: tl.Store) -> None:
+    """A fork's transcript holds a note toolledger wrote and not the turns it left behind, which
+    a replay against the model's answers cannot reproduce: replaying it used to give another
+    transcript without a word. It is refused, saying why and what to replay instead — or, asked
+    for, replayed as the model's answers alone."""
+    run_four_turns(store, "s-1", Counter())
+    fork = tl.fork(store, "s-1", at_turn=1, new_session="s-1-fork")
+    tl.rewind(store, "s-1", to_turn=2)
+    for session in (fork, "s-1"):
+        with pytest.raises(tl.ConfigurationError, match="branch") as refused:
+            ScriptedModel.from_session(store, session)
+        assert "would not be the same" in str(refused.value)
+    answers = ScriptedModel.from_session(store, fork, branched=True)
+    assert len(answers.script) == 1  # the one model turn the fork holds

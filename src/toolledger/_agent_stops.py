@@ -36,17 +36,29 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
 
     doubt = [o for o in outcomes if o.disposition is Disposition.IN_DOUBT]
     if doubt:
-        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in doubt)
+        here = [o for o in doubt if o.settle_in is None]
+        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in here)
         how = "; ".join(
             f"`{cmd('resolve', sid, o.call.tool_use_id, '--happened')}` if it took effect, or "
             f"`{cmd('resolve', sid, o.call.tool_use_id, '--not-happened')}` if it did not"
+            for o in here
+        )
+        said = (
+            [f"in doubt: {names} may already have happened. Settle each with one command: {how}"]
+            if here
+            else []
+        )
+        # A branch's copy of its lineage's call is settled (or run) where the call was made.
+        said += [
+            f"{o.call.name!r} ({o.call.tool_use_id}) is the call of session {o.settle_in!r}, "
+            "where this session's lineage holds it: run that session, or settle it there with "
+            f"`{cmd('resolve', o.settle_in, o.call.tool_use_id, '--happened')}` if it took "
+            f"effect, or `{cmd('resolve', o.settle_in, o.call.tool_use_id, '--not-happened')}` "
+            "if it did not"
             for o in doubt
-        )
-        return (
-            RunStatus.NEEDS_ATTENTION,
-            f"in doubt: {names} may already have happened. Settle each with one command: {how}; "
-            "then run the session again.",
-        )
+            if o.settle_in is not None
+        ]
+        return (RunStatus.NEEDS_ATTENTION, "; ".join(said) + ", then run the session again.")
     waiting = [o for o in outcomes if o.disposition is Disposition.AWAITING_APPROVAL]
     if waiting:
         names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in waiting)

@@ -22,7 +22,14 @@ from .outcomes import Buffer, Buffered, CallOutcome, Disposition, Env, flush, re
 from .records import EffectRecord, PastAttempt, Status, ToolCall
 from .tools import Tool, ToolContext
 
-__all__ = ["Again", "attempt_of", "context", "created_of", "encode", "run"]
+__all__ = [
+    "Again",
+    "attempt_of",
+    "context",
+    "created_of",
+    "encode",
+    "run",
+]
 
 logger = logging.getLogger("toolledger")
 
@@ -55,12 +62,15 @@ def context(
     tool: Tool[Any, Any],
     intent: EffectRecord | None = None,
     began: float | None = None,
+    record: EffectRecord | None = None,
 ) -> ToolContext:
     """The call's context. Its deadline is the intent's (the one every other worker judges by,
     on the store's clock) told on this worker's clock — never later than it — and on this
     process's monotonic clock (``expires``): the tool's timeout after the attempt ``began``
     (that clock, read before its intent was written), never later, whatever a wall clock did or
-    however long the process was paused since."""
+    however long the process was paused since. Its key is made from the session the call was
+    made in (``record.key_session``: a branch's copy of its lineage's call forwards the
+    lineage's key), else from this one."""
     monotonic = env.ledger.store.runtime.monotonic()
     left = tool.timeout if began is None else tool.timeout - (monotonic - began)
     if intent is not None and intent.deadline is not None:
@@ -68,7 +78,9 @@ def context(
     return ToolContext(
         session_id=env.session_id,
         tool_use_id=call.tool_use_id,
-        idempotency_key=idempotency_key(env.session_id, call.tool_use_id),
+        idempotency_key=idempotency_key(
+            record.key_session if record is not None else env.session_id, call.tool_use_id
+        ),
         in_doubt=in_doubt,
         attempt=attempt,
         deadline=env.clock() + left,
@@ -120,7 +132,14 @@ def run(
     elif consume is not None:
         buf.items.append(Buffered(consume, urgent=False, outcome=None))
     ctx = context(
-        env, call, in_doubt=action.in_doubt, attempt=attempt, tool=tool, intent=intent, began=began
+        env,
+        call,
+        in_doubt=action.in_doubt,
+        attempt=attempt,
+        tool=tool,
+        intent=intent,
+        record=intent or record,
+        began=began,
     )
     # An async tool is cancelled when its deadline comes (what the others judge by), not later.
     assert ctx.expires is not None
@@ -155,6 +174,7 @@ def run(
                 approved_by=intent.approved_by,
                 deadline=intent.deadline,
                 history=history,
+                replaces=intent,
             )
             if failed.in_doubt:
                 ended = _released(ended)
@@ -174,6 +194,7 @@ def run(
         approved_by=approved_by if intent is None else intent.approved_by,
         deadline=intent.deadline if intent is not None else None,
         history=history,
+        replaces=intent or record,
     )
     outcome = CallOutcome(call, Disposition.EXECUTED, encoded.content, is_error=False)
     buf.items.append(
@@ -217,6 +238,7 @@ def _intend(
         deadline=env.now() + tool.timeout,
         history=history,
         boot_deadline=env.boot_deadline(tool.timeout),
+        replaces=record,
     )
     # In flight from before the intent is durable: no other thread or task of this process
     # may ever see our ``started`` record without knowing that we are running it.

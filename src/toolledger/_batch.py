@@ -51,6 +51,7 @@ class CallOutcome:
     content: str
     is_error: bool
     alert: LedgerWriteError | None = None
+    settle_in: str | None = None  # in doubt, and settled in this session (a branch's copy)
 
     def __post_init__(self) -> None:
         # An error message can carry text UTF-8 cannot hold (an exception's repr); the model
@@ -123,8 +124,12 @@ class Env:
         history: tuple[PastAttempt, ...] = (),
         holder: Holder | None = None,
         boot_deadline: str | None = None,
+        replaces: EffectRecord | None = None,
     ) -> EffectRecord:
-        """A record of ``call`` written by this worker."""
+        """A record of ``call`` written by this worker, of an attempt this session runs (or
+        decides) itself. It keeps where the call was made (``replaces``: the call's record it
+        is the next version of), so its key stays the lineage's (``EffectRecord.made_in``);
+        it stands for no other session's record any more (``origin``)."""
         now = self.clock()
         return EffectRecord(
             session_id=self.session_id,
@@ -144,6 +149,7 @@ class Env:
             deadline=deadline,
             history=history,
             boot_deadline=boot_deadline,
+            made_in=replaces.made_in if replaces is not None else None,
         )
 
     def boot_deadline(self, timeout: float) -> str | None:

@@ -37,7 +37,10 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ReadEffects:
+    """Records of the session (``session``: of another one — the origin of a branch's copy)."""
+
     tool_use_ids: list[str] | None
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +50,17 @@ class ReadEffectIds:
 
 @dataclass(frozen=True, slots=True)
 class ReadSession:
-    pass
+    """The session's state (``session``: another one's)."""
+
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ReadMessages:
+    """The session's transcript from ``seq`` ``since`` on (``session``: another one's)."""
+
     since: int = 0
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +127,9 @@ class CallModel:
 
 @dataclass(frozen=True, slots=True)
 class ReadLease:
-    pass
+    """The session's lease (``session``: another one's)."""
+
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from .drivers import (
     Fence,
     IOContext,
     ReadEffectIds,
+    ReadEffects,
     ReadLease,
     ReadMessages,
     ReadSession,
@@ -59,7 +60,7 @@ from .lineage import abandoned_calls, effects_of
 from .notify import Notifier, Target, in_doubt_calls, notifier
 from .ops import AppendMessages, Op, PutSession
 from .outcomes import Batch, CallOutcome
-from .records import Lease, RunStatus, SessionState, StoredMessage
+from .records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage
 from .runner import process_batch
 from .stores.store import Store, check_session_id
 from .streaming import AgentStream
@@ -311,6 +312,11 @@ class Agent:
         s, called = yield from self._transcript(sid, state)
         if recorded:
             stray = sorted(set(recorded) - called - abandoned_calls(state))
+            if stray and state.lineage:
+                # A branch holds its lineage's calls, made in other transcripts: only a record
+                # of its own that no turn asked for is a checkpoint behind its ledger.
+                copies: dict[str, EffectRecord] = yield ReadEffects(stray)
+                stray = [i for i in stray if i not in copies or not copies[i].copied]
             if stray:
                 yield from still_ours(sid, lease)
                 raise behind(

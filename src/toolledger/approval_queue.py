@@ -91,7 +91,9 @@ class ApprovalQueue:
             # Used up by a racing worker whose intent is already in the ledger: this caller read
             # the ledger before that commit. Its intent will meet that record and give way to
             # it (the stored outcome, or EffectInProgressError) — nobody is asked again.
-            return Decision(approved=True, by=current.decided_by, approval=current)
+            return Decision(
+                approved=True, by=current.decided_by, approval=current, rerun=current.in_doubt
+            )
         if not bound or current.status is ApprovalStatus.USED:
             # A decision about another question (other input, or a first run when this is an
             # in-doubt re-run), or one spent on an attempt that has since been resolved as not
@@ -101,11 +103,14 @@ class ApprovalQueue:
             return PENDING
         if current.status is ApprovalStatus.PENDING:
             return PENDING
-        # Not used up here: the runner does it in the commit that records the intent.
+        # Not used up here: the runner does it in the commit that records the intent. A
+        # person's approval of an in-doubt request is a yes to its re-run: it was the question.
+        approved = current.status is ApprovalStatus.APPROVED
         return Decision(
-            approved=current.status is ApprovalStatus.APPROVED,
+            approved=approved,
             by=current.decided_by,
             approval=current,
+            rerun=approved and current.in_doubt,
         )
 
     def _queued(self, request: ApprovalRequest, applied: list[bool]) -> None:

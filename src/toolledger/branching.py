@@ -29,19 +29,19 @@ asks the model to go on from it, a new prompt is appended first.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal
 from uuid import uuid4
 
 from . import leases
+from ._copies import copy_of
+from ._copies import lineage_calls as _lineage_calls
 from .adapters import transcript_reader
 from .adapters._shapes import Provider
+from .branch_note import note_text
 from .errors import BranchPointError, ConfigurationError, SessionConflictError
-from .lineage import Branch, BranchKind, ForkedEffect, abandoned_calls
-from .liveness import Running
-from .masking import masked, masked_text
+from .left_behind import Snapshot, call_ids, effects_left_behind
+from .lineage import Branch, BranchKind, ForkedEffect
 from .ops import (
     AbandonMessages,
     AppendMessages,
@@ -53,32 +53,18 @@ from .ops import (
 )
 from .records import (
     ApprovalStatus,
-    EffectClass,
-    EffectRecord,
     RunStatus,
     SessionState,
-    Status,
     StoredMessage,
 )
 from .stores.store import Store, check_session_id
 from .tools import ToolSet
 
-__all__ = ["EffectsAfterFork", "fork", "note_text", "rewind"]
+__all__ = ["EffectsAfterFork", "copy_of", "fork", "note_text", "rewind"]
 
 EffectsAfterFork = Literal["tell", "ignore"]
 
 _SNAPSHOT_TRIES = 5
-_NOTE_CHARS = 300  # of one call's input or result in the note: the note stays short
-
-
-@dataclass(frozen=True, slots=True)
-class _Snapshot:
-    """A session read whole, its state unchanged from the first read to the last."""
-
-    state: SessionState
-    messages: list[StoredMessage]
-    records: dict[str, EffectRecord]
-    reader: Provider
 
 
 def fork(
@@ -110,7 +96,7 @@ def fork(
     cut = _cut(snap, sid, at_turn)
     kept = snap.messages[:cut]
     now = store.clock()
-    effects = _effects_left_behind(store, snap, cut, tools)
+    effects = effects_left_behind(store, snap, cut, tools)
     note = _note(
         snap.reader, effects=effects, turn=at_turn, seq=cut, now=now, choice=effects_after_fork
     )
@@ -136,10 +122,10 @@ def fork(
         updated_at=now,
         lineage=(*_fork_lineage(snap.state.lineage, cut), entry),
     )
-    called = _call_ids(snap.reader, kept)
-    copies = [
-        InsertEffect(replace(r, session_id=new)) for i, r in snap.records.items() if i in called
-    ]
+    lineage = _lineage_calls(
+        snap.records, snap.messages, snap.reader, source=sid, session=new, at=now
+    )
+    copies = [InsertEffect(r) for r in lineage]
     if store.backend.read_effect_ids(new) or store.session(new) is not None:
         raise SessionConflictError(
             f"cannot fork into {new!r}: a session of that id exists already. Nothing was "
@@ -191,7 +177,7 @@ def rewind(
         ttl=60.0,
     )
     now = store.clock()
-    effects = _effects_left_behind(store, snap, cut, tools)
+    effects = effects_left_behind(store, snap, cut, tools)
     note = _note(
         snap.reader, effects=effects, turn=to_turn, seq=cut, now=now, choice=effects_after_fork
     )
@@ -208,7 +194,7 @@ def rewind(
         note_seq=None if note is None else note.seq,
         effects=effects,
         branch=branch,
-        abandoned_calls=tuple(sorted(_call_ids(snap.reader, abandoned))),
+        abandoned_calls=tuple(sorted(call_ids(snap.reader, abandoned))),
         by=by,
     )
     kept_turns = sum(1 for m in snap.messages[:cut] if m.role == "assistant")
@@ -250,36 +236,18 @@ def rewind(
     return entry
 
 
-def note_text(effects: Sequence[ForkedEffect], turn: int) -> str:
-    """The note told to the model: what was already done since turn ``turn``, each call's
-    input and result cut short, secret-looking fields masked (``toolledger.masking``)."""
-    lines = [
-        f"[toolledger] This conversation continues from an earlier point (after turn {turn}). "
-        "Since that point, these actions were already carried out, and going back did not undo "
-        "them. Do not repeat one unless you are asked to:"
-    ]
-    for e in effects:
-        # Secret-looking fields are masked: the note is free text, which no later reader (a
-        # display, an export) could mask again, and the model needs no password to know what
-        # was done.
-        args = _short(json.dumps(masked(e.input), ensure_ascii=False, sort_keys=True))
-        result = masked_text(e.result)
-        if e.state == Status.SUCCEEDED.value:
-            told = "done" + (f", result: {_short(result)}" if result is not None else "")
-        elif e.state == "in_progress":
-            told = "may have happened: it was still running, its outcome is not known"
-        else:
-            told = "may have happened: its outcome is not known"
-        lines.append(f"- {e.tool}({args}) [{e.tool_use_id}]: {told}")
-    return "\n".join(lines)
-
-
 # -- reading the source ----------------------------------------------------------------------------
 
 
-def _snapshot(store: Store, sid: str, turn: int) -> _Snapshot:
+def _snapshot(store: Store, sid: str, turn: int) -> Snapshot:
     """The session's state, transcript and records, read until the state is the same before
     and after (a worker may be appending turns meanwhile)."""
+    if isinstance(turn, bool) or not isinstance(turn, int):
+        # True would count as turn 1, and "1" or None fail in a comparison far from here.
+        raise ConfigurationError(
+            f"a branch point is a whole number of turns (0: before the first answer, 1: after "
+            f"it, …), not {turn!r} ({type(turn).__name__}); nothing was written"
+        )
     if turn < 0:
         raise BranchPointError(
             f"turn {turn} of session {sid!r}: turns count from 1 (0: before the first answer)",
@@ -297,7 +265,7 @@ def _snapshot(store: Store, sid: str, turn: int) -> _Snapshot:
         messages = store.messages(sid)
         records = store.backend.read_effects(sid)
         if store.session(sid) == state and len(messages) == state.messages:
-            return _Snapshot(state, messages, records, transcript_reader(messages))
+            return Snapshot(state, messages, records, transcript_reader(messages))
     raise SessionConflictError(
         f"session {sid!r} kept changing while it was read; nothing was written. Try again, or "
         "stop the worker running it first.",
@@ -305,7 +273,7 @@ def _snapshot(store: Store, sid: str, turn: int) -> _Snapshot:
     )
 
 
-def _cut(snap: _Snapshot, sid: str, turn: int) -> int:
+def _cut(snap: Snapshot, sid: str, turn: int) -> int:
     """The first seq after the end of turn ``turn``: its assistant message and the messages that
     answer its calls, every one of them."""
     messages, reader = snap.messages, snap.reader
@@ -335,69 +303,6 @@ def _cut(snap: _Snapshot, sid: str, turn: int) -> int:
     return end
 
 
-def _call_ids(reader: Provider, messages: Sequence[StoredMessage]) -> set[str]:
-    return {i for m in messages for i in reader.call_ids(m)}
-
-
-def _effects_left_behind(
-    store: Store, snap: _Snapshot, cut: int, tools: ToolSet | None
-) -> tuple[ForkedEffect, ...]:
-    """Every effect the transcript's first ``cut`` messages do not account for: records of
-    calls they do not hold (the turns after the point, earlier abandoned branches, a record
-    with no turn at all) and effects earlier branches listed, less those a kept note told."""
-    kept = snap.messages[:cut]
-    called = _call_ids(snap.reader, kept)
-    told = {
-        e.tool_use_id
-        for b in snap.state.lineage
-        if b.note_seq is not None and b.note_seq < cut
-        for e in b.effects
-    }
-    # The inputs of calls left behind: in the messages after the point, or in the session's
-    # abandoned branches (read once, and only when a record left behind was made there).
-    later = list(snap.messages[cut:])
-    sid = snap.state.session_id
-    left = {i for i in snap.records if i not in called and i not in told}
-    if left & abandoned_calls(snap.state):
-        later += [m for branch in store.abandoned(sid).values() for m in branch]
-    inputs = {
-        c.tool_use_id: c.input
-        for m in later
-        if m.role == "assistant"
-        for c in snap.reader.tool_calls(m)
-    }
-    out: dict[str, ForkedEffect] = {}
-    lease = store.lease(sid) if any(snap.records[i].in_doubt for i in left) else None
-    for r in sorted(snap.records.values(), key=lambda r: (r.created_at, r.tool_use_id)):
-        if r.tool_use_id not in left or _harmless(r.tool, tools):
-            continue
-        if r.status is Status.SUCCEEDED:
-            state = Status.SUCCEEDED.value
-        elif r.status is Status.STARTED:
-            state = "in_progress" if isinstance(store.judge(r, lease), Running) else "in_doubt"
-        else:
-            continue  # failed, declined, did not happen: nothing took effect
-        out[r.tool_use_id] = ForkedEffect(
-            session_id=r.session_id,
-            tool_use_id=r.tool_use_id,
-            tool=r.tool,
-            input=inputs.get(r.tool_use_id),
-            state=state,
-            result=r.result if r.status is Status.SUCCEEDED else None,
-            at=r.updated_at,
-        )
-    for b in snap.state.lineage:
-        for e in b.effects:
-            if e.tool_use_id not in told and e.tool_use_id not in called:
-                out.setdefault(e.tool_use_id, e)
-    return tuple(out.values())
-
-
-def _harmless(tool: str, tools: ToolSet | None) -> bool:
-    known = tools.get(tool) if tools is not None else None
-    return known is not None and known.effect is EffectClass.READ_ONLY
-
-
 def _untold(b: Branch, cut: int) -> Branch:
     """``b`` once the transcript is cut at ``cut``: a note that is not kept no longer tells
     anything (its effects are carried into the new branch's)."""
@@ -423,10 +328,6 @@ def _note(
         return None
     role, content = reader.prompt_message(note_text(effects, turn))
     return StoredMessage(seq=seq, role=role, content=content, created_at=now)
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= _NOTE_CHARS else text[: _NOTE_CHARS - 1] + "…"
 
 
 def _check_choice(choice: str) -> None:

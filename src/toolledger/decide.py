@@ -259,6 +259,16 @@ def after_approval(call: ToolCall, ask: Ask, decision: Decision | None) -> Actio
         )
     if decision.approved:
         if ask.in_doubt:
+            if not decision.rerun:
+                # A plain yes approves a first run; a re-run of a call in doubt needs a yes
+                # that says so (docs/design.md, rule 21). The call stays in doubt for a person.
+                return Unresolved(
+                    in_doubt_message(
+                        call.name,
+                        f"{decision.by} answered a plain yes, which approves a first run, not "
+                        "a re-run of a call in doubt",
+                    )
+                )
             settled = f"an approver ({decision.by}) allowed running it again"
             return Run(in_doubt=True, approved_by=decision.by, settled=settled)
         return Run(in_doubt=False, approved_by=decision.by, settled=ask.settled)

@@ -301,7 +301,7 @@ def _answer(request: Request, io: IOContext) -> Any:
     backend = io.store.backend
     sid = io.session_id
     if isinstance(request, ReadEffects):
-        return backend.read_effects(sid, request.tool_use_ids)
+        return backend.read_effects(request.session or sid, request.tool_use_ids)
     if isinstance(request, Commit):
         try:
             ops = io.fenced(request.ops, request.fenced)
@@ -322,7 +322,8 @@ def _answer(request: Request, io: IOContext) -> Any:
         keeper.keep(io.store, sid, request.ops, request.keys)
         return None
     if isinstance(request, Ask):
-        return normalise(_call_sync(partial(io.approve, request.request)), io.approve)
+        answer = _call_sync(partial(io.approve, request.request))
+        return normalise(answer, io.approve, in_doubt=request.request.in_doubt)
     if isinstance(request, CallModel):
         assert io.model is not None
         token = telemetry.enter(request.span)
@@ -335,13 +336,13 @@ def _answer(request: Request, io: IOContext) -> Any:
         finally:
             telemetry.leave(token)
     if isinstance(request, ReadSession):
-        return backend.read_session(sid)
+        return backend.read_session(request.session or sid)
     if isinstance(request, ReadMessages):
-        return backend.read_messages(sid, request.since)
+        return backend.read_messages(request.session or sid, request.since)
     if isinstance(request, ReadEffectIds):
         return backend.read_effect_ids(sid)
     if isinstance(request, ReadLease):
-        return backend.read_lease(sid)
+        return backend.read_lease(request.session or sid)
     if isinstance(request, Fence):
         _hold(io, request)
         heartbeats.add(io)
@@ -385,7 +386,7 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
     backend = io.store.async_backend
     sid = io.session_id
     if isinstance(request, ReadEffects):
-        return await backend.read_effects(sid, request.tool_use_ids)
+        return await backend.read_effects(request.session or sid, request.tool_use_ids)
     if isinstance(request, Commit):
         try:
             ops = io.fenced(request.ops, request.fenced)
@@ -407,7 +408,8 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
         return None
     if isinstance(request, Ask):
         call = partial(io.approve, request.request)
-        return normalise(await _acall(call, _is_async(io.approve)), io.approve)
+        answer = await _acall(call, _is_async(io.approve))
+        return normalise(answer, io.approve, in_doubt=request.request.in_doubt)
     if isinstance(request, CallModel):
         assert io.model is not None
         token = telemetry.enter(request.span)
@@ -420,13 +422,13 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
         finally:
             telemetry.leave(token)
     if isinstance(request, ReadSession):
-        return await backend.read_session(sid)
+        return await backend.read_session(request.session or sid)
     if isinstance(request, ReadMessages):
-        return await backend.read_messages(sid, request.since)
+        return await backend.read_messages(request.session or sid, request.since)
     if isinstance(request, ReadEffectIds):
         return await backend.read_effect_ids(sid)
     if isinstance(request, ReadLease):
-        return await backend.read_lease(sid)
+        return await backend.read_lease(request.session or sid)
     if isinstance(request, Fence):
         _hold(io, request)
         io.keeper = asyncio.create_task(_abeat(io, request))

@@ -96,7 +96,9 @@ class Branch:
     not told — ``effects_after_fork="ignore"``, nothing to tell, or the note was itself on a
     later rewind's abandoned branch). A rewind's abandoned messages are branch number ``branch``
     of the session (``Store.abandoned``), and ``abandoned_calls`` are the call ids they hold (their
-    records stay in the session's ledger). ``by`` names who made it."""
+    records stay in the session's ledger). ``by`` names who made it. ``told``: a note was
+    written — it stays true when a later rewind abandons the note (``note_seq`` is then
+    ``None``); lineages written before it was kept read it from ``note_seq``."""
 
     kind: BranchKind
     source: str
@@ -108,6 +110,11 @@ class Branch:
     branch: int | None = None
     abandoned_calls: tuple[str, ...] = ()
     by: str | None = None
+    told: bool = False
+
+    def __post_init__(self) -> None:
+        if self.note_seq is not None and not self.told:
+            object.__setattr__(self, "told", True)  # a note in the transcript was told
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -124,6 +131,8 @@ class Branch:
             out["abandoned_calls"] = list(self.abandoned_calls)
         if self.by is not None:
             out["by"] = self.by
+        if self.told:
+            out["told"] = True
         return out
 
     @classmethod
@@ -141,6 +150,7 @@ class Branch:
             branch=None if branch is None else int(branch),
             abandoned_calls=tuple(str(i) for i in raw.get("abandoned_calls", ())),
             by=raw.get("by"),
+            told=bool(raw.get("told", False)),
         )
 
 

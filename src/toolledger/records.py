@@ -232,6 +232,15 @@ class EffectRecord:
     worker (it knows the attempt is over, outcome unknown); with neither it was written by
     toolledger 0.1, before attempts had an identity, and counts as running until ``updated_at``
     plus the default timeout. ``history`` keeps the attempts a later one replaced.
+
+    Branches (docs/design.md, rule 19: one lineage, one call per id; ``toolledger.branching``). A
+    fork copies every call of its lineage into its ledger: the same call, not a new one.
+    ``made_in`` is the session the call was made in: its idempotency key is made from that
+    session's id (``key_session``), the same on every branch. ``origin`` is set while the
+    record is a copy standing for another session's record of the call — it takes that
+    record's outcome, and never runs on the branch while that record is there
+    (``toolledger._copies``); an attempt the branch runs itself clears it. ``None`` for both:
+    a call made in this session — as every record written before lineages shared their calls.
     """
 
     session_id: str
@@ -255,6 +264,19 @@ class EffectRecord:
     where its worker could read one (Linux): a worker of that machine judges the deadline by it,
     whatever the wall clock did since (``toolledger.liveness``). ``None`` elsewhere, and in
     records written before it was kept."""
+    made_in: str | None = None
+    origin: str | None = None
+
+    @property
+    def key_session(self) -> str:
+        """The session the call was made in, whose id makes its idempotency key: one key for
+        the call on every branch of its lineage."""
+        return self.made_in if self.made_in is not None else self.session_id
+
+    @property
+    def copied(self) -> bool:
+        """A branch's copy of a call its lineage made elsewhere."""
+        return self.origin is not None and self.origin != self.session_id
 
     @property
     def in_doubt(self) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 
 from . import decide, telemetry
 from ._attempt import Again, attempt_of, context, created_of, encode, run
+from ._copies import defer
 from .adapters import ResultShape, read_calls
 from .codec import content_of
 from .drivers import (
@@ -197,7 +198,14 @@ def _decide(
     then (``Again``): one statement less for the common case, and on a server one round trip.
     Any other call reads its record first (rule 1: the ledger before the tool or the approver).
     """
-    if record is not None and record.status is Status.STARTED:
+    if record is not None and record.copied and not record.status.terminal:
+        # A branch's copy of its lineage's call: its origin settles it (``toolledger._copies``).
+        # Returned as it is, its origin no longer holds the call: its attempt as copied is over.
+        deferred = yield from defer(call, record, env, buf)
+        if isinstance(deferred, CallOutcome):
+            return deferred
+        record = deferred
+    elif record is not None and record.status is Status.STARTED:
         record = yield from _settled_or_over(call, record, env, buf)
     tool = env.tools.get(call.name)
     kwargs: dict[str, Any] = {}
@@ -251,7 +259,7 @@ def _decide(
             action = decide.after_approval(call, action, decision)
             continue
         assert isinstance(action, decide.Check) and record is not None
-        ctx = context(env, call, in_doubt=True, attempt=record.attempt, tool=tool)
+        ctx = context(env, call, in_doubt=True, attempt=record.attempt, tool=tool, record=record)
         answer = yield Invoke(
             tool.check_invocation(kwargs, ctx), tool.check_is_async, ctx=ctx, check=True
         )
@@ -372,6 +380,7 @@ def _denied(env: Env, call: ToolCall, record: EffectRecord | None, message: str)
         created_at=created_of(record),
         error=message,
         history=record.history if record is not None else (),
+        replaces=record,
     )
 
 

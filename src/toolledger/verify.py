@@ -24,6 +24,7 @@ from .lineage import abandoned_calls
 from .liveness import Running
 from .records import EffectRecord, Lease, RunStatus, SessionState, Status
 from .stores import DEFAULT_STORE_URL
+from .stores.copies import listed_elsewhere
 from .stores.store import Store
 
 __all__ = ["Problem", "Severity", "verify"]
@@ -126,6 +127,8 @@ def _session(store: Store, sid: str) -> list[Problem]:
                 )
     out += _branches(store, sid, state)
     for tid in sorted(set(by_id) - called - abandoned_calls(state)):
+        if by_id[tid].copied:
+            continue  # a call its lineage made elsewhere, copied by a fork: accounted for there
         out.append(
             Problem(
                 Severity.ERROR,
@@ -180,7 +183,7 @@ def _attempts(store: Store, sid: str, r: EffectRecord, lease: Lease | None) -> l
             "resolve", sid, r.tool_use_id, how, url=store.url, default_url=DEFAULT_STORE_URL
         )
 
-    if r.status is Status.STARTED:
+    if r.status is Status.STARTED and not listed_elsewhere(store, r):
         verdict = store.judge(r, lease)
         who = f"attempt {r.attempt} by {r.worker or 'an unknown worker'}"
         if isinstance(verdict, Running):

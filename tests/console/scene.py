@@ -129,3 +129,11 @@ def forms_of(html: str) -> list[dict[str, str]]:
         fields = re.findall(r'type="hidden" name="([^"]+)" value="([^"]*)"', form)
         out.append({k: html_lib.unescape(v) for k, v in fields})
     return out
+
+
+def browser(app: Any, base: str = "http://127.0.0.1") -> Any:
+    """A client that sends what a browser sends with the console's own forms: the console's
+    origin (``Origin``, ``Sec-Fetch-Site: same-origin``)."""
+    from starlette.testclient import TestClient
+
+    return TestClient(app, base_url=base, headers={"Origin": base, "Sec-Fetch-Site": "same-origin"})

@@ -3,8 +3,9 @@ chromedriver (Selenium), against ``toolledger console`` running as a separate pr
 
 A person lists the sessions (the list refreshes itself), opens one, approves and denies requests,
 settles calls in doubt — and each session goes on at its next run, checked by what its tools
-really did. A store holding HTML shows it as text; a forged cross-site POST and a stale page
-change nothing. Screenshots go to ``$TOOLLEDGER_SCREENSHOTS`` (else a temporary directory);
+really did. A store holding HTML shows it as text; a forged cross-site POST, a page on another
+local port posting with the console's cookies and a valid token, and a stale page change
+nothing. Screenshots go to ``$TOOLLEDGER_SCREENSHOTS`` (else a temporary directory);
 ``TOOLLEDGER_CONSOLE_README_SHOT=docs/console.png`` also writes the README's.
 
 Without /usr/bin/chromium these tests skip — except under ``CI=true``, where they fail:
@@ -13,6 +14,7 @@ Without /usr/bin/chromium these tests skip — except under ``CI=true``, where t
 
 from __future__ import annotations
 
+import html as html_lib
 import http.server
 import os
 import shutil
@@ -25,7 +27,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -34,7 +36,7 @@ from toolledger.records import ApprovalStatus, Status
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import AgentSpec, World, run_agent
 
-from .scene import PAY, SECRET, XSS_SESSION, Scene, build
+from .scene import PAY, SECRET, XSS_SESSION, Scene, build, forms_of
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -104,7 +106,7 @@ def stage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stage]:
     root = tmp_path_factory.mktemp("browser")
     # The console runs in another process, which sees this one alive: a call this process
     # interrupted would be in progress there. The calls in doubt come from killed processes.
-    scene = build(root, in_doubt=False, waiting=("pay-1", "pay-2", "pay-3"))
+    scene = build(root, in_doubt=False, waiting=("pay-1", "pay-2", "pay-3", "pay-4"))
     world = World(root / "world")
     specs: dict[str, AgentSpec] = {}
     with ScriptedModel(TICKET_SCRIPT) as model:
@@ -252,7 +254,7 @@ def decide_in_browser(browser: Any, stage: Stage, session: str, name: str, butto
 
     open_page(browser, stage, "/approvals")
     section = card(browser, "section.approval", session)
-    assert '"api_key": "***"' in section.text and SECRET not in section.text
+    assert "api_key" in section.text and '"***"' in section.text and SECRET not in section.text
     section.find_element(By.NAME, "by").send_keys(name)
     section.find_element(By.CSS_SELECTOR, f"button.{button}").click()
     wait_for(lambda: browser.find_elements(By.ID, "notice"), "the notice")
@@ -400,6 +402,68 @@ def test_a_cross_site_post_changes_nothing(browser: Any, stage: Stage) -> None:
     assert approval_of(stage, "pay-3") == request, "still pending, decided by nobody"
 
 
+class _Neighbour(http.server.BaseHTTPRequestHandler):
+    """Another web app on this host — a dev server, a notebook, one with an XSS. Cookies ignore
+    ports and SameSite counts it as the console's own site, so what it sets for 127.0.0.1 the
+    browser sends to the console too. It holds a session and its CSRF token the console gave it
+    (any local process can open the console's page), hands the browser that session's cookie,
+    and has the browser post the approve form with the token the moment its page loads."""
+
+    cookies: ClassVar[list[str]] = []  # Set-Cookie values, as the console gave them
+    page = b""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        for cookie in self.cookies:
+            self.send_header("Set-Cookie", cookie)
+        self.end_headers()
+        self.wfile.write(self.page)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_page_on_another_local_port_cannot_approve(browser: Any, stage: Stage) -> None:
+    """The request carries the console's cookies and a valid CSRF pair; the browser says it
+    comes from 127.0.0.1:<another port>, and the console refuses it before reading it. (Before
+    the console read ``Origin`` and ``Sec-Fetch-Site``, this approved the wire transfer.)"""
+    from selenium.webdriver.common.by import By
+
+    request = approval_of(stage, "pay-4")
+    with urllib.request.urlopen(stage.console.base + "/approvals", timeout=10) as answer:
+        html = answer.read().decode()
+        cookies = answer.headers.get_all("Set-Cookie") or []
+    assert cookies, "the console gave this neighbour a session"
+    (form,) = [f for f in forms_of(html) if f["session"] == "pay-4"]
+    fields = {**form, "by": "mallory", "decision": "approve"}
+    inputs = "".join(
+        f'<input type="hidden" name="{k}" value="{html_lib.escape(v)}">' for k, v in fields.items()
+    )
+    _Neighbour.cookies = cookies
+    _Neighbour.page = (
+        f'<form id="f" method="post" action="{stage.console.base}/approvals/decide">{inputs}'
+        "</form><script>document.getElementById('f').submit()</script>"
+    ).encode()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Neighbour)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        wait_for(lambda: "Refused" in body_text(browser), "the console's answer")
+    finally:
+        server.shutdown()
+        server.server_close()
+    main = browser.find_element(By.TAG_NAME, "main").text
+    assert "came from another site" in main and "Nothing was changed" in main
+    assert approval_of(stage, "pay-4") == request, "still pending, decided by nobody"
+    shot(browser, stage, "06-another-port-refused")
+
+    # The console's own form, in the same browser, still approves.
+    decide_in_browser(browser, stage, "pay-4", "ana", "yes")
+    assert "approved by ana" in browser.find_element(By.ID, "notice").text
+    assert approval_of(stage, "pay-4").status is ApprovalStatus.APPROVED
+
+
 def test_a_stale_page_changes_nothing_until_it_is_opened_again(browser: Any, stage: Stage) -> None:
     from selenium.webdriver.common.by import By
 
@@ -416,3 +480,61 @@ def test_a_stale_page_changes_nothing_until_it_is_opened_again(browser: Any, sta
 
     decide_in_browser(browser, stage, "pay-3", "ana", "yes")  # opened again: it goes through
     assert approval_of(stage, "pay-3").status is ApprovalStatus.APPROVED
+
+
+def test_no_page_asks_for_what_is_not_there(browser: Any, stage: Stage) -> None:
+    """Every page loads whole: its stylesheet, script and icon, nothing that 404s."""
+    browser.get_log("browser")  # what earlier tests left
+    for path in ("/", "/session?id=pay-1", "/in-doubt", "/approvals", "/verify"):
+        open_page(browser, stage, path)
+    missing = [e["message"] for e in browser.get_log("browser") if "404" in e["message"]]
+    assert missing == []
+    icon = browser.execute_script(
+        "return document.querySelector('link[rel=icon]').getAttribute('href')"
+    )
+    for url in (icon, "/favicon.ico"):
+        with urllib.request.urlopen(stage.console.base + url, timeout=5) as answer:
+            assert answer.status == 200 and answer.headers["Content-Type"] == "image/svg+xml"
+
+
+def test_an_approval_card_keeps_every_field_in_view(browser: Any, stage: Stage) -> None:
+    """A long body no longer pushes ``to`` out of view: the fields in the model's order, each
+    value's start on one line, the body folded until it is opened."""
+    from selenium.webdriver.common.by import By
+
+    letter = {
+        "to": "ops@example.com",
+        "body": "Dear customer,\n" + "we are sorry for the outage. " * 60,
+        "amount": 5,
+        "api_key": SECRET,
+    }
+
+    @tl.tool(effect="non_idempotent", high_impact=True)
+    def send_letter(to: str, body: str, amount: int, api_key: str) -> str:
+        """Send a letter with a refund."""
+        return "sent"
+
+    script = [Reply(tool_uses=[ToolUse("send_letter", letter)]), Reply(text="done")]
+    with ScriptedModel(script) as model, tl.open_store(stage.scene.url) as store:
+        agent = tl.Agent(
+            client=model.client(),
+            model="claude-test",
+            tools=[send_letter],
+            store=store,
+            approve=tl.approvals.queue,
+        )
+        agent.run(session="letter", prompt="wire and write")
+    open_page(browser, stage, "/approvals")
+    section = card(browser, "section.approval", "letter")
+    names = [dt.text for dt in section.find_elements(By.TAG_NAME, "dt")]
+    assert names == ["to", "body", "amount", "api_key"], "as the model wrote them"
+    to = section.find_element(By.XPATH, ".//dt[text()='to']/following-sibling::dd[1]")
+    top = section.location["y"]
+    assert to.is_displayed() and to.text == '"ops@example.com"'
+    assert to.location["y"] - top < 200, "in view at the top of the card"
+    (folded,) = section.find_elements(By.TAG_NAME, "details")
+    assert folded.get_attribute("open") is None and folded.text.endswith("…")
+    folded.find_element(By.TAG_NAME, "summary").click()
+    assert "we are sorry for the outage." * 1 in folded.text
+    assert SECRET not in section.text
+    shot(browser, stage, "07-approval-card")

@@ -19,8 +19,9 @@ import toolledger as tl
 from toolledger.console import create_app
 from toolledger.ops import PutApproval
 from toolledger.records import ApprovalStatus, Status
+from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
-from .scene import MAIL, PAY, SECRET, XSS_SESSION, Scene, build, forms_of
+from .scene import MAIL, PAY, SECRET, XSS_SESSION, Scene, browser, build, forms_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -32,7 +33,7 @@ def scene(tmp_path: Path) -> Scene:
 
 @pytest.fixture
 def client(scene: Scene) -> TestClient:
-    return TestClient(create_app(scene.url), base_url="http://127.0.0.1")
+    return browser(create_app(scene.url))
 
 
 def form_for(client: TestClient, page: str, session: str) -> dict[str, str]:
@@ -141,7 +142,8 @@ def test_approvals_show_the_input_masked_and_approve_lets_the_next_run_run_it(
     client: TestClient, scene: Scene
 ) -> None:
     page = client.get("/approvals").text
-    assert SECRET not in page and "&#34;amount&#34;: 5" in page
+    assert SECRET not in page and "<dt>amount</dt>\n  <dd><code>5</code></dd>" in page
+    assert "<dt>api_key</dt>\n  <dd><code>&#34;***&#34;</code></dd>" in page, "masked"
     assert "may already have run" not in page, "neither request is in doubt"
     form = form_for(client, "/approvals", "pay-1")
     done = client.post("/approvals/decide", data={**form, "by": "ana", "decision": "approve"})
@@ -237,7 +239,7 @@ def test_a_session_of_every_provider_shows_its_calls_with_secrets_masked(
 
     url = f"sqlite:///{tmp_path / 'kinds.db'}"
     _run_kind(kind, url)
-    client = TestClient(create_app(url), base_url="http://127.0.0.1")
+    client = browser(create_app(url))
     page = client.get("/session", params={"id": "s"}).text
     calls = re.findall(r'<table class="calls">.*?</table>', page, re.S)[0]
     assert calls.count("<tr>") == 3, "a header and the two calls"
@@ -283,3 +285,77 @@ def test_a_forked_and_a_rewound_session_show_what_they_left_behind(
     assert "rewound to turn 0: later turns kept as abandoned branch 1" in text
     assert "by &lt;b&gt;ana&lt;/b&gt;" in text and "<b>ana</b>" not in text
     assert "send_email" in text and "ops@example.com" in text
+
+
+TRICK = "pay-\u202emoc.elpmaxe\u2066-\x9b31m"  # a right-to-left override, an isolate, a C1 CSI
+INVISIBLE = ("\u202e", "\u2066", "\x9b")
+
+
+def test_invisible_characters_from_the_store_are_shown_escaped(scene: Scene) -> None:
+    """A session id and an input holding bidirectional overrides and C1 controls would reorder
+    what a person reads (U+202E shows "moc.elpmaxe" as "example.com") or drive a terminal that
+    copies it: every page shows them escaped, as ``\\u202e``; the forms still post the real id."""
+    assert scene.run(TRICK, "wire", {"amount": 5, "api_key": "k\u2067x\x9b"}).status.value == (
+        "awaiting_approval"
+    )
+    client = browser(create_app(scene.url))
+    for path, params in (
+        ("/", {}),
+        ("/session", {"id": TRICK}),
+        ("/approvals", {}),
+        ("/sessions/rows", {}),
+    ):
+        page = client.get(path, params=params)
+        assert page.status_code == 200, path
+        shown = re.sub(r'<input type="hidden"[^>]*>', "", page.text)  # posted back, not shown
+        for c in (*INVISIBLE, "\u2067"):
+            assert c not in shown, (path, c)
+        assert "\\u202e" in shown and "\\u009b" in shown, path
+        assert "\\u000a" not in shown, "line breaks lay out the inputs"
+    (form,) = [f for f in forms_of(client.get("/approvals").text) if f["session"] == TRICK]
+    decided = client.post("/approvals/decide", data={**form, "by": "ana", "decision": "deny"})
+    assert decided.status_code == 200
+    with tl.open_store(scene.url) as store:
+        (request,) = store.approvals(TRICK)
+    assert request.status is tl.ApprovalStatus.DENIED, "the real id was posted back"
+
+
+LETTER = {
+    "to": "ops@example.com",
+    "subject": "Refund",
+    "body": "Dear customer,\n" + "we are sorry for the outage. " * 40,
+    "cc": "audit@example.com",
+}
+
+
+def test_an_approval_card_shows_the_arguments_in_the_models_order_long_ones_folded(
+    scene: Scene,
+) -> None:
+    """The card used to sort the arguments, so a long body came first and pushed ``to`` — the
+    field the approver most needs — out of view. Now: the model's order, each field's name and
+    the start of its value on one line, a long value folded (opened on a click)."""
+
+    @tl.tool(effect="non_idempotent", high_impact=True)
+    def send_email(to: str, subject: str, body: str, cc: str) -> str:
+        """Send an e-mail."""
+        return "sent"
+
+    script = [Reply(tool_uses=[ToolUse("send_email", LETTER)]), Reply(text="done")]
+    with ScriptedModel(script) as model, tl.open_store(scene.url) as store:
+        agent = tl.Agent(
+            client=model.client(),
+            model="claude-test",
+            tools=[send_email],
+            store=store,
+            approve=tl.approvals.queue,
+        )
+        assert agent.run(session="letter", prompt="write").status.value == "awaiting_approval"
+    page = browser(create_app(scene.url)).get("/approvals").text
+    card = next(c for c in re.findall(r"<section.*?</section>", page, re.S) if "letter" in c)
+    names = re.findall(r"<dt>(.*?)</dt>", card)
+    assert names == ["to", "subject", "body", "cc"], "as the model wrote them"
+    starts = re.findall(r"<summary><code>(.*?)</code></summary>", card, re.S)
+    assert len(starts) == 1 and starts[0].startswith("&#34;Dear customer,\\n")
+    assert starts[0].endswith("…") and len(starts[0]) < 120, "the body folded to its start"
+    assert "we are sorry for the outage. " * 40 in html.unescape(card), "whole, unfolded"
+    assert "<code>&#34;ops@example.com&#34;</code>" in card

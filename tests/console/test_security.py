@@ -1,8 +1,10 @@
 """Who may use the console, and what a page from the store can do in it: nothing.
 
-Store data is escaped; a POST without this browser's CSRF token, signed by this process, changes
-nothing (the database is compared row by row); GET never writes; a token, when there is one, is
-needed on every request; a non-loopback address needs one to start."""
+Store data is escaped; a state-changing request that does not come from the console's own origin
+(``Origin``, ``Sec-Fetch-Site``) is refused before anything is read; a POST without the CSRF
+token of this browser's session, signed by this process, changes nothing (the database is
+compared row by row); GET never writes; cookies name the console's port; a token, when there is
+one, is needed on every request; a non-loopback address needs one to start."""
 
 from __future__ import annotations
 
@@ -18,10 +20,10 @@ from starlette.testclient import TestClient
 import toolledger as tl
 from toolledger.cli.app import main
 from toolledger.console import create_app
-from toolledger.console.security import CSRF_COOKIE, HEADERS, bind_check, is_loopback
+from toolledger.console.security import HEADERS, SESSION_COOKIE, bind_check, is_loopback
 from toolledger.records import ApprovalStatus
 
-from .scene import XSS_RESULT, XSS_SESSION, Scene, build, csrf_of, forms_of
+from .scene import XSS_RESULT, XSS_SESSION, Scene, browser, build, csrf_of, forms_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -36,7 +38,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Scene:
 
 @pytest.fixture
 def client(built: Scene) -> TestClient:
-    return TestClient(create_app(built.url), base_url="http://127.0.0.1")
+    return browser(create_app(built.url))
+
+
+# The TestClient's server: the console's cookies name its port.
+SESSION = f"{SESSION_COOKIE}_80"
 
 
 def scripts_and_handlers(page: str) -> tuple[list[str], list[str]]:
@@ -95,13 +101,16 @@ def test_every_post_route_checks_its_csrf_token() -> None:
         assert "GET" not in (route.methods or ())
 
 
-def stale_token(built: Scene) -> str:
-    """A token another run of the console signed (and so gave this very browser)."""
-    earlier = TestClient(create_app(built.url), base_url="http://127.0.0.1")
-    return csrf_of(earlier.get("/approvals").text)
+def stale_session(built: Scene) -> tuple[str, str]:
+    """A session and its token another run of the console signed (and gave this browser)."""
+    earlier = browser(create_app(built.url))
+    token = csrf_of(earlier.get("/approvals").text)
+    return earlier.cookies[SESSION], token
 
 
-@pytest.mark.parametrize("how", ["missing", "forged", "stale", "cookie only", "field only"])
+@pytest.mark.parametrize(
+    "how", ["missing", "forged", "stale", "cookie only", "field only", "unsigned session"]
+)
 @pytest.mark.parametrize("action", ["/approvals/decide", "/in-doubt/resolve"])
 def test_a_post_without_this_browsers_token_changes_nothing(
     client: TestClient, built: Scene, how: str, action: str
@@ -112,16 +121,22 @@ def test_a_post_without_this_browsers_token_changes_nothing(
     good = form.pop("csrf")
     data = {**form, "by": "mallory", "decision": "approve", "happened": "no"}
     if how == "forged":
-        data["csrf"] = "AAAA." + "0" * 64
-        client.cookies.set(CSRF_COOKIE, data["csrf"])
+        data["csrf"] = "0" * 64
     elif how == "stale":
-        data["csrf"] = stale_token(built)
-        client.cookies.set(CSRF_COOKIE, data["csrf"])
+        session, data["csrf"] = stale_session(built)
+        client.cookies.clear()
+        client.cookies.set(SESSION, session)
     elif how == "cookie only":
         pass  # the browser's cookie is sent, the form has no token
     elif how == "field only":
         data["csrf"] = good
         client.cookies.clear()
+    elif how == "unsigned session":
+        # A session cookie set by someone else (another local app can set cookies for
+        # 127.0.0.1): its token is the HMAC of a value this process never signed.
+        client.cookies.clear()
+        client.cookies.set(SESSION, "chosen.by-mallory")
+        data["csrf"] = good
     before = built.dump()
     refused = client.post(action, data=data)
     assert refused.status_code == 403 and "Nothing was changed" in refused.text
@@ -131,15 +146,90 @@ def test_a_post_without_this_browsers_token_changes_nothing(
 def test_a_post_with_the_token_of_another_browser_changes_nothing(
     built: Scene, client: TestClient
 ) -> None:
-    """Both tokens are signed by this process; the form's is not this browser's cookie."""
-    other = TestClient(client.app, base_url="http://127.0.0.1")
+    """Both tokens are signed by this process; the form's is bound to another session."""
+    other = browser(client.app)
     (form,) = [f for f in forms_of(client.get("/approvals").text) if f["session"] == "pay-1"]
+    mine = form["csrf"]
     form["csrf"] = csrf_of(other.get("/approvals").text)
-    assert form["csrf"] != client.cookies[CSRF_COOKIE]
+    assert form["csrf"] != mine and other.cookies[SESSION] != client.cookies[SESSION]
     before = built.dump()
     refused = client.post("/approvals/decide", data={**form, "by": "m", "decision": "approve"})
     assert refused.status_code == 403
     assert built.dump() == before
+
+
+ANOTHER_PORT = {"Origin": "http://127.0.0.1:3000"}  # a dev server, a notebook, on this host
+
+
+@pytest.mark.parametrize(
+    ("headers", "why"),
+    [
+        (ANOTHER_PORT, "another port of this host: the same site, not the same origin"),
+        ({**ANOTHER_PORT, "Sec-Fetch-Site": "same-site"}, "the browser's own word for it"),
+        ({"Origin": "http://localhost"}, "another host name for this machine"),
+        ({"Origin": "https://127.0.0.1"}, "another scheme"),
+        ({"Origin": "null"}, "an opaque origin (a sandboxed frame, a data: URL)"),
+        ({"Origin": "http://127.0.0.1", "Sec-Fetch-Site": "cross-site"}, "says cross-site"),
+        ({"Sec-Fetch-Site": "same-site"}, "no Origin, and not same-origin"),
+        ({}, "nothing says where it comes from"),
+    ],
+)
+@pytest.mark.parametrize("action", ["/approvals/decide", "/in-doubt/resolve"])
+def test_a_request_from_another_origin_is_refused_before_it_is_read(
+    built: Scene, headers: dict[str, str], why: str, action: str
+) -> None:
+    """Cookies ignore ports and SameSite counts 127.0.0.1:3000 as the console's own site, so the
+    browser sends the console's cookies — and a valid token, had the page one — with a form
+    another local app posts. The browser says where it comes from; the console listens."""
+    app = create_app(built.url)
+    own = browser(app)
+    page = "/approvals" if action == "/approvals/decide" else "/in-doubt"
+    session = "pay-1" if page == "/approvals" else "mail-1"
+    (form,) = [f for f in forms_of(own.get(page).text) if f["session"] == session]
+    data = {**form, "by": "mallory", "decision": "approve", "happened": "no"}
+    other = TestClient(app, base_url="http://127.0.0.1", headers=headers)
+    other.cookies.set(SESSION, own.cookies[SESSION])  # the console's cookie, sent along
+    before = built.dump()
+    refused = other.post(action, data=data)
+    assert refused.status_code == 403, why
+    assert "came from another site" in refused.text and "Nothing was changed" in refused.text
+    assert built.dump() == before
+
+
+def test_the_consoles_own_form_still_goes_through(built: Scene) -> None:
+    app = create_app(built.url)
+    for headers in (
+        {"Origin": "http://127.0.0.1", "Sec-Fetch-Site": "same-origin"},
+        {"Sec-Fetch-Site": "same-origin"},  # Origin left out: same-origin says it
+        {"Origin": "http://127.0.0.1"},  # no Fetch Metadata (an older browser)
+    ):
+        person = TestClient(app, base_url="http://127.0.0.1", headers=headers)
+        (form,) = [f for f in forms_of(person.get("/approvals").text) if f["session"] == "pay-1"]
+        # An unknown session is ignored, not changed: decide asks about a pending request only.
+        answer = person.post(
+            "/approvals/decide",
+            data={**form, "session": "nobody", "by": "ana", "decision": "approve"},
+        )
+        assert answer.status_code == 409 and "Refused" not in answer.text, headers
+
+
+def test_cookies_name_the_consoles_port(built: Scene) -> None:
+    """Two consoles on one host, one browser (its cookies ignore ports): each console sets and
+    reads its own cookie, so opening one does not log the other's forms out."""
+    first = browser(create_app(built.url), "http://127.0.0.1:8765")
+    second = browser(create_app(built.url), "http://127.0.0.1:8766")
+    (form,) = [f for f in forms_of(first.get("/approvals").text) if f["session"] == "pay-1"]
+    second.cookies.update(first.cookies)  # one cookie jar, as in a browser
+    second.get("/approvals")
+    first.cookies.update(second.cookies)
+    assert sorted(c.name for c in first.cookies.jar) == [
+        "toolledger_session_8765",
+        "toolledger_session_8766",
+    ]
+    answer = first.post(
+        "/approvals/decide", data={**form, "session": "nobody", "by": "a", "decision": "deny"}
+    )
+    assert answer.status_code == 409 and "Refused" not in answer.text, "still this console's"
 
 
 def test_loopback_answers_loopback_host_names_only(built: Scene) -> None:
@@ -166,15 +256,21 @@ def test_a_token_is_needed_on_every_request(built: Scene) -> None:
     assert built.dump() == before
     assert anonymous.get("/", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
 
-    browser = TestClient(app, base_url="http://console.example", follow_redirects=False)
-    first = browser.get("/approvals?token=s3cret-token")
+    person = TestClient(
+        app,
+        base_url="http://console.example",
+        follow_redirects=False,
+        headers={"Origin": "http://console.example"},
+    )
+    first = person.get("/approvals?token=s3cret-token")
     assert first.status_code == 303 and first.headers["location"] == "/approvals"
+    assert first.headers["set-cookie"].startswith("toolledger_token_80=")
     assert "httponly" in first.headers["set-cookie"].lower()
     assert "samesite=strict" in first.headers["set-cookie"].lower()
-    page = browser.get("/approvals")
+    page = person.get("/approvals")
     assert page.status_code == 200
     (form,) = [f for f in forms_of(page.text) if f["session"] == "pay-2"]
-    denied = browser.post("/approvals/decide", data={**form, "by": "ana", "decision": "deny"})
+    denied = person.post("/approvals/decide", data={**form, "by": "ana", "decision": "deny"})
     assert denied.status_code == 200
     with tl.open_store(built.url) as store:
         (decided,) = store.approvals("pay-2")

@@ -1,5 +1,5 @@
 """A process table that cannot be read, is hidden, or belongs to someone else: toolledger must
-never take "I cannot see it" for "it has ended" (DESIGN.md rule 18).
+never take "I cannot see it" for "it has ended" (docs/design.md, rule 18).
 
 Worker A enters a non-idempotent tool (with a ``check``) and holds there, alive; worker B comes
 for the same call. B must leave it alone — a second ticket in the world is the failure. Then A

@@ -172,6 +172,26 @@ def test_a_session_written_before_branches_can_be_rewound(old_store: tuple[str, 
         assert store.abandoned("completed") == {1: messages[1:]}
 
 
+def test_a_session_written_by_0_1_forked_at_turn_0_replays_nothing(
+    old_store: tuple[str, str], tmp_path: Path
+) -> None:
+    """One lineage, one call per id (docs/design.md, rule 19) holds for sessions 0.1 wrote: a fork at
+    turn 0, replaying the recorded answers (ids included), runs none of their calls again, and
+    its copies name where the calls were made — records 0.1 wrote have no such field."""
+    kind, url = old_store
+    world = world_of(kind, "completed", tmp_path)
+    before = world.snapshot()
+    with tl.open_store(url) as store:
+        fork = tl.fork(store, "completed", at_turn=0, new_session="completed-again")
+        with ScriptedModel.from_session(store, "completed") as model:
+            run = agent(store, world, model).run(session=fork)
+        copies = store.ledger(fork).records()
+        assert copies and all(r.made_in == "completed" for r in copies)
+        assert [p for p in verify(store) if p.severity.value == "error"] == []
+    assert run.status is tl.RunStatus.COMPLETED
+    assert added(world, before) == {}, "nothing ran again"
+
+
 @pytest.mark.parametrize("name", ["in-doubt", "needs-attention"])
 def test_an_in_doubt_call_waits_for_a_person_then_goes_on(
     old_store: tuple[str, str], tmp_path: Path, name: str

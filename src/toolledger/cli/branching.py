@@ -156,7 +156,13 @@ def told(b: Branch) -> str:
     """Whether the model was told of what the branch left behind."""
     if not b.effects:
         return "nothing left behind"
-    return "told to the model" if b.note_seq is not None else "not told to the model"
+    if b.note_seq is not None:
+        return "told to the model"
+    return (
+        "told to the model on a branch a later rewind abandoned"
+        if b.told
+        else ("not told to the model")
+    )
 
 
 def branch_lines(b: Branch, *, reveal: bool = False) -> list[Text]:
@@ -188,7 +194,7 @@ def branch_json(b: Branch, *, reveal: bool = False) -> dict[str, Any]:
         "turn": b.turn,
         "at": b.at,
         "by": b.by,
-        "told": b.note_seq is not None,
+        "told": b.told,
         "branch": b.branch,
         "effects": [effect_json(e, reveal=reveal) for e in b.effects],
     }

@@ -50,7 +50,8 @@ def terminal(request: ApprovalRequest) -> Decision:
     approved = ask_approval(request)
     if approved is None:  # no terminal: nobody said yes
         return Decision(approved=False, by="terminal: no terminal to ask on")
-    return Decision(approved=approved, by=f"terminal:{user()}")
+    # A yes to the "IN DOUBT" question, shown as a re-run, is a yes to the re-run.
+    return Decision(approved=approved, by=f"terminal:{user()}", rerun=approved and request.in_doubt)
 
 
 def user() -> str:

@@ -14,16 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ..cli._command import known_session
+from ..codec import INVISIBLE, escape_invisible
 from ..stores import Store, open_store
 from . import views
 from .actions import Notice, decide_from, resolve_from
@@ -56,12 +58,41 @@ class _Source:
             return fn(store, *args)
 
 
+_HIDDEN = INVISIBLE - {"\n", "\t"}  # line breaks and tabs lay out a pretty-printed input
+
+
+class Posted(str):
+    """A value a form posts back as it is (a hidden field): never shown, never escaped."""
+
+    __slots__ = ()
+
+
+def _visible(value: Any) -> Any:
+    """Every value a template writes: a string's invisible characters — controls, C1 (``\x9b``),
+    bidirectional overrides and isolates, which would reorder what a person reads — shown
+    escaped (``\u202e``) and marked, the rest HTML-escaped. A ``Posted`` value goes out as it
+    is (HTML-escaped by autoescape), so a form posts the real id back."""
+    if not isinstance(value, str) or isinstance(value, Posted | markupsafe.Markup):
+        return value
+    if not any(c in _HIDDEN for c in value):
+        return value
+    parts = [
+        f'<span class="esc">{escape_invisible(c)}</span>'
+        if c in _HIDDEN
+        else str(markupsafe.escape(c))
+        for c in value
+    ]
+    return markupsafe.Markup("".join(parts))  # noqa: S704 - every part escaped above
+
+
 def _templates() -> Jinja2Templates:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
         autoescape=True,  # every value from the store is text, whatever it holds
         undefined=jinja2.StrictUndefined,
+        finalize=_visible,
     )
+    env.filters["posted"] = Posted
     return Jinja2Templates(env=env)
 
 
@@ -94,14 +125,17 @@ def create_app(store: Store | str, *, token: str | None = None, loopback: bool =
             status_code=status,
         )
 
-    def refuse(request: Request) -> Response:
+    def refuse(request: Request, why: str) -> Response:
+        text = (
+            "This request came from another site, not from this console's own pages (the "
+            "browser said so in its Origin or Sec-Fetch-Site header). Nothing was changed, "
+            "and nothing it sent was read."
+            if why == "another site"
+            else "This form is stale or did not come from this console (its CSRF token is "
+            "missing or wrong). Nothing was changed. Open the page again and retry."
+        )
         html = templates.get_template("message.html").render(
-            heading="Refused",
-            text="This form is stale or did not come from this console (its CSRF token is "
-            "missing or wrong). Nothing was changed. Open the page again and retry.",
-            store_url=source.url,
-            notice=None,
-            page="",
+            heading="Refused", text=text, store_url=source.url, notice=None, page=""
         )
         return HTMLResponse(html, status_code=403)
 
@@ -145,6 +179,9 @@ def create_app(store: Store | str, *, token: str | None = None, loopback: bool =
         ctx = await run_in_threadpool(source.call, views.approvals_view)
         return await page(request, "approvals.html", ctx, notice=notice, status=_code(notice))
 
+    async def favicon(request: Request) -> Response:
+        return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
+
     async def verify(request: Request) -> Response:
         ctx = await run_in_threadpool(source.call, views.verify_view)
         return await page(request, "verify.html", ctx)
@@ -158,9 +195,11 @@ def create_app(store: Store | str, *, token: str | None = None, loopback: bool =
         Route("/approvals", approvals, methods=["GET"]),
         Route("/approvals/decide", decide, methods=["POST"]),
         Route("/verify", verify, methods=["GET"]),
+        # Asked for by browsers and tools that do not read the page's <link rel="icon">.
+        Route("/favicon.ico", favicon, methods=["GET"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, middleware=[middleware_for(guard)])
+    app = Starlette(routes=routes, middleware=[middleware_for(guard, refuse)])
     app.state.guard = guard
     return app
 

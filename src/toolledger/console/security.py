@@ -9,13 +9,23 @@
   ``[::1]`` are answered: a page of another site that re-points its own name at 127.0.0.1 (DNS
   rebinding) gets nothing. With a token any name is answered (a proxy on the same machine may
   pass its own): the token guards it, and a re-pointed name never carries the token's cookie.
-* **CSRF.** Every POST carries the form field ``csrf`` equal to the ``toolledger_csrf`` cookie,
-  and that value is signed with a secret this process drew at start: a missing, forged or stale
-  one (from an earlier run of the console) is refused before anything is read or written.
-  ``csrf_protected`` wraps every POST endpoint; GET endpoints only read.
+* **Its own origin only** (docs/design.md, rule 21). Cookies ignore ports, and a browser counts
+  127.0.0.1:3000 and 127.0.0.1:8765 as one *site*, so a page any other local web app serves
+  (a dev server, a notebook) would be sent the console's cookies with a form it posts. Every
+  state-changing request (anything but GET, HEAD, OPTIONS) is therefore refused — 403, before
+  its body is read, nothing written — unless the browser says it comes from the console's own
+  pages: ``Origin`` exactly the console's ``scheme://host:port`` (or absent with
+  ``Sec-Fetch-Site: same-origin``), and ``Sec-Fetch-Site``, when sent, ``same-origin``.
+* **CSRF.** Every POST carries the form field ``csrf``: an HMAC, under a secret this process
+  drew at start, of this browser's session cookie (itself signed by that secret). A token that
+  is missing, forged, stale (an earlier run of the console) or another browser's is refused
+  before anything is read or written. ``csrf_protected`` wraps every POST endpoint; GET
+  endpoints only read.
+* **Cookies name their port** (``toolledger_session_8765``, ``toolledger_token_8765``): two
+  consoles on one host keep their own, and neither reads the other's.
 * **Headers.** A strict Content-Security-Policy (scripts, styles and requests from the console
-  itself only; no inline script; no framing), ``X-Frame-Options: DENY``, ``nosniff``, no referrer,
-  no caching.
+  itself only; no inline script; no framing), ``X-Frame-Options: DENY``, ``nosniff``, no referrer
+  to other sites, no caching.
 
 Everything read from the store is escaped by the templates (Jinja2 autoescape).
 """
@@ -40,20 +50,22 @@ from starlette.types import ASGIApp
 from ..errors import ConfigurationError
 
 __all__ = [
-    "CSRF_COOKIE",
     "CSRF_FIELD",
     "HEADERS",
+    "SESSION_COOKIE",
     "TOKEN_COOKIE",
     "Guard",
     "bind_check",
+    "cookie_name",
     "csrf_protected",
     "is_loopback",
     "middleware_for",
 ]
 
-CSRF_COOKIE = "toolledger_csrf"
+SESSION_COOKIE = "toolledger_session"
 CSRF_FIELD = "csrf"
 TOKEN_COOKIE = "toolledger_token"  # noqa: S105 - a name, not a secret
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 HEADERS = {
@@ -63,7 +75,9 @@ HEADERS = {
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # Not "no-referrer": under it a browser sends "Origin: null" with the console's own forms,
+    # and the origin check needs their real one. Other sites are still sent nothing.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Resource-Policy": "same-origin",
@@ -89,51 +103,87 @@ def bind_check(host: str, token: str | None) -> None:
         )
 
 
+def cookie_name(base: str, request: Request) -> str:
+    """``base`` for the console serving ``request``: suffixed with the port it listens on (the
+    socket's, not the request's word for it), since cookies ignore ports."""
+    server = request.scope.get("server")
+    port = server[1] if server else None
+    return f"{base}_{port}" if port else base
+
+
 class Guard:
-    """This process's secrets: the access token (if any) and the key that signs CSRF tokens.
-    ``loopback``: the console listens on a loopback address, so only loopback host names are
-    answered."""
+    """This process's secrets: the access token (if any) and the key that signs browser
+    sessions and their CSRF tokens. ``loopback``: the console listens on a loopback address, so
+    only loopback host names are answered."""
 
     def __init__(self, *, token: str | None, loopback: bool) -> None:
         self.token = token or None
         self.loopback = loopback
         self._key = secrets.token_bytes(32)
 
-    # -- CSRF --------------------------------------------------------------------------------
+    # -- the browser's session and its CSRF token -----------------------------------------------
 
-    def new_csrf(self) -> str:
+    def new_session(self) -> str:
         nonce = secrets.token_urlsafe(18)
-        return f"{nonce}.{self._sign(nonce)}"
+        return f"{nonce}.{self._sign('session', nonce)}"
 
-    def csrf_valid(self, value: str | None) -> bool:
+    def session_valid(self, value: str | None) -> bool:
+        """Signed by this process (a cookie from an earlier run of the console is not)."""
         if not value or value.count(".") != 1:
             return False
         nonce, signature = value.split(".")
-        return hmac.compare_digest(signature, self._sign(nonce))
+        return hmac.compare_digest(signature, self._sign("session", nonce))
 
-    def _sign(self, nonce: str) -> str:
-        return hmac.new(self._key, nonce.encode(), hashlib.sha256).hexdigest()
+    def csrf_for(self, session: str) -> str:
+        """The CSRF token of the browser whose session cookie is ``session``."""
+        return self._sign("csrf", session)
 
-    def csrf_of(self, request: Request) -> str:
-        """The CSRF token of this browser: its cookie when valid, else a new one (set on the
-        response by the middleware)."""
-        current = request.cookies.get(CSRF_COOKIE)
-        if self.csrf_valid(current):
+    def _sign(self, purpose: str, value: str) -> str:
+        message = f"{purpose}\x00{value}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def session_of(self, request: Request) -> str:
+        """This browser's session: its cookie when valid, else a new one (set on the response
+        by the middleware)."""
+        current = request.cookies.get(cookie_name(SESSION_COOKIE, request))
+        if self.session_valid(current):
             assert current is not None
             return current
-        fresh: str = getattr(request.state, "new_csrf", None) or self.new_csrf()
-        request.state.new_csrf = fresh
+        fresh: str = getattr(request.state, "new_session", None) or self.new_session()
+        request.state.new_session = fresh
         return fresh
 
+    def csrf_of(self, request: Request) -> str:
+        """The CSRF token the console's forms carry for this browser."""
+        return self.csrf_for(self.session_of(request))
+
     def post_allowed(self, request: Request, form: FormData) -> bool:
+        """The form's token is the one this process gave this very browser's session."""
         field = form.get(CSRF_FIELD)
-        cookie = request.cookies.get(CSRF_COOKIE)
+        session = request.cookies.get(cookie_name(SESSION_COOKIE, request))
         return (
             isinstance(field, str)
-            and cookie is not None
-            and hmac.compare_digest(field, cookie)
-            and self.csrf_valid(cookie)
+            and session is not None
+            and self.session_valid(session)
+            and hmac.compare_digest(field, self.csrf_for(session))
         )
+
+    # -- where a request comes from ----------------------------------------------------------
+
+    @staticmethod
+    def own_origin(request: Request) -> bool:
+        """The browser says the request comes from the console's own pages: ``Origin`` is
+        exactly the console's ``scheme://host:port`` (or absent, with ``Sec-Fetch-Site:
+        same-origin``), and ``Sec-Fetch-Site``, when sent, is ``same-origin``. A request that
+        says neither (no browser sends a form so) is not taken for the console's."""
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site != "same-origin":
+            return False
+        origin = request.headers.get("origin")
+        if origin is None:
+            return site == "same-origin"
+        host = request.headers.get("host", "")
+        return origin.lower() == f"{request.url.scheme}://{host}".lower()
 
     # -- access -----------------------------------------------------------------------------
 
@@ -151,11 +201,14 @@ class Guard:
 
 
 class GuardMiddleware(BaseHTTPMiddleware):
-    """Host names, the token, the CSRF cookie and the security headers, on every response."""
+    """Host names, the token, where a state-changing request comes from, the session cookie and
+    the security headers, on every response. ``refuse`` answers a request from another origin
+    (403)."""
 
-    def __init__(self, app: ASGIApp, guard: Guard) -> None:
+    def __init__(self, app: ASGIApp, guard: Guard, refuse: Refusal) -> None:
         super().__init__(app)
         self.guard = guard
+        self.refuse = refuse
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         guard = self.guard
@@ -169,7 +222,11 @@ class GuardMiddleware(BaseHTTPMiddleware):
                 target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
                 response = RedirectResponse(target, status_code=303)
                 response.set_cookie(
-                    TOKEN_COOKIE, offered, httponly=True, samesite="strict", path="/"
+                    cookie_name(TOKEN_COOKIE, request),
+                    offered,
+                    httponly=True,
+                    samesite="strict",
+                    path="/",
                 )
             else:
                 response = PlainTextResponse(
@@ -177,11 +234,20 @@ class GuardMiddleware(BaseHTTPMiddleware):
                     "'Authorization: Bearer TOKEN'",
                     status_code=401,
                 )
+        elif request.method not in SAFE_METHODS and not guard.own_origin(request):
+            # Before the body is read: nothing of a request another site made is looked at.
+            response = self.refuse(request, "another site")
         else:
             response = await call_next(request)
-            fresh = getattr(request.state, "new_csrf", None)
+            fresh = getattr(request.state, "new_session", None)
             if fresh:
-                response.set_cookie(CSRF_COOKIE, fresh, httponly=True, samesite="strict", path="/")
+                response.set_cookie(
+                    cookie_name(SESSION_COOKIE, request),
+                    fresh,
+                    httponly=True,
+                    samesite="strict",
+                    path="/",
+                )
         for name, value in HEADERS.items():
             response.headers[name] = value
         return response
@@ -190,14 +256,16 @@ class GuardMiddleware(BaseHTTPMiddleware):
         header = request.headers.get("authorization", "")
         if header[:7].lower() == "bearer ":
             return self.guard.token_ok(header[7:].strip())
-        return self.guard.token_ok(request.cookies.get(TOKEN_COOKIE))
+        return self.guard.token_ok(request.cookies.get(cookie_name(TOKEN_COOKIE, request)))
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+Refusal = Callable[[Request, str], Response]
+"""Answers a refused request (403): ``why`` is ``"another site"`` (its origin) or ``"csrf"``."""
 
 
 def csrf_protected(
-    refuse: Callable[[Request], Response],
+    refuse: Refusal,
 ) -> Callable[[Callable[[Request, FormData], Awaitable[Response]]], Endpoint]:
     """Wrap a POST endpoint: its form is read, and handed on only if its CSRF token is this
     browser's and was signed by this process; otherwise ``refuse(request)`` answers and nothing
@@ -209,7 +277,7 @@ def csrf_protected(
             guard: Guard = request.app.state.guard
             form = await request.form()
             if not guard.post_allowed(request, form):
-                return refuse(request)
+                return refuse(request, "csrf")
             return await fn(request, form)
 
         endpoint.csrf_protected = True  # type: ignore[attr-defined]
@@ -218,6 +286,6 @@ def csrf_protected(
     return wrap
 
 
-def middleware_for(guard: Guard) -> Middleware:
+def middleware_for(guard: Guard, refuse: Refusal) -> Middleware:
     """The ``Middleware`` entry that installs the guard."""
-    return Middleware(GuardMiddleware, guard=guard)
+    return Middleware(GuardMiddleware, guard=guard, refuse=refuse)

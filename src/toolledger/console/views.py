@@ -28,9 +28,11 @@ from ..verify import Problem, verify
 __all__ = [
     "CallRow",
     "DoubtRow",
+    "Field",
     "SessionRow",
     "approvals_view",
     "css",
+    "fields_of",
     "in_doubt_view",
     "pretty",
     "session_view",
@@ -47,8 +49,39 @@ def css(style: str) -> str:
 
 
 def pretty(value: Any) -> str:
-    """A JSON value, secrets masked, indented for reading."""
-    return json.dumps(masked(value), indent=2, ensure_ascii=False, sort_keys=True)
+    """A JSON value, secrets masked, indented for reading — its fields in the order the model
+    wrote them."""
+    return json.dumps(masked(value), indent=2, ensure_ascii=False)
+
+
+FOLD_CHARS = 80
+"""How much of a long value a card shows before it is opened."""
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One argument of a call, as a card shows it: its name, the start of its value on one line,
+    and the whole value (``None`` when the start is all of it)."""
+
+    name: str
+    start: str
+    whole: str | None = None
+
+
+def fields_of(value: Any) -> list[Field]:
+    """A call's arguments, secrets masked, in the order the model wrote them — a long value
+    folded to its start, so every field's name and the start of its value stay in view."""
+    shown = masked(value)
+    items = list(shown.items()) if isinstance(shown, dict) else [("", shown)]
+    out: list[Field] = []
+    for name, v in items:
+        line = json.dumps(v, ensure_ascii=False)
+        if len(line) <= FOLD_CHARS:
+            out.append(Field(str(name), line))
+            continue
+        whole = v if isinstance(v, str) else json.dumps(v, indent=2, ensure_ascii=False)
+        out.append(Field(str(name), line[: FOLD_CHARS - 1] + "…", whole))
+    return out
 
 
 def _pretty_text(text: str | None) -> str:
@@ -291,6 +324,7 @@ class DoubtRow:
     tool_use_id: str
     tool: str
     input: str
+    fields: list[Field]
     attempts: list[str]
     why: str
     in_progress: bool
@@ -311,9 +345,8 @@ def in_doubt_view(store: Store) -> dict[str, Any]:
                 session_id=sid,
                 tool_use_id=record.tool_use_id,
                 tool=record.tool,
-                input=pretty(found[1])
-                if found
-                else f"(not in a transcript; input hash {record.input_hash})",
+                input="" if found else f"(not in a transcript; input hash {record.input_hash})",
+                fields=fields_of(found[1]) if found else [],
                 attempts=_attempts(record),
                 why=verdict.why,
                 in_progress=isinstance(verdict, Running),
@@ -329,10 +362,11 @@ def in_doubt_view(store: Store) -> dict[str, Any]:
 
 
 def approvals_view(store: Store) -> dict[str, Any]:
-    """Requests waiting for a person, oldest first, each with its input pretty-printed."""
+    """Requests waiting for a person, oldest first, each with its arguments as a card shows
+    them (``fields_of``)."""
     return {
         "requests": [
-            {"record": a, "input": pretty(a.input), "asked": when(a.requested_at)}
+            {"record": a, "fields": fields_of(a.input), "asked": when(a.requested_at)}
             for a in pending(store)
         ]
     }

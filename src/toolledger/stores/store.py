@@ -32,6 +32,7 @@ from ..records import (
     StoredMessage,
 )
 from ..redact import redact_ops
+from . import copies
 from .contract import AsyncBackend, Backend, InlineAsync, Inspectable
 
 if TYPE_CHECKING:
@@ -149,6 +150,8 @@ class Store:
         over (``Over``): see ``toolledger.liveness``. Reads the session's lease unless given."""
         if record.status is not Status.STARTED:
             return Over(f"it is {record.status.value}")
+        if record.copied:  # a branch's copy: its attempt is its origin's
+            return copies.verdict_of(self, record)
         if lease is None and record.lease_token is not None:
             lease = self.backend.read_lease(record.session_id)
         return judge(
@@ -286,6 +289,8 @@ class Store:
         leases: dict[str, Lease | None] = {}
         out: list[tuple[EffectRecord, Verdict]] = []
         for r in records:
+            if copies.listed_elsewhere(self, r):
+                continue  # one call, listed once: where its lineage made it
             if r.session_id not in leases:
                 leases[r.session_id] = self.backend.read_lease(r.session_id)
             out.append((r, self.judge(r, leases[r.session_id])))
@@ -345,7 +350,9 @@ class Ledger:
     def in_doubt(self) -> list[EffectRecord]:
         """Calls that started and whose attempt is provably over: someone must decide whether
         they happened. (Calls still running are not listed: see ``Store.started``.)"""
-        started = [r for r in self.records() if r.in_doubt]
+        started = [
+            r for r in self.records() if r.in_doubt and not copies.listed_elsewhere(self.store, r)
+        ]
         if not started:
             return []
         lease = self.store.backend.read_lease(self.session_id)
@@ -386,6 +393,7 @@ class Ledger:
                 session_id=self.session_id,
                 tool_use_id=tool_use_id,
             )
+        copies.settle_here(self.store, record)
         who = by or "a person"
         verdict = self.store.judge(record)
         until = self.store.runtime.monotonic() + watch

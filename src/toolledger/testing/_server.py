@@ -168,11 +168,34 @@ class ScriptedServer:
 
 
 def recorded_turns(
-    store: Store, session_id: str, *, kinds: tuple[str, ...], replayer: str
+    store: Store,
+    session_id: str,
+    *,
+    kinds: tuple[str, ...],
+    replayer: str,
+    branched: bool = False,
 ) -> list[StoredMessage]:
     """The assistant messages of a recorded session whose transcript is one of ``kinds`` (a
     ``Provider.name``), in order — what ``from_session`` turns into a script. Reads only;
-    raises ``ConfigurationError`` for another kind of transcript or no model turn."""
+    raises ``ConfigurationError`` for another kind of transcript, no model turn, or — unless
+    ``branched`` — a session a fork or a rewind made: its transcript holds what toolledger wrote
+    at the branch point, and not the turns it left behind, so a replay of the model's answers
+    would store another transcript."""
+    state = store.session(session_id)
+    if state is not None and state.lineage and not branched:
+        last = state.lineage[-1]
+        how = (
+            f"forked from {last.source!r} at turn {last.turn}"
+            if last.kind.value == "fork"
+            else f"rewound to turn {last.turn}"
+        )
+        raise ConfigurationError(
+            f"session {session_id!r} was {how}: a branch's transcript holds the note "
+            "toolledger wrote there and not the turns it left behind, and a replay of the "
+            "model's answers would not be the same transcript. Replay the session it was made "
+            f"from, or pass branched=True to {replayer}.from_session to replay the model's "
+            "answers alone."
+        )
     messages = store.messages(session_id)
     kind = transcript_kind(messages)
     if kind not in kinds:

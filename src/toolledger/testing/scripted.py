@@ -51,7 +51,12 @@ class ScriptedModel(ScriptedServer):
 
     @classmethod
     def from_session(
-        cls, store: Store, session_id: str, *, model: str = "claude-scripted"
+        cls,
+        store: Store,
+        session_id: str,
+        *,
+        model: str = "claude-scripted",
+        branched: bool = False,
     ) -> ScriptedModel:
         """A model that answers as the recorded ``session_id`` did: its script is the session's
         assistant messages, in order, each a ``Reply`` with the recorded text and tool calls —
@@ -66,10 +71,17 @@ class ScriptedModel(ScriptedServer):
 
         Reads only. Raises ``ConfigurationError`` for a session with no model turn, a
         transcript of another API (OpenAI), or a turn the script cannot say: a block other
-        than text and tool_use, or text after a tool call or in more than one block.
+        than text and tool_use, or text after a tool call or in more than one block. A session
+        a fork or a rewind made is refused too: its transcript holds the note toolledger wrote
+        at the branch point, which a replay does not — ``branched=True`` replays the model's
+        answers alone, knowing the transcript will differ.
         """
         turns = recorded_turns(
-            store, session_id, kinds=(AnthropicProvider.name,), replayer="ScriptedModel"
+            store,
+            session_id,
+            kinds=(AnthropicProvider.name,),
+            replayer="ScriptedModel",
+            branched=branched,
         )
         script: list[Step] = [_recorded_reply(m, session_id, n) for n, m in enumerate(turns, 1)]
         return cls(script, model=model)

@@ -64,7 +64,12 @@ class ScriptedOpenAI(ScriptedServer):
 
     @classmethod
     def from_session(
-        cls, store: Store, session_id: str, *, model: str = "gpt-scripted"
+        cls,
+        store: Store,
+        session_id: str,
+        *,
+        model: str = "gpt-scripted",
+        branched: bool = False,
     ) -> ScriptedOpenAI:
         """A model that answers as the recorded Chat Completions session ``session_id`` did:
         each assistant message as a ``Reply`` — its text, and its tool calls with their recorded
@@ -74,10 +79,15 @@ class ScriptedOpenAI(ScriptedServer):
 
         Reads only. Raises ``ConfigurationError`` for a session with no model turn, or a
         transcript of another API: a Responses API turn carries the ids of its output items,
-        minted per response, which a ``Reply`` does not say.
+        minted per response, which a ``Reply`` does not say; and a session a fork or a rewind
+        made, unless ``branched=True`` (as ``ScriptedModel.from_session`` says).
         """
         turns = recorded_turns(
-            store, session_id, kinds=(OpenAIChat.name,), replayer="ScriptedOpenAI"
+            store,
+            session_id,
+            kinds=(OpenAIChat.name,),
+            replayer="ScriptedOpenAI",
+            branched=branched,
         )
         return cls([_recorded_reply(m) for m in turns], model=model)
 

@@ -58,6 +58,8 @@ def effect_values(r: EffectRecord) -> tuple[Any, ...]:
         r.deadline,
         sql_json(history_json(r.history)) if r.history else None,
         r.boot_deadline,
+        r.made_in,
+        r.origin,
     )
 
 
@@ -90,6 +92,8 @@ def row_to_record(row: Sequence[Any]) -> EffectRecord:
         deadline=None if row[14] is None else float(row[14]),
         history=history_from_json(json.loads(row[15])) if row[15] else (),
         boot_deadline=row[16],
+        made_in=row[17],
+        origin=row[18],
     )
 
 

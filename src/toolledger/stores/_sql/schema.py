@@ -118,6 +118,13 @@ SQLITE_MIGRATIONS: list[str] = [
     ALTER TABLE leases ADD COLUMN ttl REAL;
     ALTER TABLE effects ADD COLUMN boot_deadline TEXT;
     """,
+    # 7: one lineage, one call per id (docs/design.md, rule 19): the session a call was made in
+    # (its key is made from it) and, on a branch's copy, the session whose record it stands
+    # for. NULL — every row written before — is a call made in its own session.
+    """
+    ALTER TABLE effects ADD COLUMN made_in TEXT;
+    ALTER TABLE effects ADD COLUMN origin TEXT;
+    """,
 ]
 
 
@@ -232,6 +239,11 @@ POSTGRES_MIGRATIONS: list[str] = [
     ALTER TABLE leases ADD COLUMN renewals BIGINT NOT NULL DEFAULT 0;
     ALTER TABLE leases ADD COLUMN ttl DOUBLE PRECISION;
     ALTER TABLE effects ADD COLUMN boot_deadline TEXT
+    """,
+    # 7: as SQLite's.
+    """
+    ALTER TABLE effects ADD COLUMN made_in TEXT COLLATE "C";
+    ALTER TABLE effects ADD COLUMN origin TEXT COLLATE "C"
     """,
 ]
 

@@ -11,12 +11,12 @@ from ...ops import PRUNABLE, TakeLease, UpdateEffect
 EFFECT_COLUMNS = (
     "session_id, tool_use_id, tool, input_hash, status, attempt, result, error, "
     "created_at, updated_at, approved_by, worker, holder, lease_token, deadline, history, "
-    "boot_deadline"
+    "boot_deadline, made_in, origin"
 )
 
 INSERT_EFFECT = (
     f"INSERT INTO effects ({EFFECT_COLUMNS}) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (session_id, tool_use_id) DO NOTHING"
 )
 
@@ -25,7 +25,7 @@ INSERT_EFFECT = (
 UPDATE_EFFECT = (
     "UPDATE effects SET tool = ?, input_hash = ?, status = ?, attempt = ?, result = ?, "
     "error = ?, created_at = ?, updated_at = ?, approved_by = ?, worker = ?, holder = ?, "
-    "lease_token = ?, deadline = ?, history = ?, boot_deadline = ? "
+    "lease_token = ?, deadline = ?, history = ?, boot_deadline = ?, made_in = ?, origin = ? "
     "WHERE session_id = ? AND tool_use_id = ? AND status = ? AND attempt = ?"
 )
 UPDATE_EFFECT_AT = UPDATE_EFFECT + " AND updated_at = ?"
@@ -168,7 +168,7 @@ CHECK_LEASE = (
 LEASE_HELD = "EXISTS (SELECT 1 FROM leases WHERE session_id = ? AND token = ? AND expires_at > 0)"
 INSERT_EFFECT_FENCED = (
     f"INSERT INTO effects ({EFFECT_COLUMNS}) "
-    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {LEASE_HELD} "
+    f"SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE {LEASE_HELD} "
     "ON CONFLICT (session_id, tool_use_id) DO NOTHING"
 )
 UPDATE_EFFECT_FENCED = f"{UPDATE_EFFECT} AND {LEASE_HELD}"

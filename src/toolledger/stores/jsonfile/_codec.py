@@ -111,6 +111,10 @@ def _record_json(record: EffectRecord) -> dict[str, Any]:
         out["history"] = history_json(record.history)
     if record.boot_deadline is not None:
         out["boot_deadline"] = record.boot_deadline
+    if record.made_in is not None:
+        out["made_in"] = record.made_in
+    if record.origin is not None:
+        out["origin"] = record.origin
     out["digest"] = _digest({**out, "tool_use_id": record.tool_use_id})
     return out
 
@@ -148,6 +152,8 @@ def _record_from_json(tool_use_id: str, raw: Any) -> EffectRecord:
             deadline=None if raw.get("deadline") is None else float(raw["deadline"]),
             history=history_from_json(raw.get("history")),
             boot_deadline=raw.get("boot_deadline"),
+            made_in=None if raw.get("made_in") is None else str(raw["made_in"]),
+            origin=None if raw.get("origin") is None else str(raw["origin"]),
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise Damaged(f"record {tool_use_id!r} is incomplete ({exc!r})") from exc

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -120,6 +121,11 @@ class SimReport:
             "approvals",
             "clock_steps",
             "clock_limit_cases",
+            "forks",
+            "rewinds",
+            "replayed_turns",
+            "blanket_yes",
+            "branch_limit_cases",
         ):
             self.faults[name] = self.faults.get(name, 0) + sim.stats[name]
         if sim.violations and self.failing_seed is None:
@@ -187,7 +193,8 @@ def simulate(
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # the simulated runs' own warnings are expected noise
     try:
-        with _regression(regression):
+        with _regression(regression), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # blanket-yes approvers are warned
             sim.run()
             final_checks(sim)
     finally:

@@ -51,7 +51,8 @@ def final_checks(sim: Simulation) -> None:
     }
     for effect in sim.world.effects:
         sid = effect.title.split("/")[0]
-        record = records.get((sid, effect.tool_use_id))
+        # A branch that replayed its lineage's call records it in its own ledger.
+        record = records.get((sim.made_in.get(id(effect), sid), effect.tool_use_id))
         kept = record is not None and (
             (record.status is Status.SUCCEEDED and record.attempt in (effect.attempt, 0))
             or any(

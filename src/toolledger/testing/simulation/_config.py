@@ -31,9 +31,11 @@ class SimConfig:
     force: float = 0.0  # an operator forcing a resolution of a running call
     sloppy: float = 0.0  # a process whose tools send past their deadline
     duplicate_delivery: float = 0.2  # a worker runs a session's pending calls by run_tool_uses
-    # Where liveness can be fooled (toolledger._procview, DESIGN.md rule 18):
+    # Where liveness can be fooled (toolledger._procview, docs/design.md, rule 18):
     proc_modes: tuple[str, ...] = ("own",)  # each table's /proc: own | none | hidden | host
     uids: int = 1  # processes run as one of this many uids (a hidden /proc hides the others)
     time_namespaces: float = 0.0  # the chance a process runs in a time namespace of its own
     store_clock: str = "server"  # server: one clock (PostgreSQL's); local: each host's; either
     clock_step: float = 0.0  # per step: the chance a host's clock steps (±40 s or ±600 s)
+    branch: float = 0.003  # per step: the operator forks or rewinds a session (_branches)
+    blanket_yes: float = 0.2  # the share of processes whose approver says yes to everything

@@ -28,6 +28,7 @@ from ...errors import StoreError
 from ...records import RunStatus
 from ...runner import process_batch
 from ...stores.memory import MemoryBackend
+from ._branches import Branches
 from ._cluster import SimProcess, Table, Worker
 from ._config import SimConfig
 from ._faults import Faults
@@ -47,7 +48,7 @@ class _Client:
             raise AssertionError("the simulation answers model calls itself")
 
 
-class Simulation(Requests, Faults):
+class Simulation(Requests, Faults, Branches):
     """One seeded run. ``run()`` returns the report; ``violations`` lists what broke."""
 
     def __init__(self, seed: int, config: SimConfig | None = None) -> None:
@@ -90,6 +91,7 @@ class Simulation(Requests, Faults):
         self.tools = self.world.toolset(self.config.tool_timeout)
         self._agents: dict[str, Agent] = {}
         self.processes: list[SimProcess] = []
+        self._setup_branches()
         self.operator = self._spawn(self.tables[0], name="operator", workers=0)
         self.scripts = {
             f"s{i}": script_for(self.rng, f"s{i}", self.config.kinds)
@@ -159,6 +161,7 @@ class Simulation(Requests, Faults):
                 table.parent.next_pid += self.rng.randint(1, 7)
                 process.host_pid = table.parent.next_pid
         self.processes.append(process)
+        self._hire(process)
         for i in range(self.config.threads if workers is None else workers):
             worker = Worker(process, f"{process.name}.{i}")
             process.workers.append(worker)
@@ -178,7 +181,7 @@ class Simulation(Requests, Faults):
             model="sim",
             tools=self.tools,
             store=process.store,
-            approve=approvals.queue,
+            approve=self.approver_of(process),
             lease_ttl=self.config.lease_ttl,
             on_alert=lambda alert: self.alerts.append(
                 (type(alert).__name__, alert.session_id or "", alert.tool_use_id or "")

@@ -58,6 +58,8 @@ class Faults(Truth):
             self.note(f"the clock of {host or 'the machine'} steps {step:+.0f}s")
         if rng.random() < c.operator:
             self._operate()
+        if c.branch and rng.random() < c.branch:
+            self._branch()
 
     def _waker(self, p: SimProcess) -> Callable[[], None]:
         return lambda: self._wake(p)

@@ -13,17 +13,27 @@ The liveness ones restore, as patches, how toolledger once read a process table 
   to another PID namespace, naming whichever process there had its pid;
 * ``wall-clock`` — a lease expired by its expiry on the reader's clock, and a deadline passed by
   it, which on a file store is each machine's own and may step.
+
+And two of branches and people (they need ``SimConfig.branch`` and ``SimConfig.blanket_yes`` on,
+as they are by default):
+
+* ``lineage`` — a fork copied only the calls its transcript kept, as they were (before rule 19):
+  a branch replaying its parent's id ran the call again;
+* ``blanket`` — any yes re-ran a call in doubt (before rule 21's own yes for a re-run).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 from unittest import mock
 
 from ... import _identity
 from ..._procview import ProcView, parse_stat
+from ...branching import _cut as _real_cut
+from ...decide import after_approval as _after_approval
 from ...liveness import Over, Running, Runtime
 from ...records import Holder
 from ._config import SimConfig
@@ -47,7 +57,7 @@ _WORLD_OF = {
     "wall-clock": "clock-steps",
 }
 
-REGRESSIONS = ("takeover", "threads", "resolve", *_WORLD_OF)
+REGRESSIONS = ("takeover", "threads", "resolve", "lineage", "blanket", *_WORLD_OF)
 """Fixed bugs a test can switch back on, to show the simulation finds them."""
 
 
@@ -103,6 +113,27 @@ def _evidence_unreadable_dead(proc: ProcView, me: _identity.Identity, other: Hol
     return found
 
 
+_CUT: list[tuple[Any, int]] = []  # the last branch point the lineage regression saw
+
+
+def _cut_seen(snap: Any, sid: str, turn: int) -> int:
+    cut = _real_cut(snap, sid, turn)
+    _CUT[:] = [(snap, cut)]
+    return cut
+
+
+def _kept_calls_only(records: dict[str, Any], *_: Any, session: str, **__: Any) -> list[Any]:
+    """The records a fork copied before rule 19: those of the calls its transcript keeps."""
+    ((snap, cut),) = _CUT
+    kept = {i for m in snap.messages[:cut] for i in snap.reader.call_ids(m)}
+    return [replace(r, session_id=session) for i, r in records.items() if i in kept]
+
+
+def _any_yes_reruns(call: Any, ask: Any, decision: Any) -> Any:
+    yes = None if decision is None else replace(decision, rerun=decision.approved)
+    return _after_approval(call, ask, yes)
+
+
 def _expired_by_the_clock(lease: Any, *, now: float, **_: Any) -> Any:
     if lease.expires_at > now:
         return Running("it has not expired", lease.expires_at)
@@ -126,6 +157,12 @@ def regression(name: str | None) -> Iterator[None]:
     elif name == "resolve":
         # resolve and in-doubt listings that do not ask whether the attempt still runs.
         patch = mock.patch("toolledger.stores.store.Store.judge", return_value=bug)
+    elif name == "lineage":
+        patch = contextlib.ExitStack()
+        patch.enter_context(mock.patch("toolledger.branching._cut", _cut_seen))
+        patch.enter_context(mock.patch("toolledger.branching._lineage_calls", _kept_calls_only))
+    elif name == "blanket":
+        patch = mock.patch("toolledger.decide.after_approval", _any_yes_reruns)
     elif name == "unknown-released":
         patch = mock.patch.object(Runtime, "holder", property(_holder_or_none))
     elif name == "unreadable-dead":

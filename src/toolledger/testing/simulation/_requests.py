@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ... import approval_queue as approvals
 from ...adapters.anthropic import pairing_errors
 from ...drivers import (
     Alert,
@@ -28,7 +27,6 @@ from ...drivers import (
     Sleep,
 )
 from ...errors import SessionConflictError, StoreError, StoreUnavailableError, ToolLedgerError
-from ...gate import normalise
 from ...ops import DropLease
 from ._cluster import Worker
 from ._truth import Truth
@@ -116,7 +114,7 @@ class Requests(Truth):
             return
         if isinstance(request, Ask):
             try:
-                decision = normalise(approvals.queue(request.request), approvals.queue)
+                decision = self.ask(p, request.request)
             except StoreError as exc:
                 self._finish(w, None, exc)
                 return
@@ -159,15 +157,15 @@ class Requests(Truth):
         w.busy_since = self.t
         try:
             if isinstance(request, ReadEffects):
-                answer: Any = backend.read_effects(sid, request.tool_use_ids)
+                answer: Any = backend.read_effects(request.session or sid, request.tool_use_ids)
             elif isinstance(request, ReadEffectIds):
                 answer = backend.read_effect_ids(sid)
             elif isinstance(request, ReadSession):
-                answer = backend.read_session(sid)
+                answer = backend.read_session(request.session or sid)
             elif isinstance(request, ReadMessages):
-                answer = backend.read_messages(sid, request.since)
+                answer = backend.read_messages(request.session or sid, request.since)
             else:
-                answer = backend.read_lease(sid)
+                answer = backend.read_lease(request.session or sid)
         except StoreError as exc:
             failed: StoreError = exc  # cut off: it hangs until its deadline cuts it
             self._at(self.config.op_timeout, lambda: self._deliver(w, gen, None, throw=failed))
@@ -276,7 +274,7 @@ class Requests(Truth):
             except Exception as exc:
                 answer = Failure(exc)
             if len(self.world.effects) > before:
-                self._effect_made(self.world.effects[-1])
+                self._effect_made(self.world.effects[-1], w.session)
             if key is not None and not request.check and key in self.attempts:
                 self.attempts[key].effect_done = True
             self._at(self.rng.uniform(0.001, 0.3), lambda: returned(answer))
@@ -301,6 +299,9 @@ class Requests(Truth):
         turn = sum(1 for m in messages if m["role"] == "assistant")
         script = self.scripts[w.session]
         self.stats["model_calls"] += 1
+        cached = self.replayed(w.session, turn)
+        if cached is not None:
+            return cached
         if turn >= len(script):
             return {
                 "content": [{"type": "text", "text": "All done."}],

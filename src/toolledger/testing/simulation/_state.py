@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...agent import Agent
+from ...gate import ApprovalRequest, Decision
 from ...stores.memory import MemoryBackend
 from ...tools import ToolSet
 from ._cluster import SimProcess, Table, Worker
@@ -77,6 +78,7 @@ class SimState:
     processes: list[SimProcess]
     operator: SimProcess
     scripts: dict[str, list[list[tuple[str, str]]]]
+    made_in: dict[int, str]  # id() of an effect -> the session whose call made it
     _minted: itertools.count[int]
 
     def _at(self, delay: float, act: Callable[[], None]) -> None:
@@ -98,4 +100,18 @@ class SimState:
         raise NotImplementedError
 
     def _start_job(self, w: Worker) -> None:
+        raise NotImplementedError
+
+    # -- what ``_branches`` does, used by the other parts --------------------------------------
+
+    def ask(self, process: SimProcess, request: ApprovalRequest) -> Decision:
+        raise NotImplementedError
+
+    def replayed(self, session: str, turn: int) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def _branch(self) -> None:
+        raise NotImplementedError
+
+    def rerun_across_branches(self, same: list[Any]) -> bool:
         raise NotImplementedError

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...ops import HoldLease, InsertEffect, Op, UpdateEffect
+from ...ops import HoldLease, InsertEffect, Op, PutSession, TakeLease, UpdateEffect
 from ...records import Status
 from ._cluster import SimProcess, Worker
 from ._state import Attempt, SimState
@@ -18,15 +18,21 @@ __all__ = ["Truth"]
 class Truth(SimState):
     """The simulation's own record of every attempt, and the checks made against it."""
 
-    def _effect_made(self, effect: Any) -> None:
+    def _effect_made(self, effect: Any, session: str = "") -> None:
         self.note(
             f"EFFECT {effect.kind} {effect.title} by {effect.process} attempt {effect.attempt}"
         )
+        self.made_in[id(effect)] = session
         same = self.world.effects_of(effect.title)
         if len(same) < 2:
             return
         sid, tid = effect.title.split("/")[0], effect.tool_use_id
-        if effect.kind in ("keyed", "idempotent"):
+        if self.rerun_across_branches(same):
+            # The documented limit of docs/design.md, rule 19: a call no turn of its origin asked for
+            # any more, run by a branch as its own, and asked for again by a rewound origin.
+            self.limit_cases.add((sid, tid))
+            self.stats["branch_limit_cases"] += 1
+        elif effect.kind in ("keyed", "idempotent"):
             self.violation(f"{effect.title}: {len(same)} effects of a {effect.kind} call")
         elif any(e.past_deadline for e in same):
             self.limit_cases.add((sid, tid))
@@ -75,7 +81,12 @@ class Truth(SimState):
         }
         flags = apply(session_id, ops)
         writes_transcript = any(type(op).__name__ in ("AppendMessages", "PutSession") for op in ops)
-        unfenced = not any(isinstance(op, HoldLease) for op in ops)
+        # A rewind's fence is the lease it takes; a fork writes a session nobody else can have.
+        unfenced = not any(
+            isinstance(op, HoldLease | TakeLease)
+            or (isinstance(op, PutSession) and op.expect_version is None)
+            for op in ops
+        )
         if (
             writes_transcript
             and unfenced

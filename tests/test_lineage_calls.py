@@ -1,0 +1,319 @@
+"""One lineage, one call per id (docs/design.md, rule 19), on every backend: a branch — forked at any
+turn, 0 included, a fork of a fork, a rewind — whose model replays its lineage's tool_use ids
+(a recorded session replayed, a cached answer) gets the recorded outcomes, never a second run,
+and the key it forwards for such a call is the lineage's own. Effects are counted at the
+receiver: a mail server that keeps every message it is handed, and drops a repeated
+Message-ID."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import toolledger as tl
+from toolledger.codec import idempotency_key
+from toolledger.testing.scripted import Reply, ScriptedModel, Step, ToolUse
+from toolledger.verify import Severity, verify
+
+PARENT = "mail-1"
+SCRIPT = [
+    Reply(text="Writing to Ana.", tool_uses=[ToolUse("send_email", {"to": "ana"})]),
+    Reply(text="Writing to Bo.", tool_uses=[ToolUse("send_email", {"to": "bo"})]),
+    Reply(text="Both told."),
+]
+
+
+@dataclass
+class MailServer:
+    """What the receiver saw: every message handed to it, and the ones it kept (a repeated
+    key is answered with the first message, not sent again)."""
+
+    handed: list[tuple[str, str]] = field(default_factory=list)  # (key, to)
+    kept: dict[str, str] = field(default_factory=dict)  # key -> to
+    lose_answer_to: str | None = None  # the send to this address goes out, its answer is lost
+
+    def tools(self) -> list[tl.Tool]:
+        # High-impact: its intent is recorded before it runs, so a lost answer leaves the call
+        # in doubt in the ledger (a key-forwarding tool that is not writes no intent).
+        @tl.tool(effect="non_idempotent", forwards_idempotency_key=True, high_impact=True)
+        def send_email(to: str, ctx: tl.ToolContext) -> dict[str, Any]:
+            """Send an e-mail; its Message-ID is the call's idempotency key."""
+            self.handed.append((ctx.idempotency_key, to))
+            repeat = ctx.idempotency_key in self.kept
+            self.kept.setdefault(ctx.idempotency_key, to)
+            if to == self.lose_answer_to and not repeat:
+                raise tl.OutcomeUnknown("the mail server took the message; its answer was lost")
+            return {"message_id": ctx.idempotency_key, "repeat": repeat}
+
+        return [send_email]
+
+    def sent(self) -> list[str]:
+        """Who got a message, once per message kept."""
+        return sorted(self.kept.values())
+
+
+def agent(store: tl.Store, model: ScriptedModel, mail: MailServer) -> tl.Agent:
+    return tl.Agent(
+        client=model.client(),
+        model="claude-test",
+        tools=mail.tools(),
+        store=store,
+        approve=lambda request: True,
+    )
+
+
+def run_parent(store: tl.Store, mail: MailServer) -> list[Step]:
+    """Run the parent to its end; return its answers as recorded, ids included (what a
+    model that replays it answers: ``ScriptedModel.from_session``)."""
+    with ScriptedModel(SCRIPT) as model:
+        agent(store, model, mail).run(session=PARENT, prompt="Tell Ana and Bo.")
+    recorded = ScriptedModel.from_session(store, PARENT).script
+    return [*recorded, *SCRIPT[len(recorded) :]]  # a parent stopped early: the rest, as scripted
+
+
+def replay(store: tl.Store, session: str, mail: MailServer, recorded: list[Step]) -> tl.Run:
+    """Run ``session`` on against a model that answers as the parent did."""
+    with ScriptedModel(recorded) as model:
+        return agent(store, model, mail).run(session=session)
+
+
+def lineage_keys(store: tl.Store) -> dict[str, str]:
+    """The key of each of the parent's calls, by addressee."""
+    out: dict[str, str] = {}
+    for m in store.messages(PARENT):
+        if m.role != "assistant":
+            continue
+        for block in m.content:
+            if block.get("type") == "tool_use":
+                out[block["input"]["to"]] = idempotency_key(PARENT, block["id"])
+    return out
+
+
+def no_errors(store: tl.Store) -> None:
+    assert [p.message for p in verify(store) if p.severity is Severity.ERROR] == []
+
+
+@pytest.mark.parametrize("turn", [0, 1, 2, 3])
+def test_a_fork_replaying_its_parent_at_every_turn_sends_nothing_twice(
+    store: tl.Store, turn: int
+) -> None:
+    mail = MailServer()
+    recorded = run_parent(store, mail)
+    assert store.session(PARENT).status is tl.RunStatus.COMPLETED  # type: ignore[union-attr]
+    assert mail.sent() == ["ana", "bo"]
+    keys = lineage_keys(store)
+
+    fork = tl.fork(store, PARENT, at_turn=turn, new_session=f"fork-{turn}")
+    run = replay(store, fork, mail, recorded)
+
+    assert run.status is tl.RunStatus.COMPLETED
+    assert mail.handed == [(keys["ana"], "ana"), (keys["bo"], "bo")], "nothing handed again"
+    assert mail.sent() == ["ana", "bo"]
+    # The fork's transcript answers the replayed calls with the parent's outcomes.
+    for r in store.ledger(PARENT).records():
+        copy = store.ledger(fork).get(r.tool_use_id)
+        assert copy is not None and copy.status is tl.Status.SUCCEEDED
+        assert copy.result == r.result
+    no_errors(store)
+
+
+@pytest.mark.parametrize("turn", [0, 1])
+def test_a_call_in_doubt_is_run_again_by_its_origin_alone(store: tl.Store, turn: int) -> None:
+    """Bo's e-mail went out but its answer was lost: in doubt on the parent. The fork's replay
+    meets it and leaves it to the parent, where the call was made; the parent's next run sends
+    it again under its key (the mail server drops the repeat), and the fork then takes that
+    outcome: one e-mail to Bo, one key."""
+    mail = MailServer(lose_answer_to="bo")
+    recorded = run_parent(store, mail)
+    keys = lineage_keys(store)
+    assert mail.handed == [(keys["ana"], "ana"), (keys["bo"], "bo")]
+    (doubt,) = store.in_doubt()
+    assert doubt.session_id == PARENT
+
+    fork = tl.fork(store, PARENT, at_turn=turn)
+    run = replay(store, fork, mail, recorded)
+    assert run.status is tl.RunStatus.NEEDS_ATTENTION
+    assert f"resolve {PARENT} {doubt.tool_use_id}" in (run.reason or "")
+    assert len(mail.handed) == 2, "the fork sent nothing"
+
+    assert replay(store, PARENT, mail, recorded).status is tl.RunStatus.COMPLETED
+    assert replay(store, fork, mail, recorded).status is tl.RunStatus.COMPLETED
+    assert mail.sent() == ["ana", "bo"], "the receiver kept one message each"
+    assert mail.handed[2:] == [(keys["bo"], "bo")], "sent again once, under the parent's key"
+    copy = store.ledger(fork).get(doubt.tool_use_id)
+    assert copy is not None and copy.status is tl.Status.SUCCEEDED
+
+
+def test_a_call_the_parent_had_not_run_yet_runs_there_once(store: tl.Store) -> None:
+    """The fork is made while the parent waits for a person to approve Ana's e-mail: nothing is
+    recorded of it yet. The fork's replay does not send it — the parent's last turn still asks
+    for it, so it runs there — and stops, naming the parent. The parent is approved and sends it;
+    the fork then takes that outcome: one e-mail, one key, one approval for the lineage."""
+    mail = MailServer()
+
+    def parent_agent(model: ScriptedModel) -> tl.Agent:
+        return tl.Agent(
+            client=model.client(),
+            model="claude-test",
+            tools=mail.tools(),
+            store=store,
+            approve=tl.approvals.queue,
+        )
+
+    with ScriptedModel(SCRIPT) as model:
+        waiting = parent_agent(model).run(session=PARENT, prompt="Tell Ana and Bo.")
+    assert waiting.status is tl.RunStatus.AWAITING_APPROVAL
+    recorded = [*ScriptedModel.from_session(store, PARENT).script, *SCRIPT[1:]]
+    (request,) = store.approvals(PARENT)
+    key = idempotency_key(PARENT, request.tool_use_id)
+
+    fork = tl.fork(store, PARENT, at_turn=0)
+    stopped = replay(store, fork, mail, recorded)
+    assert stopped.status is tl.RunStatus.NEEDS_ATTENTION and mail.handed == []
+    assert f"is the call of session {PARENT!r}" in (stopped.reason or "")
+
+    tl.approvals.decide(store, PARENT, request.tool_use_id, approved=True, by="ana")
+    with ScriptedModel(recorded) as model:
+        went_on = parent_agent(model).run(session=PARENT)  # Ana's e-mail, then Bo's asks
+    assert (
+        went_on.status is tl.RunStatus.AWAITING_APPROVAL and went_on.final_text == "Writing to Bo."
+    )
+    assert replay(store, fork, mail, recorded).status is tl.RunStatus.COMPLETED
+    assert [k for k, to in mail.handed if to == "ana"] == [key], "sent once, by the parent"
+    copy = store.ledger(fork).get(request.tool_use_id)
+    assert copy is not None and copy.status is tl.Status.SUCCEEDED
+
+
+def test_a_call_the_parent_will_not_run_runs_on_the_branch_under_the_parent_key(
+    store: tl.Store,
+) -> None:
+    """A rewind took the parent back past Ana's e-mail while it waited for approval: no turn of
+    the parent asks for it any more. A fork made before the rewind replays it: the fork runs it
+    itself — under the parent's key, the lineage's."""
+    mail = MailServer()
+    with ScriptedModel(SCRIPT) as model:
+        tl.Agent(
+            client=model.client(),
+            model="claude-test",
+            tools=mail.tools(),
+            store=store,
+            approve=tl.approvals.queue,
+        ).run(session=PARENT, prompt="Tell Ana and Bo.")
+    recorded = [*ScriptedModel.from_session(store, PARENT).script, *SCRIPT[1:]]
+    (request,) = store.approvals(PARENT)
+    fork = tl.fork(store, PARENT, at_turn=0)
+    tl.rewind(store, PARENT, to_turn=0, effects_after_fork="ignore")
+
+    assert replay(store, fork, mail, recorded).status is tl.RunStatus.COMPLETED
+    key = idempotency_key(PARENT, request.tool_use_id)
+    assert [k for k, to in mail.handed if to == "ana"] == [key]
+    copy = store.ledger(fork).get(request.tool_use_id)
+    assert copy is not None and copy.status is tl.Status.SUCCEEDED and copy.origin is None
+    assert copy.made_in == PARENT, "the branch's own run of the lineage's call"
+
+
+def test_forks_of_forks_and_a_rewind_replay_nothing(store: tl.Store) -> None:
+    mail = MailServer()
+    recorded = run_parent(store, mail)
+    keys = lineage_keys(store)
+    first = tl.fork(store, PARENT, at_turn=0, new_session="first")
+    replay(store, first, mail, recorded)
+    second = tl.fork(store, first, at_turn=0, new_session="second")
+    replay(store, second, mail, recorded)
+    third = tl.fork(store, second, at_turn=1, new_session="third")
+    replay(store, third, mail, recorded)
+    tl.rewind(store, third, to_turn=0)
+    assert replay(store, third, mail, recorded).status is tl.RunStatus.COMPLETED
+    tl.rewind(store, PARENT, to_turn=0)
+    replay(store, PARENT, mail, recorded)
+
+    assert mail.handed == [(keys["ana"], "ana"), (keys["bo"], "bo")]
+    for session in (first, second, third):
+        for r in store.ledger(session).records():
+            assert r.status is tl.Status.SUCCEEDED
+    no_errors(store)
+
+
+def test_a_lineage_id_with_another_input_is_refused_on_a_branch(store: tl.Store) -> None:
+    mail = MailServer()
+    run_parent(store, mail)
+    fork = tl.fork(store, PARENT, at_turn=0)
+    (ana, _) = [r.tool_use_id for r in store.ledger(PARENT).records()]
+    block = {"type": "tool_use", "id": ana, "name": "send_email", "input": {"to": "mallory"}}
+    with pytest.raises(tl.LedgerMismatchError):
+        tl.run_tool_uses([block], mail.tools(), ledger=store.ledger(fork))
+    assert mail.sent() == ["ana", "bo"]
+
+
+@dataclass
+class Desk:
+    """A ticket desk without keys: a plain non-idempotent tool. The answer to ``lose`` gets
+    lost once: after the ticket was opened, or — ``open_when_lost=False`` — before."""
+
+    opened: list[str] = field(default_factory=list)
+    lose: str | None = None
+    open_when_lost: bool = True
+
+    def tools(self) -> list[tl.Tool]:
+        @tl.tool(effect="non_idempotent")
+        def create_ticket(title: str) -> str:
+            """Open a ticket."""
+            if title == self.lose:
+                self.lose = None
+                if self.open_when_lost:
+                    self.opened.append(title)
+                raise tl.OutcomeUnknown("the desk did not answer")
+            self.opened.append(title)
+            return f"T-{len(self.opened)}"
+
+        return [create_ticket]
+
+
+TICKETS = [
+    Reply(tool_uses=[ToolUse("create_ticket", {"title": "first"})]),
+    Reply(tool_uses=[ToolUse("create_ticket", {"title": "second"})]),
+    Reply(text="Both open."),
+]
+
+
+def desk_run(store: tl.Store, session: str, desk: Desk, script: list[Step]) -> tl.Run:
+    with ScriptedModel(script) as model:
+        agent = tl.Agent(
+            client=model.client(), model="claude-test", tools=desk.tools(), store=store
+        )
+        return agent.run(session=session, prompt="Open two tickets.")
+
+
+@pytest.mark.parametrize("happened", [True, False])
+def test_a_call_in_doubt_when_the_fork_was_made_is_settled_once_in_its_origin(
+    store: tl.Store, happened: bool
+) -> None:
+    """The second ticket's answer was lost: in doubt on the parent when it is forked at turn 0.
+    The fork's replay meets it and does not run it: it is the parent's call, settled there —
+    once for both — and the fork takes that outcome."""
+    desk = Desk(lose="second", open_when_lost=happened)
+    assert desk_run(store, PARENT, desk, TICKETS).status is tl.RunStatus.NEEDS_ATTENTION
+    (doubt,) = store.in_doubt()
+    recorded = [*ScriptedModel.from_session(store, PARENT).script, TICKETS[-1]]
+    fork = tl.fork(store, PARENT, at_turn=0, new_session="fork")
+    before = list(desk.opened)
+
+    run = desk_run(store, fork, desk, recorded)
+    assert desk.opened == before, "the fork ran nothing"
+    assert run.status is tl.RunStatus.NEEDS_ATTENTION
+    assert f"resolve {PARENT} {doubt.tool_use_id}" in (run.reason or ""), "settled where made"
+    assert [r.session_id for r in store.in_doubt()] == [PARENT], "listed once, where it was made"
+    with pytest.raises(tl.NotInDoubtError, match="settle it in that session"):
+        store.ledger(fork).resolve(doubt.tool_use_id, happened=happened, by="ana")
+
+    store.ledger(PARENT).resolve(doubt.tool_use_id, happened=happened, by="ana")
+    assert desk_run(store, PARENT, desk, TICKETS).status is tl.RunStatus.COMPLETED
+    assert desk_run(store, fork, desk, recorded).status is tl.RunStatus.COMPLETED
+    assert sorted(desk.opened) == ["first", "second"], "each ticket opened once"
+    copy = store.ledger(fork).get(doubt.tool_use_id)
+    original = store.ledger(PARENT).get(doubt.tool_use_id)
+    assert copy is not None and original is not None
+    assert (copy.status, copy.result, copy.origin) == (original.status, original.result, PARENT)
+    no_errors(store)
