@@ -1,5 +1,5 @@
-"""One lineage, one call per id (docs/design.md, rule 19), on every backend: a branch — forked at any
-turn, 0 included, a fork of a fork, a rewind — whose model replays its lineage's tool_use ids
+"""One lineage, one call per id (docs/design.md, rule 19), on every backend: a branch — forked at
+any turn, 0 included, a fork of a fork, a rewind — whose model replays its lineage's tool_use ids
 (a recorded session replayed, a cached answer) gets the recorded outcomes, never a second run,
 and the key it forwards for such a call is the lineage's own. Effects are counted at the
 receiver: a mail server that keeps every message it is handed, and drops a repeated

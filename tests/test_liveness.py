@@ -3,7 +3,8 @@
 (``FakeProc``: no ``/proc``, a ``/proc`` of another PID namespace, hidden entries, time
 namespaces), clocks that step, and leases watched on a monotonic clock this test drives.
 
-The rule under test (docs/design.md, rule 18): alive, ended or *unknown* — and unknown is never ended.
+The rule under test (docs/design.md, rule 18): alive, ended or *unknown* — and unknown is never
+ended.
 """
 
 from __future__ import annotations

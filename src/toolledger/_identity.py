@@ -15,8 +15,8 @@ namespace), read through ``toolledger._procview``:
   entry is a zombie of it, or — within one time namespace, where start times are comparable —
   another process now has its pid;
 * **unknown** — anything else: an entry that cannot be read (another uid under ``hidepid``), a
-  start time that cannot be compared, another table. Unknown is never taken for ended (docs/design.md,
-  rule 18): such a holder is judged by its lease and deadline.
+  start time that cannot be compared, another table. Unknown is never taken for ended
+  (docs/design.md, rule 18): such a holder is judged by its lease and deadline.
 """
 
 from __future__ import annotations

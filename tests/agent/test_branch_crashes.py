@@ -121,8 +121,8 @@ def test_a_fork_killed_at_any_instant_leaves_all_of_it_or_nothing(shared_url: st
             messages = store.messages(sid)
             # Nothing after turn 2 took effect (the refund was declined): no note.
             assert messages == parent[:5] and state.messages == 5
-            # Every call of its lineage, copied whole (docs/design.md, rule 19): each record, and each
-            # call asked for and never recorded (a safe tool's failure) as not having happened.
+            # Every call of its lineage, copied whole (docs/design.md, rule 19): each record, and
+            # each call asked for and never recorded (a safe tool's failure) as not having happened.
             copies = {r.tool_use_id: r for r in store.ledger(sid).records()}
             asked = {i for m in parent for i in _ids(m)}
             assert set(copies) == asked and set(records) < asked

@@ -2,9 +2,9 @@
 ``make simulate``. It must find no violation — and it must find the bugs it exists for: five
 fixed ones, switched back on, are each rediscovered within the first hundred seeds (a fraction of
 a second each; the seeds are fixed, so the outcome is too — nothing here depends on timing).
-Among them the fork at turn 0 that forgot its lineage's calls (docs/design.md, rule 19) — on the code
-before its fix the sweep found it at the fifth seed (seed 4: a fork of s0 at turn 0 whose replay
-ran s0's calls again; branches on, blanket-yes approvers off, as that code had no word for a
+Among them the fork at turn 0 that forgot its lineage's calls (docs/design.md, rule 19) — on the
+code before its fix the sweep found it at the fifth seed (seed 4: a fork of s0 at turn 0 whose
+replay ran s0's calls again; branches on, blanket-yes approvers off, as that code had no word for a
 re-run's yes), and under ``--everything`` at the first — and the blanket-yes approver that re-ran
 calls in doubt (rule 21).
 """

@@ -175,8 +175,8 @@ def test_a_session_written_before_branches_can_be_rewound(old_store: tuple[str, 
 def test_a_session_written_by_0_1_forked_at_turn_0_replays_nothing(
     old_store: tuple[str, str], tmp_path: Path
 ) -> None:
-    """One lineage, one call per id (docs/design.md, rule 19) holds for sessions 0.1 wrote: a fork at
-    turn 0, replaying the recorded answers (ids included), runs none of their calls again, and
+    """One lineage, one call per id (docs/design.md, rule 19) holds for sessions 0.1 wrote: a fork
+    at turn 0, replaying the recorded answers (ids included), runs none of their calls again, and
     its copies name where the calls were made — records 0.1 wrote have no such field."""
     kind, url = old_store
     world = world_of(kind, "completed", tmp_path)

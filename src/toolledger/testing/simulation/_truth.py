@@ -28,8 +28,9 @@ class Truth(SimState):
             return
         sid, tid = effect.title.split("/")[0], effect.tool_use_id
         if self.rerun_across_branches(same):
-            # The documented limit of docs/design.md, rule 19: a call no turn of its origin asked for
-            # any more, run by a branch as its own, and asked for again by a rewound origin.
+            # The documented limit of docs/design.md, rule 19: a call no turn of its origin
+            # asked for any more, run by a branch as its own, and asked for again by a rewound
+            # origin.
             self.limit_cases.add((sid, tid))
             self.stats["branch_limit_cases"] += 1
         elif effect.kind in ("keyed", "idempotent"):
