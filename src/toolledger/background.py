@@ -68,7 +68,9 @@ class Heartbeats:
     def __init__(self) -> None:
         self._cv = threading.Condition(threading.Lock())
         self._due: dict[int, tuple[float, IOContext]] = {}  # id(io) -> (next renewal, io)
-        self._busy: set[int] = set()  # renewals under way
+        # Renewals under way, by id(io), holding the io itself: while one is under way (a hung
+        # store) its io cannot be collected, so no new run can be given its id and be skipped.
+        self._busy: dict[int, IOContext] = {}
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
 
@@ -88,7 +90,9 @@ class Heartbeats:
         if id(io) not in self._due:
             return  # never added (a run without a lease): only its own thread adds it
         with self._cv:
-            self._due.pop(id(io), None)
+            entry = self._due.get(id(io))
+            if entry is not None and entry[1] is io:
+                del self._due[id(io)]
 
     def _loop(self) -> None:
         while True:
@@ -98,8 +102,8 @@ class Heartbeats:
                 for io in due:
                     assert io.fence is not None
                     self._due[id(io)] = (now + io.fence.ttl / 3, io)
-                due = [io for io in due if id(io) not in self._busy]
-                self._busy.update(id(io) for io in due)
+                due = [io for io in due if self._busy.get(id(io)) is not io]
+                self._busy.update((id(io), io) for io in due)
                 pool = self._pool
             assert pool is not None
             for io in due:
@@ -110,7 +114,7 @@ class Heartbeats:
                         "toolledger: could not renew the lease of %r now (%s)", io.session_id, exc
                     )
                     with self._cv:
-                        self._busy.discard(id(io))
+                        self._done(io)
             with self._cv:
                 # What is due next is read again here, under the lock ``add`` takes: a run added
                 # while the renewals above were handed out would otherwise wait out a stale
@@ -143,7 +147,12 @@ class Heartbeats:
             logger.warning("toolledger: renewing the lease of %r failed: %s", io.session_id, exc)
         finally:
             with self._cv:
-                self._busy.discard(id(io))
+                self._done(io)
+
+    def _done(self, io: IOContext) -> None:
+        """(Under the lock.) ``io``'s renewal is over."""
+        if self._busy.get(id(io)) is io:
+            del self._busy[id(io)]
 
 
 @dataclass

@@ -44,7 +44,7 @@ WORLDS: dict[str, SimConfig] = {
     "no-proc": SimConfig(proc_modes=("none",)),
     "hidden-proc": SimConfig(proc_modes=("hidden",), uids=3),
     "time-namespaces": SimConfig(time_namespaces=0.5),
-    "host-proc": SimConfig(proc_modes=("host",), containers=2),
+    "host-proc": SimConfig(proc_modes=("host",), containers=2, crash=0.004),
     "clock-steps": SimConfig(store_clock="local", clock_step=0.005, hosts=1, containers=2),
 }
 """Worlds where liveness can be fooled, one per way (``SimConfig``'s last fields)."""
