@@ -145,6 +145,7 @@ def rewind(
     effects_after_fork: EffectsAfterFork = "tell",
     tools: ToolSet | None = None,
     by: str | None = None,
+    watch: float | None = None,
 ) -> Branch:
     """Take ``session`` back to the end of turn ``to_turn``, in place. The later messages leave
     the transcript and are kept as its next abandoned branch (``Store.abandoned``), never
@@ -154,8 +155,11 @@ def rewind(
 
     The session's lease is taken for the one transaction the rewind is, then given back: a
     worker running the session makes it raise ``SessionBusyError`` (stop it first), and one
-    paused past its lease is refused at its next write. Raises ``BranchPointError`` as ``fork``
-    does, and ``SessionConflictError`` when the session changed while it was being rewound."""
+    paused past its lease is refused at its next write. A worker this process can judge only by
+    its lease's renewals (another host or container, no readable ``/proc``) is watched for up
+    to ``watch`` seconds (``None``: its lease's time to live) first. Raises ``BranchPointError``
+    as ``fork`` does, and ``SessionConflictError`` when the session changed while it was being
+    rewound."""
     sid = check_session_id(session)
     _check_choice(effects_after_fork)
     snap = _snapshot(store, sid, to_turn)
@@ -166,7 +170,7 @@ def rewind(
             session_id=sid,
             turn=to_turn,
         )
-    current, verdict = leases.decided(store, sid)
+    current, verdict = leases.decided(store, sid, watch=watch)
     lease = leases.take(
         current,
         verdict,

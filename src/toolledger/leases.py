@@ -45,17 +45,25 @@ def watching(state: Verdict) -> float | None:
 
 
 def decided(
-    store: Store, session_id: str, *, sleep: Callable[[float], None] = time.sleep
+    store: Store,
+    session_id: str,
+    *,
+    watch: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[Lease | None, Verdict]:
     """A session's lease and its verdict, once watching has decided it: for a holder that can
-    be judged only by its renewals, this waits (at most the lease's time to live) until a
-    renewal shows it alive or none comes for a whole TTL. For operations made outside a run (a
-    rewind); ``Agent.run`` watches the same way through its driver."""
+    be judged only by its renewals, this waits until a renewal shows it alive or none comes for
+    a whole TTL — at most ``watch`` seconds (``None``: the lease's TTL), counted by what it
+    slept, so it ends whatever the clocks do. For operations made outside a run (a rewind);
+    ``Agent.run`` watches the same way through its driver."""
     current = store.lease(session_id)
     state = store.lease_state(current)
-    while (left := watching(state)) is not None:
-        ttl = (current.ttl if current is not None else None) or DEFAULT_LEASE_TTL
-        sleep(min(left, max(0.05, ttl / 10)))
+    ttl = (current.ttl if current is not None else None) or DEFAULT_LEASE_TTL
+    budget = ttl if watch is None else watch
+    while (left := watching(state)) is not None and budget > 0:
+        pause = min(left, max(0.05, ttl / 10), budget)
+        budget -= pause
+        sleep(pause)
         current = store.lease(session_id)
         state = store.lease_state(current)
     return current, state

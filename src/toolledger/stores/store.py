@@ -273,15 +273,16 @@ class Store:
         seconds — its lease renewed meanwhile, or not for a whole time to live — before the
         list is returned."""
         found = self._started()
-        until = self.runtime.monotonic() + watch
+        left = watch  # counted by what it slept, so it ends whatever the clocks do
         while True:
             pending = [
                 v.watch for _, v in found if isinstance(v, Running) and _undecided(v) and v.watch
             ]
-            left = until - self.runtime.monotonic()
             if not pending or left <= 0:
                 return found
-            sleep(min(max(pending), left, 1.0))
+            pause = min(max(pending), left, 1.0)
+            left -= pause
+            sleep(pause)
             found = self._started()
 
     def _started(self) -> list[tuple[EffectRecord, Verdict]]:
@@ -396,13 +397,12 @@ class Ledger:
         copies.settle_here(self.store, record)
         who = by or "a person"
         verdict = self.store.judge(record)
-        until = self.store.runtime.monotonic() + watch
-        while _undecided(verdict) and not force:
-            left = until - self.store.runtime.monotonic()
-            if left <= 0:
-                break
+        left = watch  # counted by what it slept, so it ends whatever the clocks do
+        while _undecided(verdict) and not force and left > 0:
             assert isinstance(verdict, Running) and verdict.watch is not None
-            sleep(min(verdict.watch, left, 1.0))
+            pause = min(verdict.watch, left, 1.0)
+            left -= pause
+            sleep(pause)
             again = self.get(tool_use_id)
             if again is None or again != record:
                 raise SessionConflictError(

@@ -127,7 +127,7 @@ class Branches(SimState):
                 self.stats["forks"] += 1
                 self.note(f"operator forks {sid} at turn {turn} into {new}")
             else:
-                rewind(store, sid, to_turn=turn, by="ana")
+                rewind(store, sid, to_turn=turn, by="ana", watch=0)
                 self.replays[sid] = known
                 self.stats["rewinds"] += 1
                 self.note(f"operator rewinds {sid} to turn {turn}")
