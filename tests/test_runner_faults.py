@@ -175,7 +175,6 @@ def test_a_call_claimed_by_another_worker_is_not_run(run: Runner, store: tl.Stor
     spied, spy = spy_store(store)
 
     def race(ops: Sequence[Op]) -> None:  # worker B's intent lands between our read and ours
-        spy.before_commit = None
         store.backend.apply("s", [InsertEffect(_their_record(Status.STARTED))])
 
     spy.before_commit = race
@@ -196,10 +195,69 @@ def test_a_call_finished_by_another_worker_returns_its_result(run: Runner, store
     spied, spy = spy_store(store)
 
     def race(ops: Sequence[Op]) -> None:
-        spy.before_commit = None
         done = _their_record(Status.SUCCEEDED, result=json.dumps("sent by B"))
         store.backend.apply("s", [InsertEffect(done)])
 
     spy.before_commit = race
     (result,) = run([tool_use("toolu_1", "send", to="x")], [send], ledger=spied.ledger("s"))
     assert result["content"] == "sent by B" and calls["send"] == 0
+
+
+def test_taken_over_then_the_store_fails_keeps_the_outcome_and_alerts(
+    store: tl.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run's tool takes effect; meanwhile its lease is taken over, so its checkpoint is
+    refused; its outcome, written again alone, meets a store that fails. The outcome must be
+    neither lost nor silent: it is alerted (rule 4) and kept for the background writer, which
+    writes it once the store answers again."""
+    from toolledger.ops import TakeLease
+    from toolledger.records import Lease
+    from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+
+    down = {"now": False}
+    spied, spy = spy_store(store, fail_when=lambda ops: down["now"])
+    ran: list[str] = []
+
+    @tl.tool
+    def send(to: str) -> str:
+        """Send."""
+        ran.append(to)
+        current = store.lease("s")
+        assert current is not None
+        thief = Lease(session_id="s", owner="other:1:x", token=current.token + 1, expires_at=1e12)
+        store.backend.apply("s", [TakeLease(thief, expect_token=current.token)])
+        return "sent"
+
+    def fail_once_refused(ops: Sequence[Op]) -> None:
+        # The guarded checkpoint is refused (the lease is gone); from then on the store fails.
+        if any(type(op).__name__ == "PutSession" for op in ops) and ran:
+            down["now"] = True
+
+    alerts: list[tl.LedgerWriteError] = []
+    script = [Reply(tool_uses=[ToolUse("send", {"to": "a"})]), Reply(text="done")]
+    with ScriptedModel(script) as model, caplog.at_level(logging.ERROR, logger="toolledger"):
+        agent = tl.Agent(
+            client=model.client(), model="x", tools=[send], store=spied, on_alert=alerts.append
+        )
+        real_apply = spy.apply
+
+        def apply(session_id: str, ops: Sequence[Op]) -> list[bool]:
+            try:
+                return real_apply(session_id, ops)
+            finally:
+                fail_once_refused(ops)
+
+        spy.apply = apply  # type: ignore[method-assign]
+        with pytest.raises(tl.LeaseLostError):
+            agent.run(session="s", prompt="go")
+    assert ran == ["a"]
+    (alert,) = alerts
+    assert alert.tool == "send" and isinstance(alert.cause, tl.StoreUnavailableError)
+    down["now"] = False  # the store answers again: the background writer lands the outcome
+    deadline = time.monotonic() + 30
+    while True:
+        (record,) = store.ledger("s").records()
+        if record.status is Status.SUCCEEDED or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert record.status is Status.SUCCEEDED and json.loads(record.result or "") == "sent"

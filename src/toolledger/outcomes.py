@@ -86,6 +86,35 @@ def _landed(items: list[Buffered], flags: list[bool], buf: Buffer, env: Env) -> 
     return Flushed(None, flags[len(items) :])
 
 
+def _alone(
+    items: list[Buffered], error: BaseException | None, applied: list[bool]
+) -> Generator[Request, Any, StoreError | None]:
+    """Our writes sent again alone after their commit was refused (``applied`` updated with
+    what landed); the store's failure, if it failed then or before."""
+    failed: StoreError | None = error if isinstance(error, StoreError) else None
+    if _moved(error) and items:
+        # A record moved on while we ran the call: the checkpoint did not land. Our writes
+        # alone learn which records moved; those outcomes are kept beside them (``flush``).
+        again = yield from commit([i.op for i in items])
+        if not isinstance(again, Failure):
+            applied[:] = list(again)
+        elif isinstance(again.exc, StoreError):
+            failed = again.exc
+    if isinstance(error, LeaseLostError):
+        # Taken over: nothing of this commit landed, and this worker may not go on. But the
+        # outcomes of its own attempts are facts; each is a compare-and-set on its record,
+        # which needs no fence. Written alone, they land unless the record moved on.
+        closing = [n for n, i in enumerate(items) if i.closes is not None]
+        if closing:
+            again = yield from commit([items[n].op for n in closing], fenced=False)
+            if not isinstance(again, Failure):
+                for n, ok in zip(closing, again, strict=True):
+                    applied[n] = ok
+            elif isinstance(again.exc, StoreError):
+                failed = again.exc
+    return failed
+
+
 def flush(buf: Buffer, env: Env, extra: list[Op]) -> Generator[Request, Any, Flushed]:
     """Commit the buffered writes plus ``extra`` in one transaction.
 
@@ -104,29 +133,16 @@ def flush(buf: Buffer, env: Env, extra: list[Op]) -> Generator[Request, Any, Flu
         raise error
     everything: list[bool] = [False] * (len(items) + len(extra)) if error is not None else answer
     applied = everything[: len(items)]
-    if _moved(error) and items:
-        # A record moved on while we ran the call: the checkpoint did not land. Our writes
-        # alone learn which records moved; those outcomes are kept beside them (below).
-        again = yield from commit([i.op for i in items])
-        if not isinstance(again, Failure):
-            applied = list(again)
-    if isinstance(error, LeaseLostError):
-        # Taken over: nothing of this commit landed, and this worker may not go on. But the
-        # outcomes of its own attempts are facts; each is a compare-and-set on its record,
-        # which needs no fence. Written alone, they land unless the record moved on.
-        closing = [n for n, i in enumerate(items) if i.closes is not None]
-        if closing:
-            again = yield from commit([items[n].op for n in closing], fenced=False)
-            if not isinstance(again, Failure):
-                for n, ok in zip(closing, again, strict=True):
-                    applied[n] = ok
+    # The store failed (now, or when our writes were sent again alone): our outcomes cannot
+    # be learned or written by reading back, only kept and alerted.
+    failed = yield from _alone(items, error, applied)
     if error is not None:
         # Writes that may wait (safe calls' records, denials) go back in the queue: the next
         # commit — checkpoint B, say — carries them, so a transcript never reports a success
         # its ledger lacks. If that commit fails too, they are lost together.
         buf.items = [i for n, i in enumerate(items) if not i.urgent and not applied[n]]
     held: list[Buffered] = []
-    if error is not None and not isinstance(error, SessionConflictError):
+    if failed is not None:
         # The store failed: our attempts' outcomes are known here and nowhere else. Keep trying
         # to write them, holding the calls in flight meanwhile — others in this process wait,
         # and on this host a live process's attempt is not called over — rather than leave a
@@ -150,19 +166,19 @@ def flush(buf: Buffer, env: Env, extra: list[Op]) -> Generator[Request, Any, Flu
             late_failure = (
                 isinstance(item.op, UpdateEffect) and item.op.record.status is Status.FAILED
             )
-            if late_failure and (error is None or isinstance(error, SessionConflictError)):
+            if late_failure and failed is None:
                 yield from late(item, env)  # kept in the history; nothing happened twice
             continue
-        if error is not None and not isinstance(error, SessionConflictError):
+        if failed is not None:
             yield from write_failed(
                 item,
                 env,
                 f"{item.outcome.call.name!r} ({item.outcome.call.tool_use_id}) in session "
-                f"{env.session_id!r} took effect but the ledger write failed ({error}). The "
+                f"{env.session_id!r} took effect but the ledger write failed ({failed}). The "
                 "model got the real result. This process keeps trying to write it and holds the "
                 "call meanwhile; if it ends first, a resume finds the call in doubt. A person "
                 "should check.",
-                error,
+                failed,
             )
             continue
         yield from late(item, env)

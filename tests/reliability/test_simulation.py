@@ -58,6 +58,17 @@ def test_seeds_that_once_failed_hold(seed: int) -> None:
     assert sim.violations == []
 
 
+@pytest.mark.parametrize("seed", [30_808])
+def test_seeds_that_once_failed_everywhere_hold(seed: int) -> None:
+    """30808: a worker paused past its lease woke, made its effect and found its lease taken
+    over; it wrote its outcome alone, unfenced, into a partition — and, the store failing
+    there, tried to read the record back, failed again, and stopped with neither the outcome
+    kept for its background writer nor an alert (rule 4). Now a store failure on that second
+    write keeps the outcome and raises the alert, as any other does."""
+    sim = simulate(seed, EVERYWHERE)
+    assert sim.violations == []
+
+
 def test_every_check_holds_on_every_kind_of_machine() -> None:
     """``EVERYWHERE``: every fault, on process tables that are missing, hidden or another
     namespace's, in time namespaces, and (half the worlds) on a file store whose one clock
