@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolledger.background import Heartbeats
+from toolledger.engine._background import Heartbeats
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Fork and rewind (``toolledger.branching``) on every backend: a fork at every turn of a 4-turn
+"""Fork and rewind (``toolledger.branches._branching``) on every backend: a fork at every turn of a
+4-turn
 session, what the fork's model is told, a rewound session going on to completion with its
 abandoned branch kept, forks of forks, and the effects left behind counted in the world."""
 
@@ -11,11 +12,11 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger._verify import Severity, verify
 from toolledger.adapters import transcript_reader
-from toolledger.branching import note_text
+from toolledger.branches._branching import note_text
 from toolledger.testing import Counter
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
-from toolledger.verify import Severity, verify
 
 from .test_history import FOUR_TURNS, decline, four_tools, run_four_turns
 

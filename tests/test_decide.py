@@ -1,4 +1,4 @@
-"""The transitions of a call, as the pure functions of ``toolledger.decide``: given what the
+"""The transitions of a call, as the pure functions of ``toolledger.engine._decide``: given what the
 ledger holds, what the tool declares and what the last step answered, what happens next. No
 store, no clock: each test is the function and its answer."""
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-from toolledger import decide
 from toolledger.codec import input_hash
+from toolledger.engine import _decide as decide
 from toolledger.records import SAFE_RERUN, EffectRecord, Status, ToolCall
 
 CALL = ToolCall(

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger._verify import Severity, verify
 from toolledger.codec import idempotency_key
 from toolledger.testing.scripted import Reply, ScriptedModel, Step, ToolUse
-from toolledger.verify import Severity, verify
 
 PARENT = "mail-1"
 SCRIPT = [

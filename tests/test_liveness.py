@@ -1,4 +1,4 @@
-"""Is an attempt (or a lease holder) still alive? ``toolledger.liveness``, against real processes
+"""Is an attempt (or a lease holder) still alive? ``toolledger._liveness``, against real processes
 (alive, ended, a zombie, a reused pid, this process) and against process tables that lie or hide
 (``FakeProc``: no ``/proc``, a ``/proc`` of another PID namespace, hidden entries, time
 namespaces), clocks that step, and leases watched on a monotonic clock this test drives.
@@ -18,9 +18,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 import toolledger as tl
-from toolledger._identity import TICKS, evidence, identify
-from toolledger.codec import input_hash
-from toolledger.liveness import (
+from toolledger._liveness import (
     LEGACY_TIMEOUT,
     Over,
     Running,
@@ -31,6 +29,8 @@ from toolledger.liveness import (
     lease_state,
     this_process,
 )
+from toolledger._liveness._identity import TICKS, evidence, identify
+from toolledger.codec import input_hash
 from toolledger.ops import InsertEffect
 from toolledger.records import EffectRecord, Holder, Lease, Status
 from toolledger.testing import elsewhere

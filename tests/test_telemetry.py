@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 
 import toolledger as tl
-from toolledger import telemetry
+from toolledger.engine import _telemetry as telemetry
 from toolledger.testing.scripted import Flaky, Reply, ScriptedModel, ToolUse
 
 EXPORTER = InMemorySpanExporter()
@@ -222,7 +222,7 @@ RUN_A_CALL = textwrap.dedent(
     """
     import json, sys, tempfile
     import toolledger as tl
-    from toolledger import telemetry
+    from toolledger.engine import _telemetry as telemetry
 
     @tl.tool
     def pay(amount: int) -> str:

@@ -7,11 +7,17 @@ re-exported here; modules with a leading underscore, and names not in ``__all__`
 from __future__ import annotations
 
 from . import approvals, keys, notify
+from ._lineage import Branch, BranchKind, ForkedEffect
+from ._tool_uses import arun_tool_uses, run_tool_uses
+from ._verify import Problem, Severity, verify
 from ._version import __version__
 from .adapters.openai_responses import OpenAIResponses
-from .agent import Agent, Run, Usage
-from .branching import fork, rewind
+from .agent._agent import Agent, Run, Usage
+from .agent._resume import Resumed, resume_all
+from .branches._branching import fork, rewind
+from .branches._history import BranchHistory, CallState, Turn, TurnCall
 from .codec import DEFAULT_MAX_RESULT_BYTES
+from .engine._gate import ApprovalRequest, Decision
 from .errors import (
     BranchPointError,
     ConfigurationError,
@@ -35,9 +41,6 @@ from .errors import (
     StoreUnavailableError,
     ToolLedgerError,
 )
-from .gate import ApprovalRequest, Decision
-from .history import BranchHistory, CallState, Turn, TurnCall
-from .lineage import Branch, BranchKind, ForkedEffect
 from .records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -48,11 +51,8 @@ from .records import (
     Status,
     ToolCall,
 )
-from .resume import Resumed, resume_all
-from .runner import arun_tool_uses, run_tool_uses
 from .stores import DEFAULT_STORE_URL, Ledger, Store, open_store
 from .tools import SchemaTool, Tool, ToolContext, ToolSet, tool
-from .verify import Problem, Severity, verify
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",

@@ -96,7 +96,7 @@ class AppendMessages:
 class AbandonMessages:
     """Take the transcript's messages from seq ``from_seq`` on out of it and keep them, with
     their seqs, as the session's abandoned branch number ``branch`` (a rewind,
-    ``toolledger.branching``); the transcript then continues at ``from_seq``. Nothing is
+    ``toolledger.branches._branching``); the transcript then continues at ``from_seq``. Nothing is
     deleted: ``Backend.read_abandoned`` returns them, and a session's removal removes them
     with it. A guard: a ``from_seq`` past the transcript's end, or a ``branch`` number already
     taken, rolls the batch back (``SessionConflictError``). Pair it with a ``PutSession``
@@ -120,7 +120,7 @@ class TakeLease:
     """Take the session's lease: insert it (``expect_token=0``: there is none) or replace the
     one with ``expect_token``, ``expect_expires_at`` and ``expect_renewals`` (given back,
     unrenewed, or held by a dead worker — the caller judged it,
-    ``toolledger.liveness.lease_state``). Comparing the expiry and the renewal count too means a
+    ``toolledger._liveness.lease_state``). Comparing the expiry and the renewal count too means a
     renewal that lands between the judgement and the take-over makes it fail. A guard: if the
     lease moved on, the batch rolls back and ``SessionBusyError`` is raised. The new lease starts
     at ``renewals=0``."""

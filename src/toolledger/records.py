@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from .lineage import Branch
+from ._lineage import Branch
 
 __all__ = [
     "SAFE_RERUN",
@@ -83,7 +83,7 @@ class Holder:
     """Which process runs an attempt or holds a lease — precisely enough to tell, later and from
     elsewhere, whether that very process still exists; or, when it cannot name itself that
     precisely, an *unknown identity* (``Holder.unknown``), which is judged by its lease and its
-    deadline alone (see ``toolledger.liveness``).
+    deadline alone (see ``toolledger._liveness``).
 
     ``host`` is the host identity (``TOOLLEDGER_HOST_ID``, else the kernel's boot id), ``boot``
     the kernel's boot id, ``pidns`` the PID namespace and ``timens`` the time namespace (inodes
@@ -233,13 +233,14 @@ class EffectRecord:
     toolledger 0.1, before attempts had an identity, and counts as running until ``updated_at``
     plus the default timeout. ``history`` keeps the attempts a later one replaced.
 
-    Branches (docs/design.md, rule 19: one lineage, one call per id; ``toolledger.branching``). A
+    Branches (docs/design.md, rule 19: one lineage, one call per id;
+    ``toolledger.branches._branching``). A
     fork copies every call of its lineage into its ledger: the same call, not a new one.
     ``made_in`` is the session the call was made in: its idempotency key is made from that
     session's id (``key_session``), the same on every branch. ``origin`` is set while the
     record is a copy standing for another session's record of the call — it takes that
     record's outcome, and never runs on the branch while that record is there
-    (``toolledger._copies``); an attempt the branch runs itself clears it. ``None`` for both:
+    (``toolledger.engine._copies``); an attempt the branch runs itself clears it. ``None`` for both:
     a call made in this session — as every record written before lineages shared their calls.
     """
 
@@ -262,7 +263,7 @@ class EffectRecord:
     boot_deadline: str | None = None
     """The same deadline on its machine's boot clock, ``"<boot id>/<seconds since boot>"``,
     where its worker could read one (Linux): a worker of that machine judges the deadline by it,
-    whatever the wall clock did since (``toolledger.liveness``). ``None`` elsewhere, and in
+    whatever the wall clock did since (``toolledger._liveness``). ``None`` elsewhere, and in
     records written before it was kept."""
     made_in: str | None = None
     origin: str | None = None
@@ -281,7 +282,7 @@ class EffectRecord:
     @property
     def in_doubt(self) -> bool:
         """Started and never finished. Whether its attempt may still be running is a separate
-        question (``toolledger.liveness.judge``): only a finished attempt is truly in doubt."""
+        question (``toolledger._liveness.judge``): only a finished attempt is truly in doubt."""
         return self.status is Status.STARTED
 
     @property
@@ -323,7 +324,8 @@ class RunStatus(StrEnum):
     FAILED = "failed"
     """The model API failed (reason stored); running again retries."""
     READY = "ready"
-    """Made by a fork or a rewind (``toolledger.branching``): every call of its last turn is
+    """Made by a fork or a rewind (``toolledger.branches._branching``): every call of its last turn
+    is
     answered and nothing is pending. Running it with no prompt asks the model to go on; a new
     prompt is appended first."""
 
@@ -352,8 +354,18 @@ class SessionState:
     created_at: float
     updated_at: float
     lineage: tuple[Branch, ...] = ()
-    """The forks and rewinds that made this transcript, oldest first (``toolledger.lineage``);
+    """The forks and rewinds that made this transcript, oldest first (``toolledger._lineage``);
     empty for a session that was never branched."""
+
+    def abandoned_calls(self) -> set[str]:
+        """The call ids of this session's own abandoned branches: their records stay in its
+        ledger although its transcript no longer holds them."""
+        return {
+            i
+            for b in self.lineage
+            if b.branch is not None and b.source == self.session_id
+            for i in b.abandoned_calls
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -411,7 +423,7 @@ class Lease:
 
     ``renewals`` counts the renewals of this token: a worker that watches it stay the same for a
     whole ``ttl`` (on its own monotonic clock) knows the holder stopped renewing, whatever any
-    wall clock says (``toolledger.liveness``). Leases written before renewals were counted
+    wall clock says (``toolledger._liveness``). Leases written before renewals were counted
     (toolledger 0.1.0's among them) read ``renewals=0`` and ``ttl=None``."""
 
     session_id: str

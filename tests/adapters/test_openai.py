@@ -15,6 +15,7 @@ import openai
 import pytest
 
 import toolledger as tl
+from toolledger._verify import verify
 from toolledger.adapters import provider_for
 from toolledger.adapters.openai import (
     ERROR_PREFIX,
@@ -26,7 +27,6 @@ from toolledger.records import StoredMessage
 from toolledger.testing.scripted import Flaky, Reply, ToolUse
 from toolledger.testing.scripted_openai import RawArguments, ScriptedOpenAI
 from toolledger.testing.world import World
-from toolledger.verify import verify
 
 TICKET = ToolUse("create_ticket", {"title": "Outage"})
 APIS = ["chat", "responses"]
@@ -58,7 +58,7 @@ def agent_for(
 
 def test_importing_toolledger_does_not_import_the_openai_sdk() -> None:
     code = (
-        "import sys, toolledger, toolledger.adapters.openai, toolledger.verify; "
+        "import sys, toolledger, toolledger.adapters.openai, toolledger._verify; "
         "print('openai' in sys.modules)"
     )
     out = subprocess.run(

@@ -17,10 +17,10 @@ import pytest
 
 import toolledger as tl
 from toolledger._crash import POINTS
+from toolledger._verify import verify
 from toolledger.adapters.openai import ERROR_PREFIX
 from toolledger.testing.scripted_openai import ScriptedOpenAI
 from toolledger.testing.world import KINDS, AgentSpec, World, run_agent
-from toolledger.verify import verify
 
 from ..conftest import url_for
 from ..crashcase import SESSION, assert_one_effect_per_call, crash_and_recover, script

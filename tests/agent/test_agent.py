@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger._verify import verify
 from toolledger.ops import AppendMessages, PutSession
 from toolledger.records import Status
 from toolledger.testing.scripted import Flaky, Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import World
-from toolledger.verify import verify
 
 from ..helpers import spy_store, writes_status
 

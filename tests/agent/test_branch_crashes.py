@@ -16,11 +16,11 @@ import pytest
 
 import toolledger as tl
 from toolledger._crash import POINTS
+from toolledger._verify import Severity, verify
 from toolledger.ops import AppendMessages, PutSession
 from toolledger.records import RunStatus, SessionState, StoredMessage
 from toolledger.testing.scripted import Reply, ScriptedModel
 from toolledger.testing.world import KINDS, AgentSpec, World, run_agent
-from toolledger.verify import Severity, verify
 
 from ..crashcase import SESSION, assert_one_effect_per_call, crash_and_recover, script
 

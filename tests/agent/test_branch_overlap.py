@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import toolledger as tl
+from toolledger._verify import Severity, verify
 from toolledger.testing import elsewhere
 from toolledger.testing.scripted import Reply, ScriptedModel
-from toolledger.verify import Severity, verify
 
 from .test_takeover import (
     LEASE_TTL,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-from toolledger.liveness import this_process
+from toolledger._liveness import this_process
 from toolledger.ops import HoldLease, TakeLease
 from toolledger.records import Holder, Lease, Status
 from toolledger.testing import elsewhere
@@ -63,7 +63,7 @@ def test_a_second_worker_is_refused_while_the_first_runs(store: tl.Store, tmp_pa
 
 def _stalled_heartbeats(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process's lease heartbeat stops renewing: the worker stalls as a paused one does."""
-    from toolledger import background
+    from toolledger.engine import _background as background
 
     monkeypatch.setattr(background.Heartbeats, "_renew", lambda self, io: None)
 
@@ -333,8 +333,8 @@ def test_a_run_stuck_on_the_store_stops_renewing_its_lease(store: tl.Store) -> N
     """Only a worker that makes progress keeps its lease: a run whose own store operation has
     hung for more than a third of the lease's life is not renewed, so another worker can take
     the session over once it expires (and the fence refuses whatever the stuck run writes)."""
-    from toolledger import background
-    from toolledger.drivers import Fence, IOContext
+    from toolledger.engine import _background as background
+    from toolledger.engine._drivers import Fence, IOContext
 
     io = IOContext(store=store, session_id="s")
     lease = Lease(
@@ -375,8 +375,8 @@ def test_a_commit_renews_the_lease_only_once_a_third_of_it_has_passed(
     (on this process's monotonic clock) the fence only checks the token. A heartbeat always
     renews. A wall clock that steps changes none of it. A run taken over meanwhile is refused
     either way."""
-    from toolledger._requests import Fence
-    from toolledger.drivers import IOContext, _hold
+    from toolledger.engine._drivers import IOContext, _hold
+    from toolledger.engine._requests import Fence
     from toolledger.ops import HoldLease, InsertEffect
     from toolledger.testing.conformance import make_record
 

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger._verify import Severity, verify
 from toolledger.records import Status
 from toolledger.testing import elsewhere
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
-from toolledger.verify import Severity, verify
 
 LEASE_TTL = 0.5
 SESSION = "outage-7"

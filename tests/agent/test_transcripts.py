@@ -291,7 +291,7 @@ def test_run_messages_are_the_callers_own(store: tl.Store) -> None:
 
 
 def test_a_kept_transcript_is_used_only_for_the_session_it_continues() -> None:
-    from toolledger._transcripts import Kept, Transcripts
+    from toolledger.agent._transcripts import Kept, Transcripts
 
     def state(**kw: Any) -> SessionState:
         base: dict[str, Any] = {

@@ -205,7 +205,7 @@ def test_deciding_twice_is_refused(client: TestClient, scene: Scene) -> None:
 def test_verify_shows_the_findings_of_the_command(client: TestClient, scene: Scene) -> None:
     page = client.get("/verify").text
     with tl.open_store(scene.url) as store:
-        from toolledger.verify import verify
+        from toolledger._verify import verify
 
         problems = verify(store)
     assert problems, "the in-doubt call is a finding"

@@ -107,10 +107,10 @@ import pydantic
 import pytest
 
 import toolledger as tl
+from toolledger._verify import verify
 from toolledger.records import Status
 from toolledger.testing import Counter
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
-from toolledger.verify import verify
 
 from ..conftest import tool_use, url_for
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import toolledger as tl
+from toolledger._verify import Severity, verify
 from toolledger.records import EffectRecord
 from toolledger.testing import elsewhere
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
-from toolledger.verify import Severity, verify
 
 LEASE_TTL = 0.3
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import toolledger as tl
+from toolledger._verify import Severity, verify
 from toolledger.testing import elsewhere
-from toolledger.verify import Severity, verify
 
 TIMEOUT = 0.2
 

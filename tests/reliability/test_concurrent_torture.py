@@ -84,7 +84,7 @@ def test_on_one_host_no_attempt_is_ever_settled_alive(tmp_path: Path) -> None:
 def _judge_everything_over() -> None:
     """In each worker: a started call is in doubt as soon as it is seen — the behaviour before
     attempts had owners (running in another thread, process or host is ignored)."""
-    from toolledger import liveness
+    from toolledger import _liveness as liveness
 
     def over(record: Any, **kwargs: Any) -> liveness.Verdict:
         return liveness.Over("the broken build judges every started call over")

@@ -5,9 +5,9 @@ lacks (verify() stays clean)."""
 from __future__ import annotations
 
 import toolledger as tl
+from toolledger._verify import verify
 from toolledger.records import Status
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
-from toolledger.verify import verify
 
 from ..helpers import spy_store, writes_status
 

@@ -42,10 +42,10 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger._verify import verify
 from toolledger.records import Status
 from toolledger.stores.jsonfile import _files
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
-from toolledger.verify import verify
 
 from ..conftest import drop_schema, with_params
 
@@ -349,10 +349,10 @@ def test_a_fault_before_the_intent_runs_nothing_and_says_so(
     new block, a directory that is read-only but a file that is not) — the model is told in so
     many words that the call did not run and is safe to retry. Either way, once the store is back
     the call has run at most once, and if it has not run the model knows."""
-    import toolledger.agent
+    import toolledger.agent._agent
 
     world = World(tmp_path / "tickets", setup.fault)
-    real_point = toolledger.agent.crash_point
+    real_point = toolledger.agent._agent.crash_point
 
     def trip(point: str) -> None:
         if point == "after_checkpoint_a" and world.trip_in == "checkpoint_a":
@@ -360,7 +360,7 @@ def test_a_fault_before_the_intent_runs_nothing_and_says_so(
             world.fault.arm()
         real_point(point)
 
-    monkeypatch.setattr(toolledger.agent, "crash_point", trip)
+    monkeypatch.setattr(toolledger.agent._agent, "crash_point", trip)
     script = [Reply(tool_uses=[ToolUse("create_ticket", {"title": "Outage"})]), Reply(text="ok")]
     alerts: list[tl.LedgerWriteError] = []
     errors: list[tl.StoreError] = []

@@ -47,13 +47,13 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-import toolledger._attempt
-import toolledger.agent
-import toolledger.outcomes
+import toolledger.agent._agent
+import toolledger.engine._attempt
+import toolledger.engine._outcomes
+from toolledger._verify import verify
 from toolledger.records import Status
 from toolledger.testing import elsewhere
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
-from toolledger.verify import verify
 
 from ..conftest import with_params
 from .faultproxy import BLACK_HOLE, COMMIT, PASS, Fault, FaultProxy, Matcher, Request, statement
@@ -214,7 +214,11 @@ class Aim:
 def aims(monkeypatch: pytest.MonkeyPatch) -> list[Aim]:
     """The named crash points of the agent, an attempt and the outcomes call these aims."""
     found: list[Aim] = []
-    for module in (toolledger.agent, toolledger._attempt, toolledger.outcomes):
+    for module in (
+        toolledger.agent._agent,
+        toolledger.engine._attempt,
+        toolledger.engine._outcomes,
+    ):
 
         def hook(point: str, real: Callable[[str], None] = module.crash_point) -> None:
             for aim in found:

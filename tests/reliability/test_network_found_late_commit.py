@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-import toolledger._attempt
-import toolledger.agent
+import toolledger.agent._agent
+import toolledger.engine._attempt
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 from ..conftest import with_params
@@ -73,8 +73,10 @@ SCRIPT = [Reply(tool_uses=[ToolUse("create_ticket", {"title": "Outage"})]), Repl
 @pytest.mark.parametrize(
     ("module", "point"),
     [
-        pytest.param(toolledger.agent, "after_checkpoint_a", id="the intent"),
-        pytest.param(toolledger._attempt, "before_record", id="the outcome with checkpoint B"),
+        pytest.param(toolledger.agent._agent, "after_checkpoint_a", id="the intent"),
+        pytest.param(
+            toolledger.engine._attempt, "before_record", id="the outcome with checkpoint B"
+        ),
     ],
 )
 def test_a_late_commit_is_neither_in_doubt_nor_taken_for_another_worker(

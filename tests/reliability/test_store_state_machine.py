@@ -29,8 +29,8 @@ from hypothesis.stateful import (
 )
 
 import toolledger as tl
+from toolledger._lineage import Branch, BranchKind
 from toolledger.codec import encode_result
-from toolledger.lineage import Branch, BranchKind
 from toolledger.ops import (
     AbandonMessages,
     AppendMessages,

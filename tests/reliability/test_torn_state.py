@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger._verify import Severity, verify
 from toolledger.ops import InsertEffect
 from toolledger.records import SessionState, StoredMessage
 from toolledger.testing.conformance import make_record
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
-from toolledger.verify import Severity, verify
 
 from ..conftest import url_for, with_params
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from toolledger import decide
+from toolledger.engine import _decide as decide
 from toolledger.records import Status
 from toolledger.testing._torture import _Backend
 from toolledger.testing.torture import TortureReport, main, run_torture

@@ -12,7 +12,8 @@ of in-doubt calls. These do, so a later release is tested against them too.
     PYTHONPATH=/tmp/tl-pre/src .venv/bin/python tests/upgrade/make_pre_0_2_0_fixtures.py
 
 It refuses to run when the ``toolledger`` it imports is not under a directory named by
-``PYTHONPATH``, or when the source lacks ``toolledger.branching`` (too old) or has the format file
+``PYTHONPATH``, or when the source lacks ``toolledger.branches._branching`` (too old) or has the
+format file
 (too new). It writes, in ``fixtures/pre_0_2_0/``: ``store.db`` (``sqlite:///``, checkpointed),
 ``json/`` (``json:///``) and ``manifest.json`` (each session's status, and what the tests check).
 
@@ -47,7 +48,7 @@ def _check_source() -> None:
     if not any(root in where.parents for root in roots):
         sys.exit(f"toolledger from {where}: run with PYTHONPATH naming commit {COMMIT}'s src")
     try:
-        import toolledger.branching  # noqa: F401
+        import toolledger.branches._branching  # noqa: F401
     except ImportError:
         sys.exit("this toolledger has no branches: older than the fixtures need")
     if (where.parent / "stores" / "jsonfile" / "_format.py").exists():

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger._verify import Severity, verify
 from toolledger.stores.jsonfile._format import FORMAT, FORMAT_FILE
 from toolledger.testing import Reply, ScriptedModel
-from toolledger.verify import Severity, verify
 
 HERE = Path(__file__).parent / "fixtures" / "pre_0_2_0"
 MANIFEST: dict[str, Any] = json.loads((HERE / "manifest.json").read_text())

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-from toolledger.lineage import Branch, BranchKind
+from toolledger._lineage import Branch, BranchKind
+from toolledger._verify import verify
 from toolledger.ops import AbandonMessages, PutSession
 from toolledger.records import Status
 from toolledger.testing import ScriptedModel
-from toolledger.verify import verify
 
 from ..conftest import drop_schema, with_params
 from .fixture_tools import FixtureWorld, replies

@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ..approvals._terminal import user
 from ..errors import ToolLedgerError
 from ..ops import PRUNABLE
 from ..stores import DEFAULT_STORE_URL
@@ -27,7 +28,6 @@ from ._command import Handler, emit_json
 from .branching import add_branching
 from .history import cmd_history
 from .looking import cmd_effects, cmd_in_doubt, cmd_sessions, cmd_show, cmd_verify
-from .prompts import user
 from .render import safe
 from .retention import cmd_export, cmd_prune, duration
 from .running import cmd_audit, cmd_bench, cmd_demo, cmd_resume_all

@@ -1,4 +1,5 @@
-"""``toolledger fork`` and ``toolledger rewind`` (see ``toolledger.branching``), and how the
+"""``toolledger fork`` and ``toolledger rewind`` (see ``toolledger.branches._branching``), and how
+the
 branches of a session are shown by ``history`` and ``show``.
 
 Everything shown is data from the store: printed literally (``safe``), secrets masked unless
@@ -15,15 +16,15 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from ..branching import fork, rewind
-from ..history import BranchHistory
-from ..lineage import Branch, BranchKind, ForkedEffect
+from .._lineage import Branch, BranchKind, ForkedEffect
+from ..approvals._terminal import user
+from ..branches._branching import fork, rewind
+from ..branches._history import BranchHistory
 from ..masking import masked, masked_text
 from ..tools import ToolSet
 from ._command import emit_json, known_session, no_session, store_of
 from .format import when
 from .output import Out
-from .prompts import user
 from .render import preview, safe
 
 __all__ = [

@@ -32,7 +32,7 @@ from typing import Any
 from rich.console import Console
 from rich.panel import Panel
 
-from ..gate import ApprovalRequest, Decision
+from ..engine._gate import ApprovalRequest, Decision
 from ..records import Status
 from ..tools import ToolContext, ToolSet, tool
 
@@ -155,7 +155,7 @@ def _has_sdk() -> bool:
 
 def _child(argv: list[str]) -> int:
     """The agent process."""
-    from ..agent import Agent
+    from ..agent._agent import Agent
     from ..stores import open_store
 
     parser = argparse.ArgumentParser()

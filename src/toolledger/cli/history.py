@@ -1,5 +1,5 @@
 """``toolledger history``: a session's turns — when, what the model asked for, and each call's
-tool, effect class and disposition in the ledger (see ``toolledger.history``).
+tool, effect class and disposition in the ledger (see ``toolledger.branches._history``).
 
 Everything shown is data from the store: printed literally (``safe``), secrets masked unless
 ``--show-secrets``, ids never cut. The model's text is shortened in the table only; ``--json``
@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..history import CallState, Turn, TurnCall
+from ..branches._history import CallState, Turn, TurnCall
 from ..masking import masked, masked_text
 from ..tools import ToolSet
 from ._command import emit_json, known_session, no_session, store_of

@@ -9,10 +9,10 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from ..liveness import Over, Running
+from .._liveness import Over, Running
+from .._verify import Severity, verify
 from ..records import RunStatus, SessionState
 from ..stores import Store
-from ..verify import Severity, verify
 from . import render
 from ._command import emit_json, known_session, no_session, store_of, url_of
 from .branching import branch_json, branch_lines

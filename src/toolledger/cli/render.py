@@ -15,9 +15,9 @@ from typing import Any
 
 from rich.text import Text
 
+from .._liveness import Running, Verdict
 from .._shell import command as shell_command
 from .._shell import shown
-from ..liveness import Running, Verdict
 from ..masking import is_secret_key, masked, masked_text
 from ..records import (
     ApprovalRecord,

@@ -19,8 +19,8 @@ __all__ = ["cmd_audit", "cmd_bench", "cmd_demo", "cmd_resume_all"]
 def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
     """Resume every unfinished session whose lease is free (after a fleet restart). --agent
     MODULE:ATTR names your Agent, or a function taking the store and returning one."""
-    from ..agent import Agent
-    from ..resume import resume_all
+    from ..agent._agent import Agent
+    from ..agent._resume import resume_all
     from .loading import load_object
 
     target = load_object(args.agent, shape="MODULE:AGENT", example="myapp.worker:make_agent")

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from .. import approval_queue as approvals
+from ..approvals import _queue as approvals
 from ..codec import MAX_NESTING, nesting
 from . import render
 from ._command import emit_json, store_of

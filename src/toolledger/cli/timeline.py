@@ -12,8 +12,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .._liveness import Running
 from ..adapters import Provider, read_or_text, transcript_reader
-from ..liveness import Running
 from ..masking import masked, masked_text
 from ..records import Status, StoredMessage
 from ..stores.store import Store

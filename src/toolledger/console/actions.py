@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.datastructures import FormData
 
-from ..approval_queue import decide
+from ..approvals._queue import decide
 from ..cli.settling import parse_result
 from ..errors import ToolLedgerError
 from ..stores import Store

@@ -11,19 +11,19 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._lineage import Branch, BranchKind
+from .._liveness import Running, Verdict
+from .._verify import Problem, verify
 from ..adapters import transcript_reader
-from ..approval_queue import pending
+from ..approvals._queue import pending
 from ..cli.branching import STATE_STYLE, rewound, told
 from ..cli.format import owner, when
 from ..cli.looking import overview
 from ..cli.timeline import Event, timeline
 from ..errors import ToolLedgerError
-from ..lineage import Branch, BranchKind
-from ..liveness import Running, Verdict
 from ..masking import masked, masked_text
 from ..records import ApprovalRecord, EffectRecord, RunStatus, SessionState, Status
 from ..stores import Store
-from ..verify import Problem, verify
 
 __all__ = [
     "CallRow",

@@ -46,11 +46,11 @@ from typing import Any
 from agent_framework import FunctionInvocationContext, FunctionMiddleware, MiddlewareFailure
 
 from .. import keys
-from ..drivers import AlertHook
+from .._tool_uses import arun_tool_uses
+from ..approvals._notify import Notifier, Target
+from ..engine._drivers import AlertHook
+from ..engine._gate import ApprovalRequest, Decision
 from ..errors import ConfigurationError, EffectInProgressError, LedgerMismatchError
-from ..gate import ApprovalRequest, Decision
-from ..notify import Notifier, Target
-from ..runner import arun_tool_uses
 from ..stores import Ledger, Store
 from ..tools import Tool, ToolContext
 from ._declarations import Declaration, checked_declarations, one_call_tool

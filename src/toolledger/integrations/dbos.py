@@ -63,7 +63,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed wherever
         f"toolledger.integrations.dbos needs DBOS: pip install 'toolledger[dbos]' ({exc})"
     ) from exc
 
-from ..agent import Agent, Run
+from ..agent._agent import Agent, Run
 from ..errors import (
     ConfigurationError,
     EffectInProgressError,

@@ -47,11 +47,11 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from .. import keys
-from ..drivers import AlertHook
+from .._tool_uses import arun_tool_uses, run_tool_uses
+from ..approvals._notify import Notifier, Target
+from ..engine._drivers import AlertHook
 from ..errors import ConfigurationError
-from ..notify import Notifier, Target
 from ..records import Status
-from ..runner import arun_tool_uses, run_tool_uses
 from ..stores import Ledger, Store
 from ..tools import SchemaTool, Tool, ToolContext
 from ._declarations import Declaration, checked_declarations, one_call_tool

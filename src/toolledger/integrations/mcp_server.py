@@ -50,9 +50,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .._tool_uses import arun_tool_uses
 from ..adapters._shapes import check_call_id
 from ..adapters.mcp import KEY_META, OUTCOME_UNKNOWN_CODE, key_from_meta
-from ..drivers import AlertHook
+from ..engine._drivers import AlertHook
 from ..errors import (
     ConfigurationError,
     EffectInProgressError,
@@ -60,7 +61,6 @@ from ..errors import (
     MalformedContentError,
 )
 from ..records import Status
-from ..runner import arun_tool_uses
 from ..stores import Ledger, Store
 from ..tools import ToolContext
 from ._declarations import checked_declarations, one_call_tool

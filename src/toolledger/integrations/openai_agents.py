@@ -58,12 +58,12 @@ from agents.tool import set_function_tool_failure_error_function
 from agents.tool_context import ToolContext as SDKToolContext
 
 from .. import keys
-from ..drivers import AlertHook
+from .._tool_uses import arun_tool_uses
+from ..approvals._notify import Notifier, Target
+from ..engine._drivers import AlertHook
+from ..engine._gate import ApprovalRequest, Decision
 from ..errors import ConfigurationError
-from ..gate import ApprovalRequest, Decision
-from ..notify import Notifier, Target
 from ..records import Status
-from ..runner import arun_tool_uses
 from ..stores import Ledger, Store
 from ..tools import Tool, ToolContext
 from ._declarations import Declaration, checked_declarations, one_call_tool

@@ -45,10 +45,10 @@ from pydantic_ai.toolsets import WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from .. import keys
-from ..drivers import AlertHook
+from .._tool_uses import arun_tool_uses
+from ..approvals._notify import Notifier, Target
+from ..engine._drivers import AlertHook
 from ..errors import ConfigurationError
-from ..notify import Notifier, Target
-from ..runner import arun_tool_uses
 from ..stores import Ledger, Store
 from ..tools import Tool, ToolContext
 from ._declarations import Declaration, checked_declarations, one_call_tool

@@ -50,7 +50,7 @@ def open_store(
     """Open (creating if needed) the store named by ``url``.
 
     ``redact`` scrubs every string the store would keep of results, text and approval inputs
-    before anything is written (see ``toolledger.redact``). ``clock`` and ``worker_id`` are
+    before anything is written (see ``toolledger._redact``). ``clock`` and ``worker_id`` are
     injectable for tests. ``create=False`` opens only a store that exists (what the command
     line's reading commands do): a missing one is ``StoreUnavailableError("no store at …")``.
     ``read_only=True`` (the reading commands too) never writes and never migrates: SQLite opens

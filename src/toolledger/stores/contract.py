@@ -65,7 +65,7 @@ class Backend(Protocol):
     ``shared_clock`` (optional; ``False`` when absent) says that ``now()`` is one clock every
     worker reads — a database server's — so a lease may be judged expired by its expiry. A
     backend whose ``now()`` is each machine's own clock leaves it ``False``: leases are then
-    judged only by watching their renewals (``toolledger.liveness``)."""
+    judged only by watching their renewals (``toolledger._liveness``)."""
 
     url: str
     durable: bool

@@ -1,5 +1,5 @@
 """What the store's readers make of a branch's copy of its lineage's call (``EffectRecord.origin``;
-the runner's side is ``toolledger._copies``).
+the runner's side is ``toolledger.engine._copies``).
 
 A copy without an outcome of its own stands for its origin's record: its attempt is judged
 where it runs, it is listed (in doubt, in progress) there — once for the whole lineage — and a
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._liveness import Over, Verdict, judge
 from ..errors import NotInDoubtError
-from ..liveness import Over, Verdict, judge
 from ..records import EffectRecord, Status
 
 if TYPE_CHECKING:

@@ -28,13 +28,7 @@ from ._sql import plans
 from ._sql.plans import Outcome, Step
 from ._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
 from ._sql.schema import too_new
-from ._sqlite_files import (
-    BUSY_TIMEOUT_S,
-    create_owner_only,
-    identity,
-    open_read_only,
-    translate,
-)
+from ._sqlite_files import BUSY_TIMEOUT_S, create_owner_only, identity, open_read_only, translate
 from .contract import Pending
 
 __all__ = ["SQLiteBackend", "translate"]

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from .._liveness import Over, Running, Runtime, Verdict, judge, lease_state, this_process
+from .._redact import redact_ops
 from ..codec import encode_result
 from ..errors import (
     EffectInProgressError,
@@ -20,7 +22,6 @@ from ..errors import (
     NotInDoubtError,
     SessionConflictError,
 )
-from ..liveness import Over, Running, Runtime, Verdict, judge, lease_state, this_process
 from ..ops import Op, UpdateEffect
 from ..records import (
     ApprovalRecord,
@@ -31,12 +32,11 @@ from ..records import (
     Status,
     StoredMessage,
 )
-from ..redact import redact_ops
 from . import copies
 from .contract import AsyncBackend, Backend, InlineAsync, Inspectable
 
 if TYPE_CHECKING:
-    from ..history import BranchHistory, Turn
+    from ..branches._history import BranchHistory, Turn
     from ..tools import ToolSet
     from .retention import PruneReport
 
@@ -147,7 +147,7 @@ class Store:
 
     def judge(self, record: EffectRecord, lease: Lease | None = None) -> Verdict:
         """Whether a ``started`` record's attempt may still take effect (``Running``) or is
-        over (``Over``): see ``toolledger.liveness``. Reads the session's lease unless given."""
+        over (``Over``): see ``toolledger._liveness``. Reads the session's lease unless given."""
         if record.status is not Status.STARTED:
             return Over(f"it is {record.status.value}")
         if record.copied:  # a branch's copy: its attempt is its origin's
@@ -165,7 +165,7 @@ class Store:
 
     def lease_state(self, lease: Lease | None) -> Verdict:
         """Whether a session's lease is held (``Running``) or may be taken (``Over``): see
-        ``toolledger.liveness.lease_state``."""
+        ``toolledger._liveness.lease_state``."""
         return lease_state(
             lease,
             now=self.now(),
@@ -176,7 +176,7 @@ class Store:
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         """Commit ``ops`` through the backend, after the ``redact`` hook (see
-        ``toolledger.redact``). Everything toolledger writes goes through here."""
+        ``toolledger._redact``). Everything toolledger writes goes through here."""
         return self.backend.apply(session_id, self._prepare(ops))
 
     async def aapply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
@@ -218,7 +218,7 @@ class Store:
 
     def abandoned(self, session_id: str) -> dict[int, list[StoredMessage]]:
         """A rewound session's abandoned branches, by number: the messages a rewind took out of
-        its transcript, each with the seq it had (``toolledger.branching``)."""
+        its transcript, each with the seq it had (``toolledger.branches._branching``)."""
         return self.backend.read_abandoned(session_id)
 
     def approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
@@ -226,7 +226,7 @@ class Store:
         return self.backend.read_approvals(session_id)
 
     def lease(self, session_id: str) -> Lease | None:
-        """A session's lease, as stored (``toolledger.liveness`` judges it)."""
+        """A session's lease, as stored (``toolledger._liveness`` judges it)."""
         return self.backend.read_lease(session_id)
 
     def prune(
@@ -242,16 +242,16 @@ class Store:
     def history(self, session_id: str, *, tools: ToolSet | None = None) -> list[Turn]:
         """Every turn of a session — when, what the model asked for, each call's tool, effect
         class (when ``tools`` knows it) and disposition in the ledger — oldest first. Reads
-        only. See ``toolledger.history``."""
-        from ..history import history
+        only. See ``toolledger.branches._history``."""
+        from ..branches._history import history
 
         return history(self, session_id, tools=tools)
 
     def branches(self, session_id: str, *, tools: ToolSet | None = None) -> list[BranchHistory]:
         """The forks and rewinds that made a session, oldest first: each one's point, the
         effects it listed, and a rewind's abandoned turns. Reads only. See
-        ``toolledger.history`` and ``toolledger.branching``."""
-        from ..history import branches
+        ``toolledger.branches._history`` and ``toolledger.branches._branching``."""
+        from ..branches._history import branches
 
         return branches(self, session_id, tools=tools)
 

@@ -17,9 +17,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..liveness import this_process
+from .._liveness import this_process
+from .._verify import Severity, verify
 from ..stores import open_store
-from ..verify import Severity, verify
 from ._concurrent_chaos import Chaos
 from ._concurrent_checks import check_run
 from ._concurrent_evidence import Evidence, SessionEvidence

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..adapters.anthropic import read_tool_uses
-from ..agent import Agent
-from ..approval_queue import decide, pending, queue
+from ..agent._agent import Agent
+from ..approvals._queue import decide, pending, queue
 from ..errors import EffectInProgressError, StoreError, ToolLedgerError
 from ..records import EffectRecord, RunStatus
 from ..stores import Store, open_store

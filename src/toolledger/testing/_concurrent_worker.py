@@ -17,9 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._liveness import HOST_ID_ENV
+from .._tool_uses import run_tool_uses
 from ..adapters.anthropic import read_tool_uses
-from ..agent import Agent
-from ..approval_queue import queue
+from ..agent._agent import Agent
+from ..approvals._queue import queue
 from ..errors import (
     CorruptLedgerError,
     EffectInProgressError,
@@ -27,8 +29,6 @@ from ..errors import (
     SessionConflictError,
     StoreError,
 )
-from ..liveness import HOST_ID_ENV
-from ..runner import run_tool_uses
 from ..stores import Store, open_store
 from ..tools import ToolSet
 from ._concurrent_world import SharedWorld, prompt_of

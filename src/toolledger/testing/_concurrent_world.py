@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..liveness import this_process
+from .._liveness import this_process
 from ..tools import Tool, ToolContext, ToolSet, tool
 from .scripted import Reply, ScriptedModel, ToolUse
 from .world import create_whole

@@ -1,4 +1,4 @@
-"""The store contract, part four: branches (``toolledger.lineage``) — a session's lineage kept
+"""The store contract, part four: branches (``toolledger._lineage``) — a session's lineage kept
 with its state, a rewind's abandoned messages moved out of the transcript whole or not at all,
 and a session created with the records a fork copies, in one piece. Run through
 ``StoreConformance``."""
@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
+from .._lineage import Branch, BranchKind, ForkedEffect
 from ..errors import SessionConflictError
-from ..lineage import Branch, BranchKind, ForkedEffect
 from ..ops import AbandonMessages, AppendMessages, DropSession, InsertEffect, Op, PutSession
 from ..records import RunStatus, SessionState, Status
 from ..stores import Store, open_store

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from .._tool_uses import run_tool_uses
 from ..errors import InvalidSessionIdError, ToolLedgerError
 from ..ops import InsertEffect, UpdateEffect
 from ..records import Status
-from ..runner import run_tool_uses
 from ..stores import Store, open_store
 from ..tools import ToolSet, tool
 from ._samples import WEIRD_SESSION_IDS, make_record

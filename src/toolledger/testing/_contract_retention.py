@@ -9,15 +9,7 @@ from dataclasses import replace
 import pytest
 
 from ..errors import ConfigurationError, SessionConflictError
-from ..ops import (
-    AppendMessages,
-    DropSession,
-    InsertEffect,
-    Op,
-    PutApproval,
-    PutSession,
-    TakeLease,
-)
+from ..ops import AppendMessages, DropSession, InsertEffect, Op, PutApproval, PutSession, TakeLease
 from ..records import ApprovalStatus, Lease, RunStatus, Status
 from ..stores import Store, open_store
 from ._samples import make_approval, make_message, make_record, make_state

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from .._crash import POINTS
+from .._verify import verify
 from ..adapters.anthropic import read_tool_uses
 from ..records import RunStatus
 from ..stores import Store, open_store
 from ..tools import ToolSet
-from ..verify import verify
 from ._forked import HUNG, KILLED, Attempt, spawn
 from ._invariants import Checks, Evidence, check_session
 from ._report import summary_lines, violation_lines

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._crash import arm as arm_crash
-from ..agent import Agent
+from ..agent._agent import Agent
 from ..stores import open_store
 from ..tools import ToolSet
 from .scripted import Reply, ScriptedModel, ToolUse

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import time
 
-from ..liveness import Runtime
+from .._liveness import Runtime
 from ..stores.store import Store
 
 __all__ = ["Elsewhere", "elsewhere"]

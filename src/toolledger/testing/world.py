@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..approval_queue import queue
-from ..gate import ApprovalRequest
+from ..approvals._queue import queue
+from ..engine._gate import ApprovalRequest
 from ..tools import Tool, ToolContext, ToolSet, tool
 
 __all__ = ["KINDS", "AgentSpec", "World", "create_whole", "run_agent", "run_forked"]
@@ -190,7 +190,7 @@ def _approve_all(request: ApprovalRequest) -> bool:
 
 def _child(spec: AgentSpec, crash_at: str | None, result_path: str) -> None:
     from .. import _crash
-    from ..agent import Agent
+    from ..agent._agent import Agent
     from ..errors import ToolLedgerError
     from ..stores import open_store
 

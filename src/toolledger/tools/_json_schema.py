@@ -11,14 +11,7 @@ from ..errors import ConfigurationError
 from ..records import EffectClass
 from ._context import ToolContext
 from ._signature import InputError
-from ._tool import (
-    DEFAULT_TIMEOUT,
-    EffectName,
-    Tool,
-    checked_effect,
-    checked_name,
-    checked_timeout,
-)
+from ._tool import DEFAULT_TIMEOUT, EffectName, Tool, checked_effect, checked_name, checked_timeout
 
 __all__ = ["SchemaTool", "check_json_input"]
 

@@ -11,9 +11,9 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..._lineage import Branch, lineage_from_json, lineage_json
 from ...codec import json_text
 from ...errors import CorruptLedgerError
-from ...lineage import Branch, lineage_from_json, lineage_json
 from ...ops import InsertEffect, PutApproval, PutSession, TakeLease, UpdateEffect
 from ...records import (
     ApprovalRecord,

@@ -88,7 +88,7 @@ SQLITE_MIGRATIONS: list[str] = [
     ALTER TABLE leases ADD COLUMN holder TEXT;
     ALTER TABLE approvals ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
     """,
-    # 5: branches (toolledger.lineage). A session's lineage as JSON text (NULL: never branched,
+    # 5: branches (toolledger._lineage). A session's lineage as JSON text (NULL: never branched,
     # as every session written before); a rewind's abandoned branches, each a row of its own
     # (it may hold no message) and its messages under the seqs they had.
     """
@@ -109,7 +109,7 @@ SQLITE_MIGRATIONS: list[str] = [
         PRIMARY KEY (session_id, branch, seq)
     ) WITHOUT ROWID;
     """,
-    # 6: a lease's renewal count and time to live (toolledger.liveness: a worker that cannot
+    # 6: a lease's renewal count and time to live (toolledger._liveness: a worker that cannot
     # judge a holder by its process table watches the count, never another machine's clock);
     # an attempt's deadline on its machine's boot clock. Rows written before read renewals 0,
     # ttl NULL and boot_deadline NULL: see Lease and EffectRecord.
@@ -212,7 +212,7 @@ POSTGRES_MIGRATIONS: list[str] = [
     ALTER TABLE leases ADD COLUMN holder TEXT;
     ALTER TABLE approvals ADD COLUMN attempt BIGINT NOT NULL DEFAULT 0
     """,
-    # 5: branches (toolledger.lineage). A session's lineage as JSON text (NULL: never branched,
+    # 5: branches (toolledger._lineage). A session's lineage as JSON text (NULL: never branched,
     # as every session written before); a rewind's abandoned branches, each a row of its own
     # (it may hold no message) and its messages under the seqs they had.
     """

@@ -5,7 +5,7 @@ fields; one that does not check out is ``Damaged``. The format is fixed: files w
 earlier releases must read, and a record without a newer field reads as it was written.
 
 Fields added since 0.1, each written only when it holds something (so a line without it reads
-as before): a state's ``lineage`` (``toolledger.lineage``, as a list of objects); an entry's
+as before): a state's ``lineage`` (``toolledger._lineage``, as a list of objects); an entry's
 ``abandoned`` — the rewinds of its batch, each ``{"branch", "from_seq", "after"}``, ``after``
 counting the entry's ``messages`` appended before it — and ``records``, the whole ledger as
 the batch left it, carried by the line that creates a session together with records (the
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..._lineage import Branch
 from ...codec import canonical_json, json_text
-from ...lineage import Branch
 from ...ops import AbandonMessages, AppendMessages, Op, PutApproval
 from ...records import (
     ApprovalRecord,

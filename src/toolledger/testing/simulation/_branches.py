@@ -23,11 +23,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import approval_queue as approvals
-from ...branching import fork, rewind
+from ...approvals import _queue as approvals
+from ...branches._branching import fork, rewind
+from ...engine._gate import ApprovalRequest, Decision, normalise
 from ...errors import StoreError, ToolLedgerError
-from ...gate import ApprovalRequest, Decision, normalise
-from ...lineage import abandoned_calls
 from ._cluster import SimProcess
 from ._state import SimState
 
@@ -148,7 +147,7 @@ class Branches(SimState):
         tid = same[-1].tool_use_id
         for sid in sessions:
             state = self.backend.read_session(sid)
-            if state is not None and tid in abandoned_calls(state):
+            if state is not None and tid in state.abandoned_calls():
                 return True
         return False
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from ..._verify import Severity, verify
 from ...adapters.anthropic import merged, pairing_errors, read_tool_uses
 from ...records import RunStatus, Status
-from ...verify import Severity, verify
 
 if TYPE_CHECKING:
     from ._engine import Simulation

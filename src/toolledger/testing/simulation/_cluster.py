@@ -4,7 +4,8 @@ restart, and the store handle each process sees.
 A *process table* is one host's (or one container's) view of processes: a host identity, a PID
 namespace, a clock offset and drift. Two tables may share a host identity (containers of one
 kernel); they never share a PID namespace. Each process reads its machine through ``SimProc``, a
-simulated ``/proc`` (``toolledger._procview``), so the code that interprets what it reads is
+simulated ``/proc`` (``toolledger._liveness._procview``), so the code that interprets what it reads
+is
 toolledger's own. A table's ``/proc`` may be its own (``own``), missing (``none``: macOS,
 Windows, a masked ``/proc``), hidden across uids (``hidden``: ``hidepid=2``) or the host's
 (``host``: a PID namespace without a ``/proc`` of its own, whose pids name other processes
@@ -19,9 +20,9 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ...drivers import IOContext
+from ..._liveness import InFlight, Runtime
+from ...engine._drivers import IOContext
 from ...errors import StoreUnavailableError
-from ...liveness import InFlight, Runtime
 from ...ops import Op
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from ...stores.memory import MemoryBackend
@@ -146,7 +147,7 @@ class _WatchedInFlight(InFlight):
 
 
 class SimProc:
-    """A simulated process's view of its machine (``toolledger._procview.ProcView``)."""
+    """A simulated process's view of its machine (``toolledger._liveness._procview.ProcView``)."""
 
     def __init__(self, process: SimProcess) -> None:
         self.process = process

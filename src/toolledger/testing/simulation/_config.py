@@ -31,7 +31,7 @@ class SimConfig:
     force: float = 0.0  # an operator forcing a resolution of a running call
     sloppy: float = 0.0  # a process whose tools send past their deadline
     duplicate_delivery: float = 0.2  # a worker runs a session's pending calls by run_tool_uses
-    # Where liveness can be fooled (toolledger._procview, docs/design.md, rule 18):
+    # Where liveness can be fooled (toolledger._liveness._procview, docs/design.md, rule 18):
     proc_modes: tuple[str, ...] = ("own",)  # each table's /proc: own | none | hidden | host
     uids: int = 1  # processes run as one of this many uids (a hidden /proc hides the others)
     time_namespaces: float = 0.0  # the chance a process runs in a time namespace of its own

@@ -20,13 +20,13 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
-from ... import approval_queue as approvals
 from ...adapters.anthropic import read_tool_uses
-from ...agent import Agent
-from ...drivers import IOContext
+from ...agent._agent import Agent
+from ...approvals import _queue as approvals
+from ...engine._drivers import IOContext
+from ...engine._runner import process_batch
 from ...errors import StoreError
 from ...records import RunStatus
-from ...runner import process_batch
 from ...stores.memory import MemoryBackend
 from ._branches import Branches
 from ._cluster import SimProcess, Table, Worker

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ... import approval_queue as approvals
+from ..._liveness import Over
+from ...approvals import _queue as approvals
 from ...errors import StoreError, ToolLedgerError
-from ...liveness import Over
 from ._cluster import SimProcess, Table
 from ._truth import Truth
 

@@ -30,11 +30,10 @@ from dataclasses import replace
 from typing import Any
 from unittest import mock
 
-from ... import _identity
-from ..._procview import ProcView, parse_stat
-from ...branching import _cut as _real_cut
-from ...decide import after_approval as _after_approval
-from ...liveness import Over, Running, Runtime
+from ..._liveness import Over, Running, Runtime, _identity
+from ..._liveness._procview import ProcView, parse_stat
+from ...branches._branching import _cut as _real_cut
+from ...engine._decide import after_approval as _after_approval
 from ...records import Holder
 from ._config import SimConfig
 
@@ -150,36 +149,38 @@ def regression(name: str | None) -> Iterator[None]:
     patch: Any
     if name == "takeover":
         # The old agent ("exclusive"): any started record is a previous holder's, in doubt.
-        patch = mock.patch("toolledger.runner.judge", return_value=bug)
+        patch = mock.patch("toolledger.engine._runner.judge", return_value=bug)
     elif name == "threads":
         # An attempt registered in flight only after its intent committed (here: never).
-        patch = mock.patch("toolledger.liveness.InFlight.add", return_value=None)
+        patch = mock.patch("toolledger._liveness.InFlight.add", return_value=None)
     elif name == "resolve":
         # resolve and in-doubt listings that do not ask whether the attempt still runs.
         patch = mock.patch("toolledger.stores.store.Store.judge", return_value=bug)
     elif name == "lineage":
         patch = contextlib.ExitStack()
-        patch.enter_context(mock.patch("toolledger.branching._cut", _cut_seen))
-        patch.enter_context(mock.patch("toolledger.branching._lineage_calls", _kept_calls_only))
+        patch.enter_context(mock.patch("toolledger.branches._branching._cut", _cut_seen))
+        patch.enter_context(
+            mock.patch("toolledger.branches._branching._lineage_calls", _kept_calls_only)
+        )
     elif name == "blanket":
-        patch = mock.patch("toolledger.decide.after_approval", _any_yes_reruns)
+        patch = mock.patch("toolledger.engine._decide.after_approval", _any_yes_reruns)
     elif name == "unknown-released":
         patch = mock.patch.object(Runtime, "holder", property(_holder_or_none))
     elif name == "unreadable-dead":
-        patch = mock.patch("toolledger.liveness.evidence", _evidence_unreadable_dead)
+        patch = mock.patch("toolledger._liveness.evidence", _evidence_unreadable_dead)
     elif name == "raw-starts":
         patch = contextlib.ExitStack()
-        patch.enter_context(mock.patch("toolledger.liveness.evidence", _evidence_raw))
-        patch.enter_context(mock.patch("toolledger.liveness.identify", _identify_raw))
+        patch.enter_context(mock.patch("toolledger._liveness.evidence", _evidence_raw))
+        patch.enter_context(mock.patch("toolledger._liveness.identify", _identify_raw))
     elif name == "foreign-proc":
-        patch = mock.patch("toolledger.liveness.identify", _identify_trusting)
+        patch = mock.patch("toolledger._liveness.identify", _identify_trusting)
     elif name == "wall-clock":
         patch = contextlib.ExitStack()
-        patch.enter_context(mock.patch("toolledger.liveness._renewing", _expired_by_the_clock))
-        patch.enter_context(mock.patch("toolledger.liveness._by_boot_clock", return_value=None))
+        patch.enter_context(mock.patch("toolledger._liveness._renewing", _expired_by_the_clock))
+        patch.enter_context(mock.patch("toolledger._liveness._by_boot_clock", return_value=None))
         patch.enter_context(
             mock.patch(
-                "toolledger.liveness._before_deadline",
+                "toolledger._liveness._before_deadline",
                 lambda record, deadline, **_: Running("its deadline has not passed", deadline),
             )
         )

@@ -9,7 +9,7 @@ import contextlib
 from typing import Any
 
 from ...adapters.anthropic import pairing_errors
-from ...drivers import (
+from ...engine._drivers import (
     Alert,
     Ask,
     CallModel,

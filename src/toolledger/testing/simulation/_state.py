@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...agent import Agent
-from ...gate import ApprovalRequest, Decision
+from ...agent._agent import Agent
+from ...engine._gate import ApprovalRequest, Decision
 from ...stores.memory import MemoryBackend
 from ...tools import ToolSet
 from ._cluster import SimProcess, Table, Worker

@@ -1,0 +1,547 @@
+"""``Agent``: the durable agent loop — killed at any instant, resumed, nothing done twice.
+
+One turn, and what is durable when:
+
+1. call the model;
+2. **checkpoint A** — the assistant message (and so its tool_use ids, which exist only in this
+   response) and the turn's counters, in one transaction. A crash before it loses nothing that
+   matters: no tool ran, and the model is simply asked again;
+3. ``run_tool_uses`` — intents before unsafe tools, outcomes the instant they return;
+4. **checkpoint B** — the tool_result message, in the same transaction as the turn's last outcome.
+
+So a turn with one non-idempotent call costs 3 durable writes (A, intent, outcome+B) and a turn
+whose calls are safe to re-run costs 2 (A, outcome+B); the final turn, with no tool call, costs 1.
+
+Resuming reads the transcript: a last assistant message with tool_use blocks is a turn whose tools
+are *pending*. They go through the ledger again — recorded ones answer from it, never-started
+ones run, in-doubt ones follow docs/design.md, rule 6 — and every tool_use gets exactly one
+tool_result, first in the next user message. A call nobody can settle stops the run with
+``needs_attention`` *before* anything is sent to the model.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from .._crash import hit as crash_point
+from .._lineage import effects_of
+from ..adapters import provider_for
+from ..approvals._notify import Notifier, Target, in_doubt_calls, notifier
+from ..codec import shallow, valid_unicode
+from ..engine import _leases as leases
+from ..engine import _telemetry as telemetry
+from ..engine._drivers import (
+    AlertHook,
+    CallModel,
+    Failure,
+    Fence,
+    IOContext,
+    ReadEffectIds,
+    ReadEffects,
+    ReadLease,
+    ReadMessages,
+    ReadSession,
+    Request,
+    Sleep,
+    adrive,
+    drive,
+    refuse_async_in_loop,
+)
+from ..engine._outcomes import Batch, CallOutcome
+from ..engine._runner import process_batch
+from ..errors import ConfigurationError, LedgerWriteError, ModelCallError, SessionConflictError
+from ..ops import AppendMessages, Op, PutSession
+from ..records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage
+from ..stores.store import Store, check_session_id
+from ..tools import ToolSet
+from ._state import Run, Session, Usage, advance, commit_or_raise, still_ours
+from ._stops import behind, stop_reason
+from ._streaming import AgentStream
+from ._transcripts import Kept, Transcripts, copied, wire_for
+
+__all__ = ["Agent", "Run", "Usage"]
+
+
+class Agent:
+    """A tool-using agent whose every step is checkpointed in ``store``.
+
+    ``client`` is ``anthropic.Anthropic`` (use ``run``) or ``anthropic.AsyncAnthropic`` (use
+    ``await arun``) — or ``openai.OpenAI`` / ``openai.AsyncOpenAI`` (Chat Completions), or
+    ``toolledger.adapters.openai.OpenAIResponses(client)`` (the Responses API): the provider is
+    picked from the client (``toolledger.adapters.provider_for``). ``approve`` is asked before
+    high-impact calls (see ``toolledger.approvals``); ``on_alert`` receives ledger alerts.
+    ``on_in_doubt`` is told of each call left in doubt (a callable, a webhook URL or a
+    ``toolledger.notify.Notifier``; see ``toolledger.notify``).
+    ``max_turns`` bounds the model calls of one ``run``. ``lease_ttl`` is how long a run's hold on
+    its session outlives a worker that stops renewing it (see ``toolledger.engine._leases``).
+
+    An agent keeps the transcripts of the last few sessions it ran in memory: running one of
+    them again reads only what the store holds beyond them (nothing, when its state is
+    unchanged), never a transcript the store does not hold (``toolledger.agent._transcripts``).
+    """
+
+    def __init__(
+        self,
+        *,
+        client: Any,
+        model: str,
+        tools: ToolSet | Sequence[Any],
+        store: Store,
+        approve: Any = None,
+        system: str | None = None,
+        max_turns: int = 20,
+        max_tokens: int = 4096,
+        on_alert: AlertHook | None = None,
+        lease_ttl: float = 30.0,
+        on_in_doubt: Notifier | Target | None = None,
+    ) -> None:
+        if not isinstance(store, Store):
+            raise ConfigurationError("store= must be a toolledger Store (toolledger.open_store)")
+        if max_turns < 1 or max_tokens < 1 or lease_ttl <= 0:
+            raise ConfigurationError("max_turns, max_tokens and lease_ttl must be positive")
+        self.provider = provider_for(client)
+        self.model = model
+        self.tools = tools if isinstance(tools, ToolSet) else ToolSet(tools)
+        self.store = store
+        self.approve = approve
+        self.system = system
+        self.max_turns = max_turns
+        self.max_tokens = max_tokens
+        self.on_alert = on_alert
+        self.lease_ttl = lease_ttl
+        self.on_in_doubt = notifier(on_in_doubt)
+        # The last sessions this agent ran, so opening one again reads only what is new.
+        self._transcripts = Transcripts()
+
+    # -- entry points ----------------------------------------------------------------------------
+
+    def run(
+        self,
+        *,
+        session: str,
+        prompt: str | None = None,
+        on_text: Callable[[str], object] | None = None,
+    ) -> Run:
+        """Start ``session`` with ``prompt``, or resume it if it exists.
+
+        An unfinished session resumes where it stopped (``prompt`` may repeat the one that
+        started it, and is not appended twice). A completed one continues the conversation with
+        a new ``prompt``; repeating its last prompt returns it as it is. Raises
+        ``ModelCallError`` when the model API fails (the session stays resumable),
+        ``StoreError`` when the store does, ``SessionBusyError`` when another worker runs the
+        session, ``LeaseLostError`` when this run's lease was taken over, and
+        ``EffectInProgressError`` when a call of its pending turn is still being run by an
+        attempt that may take effect (a worker whose session this run took over): run it again
+        after that attempt's deadline.
+
+        A session held by a worker this process cannot judge by its process table (another
+        host or container, a machine without a readable ``/proc``) on a file store is free once
+        that worker stops renewing its lease for a whole TTL: ``run`` watches it for up to that
+        long (at most its own ``lease_ttl`` or the holder's, whichever is longer), and raises
+        ``SessionBusyError`` as soon as it sees a renewal, or when it has watched that long
+        (``toolledger._liveness``; a later ``run`` in this process goes on watching).
+
+        ``on_text``, when given, streams the model's replies: it is called with each piece of
+        text as the model writes it (Anthropic; OpenAI Chat Completions). A reply is
+        checkpointed only once it is complete: a process killed mid-stream loses the partial
+        text, and the resumed run asks the model again. ``stream`` is the same as an iterator.
+        """
+        if self.provider.is_async:
+            raise ConfigurationError("this Agent has an async client: use `await agent.arun(...)`")
+        refuse_async_in_loop(self.tools, "Agent.run")
+        sid = check_session_id(session)
+        self._check_streaming(on_text)
+        with telemetry.agent_span(sid, self.model, self._vendor) as span:
+            run = drive(self._loop(sid, prompt, on_text), self._io(session))
+            telemetry.agent_done(span, run)
+            return run
+
+    async def arun(
+        self,
+        *,
+        session: str,
+        prompt: str | None = None,
+        on_text: Callable[[str], object] | None = None,
+    ) -> Run:
+        """The async twin of ``run`` (``on_text`` may be a coroutine function)."""
+        if not self.provider.is_async:
+            raise ConfigurationError("this Agent has a sync client: use `agent.run(...)`")
+        sid = check_session_id(session)
+        self._check_streaming(on_text)
+        with telemetry.agent_span(sid, self.model, self._vendor) as span:
+            run = await adrive(self._loop(sid, prompt, on_text), self._io(session))
+            telemetry.agent_done(span, run)
+            return run
+
+    def stream(self, *, session: str, prompt: str | None = None) -> AgentStream:
+        """``run`` as an iterator of the model's text, piece by piece as it is written; the
+        ``Run`` is the iterator's ``run`` once it is exhausted (errors are raised from the
+        iteration). See ``toolledger.agent._streaming``."""
+        if self.provider.is_async:
+            raise ConfigurationError("this Agent has an async client: use `agent.arun(on_text=)`")
+        self._check_streaming(lambda _: None)
+        return AgentStream(
+            lambda on_text: self.run(session=session, prompt=prompt, on_text=on_text),
+            session=session,
+        )
+
+    def _check_streaming(self, on_text: Callable[[str], object] | None) -> None:
+        if on_text is not None and not getattr(self.provider, "can_stream", False):
+            raise ConfigurationError(
+                f"the {self.provider.name} provider does not stream; run without on_text"
+            )
+
+    def _io(self, session: str) -> IOContext:
+        return IOContext(
+            store=self.store,
+            session_id=session,
+            approve=self.approve,
+            on_alert=self.on_alert,
+            model=self.provider,
+        )
+
+    @property
+    def _vendor(self) -> str:
+        """The provider as OpenTelemetry names it (``gen_ai.provider.name``)."""
+        return self.provider.name.split("-")[0]
+
+    # -- the loop, once --------------------------------------------------------------------------
+
+    def _loop(
+        self, sid: str, prompt: str | None, on_text: Callable[[str], object] | None = None
+    ) -> Generator[Request, Any, Run]:
+        # The lease first: nothing is read that another worker could be changing.
+        current: Lease | None = yield ReadLease()
+        state = self.store.lease_state(current)
+        left = leases.watching(state)
+        # Held by a worker no process table here can judge: it is free once it goes a whole
+        # time to live unrenewed, watched from here; a renewal seen meanwhile means busy. This
+        # run watches for up to its own lease's time to live (or the holder's, if longer).
+        ttl = (current.ttl if current is not None else None) or self.lease_ttl
+        budget = max(self.lease_ttl, ttl)
+        while left is not None and budget > 0:
+            pause = min(left, max(0.05, ttl / 10), budget)
+            budget -= pause
+            yield Sleep(pause)
+            current = yield ReadLease()
+            state = self.store.lease_state(current)
+            left = leases.watching(state)
+        owner = f"{self.store.worker_id}/{uuid.uuid4().hex[:6]}"
+        take = leases.take(
+            current,
+            state,
+            session_id=sid,
+            owner=owner,
+            holder=self.store.runtime.holder,
+            now=self.store.now(),
+            ttl=self.lease_ttl,
+        )
+        yield from commit_or_raise([take])
+        yield Fence(take.lease, self.lease_ttl)
+        token = take.lease.token
+        opened = yield from self._open(sid, prompt, take.lease)
+        if opened is None:
+            return (yield from self._result(sid, ()))
+        s, called = opened
+        first = len(s.messages)
+        alerts: list[LedgerWriteError] = []
+
+        def finish(s: Session) -> Run:
+            self._keep(s, called, first)
+            return self._finish(s, alerts)
+
+        calls_left = self.max_turns
+        while True:
+            last = s.messages[-1]
+            if last.role == "assistant":
+                if s.calls is None:
+                    s.calls = self.provider.tool_calls(last)
+                if not s.calls:
+                    if s.state.status is not RunStatus.COMPLETED:
+                        s = yield from self._set_status(s, RunStatus.COMPLETED, None)
+                    return finish(s)
+                s, stop = yield from self._run_tools(s, alerts, token)
+                if stop:
+                    return finish(s)
+                continue
+            if calls_left == 0:
+                reason = f"stopped after {self.max_turns} model calls (max_turns)"
+                s = yield from self._set_status(s, RunStatus.MAX_TURNS, reason)
+                return finish(s)
+            calls_left -= 1
+            s = yield from self._call_model(s, on_text)
+
+    def _open(
+        self, sid: str, prompt: str | None, lease: Lease
+    ) -> Generator[Request, Any, tuple[Session, frozenset[str]] | None]:
+        """Load the session, creating it or appending ``prompt`` as the rules say, with the call
+        ids its transcript holds. ``None``: there is nothing to do (a completed session, asked
+        its own last prompt again)."""
+        prompt = valid_unicode(prompt)
+        state: SessionState | None = yield ReadSession()
+        # Only the ids: a record the transcript does not ask for is a checkpoint behind its
+        # ledger; what the records say is read when their calls are run.
+        recorded: list[str] = yield ReadEffectIds()
+        now = self.store.clock()
+        if state is None:
+            if recorded:
+                yield from still_ours(sid, lease)
+                raise behind(
+                    sid, sorted(recorded), "it has no checkpoint at all", url=self.store.url
+                )
+            if prompt is None:
+                raise ConfigurationError(
+                    f"session {sid!r} does not exist; give a prompt to start it"
+                )
+            role, content = self.provider.prompt_message(prompt)
+            first = StoredMessage(seq=0, role=role, content=content, created_at=now)
+            state = SessionState(
+                session_id=sid,
+                status=RunStatus.RUNNING,
+                version=1,
+                messages=1,
+                created_at=now,
+                updated_at=now,
+            )
+            yield from commit_or_raise([PutSession(state, None), AppendMessages((first,))])
+            return Session(state, [first]), frozenset()
+        s, called = yield from self._transcript(sid, state)
+        if recorded:
+            stray = sorted(set(recorded) - called - state.abandoned_calls())
+            if stray and state.lineage:
+                # A branch holds its lineage's calls, made in other transcripts: only a record
+                # of its own that no turn asked for is a checkpoint behind its ledger.
+                copies: dict[str, EffectRecord] = yield ReadEffects(stray)
+                stray = [i for i in stray if i not in copies or not copies[i].copied]
+            if stray:
+                yield from still_ours(sid, lease)
+                raise behind(
+                    sid, stray, "its transcript does not hold the turns", url=self.store.url
+                )
+        if prompt is None or prompt == self._last_prompt(s):
+            if state.status is RunStatus.COMPLETED:
+                return None
+            return s, called
+        if not state.status.finished:
+            why = state.reason or "it was interrupted"
+            raise ConfigurationError(
+                f"session {sid!r} is unfinished ({state.status.value}: {why}). Resume it first "
+                "— agent.run(session=...) with no prompt or its own prompt — then send the new "
+                "prompt."
+            )
+        role, content = self.provider.prompt_message(prompt)
+        message = StoredMessage(seq=len(s.messages), role=role, content=content, created_at=now)
+        new = advance(
+            s.state, self.store.clock(), status=RunStatus.RUNNING, reason=None, messages=1
+        )
+        yield from commit_or_raise([AppendMessages((message,)), PutSession(new, state.version)])
+        return Session(new, [*s.messages, message], wire=s.wire), called
+
+    def _transcript(
+        self, sid: str, state: SessionState
+    ) -> Generator[Request, Any, tuple[Session, frozenset[str]]]:
+        """The stored transcript of ``state`` and the call ids it holds: what this agent kept of
+        the session, with only the messages appended since read (``Transcripts.reuse``), or
+        else read whole."""
+        kept = self._transcripts.get(sid) if self.store.redact is None else None
+        since = None if kept is None else Transcripts.reuse(kept, state)
+        if kept is not None and since is not None:
+            read: list[StoredMessage] = (
+                [] if since == len(kept.messages) else (yield ReadMessages(since))
+            )
+            added = read[1:]
+            if (
+                Transcripts.continues(kept, since, read)
+                and len(kept.messages) + len(added) == state.messages
+            ):
+                called = kept.called.union(i for m in added for i in self.provider.call_ids(m))
+                return Session(state, [*kept.messages, *added], wire=kept.wire), called
+        self._transcripts.drop(sid)
+        messages: list[StoredMessage] = yield ReadMessages(0)
+        called = frozenset(i for m in messages for i in self.provider.call_ids(m))
+        return Session(state, messages), called
+
+    def _keep(self, s: Session, called: frozenset[str], first: int) -> None:
+        """Keep ``s`` (as committed) for this agent's next run of the session; ``called``: the
+        call ids of its first ``first`` messages. Not with a ``redact`` hook: the store holds
+        other text than the run's messages."""
+        if self.store.redact is not None or s.state.messages != len(s.messages):
+            return
+        added = s.messages[first:]
+        called = called.union(i for m in added for i in self.provider.call_ids(m))
+        kept = Kept(state=s.state, messages=tuple(s.messages), called=called, wire=s.wire)
+        self._transcripts.put(s.state.session_id, kept)
+
+    def _call_model(
+        self, s: Session, on_text: Callable[[str], object] | None = None
+    ) -> Generator[Request, Any, Session]:
+        sent, wire = wire_for(self.provider, s.messages, s.wire)
+        kwargs = self.provider.request(
+            model=self.model,
+            max_tokens=self.max_tokens,
+            system=self.system,
+            tools=self.tools,
+            messages=s.messages,
+            wire=sent,
+        )
+        span = telemetry.model_span(self.model, self._vendor, self.max_tokens)
+        answer = yield CallModel(kwargs, span, on_text)
+        if isinstance(answer, Failure):
+            telemetry.model_done(span, error=answer.exc)
+            unreadable = isinstance(answer.exc, RecursionError)  # the SDK's JSON decoder gave up
+            if not unreadable and not self.provider.is_api_error(answer.exc):
+                raise answer.exc
+            reason = (
+                "the model's response is nested too deep to read"
+                if unreadable
+                else f"model API error: {answer.exc}"
+            )
+            yield from self._set_status(s, RunStatus.FAILED, reason)
+            raise ModelCallError(
+                f"the model API failed for session {s.state.session_id!r}: {reason}. The "
+                "session is saved; run it again to retry.",
+                session_id=s.state.session_id,
+                status_code=getattr(answer.exc, "status_code", None),
+            ) from answer.exc
+        try:
+            turn = self.provider.read_response(answer)
+        except BaseException as exc:
+            telemetry.model_done(span, error=exc)
+            raise
+        telemetry.model_done(span, input_tokens=turn.input_tokens, output_tokens=turn.output_tokens)
+        # Content the API can take back: no lone surrogate (escaped in its JSON), no input
+        # nested deeper than anything can store (a call with one is then answered with an error).
+        content = valid_unicode(shallow(turn.content))
+        message = StoredMessage(
+            seq=len(s.messages),
+            role="assistant",
+            content=content,
+            created_at=self.store.clock(),
+        )
+        if content is not turn.content:
+            # Text the API cannot take back (a lone surrogate, escaped in its JSON): stored and
+            # run as U+FFFD, so every later request can carry it.
+            turn = replace(turn, content=content, calls=self.provider.tool_calls(message))
+        new = advance(
+            s.state,
+            self.store.clock(),
+            status=RunStatus.RUNNING if turn.calls else RunStatus.COMPLETED,
+            reason=None,
+            messages=1,
+            turns=1,
+            input_tokens=turn.input_tokens,
+            output_tokens=turn.output_tokens,
+        )
+        # Checkpoint A: the tool_use ids exist only in this response; they are durable before
+        # any tool runs.
+        yield from commit_or_raise([AppendMessages((message,)), PutSession(new, s.state.version)])
+        crash_point("after_checkpoint_a")
+        return Session(new, [*s.messages, message], calls=turn.calls, wire=wire)
+
+    def _run_tools(
+        self, s: Session, alerts: list[LedgerWriteError], token: int
+    ) -> Generator[Request, Any, tuple[Session, bool]]:
+        """Run (or reconcile) the pending calls of the last assistant message; commit
+        checkpoint B with the last outcome. Returns the session and whether to stop."""
+        last = s.messages[-1]
+        calls = s.calls if s.calls is not None else self.provider.tool_calls(last)
+        committed: list[Session] = []
+
+        def checkpoint_b(outcomes: list[CallOutcome]) -> list[Op]:
+            stop = stop_reason(outcomes, s.state.session_id, self.store.url)
+            if stop is not None:
+                new = advance(s.state, self.store.clock(), status=stop[0], reason=stop[1])
+                committed.append(Session(new, s.messages, wire=s.wire))
+                return [PutSession(new, s.state.version)]
+            now = self.store.clock()
+            produced = self.provider.results_messages(
+                [(o.call.tool_use_id, o.content, o.is_error) for o in outcomes]
+            )
+            results = tuple(
+                StoredMessage(seq=len(s.messages) + i, role=role, content=content, created_at=now)
+                for i, (role, content) in enumerate(produced)
+            )
+            new = advance(
+                s.state,
+                self.store.clock(),
+                status=RunStatus.RUNNING,
+                reason=None,
+                messages=len(results),
+            )
+            committed.append(Session(new, [*s.messages, *results], wire=s.wire))
+            return [AppendMessages(results), PutSession(new, s.state.version)]
+
+        ledger = self.store.ledger(s.state.session_id)
+        batch: Batch = yield from process_batch(
+            calls,
+            self.tools,
+            ledger,
+            can_ask=self.approve is not None,
+            tail=checkpoint_b,
+            lease_token=token,
+        )
+        alerts.extend(batch.alerts)
+        in_doubt_calls(self.on_in_doubt, s.state.session_id, batch.outcomes)
+        error = batch.commit_error
+        if error is not None:
+            if type(error) is SessionConflictError and error.tool_use_id is not None:
+                # A call's record moved on while this run ran it (another attempt, a person):
+                # checkpoint B did not land. The turn stays pending; a person looks first.
+                reason = "; ".join([error.message, *(a.message for a in batch.alerts)])
+                s = yield from self._set_status(s, RunStatus.NEEDS_ATTENTION, reason)
+                return s, True
+            raise error
+        (s,) = committed
+        if s.state.status is not RunStatus.RUNNING:
+            return s, True
+        crash_point("after_checkpoint_b")
+        if batch.alerts:
+            # The model has the real results; the ledger does not. A person must look before
+            # the agent goes on building on an effect the ledger cannot vouch for.
+            reason = "; ".join(a.message for a in batch.alerts)
+            s = yield from self._set_status(s, RunStatus.NEEDS_ATTENTION, reason)
+            return s, True
+        return s, False
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _set_status(
+        self, s: Session, status: RunStatus, reason: str | None
+    ) -> Generator[Request, Any, Session]:
+        new = advance(s.state, self.store.clock(), status=status, reason=reason)
+        yield from commit_or_raise([PutSession(new, s.state.version)])
+        return Session(new, s.messages, wire=s.wire)
+
+    def _last_prompt(self, s: Session) -> str | None:
+        for m in reversed(s.messages):
+            text = self.provider.prompt_text(m)
+            if text is not None:
+                return text
+        return None
+
+    def _finish(self, s: Session, alerts: list[LedgerWriteError]) -> Run:
+        state = s.state
+        final = next(
+            (self.provider.final_text(m) for m in reversed(s.messages) if m.role == "assistant"),
+            "",
+        )
+        return Run(
+            session_id=state.session_id,
+            status=state.status,
+            reason=state.reason,
+            turns=state.turns,
+            usage=Usage(input_tokens=state.input_tokens, output_tokens=state.output_tokens),
+            # Copied: the messages are kept for the session's next run, and are the caller's.
+            messages=copied(self.provider.transcript(s.messages)),
+            final_text=final,
+            alerts=tuple(alerts),
+            effects_after_fork=effects_of(state.lineage),
+        )
+
+    def _result(self, sid: str, alerts: Sequence[LedgerWriteError]) -> Generator[Request, Any, Run]:
+        state: SessionState = yield ReadSession()
+        messages: list[StoredMessage] = yield ReadMessages(0)
+        return self._finish(Session(state, messages), list(alerts))

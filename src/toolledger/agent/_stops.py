@@ -1,0 +1,74 @@
+"""Why an agent run stops for a person, in words a person can act on: a call in doubt, a call
+awaiting approval (with the whole commands to run), a session behind its ledger."""
+
+from __future__ import annotations
+
+from .._shell import command
+from ..engine._outcomes import CallOutcome, Disposition
+from ..errors import CorruptLedgerError
+from ..records import RunStatus
+from ..stores import DEFAULT_STORE_URL
+
+__all__ = ["behind", "stop_reason"]
+
+
+def behind(sid: str, stray: list[str], why: str, *, url: str) -> CorruptLedgerError:
+    """Ledger records that no turn of the transcript asked for: the checkpoint is older than
+    the ledger (restored from a backup, or its last commits lost). Resuming would ask the
+    model again, and the lost turns' calls would run again under new ids."""
+    shown = ", ".join(stray[:5]) + (" …" if len(stray) > 5 else "")
+    return CorruptLedgerError(
+        f"session {sid!r} is behind its ledger: records for {shown} exist but {why}. "
+        "Resuming would repeat those calls under new ids, so it is refused. Restore the "
+        "session's newer checkpoint (the store as it was), or settle by hand what those "
+        "calls did; `toolledger verify` and `toolledger effects` show both sides.",
+        url=url,
+        session_id=sid,
+    )
+
+
+def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunStatus, str] | None:
+    """Why checkpoint B must not be written yet: a call is in doubt or awaits approval. The
+    commands to run are whole and shell-quoted, with the store when it is not the default."""
+
+    def cmd(*argv: str) -> str:
+        return command(*argv, url=url, default_url=DEFAULT_STORE_URL)
+
+    doubt = [o for o in outcomes if o.disposition is Disposition.IN_DOUBT]
+    if doubt:
+        here = [o for o in doubt if o.settle_in is None]
+        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in here)
+        how = "; ".join(
+            f"`{cmd('resolve', sid, o.call.tool_use_id, '--happened')}` if it took effect, or "
+            f"`{cmd('resolve', sid, o.call.tool_use_id, '--not-happened')}` if it did not"
+            for o in here
+        )
+        said = (
+            [f"in doubt: {names} may already have happened. Settle each with one command: {how}"]
+            if here
+            else []
+        )
+        # A branch's copy of its lineage's call is settled (or run) where the call was made.
+        said += [
+            f"{o.call.name!r} ({o.call.tool_use_id}) is the call of session {o.settle_in!r}, "
+            "where this session's lineage holds it: run that session, or settle it there with "
+            f"`{cmd('resolve', o.settle_in, o.call.tool_use_id, '--happened')}` if it took "
+            f"effect, or `{cmd('resolve', o.settle_in, o.call.tool_use_id, '--not-happened')}` "
+            "if it did not"
+            for o in doubt
+            if o.settle_in is not None
+        ]
+        return (RunStatus.NEEDS_ATTENTION, "; ".join(said) + ", then run the session again.")
+    waiting = [o for o in outcomes if o.disposition is Disposition.AWAITING_APPROVAL]
+    if waiting:
+        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in waiting)
+        how = "; ".join(
+            f"`{cmd('approve', sid, o.call.tool_use_id)}` or "
+            f"`{cmd('deny', sid, o.call.tool_use_id)}`"
+            for o in waiting
+        )
+        return (
+            RunStatus.AWAITING_APPROVAL,
+            f"awaiting approval: {names}. Decide with {how}, then run the session again.",
+        )
+    return None

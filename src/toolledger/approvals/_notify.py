@@ -1,0 +1,392 @@
+"""Notifications: tell a person the moment toolledger needs one.
+
+Two moments need a person: a high-impact call waits for approval
+(``approvals.queue(notify=...)``), and a call is in doubt — nobody knows whether it took effect
+(``Agent(on_in_doubt=...)``, ``run_tool_uses(on_in_doubt=...)``). Each sends one JSON event::
+
+    {"type": "approval_requested" | "in_doubt", "id": "<delivery id>", "at": 1764800000.0,
+     "session": "...", "tool_use_id": "...", "tool": "send_email",
+     "input": "{\\"to\\":\\"...\\"}", "reason": "...", "in_doubt": false,
+     "console": "http://127.0.0.1:8765/session?id=..."}
+
+``input`` is a summary: the call's input as JSON with secrets masked (as the command line masks
+them) and cut to 500 characters. ``console`` is a link to the session in ``toolledger console``
+when the notifier knows where it runs (``console_url=`` or ``TOOLLEDGER_CONSOLE_URL``), else
+``null``.
+
+A target is a callable (given the event, as a dict) or a webhook URL. A webhook is POSTed the
+event, signed with HMAC-SHA256 over ``"<timestamp>.<body>"`` (``secret=`` or
+``TOOLLEDGER_WEBHOOK_SECRET``; a webhook without a secret is refused), in the headers
+``X-Toolledger-Signature: sha256=<hex>`` and ``X-Toolledger-Timestamp``; ``verify_signature``
+checks one on the receiving side. ``X-Toolledger-Delivery`` is the same on every retry of an
+event, so a receiver can drop the repeats.
+
+Delivery never blocks the agent: events go to a queue that one background thread per notifier
+works through. A failed delivery (an exception, a network error, a 5xx, 408 or 429) is retried
+with exponential backoff; one that keeps failing, or is refused (any other 4xx), is logged on the
+``toolledger`` logger and dropped. At exit, the queue is given a few seconds to drain.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import hmac
+import json
+import logging
+import os
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from ..engine._batch import CallOutcome, Disposition
+from ..errors import ConfigurationError
+from ..masking import masked
+
+__all__ = ["Notifier", "notifier", "verify_signature"]
+
+logger = logging.getLogger("toolledger")
+
+SIGNATURE_HEADER = "X-Toolledger-Signature"
+TIMESTAMP_HEADER = "X-Toolledger-Timestamp"
+DELIVERY_HEADER = "X-Toolledger-Delivery"
+EVENT_HEADER = "X-Toolledger-Event"
+
+_INPUT_CHARS = 500
+_QUEUE_SIZE = 1000
+_REMEMBERED = 4096  # in-doubt calls already told, per notifier
+_RETRYABLE_STATUS = frozenset({408, 429})
+
+Event = dict[str, Any]
+Target = Callable[[Event], Any] | str
+
+
+class Notifier:
+    """Sends events to ``target`` — a callable or a webhook URL — from a background thread.
+
+    ``attempts`` deliveries at most per event, ``backoff`` seconds before the second, doubling
+    up to ``max_backoff``; ``timeout`` bounds one webhook request; ``exit_wait`` is how long the
+    process waits at exit for events still queued.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        secret: str | bytes | None = None,
+        console_url: str | None = None,
+        attempts: int = 6,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        timeout: float = 10.0,
+        exit_wait: float = 5.0,
+    ) -> None:
+        if attempts < 1 or backoff < 0 or max_backoff < 0 or timeout <= 0 or exit_wait < 0:
+            raise ConfigurationError(
+                "attempts must be at least 1, timeout positive and the waits not negative"
+            )
+        if isinstance(target, str):
+            parts = urlsplit(target)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ConfigurationError(
+                    f"a notification target must be a callable or an http(s) URL, not {target!r}"
+                )
+            secret = secret if secret is not None else os.environ.get("TOOLLEDGER_WEBHOOK_SECRET")
+            if not secret:
+                raise ConfigurationError(
+                    "a webhook needs a secret to sign its events: pass secret=... or set "
+                    "TOOLLEDGER_WEBHOOK_SECRET (the receiver checks it with "
+                    "toolledger.notify.verify_signature)"
+                )
+        elif not callable(target):
+            raise ConfigurationError(
+                f"a notification target must be a callable or an http(s) URL, not "
+                f"{type(target).__name__}"
+            )
+        self.target = target
+        self._secret = secret.encode() if isinstance(secret, str) else secret
+        base = console_url if console_url is not None else os.environ.get("TOOLLEDGER_CONSOLE_URL")
+        self.console_url = base.rstrip("/") if base else None
+        self.attempts = attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.timeout = timeout
+        self.exit_wait = exit_wait
+        self._queue: queue.Queue[Event] = queue.Queue(_QUEUE_SIZE)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._told: dict[tuple[str, str], None] = {}  # in-doubt calls sent, oldest first
+        _live.add(self)
+
+    def __repr__(self) -> str:
+        shown = self.target if isinstance(self.target, str) else repr(self.target)
+        return f"Notifier({shown!r})"
+
+    # -- what the library calls ------------------------------------------------------------------
+
+    def approval_requested(
+        self,
+        *,
+        session_id: str,
+        tool_use_id: str,
+        tool: str,
+        input: Any,
+        reason: str | None,
+        in_doubt: bool,
+    ) -> None:
+        """A request was queued for a person to approve or deny."""
+        self.send(
+            self.event(
+                "approval_requested",
+                session_id=session_id,
+                tool_use_id=tool_use_id,
+                tool=tool,
+                input=input,
+                reason=reason,
+                in_doubt=in_doubt,
+            )
+        )
+
+    def in_doubt(
+        self, *, session_id: str, tool_use_id: str, tool: str, input: Any, reason: str
+    ) -> None:
+        """A call is in doubt. Told once per call for the life of this notifier: a run that
+        meets the same unsettled call again does not repeat it."""
+        key = (session_id, tool_use_id)
+        with self._lock:
+            if key in self._told:
+                return
+            self._told[key] = None
+            if len(self._told) > _REMEMBERED:
+                del self._told[next(iter(self._told))]
+        self.send(
+            self.event(
+                "in_doubt",
+                session_id=session_id,
+                tool_use_id=tool_use_id,
+                tool=tool,
+                input=input,
+                reason=reason,
+                in_doubt=True,
+            )
+        )
+
+    def event(
+        self,
+        kind: str,
+        *,
+        session_id: str,
+        tool_use_id: str,
+        tool: str,
+        input: Any,
+        reason: str | None,
+        in_doubt: bool,
+    ) -> Event:
+        return {
+            "type": kind,
+            "id": uuid.uuid4().hex,
+            "at": time.time(),
+            "session": session_id,
+            "tool_use_id": tool_use_id,
+            "tool": tool,
+            "input": input_summary(input),
+            "reason": reason,
+            "in_doubt": in_doubt,
+            "console": self.link(session_id),
+        }
+
+    def link(self, session_id: str) -> str | None:
+        if self.console_url is None:
+            return None
+        return f"{self.console_url}/session?id={quote(session_id, safe='')}"
+
+    # -- delivery --------------------------------------------------------------------------------
+
+    def send(self, event: Event) -> None:
+        """Queue ``event``; returns at once. A full queue drops it, with an error logged."""
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            logger.error(
+                "toolledger: notification %s for session %r dropped: %d events are waiting to "
+                "be delivered to %r",
+                event.get("type"),
+                event.get("session"),
+                _QUEUE_SIZE,
+                self,
+            )
+            return
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._work, name="toolledger-notify", daemon=True
+                )
+                self._thread.start()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued event was delivered or given up on; ``False`` if ``timeout``
+        seconds passed first."""
+        end = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def _work(self) -> None:
+        while True:
+            event = self._queue.get()
+            try:
+                self._deliver(event)
+            finally:
+                self._queue.task_done()
+
+    def _deliver(self, event: Event) -> None:
+        wait = self.backoff
+        for attempt in range(1, self.attempts + 1):
+            try:
+                self._once(event)
+                return
+            except _Refused as exc:
+                logger.error(
+                    "toolledger: notification %s for session %r refused by %r: %s; not retried",
+                    event["type"],
+                    event["session"],
+                    self,
+                    exc,
+                )
+                return
+            except Exception as exc:
+                if attempt == self.attempts:
+                    logger.error(
+                        "toolledger: notification %s for session %r failed %d times (last: "
+                        "%s); given up",
+                        event["type"],
+                        event["session"],
+                        attempt,
+                        exc,
+                    )
+                    return
+                logger.warning(
+                    "toolledger: notification %s for session %r failed (%s); retrying in %.1fs",
+                    event["type"],
+                    event["session"],
+                    exc,
+                    wait,
+                )
+            time.sleep(wait)
+            wait = min(wait * 2, self.max_backoff)
+
+    def _once(self, event: Event) -> None:
+        if not isinstance(self.target, str):
+            self.target(dict(event))
+            return
+        assert self._secret is not None
+        body = json.dumps(event, sort_keys=True, separators=(",", ":")).encode()
+        stamp = str(int(time.time()))
+        # The scheme was checked to be http(s) when the notifier was made.
+        request = urllib.request.Request(  # noqa: S310
+            self.target,
+            data=body,
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                "User-Agent": "toolledger",
+                EVENT_HEADER: event["type"],
+                DELIVERY_HEADER: event["id"],
+                TIMESTAMP_HEADER: stamp,
+                SIGNATURE_HEADER: "sha256=" + _sign(self._secret, stamp, body),
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                response.read()
+        except urllib.error.HTTPError as exc:
+            if 400 <= exc.code < 500 and exc.code not in _RETRYABLE_STATUS:
+                raise _Refused(f"HTTP {exc.code}") from exc
+            raise
+
+
+class _Refused(Exception):
+    """The receiver said no in a way a retry will not change (a 4xx)."""
+
+
+def notifier(target: Notifier | Target | None) -> Notifier | None:
+    """``target`` as a ``Notifier`` (``None`` stays ``None``)."""
+    if target is None or isinstance(target, Notifier):
+        return target
+    return Notifier(target)
+
+
+def input_summary(value: Any) -> str:
+    """The input as compact JSON with its secrets masked, cut to 500 characters."""
+    try:
+        text = json.dumps(masked(value), ensure_ascii=False, separators=(",", ":"), default=str)
+    except (TypeError, ValueError, RecursionError):
+        text = "(an input that is not JSON)"
+    return text if len(text) <= _INPUT_CHARS else text[: _INPUT_CHARS - 1] + "…"
+
+
+def _sign(secret: bytes, timestamp: str, body: bytes) -> str:
+    return hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+
+
+def verify_signature(
+    secret: str | bytes,
+    body: bytes,
+    timestamp: str,
+    signature: str,
+    *,
+    tolerance: float = 300.0,
+    now: float | None = None,
+) -> bool:
+    """Whether a webhook delivery is genuine: ``signature`` (the ``X-Toolledger-Signature``
+    header) signs ``body`` and ``timestamp`` (``X-Toolledger-Timestamp``) with ``secret``, and
+    the timestamp is within ``tolerance`` seconds of ``now`` (a replayed old delivery fails)."""
+    key = secret.encode() if isinstance(secret, str) else secret
+    try:
+        sent = int(timestamp)
+    except ValueError:
+        return False
+    if abs((time.time() if now is None else now) - sent) > tolerance:
+        return False
+    expected = "sha256=" + _sign(key, timestamp, body)
+    return hmac.compare_digest(expected, signature)
+
+
+def in_doubt_calls(
+    notify: Notifier | None, session_id: str, outcomes: Iterable[CallOutcome]
+) -> None:
+    """Tell ``notify`` of each call the batch left in doubt."""
+    if notify is None:
+        return
+    for o in outcomes:
+        if o.disposition is Disposition.IN_DOUBT:
+            notify.in_doubt(
+                session_id=session_id,
+                tool_use_id=o.call.tool_use_id,
+                tool=o.call.name,
+                input=o.call.input,
+                reason=o.content,
+            )
+
+
+_live: weakref.WeakSet[Notifier] = weakref.WeakSet()
+
+
+@atexit.register
+def _drain_at_exit() -> None:
+    for n in list(_live):
+        if n._queue.unfinished_tasks and not n.flush(n.exit_wait):
+            logger.error(
+                "toolledger: %d notification(s) to %r not delivered before exit",
+                n._queue.unfinished_tasks,
+                n,
+            )

@@ -1,0 +1,290 @@
+"""One attempt at a call: its intent made durable, the tool called, its outcome buffered.
+
+``toolledger.engine._runner`` decides that a call runs (``decide.Run``); this carries it out, as
+part of
+the same generator (every piece of I/O is yielded). What the tool's exception means is
+``decide.after_failure``; when each write must be durable, ``toolledger.engine._outcomes``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .._crash import hit as crash_point
+from ..codec import EncodedResult, encode_result, idempotency_key
+from ..errors import CorruptLedgerError, LeaseLostError, StoreError
+from ..ops import Op, UpdateEffect
+from ..records import EffectRecord, PastAttempt, Status, ToolCall
+from ..tools import Tool, ToolContext
+from . import _decide as decide
+from ._drivers import Failure, Invoke, ReadEffects, Remember, Request
+from ._outcomes import Buffer, Buffered, CallOutcome, Disposition, Env, flush, release, write
+
+__all__ = [
+    "Again",
+    "attempt_of",
+    "context",
+    "created_of",
+    "encode",
+    "run",
+]
+
+logger = logging.getLogger("toolledger")
+
+
+@dataclass(frozen=True, slots=True)
+class Again:
+    """The record changed under us: start the call over from ``record``."""
+
+    record: EffectRecord
+
+
+def attempt_of(record: EffectRecord | None) -> int:
+    return record.attempt if record is not None else 0
+
+
+def created_of(record: EffectRecord | None) -> float | None:
+    return record.created_at if record is not None else None
+
+
+def encode(value: Any, env: Env, call: ToolCall) -> EncodedResult:
+    return encode_result(value, max_bytes=env.tools.max_result_bytes, tool=call.name)
+
+
+def context(
+    env: Env,
+    call: ToolCall,
+    *,
+    in_doubt: bool,
+    attempt: int,
+    tool: Tool[Any, Any],
+    intent: EffectRecord | None = None,
+    began: float | None = None,
+    record: EffectRecord | None = None,
+) -> ToolContext:
+    """The call's context. Its deadline is the intent's (the one every other worker judges by,
+    on the store's clock) told on this worker's clock — never later than it — and on this
+    process's monotonic clock (``expires``): the tool's timeout after the attempt ``began``
+    (that clock, read before its intent was written), never later, whatever a wall clock did or
+    however long the process was paused since. Its key is made from the session the call was
+    made in (``record.key_session``: a branch's copy of its lineage's call forwards the
+    lineage's key), else from this one."""
+    monotonic = env.ledger.store.runtime.monotonic()
+    left = tool.timeout if began is None else tool.timeout - (monotonic - began)
+    if intent is not None and intent.deadline is not None:
+        left = min(left, intent.deadline - env.now())
+    return ToolContext(
+        session_id=env.session_id,
+        tool_use_id=call.tool_use_id,
+        idempotency_key=idempotency_key(
+            record.key_session if record is not None else env.session_id, call.tool_use_id
+        ),
+        in_doubt=in_doubt,
+        attempt=attempt,
+        deadline=env.clock() + left,
+        expires=monotonic + left,
+    )
+
+
+def run(
+    call: ToolCall,
+    tool: Tool[Any, Any],
+    kwargs: dict[str, Any],
+    *,
+    record: EffectRecord | None,
+    action: decide.Run,
+    consume: Op | None,
+    env: Env,
+    buf: Buffer,
+) -> Generator[Request, Any, CallOutcome | Again]:
+    """Run ``call`` as ``action`` says, replacing the attempt of ``record`` (if any); ``consume``
+    is the approval it uses up, written with its intent."""
+    attempt = attempt_of(record) + 1
+    settled = action.settled if action.settled is not None else decide.settled_by(record, tool)
+    history = decide.history(record, settled)
+    approved_by = action.approved_by
+    if approved_by is None and record is not None:
+        approved_by = record.approved_by
+    key = env.flight(call)
+    intent: EffectRecord | None = None
+    # The attempt's time starts now, on this process's monotonic clock: a pause between its
+    # intent and its tool (or a wall clock stepped meanwhile) never gives the tool more.
+    began = env.ledger.store.runtime.monotonic()
+    if tool.needs_intent:
+        intended = yield from _intend(
+            call,
+            tool,
+            record,
+            attempt=attempt,
+            history=history,
+            approved_by=approved_by,
+            consume=consume,
+            env=env,
+            buf=buf,
+        )
+        if isinstance(intended, CallOutcome | Again):
+            return intended
+        intent = intended
+    elif buf.urgent:
+        yield from flush(buf, env, [])
+    elif consume is not None:
+        buf.items.append(Buffered(consume, urgent=False, outcome=None))
+    ctx = context(
+        env,
+        call,
+        in_doubt=action.in_doubt,
+        attempt=attempt,
+        tool=tool,
+        intent=intent,
+        record=intent or record,
+        began=began,
+    )
+    # An async tool is cancelled when its deadline comes (what the others judge by), not later.
+    assert ctx.expires is not None
+    timeout = max(0.0, ctx.expires - env.ledger.store.runtime.monotonic())
+    answer = yield Invoke(tool.invocation(kwargs, ctx), tool.is_async, timeout=timeout, ctx=ctx)
+    crash_point("before_record")
+    if intent is not None and intent.deadline is not None and env.now() > intent.deadline:
+        # A plain function cannot be stopped at its deadline. Its outcome is still written —
+        # a compare-and-set: if nobody settled the call meanwhile nothing happened twice, and
+        # if someone did, the outcome is kept beside theirs and alerted — but never silently.
+        logger.warning(
+            "toolledger: %r (%s) in session %r returned %.1fs after its deadline (timeout=%gs): "
+            "past it, a worker elsewhere may judge the attempt over. Raise the tool's timeout.",
+            call.name,
+            call.tool_use_id,
+            env.session_id,
+            env.now() - intent.deadline,
+            tool.timeout,
+        )
+    closes = key if intent is not None else None
+    if isinstance(answer, Failure):
+        failed = decide.after_failure(call.name, answer.exc, intended=intent is not None)
+        if intent is not None:
+            # In doubt, the attempt is over and nobody knows how it went: the record says so
+            # (released: in doubt at once for everyone, not only once this process has ended).
+            ended = env.record(
+                call,
+                status=Status.STARTED if failed.in_doubt else Status.FAILED,
+                attempt=attempt,
+                created_at=intent.created_at,
+                error=failed.error,
+                approved_by=intent.approved_by,
+                deadline=intent.deadline,
+                history=history,
+                replaces=intent,
+            )
+            if failed.in_doubt:
+                ended = _released(ended)
+            buf.items.append(
+                Buffered(write(ended, intent), urgent=True, outcome=None, closes=closes)
+            )
+        disposition = Disposition.IN_DOUBT if failed.in_doubt else Disposition.FAILED
+        return CallOutcome(call, disposition, failed.message, is_error=True)
+    encoded = encode(answer, env, call)
+    base = intent if intent is not None else record
+    done = env.record(
+        call,
+        status=Status.SUCCEEDED,
+        attempt=attempt,
+        created_at=created_of(record),
+        result=encoded.stored,
+        approved_by=approved_by if intent is None else intent.approved_by,
+        deadline=intent.deadline if intent is not None else None,
+        history=history,
+        replaces=intent or record,
+    )
+    outcome = CallOutcome(call, Disposition.EXECUTED, encoded.content, is_error=False)
+    buf.items.append(
+        Buffered(
+            write(done, base),
+            urgent=tool.needs_intent,
+            outcome=outcome,
+            closes=closes,
+            safe=tool.rerun_safe,
+        )
+    )
+    return outcome
+
+
+def _intend(
+    call: ToolCall,
+    tool: Tool[Any, Any],
+    record: EffectRecord | None,
+    *,
+    attempt: int,
+    history: tuple[PastAttempt, ...],
+    approved_by: str | None,
+    consume: Op | None,
+    env: Env,
+    buf: Buffer,
+) -> Generator[Request, Any, EffectRecord | CallOutcome | Again]:
+    """Make the intent of ``attempt`` durable (with the approval it uses up): the intent, or
+    the call's answer when it must not run (the commit failed, another attempt got there).
+
+    A store that cannot be written now answers "not executed, safe to retry"; a damaged one is
+    raised (``CorruptLedgerError``): no retry mends it, and a call written first (its record
+    unread) meets the damage here, where a read would have raised it."""
+    key = env.flight(call)
+    intent = env.record(
+        call,
+        status=Status.STARTED,
+        attempt=attempt,
+        created_at=created_of(record),
+        approved_by=approved_by,
+        error="in doubt: started, outcome not recorded",
+        deadline=env.now() + tool.timeout,
+        history=history,
+        boot_deadline=env.boot_deadline(tool.timeout),
+        replaces=record,
+    )
+    # In flight from before the intent is durable: no other thread or task of this process
+    # may ever see our ``started`` record without knowing that we are running it.
+    env.ledger.store.runtime.in_flight.add(key)
+    buf.flights.append(key)
+    extra = [write(intent, record)] + ([consume] if consume is not None else [])
+    flushed = yield from flush(buf, env, extra)
+    if flushed.error is not None:
+        if isinstance(flushed.error, CorruptLedgerError):
+            release(env, key, buf)
+            raise flushed.error
+        if isinstance(flushed.error, StoreError) and flushed.error.outcome_unknown:
+            # The intent may be in the store, and the tool will not run: have it say so
+            # (not happened) once the store answers again — exactly this intent, no other.
+            buf.flights.remove(key)
+            never = replace(
+                intent,
+                status=Status.NOT_HAPPENED,
+                error="its worker did not run it: the commit of its intent went unconfirmed",
+                updated_at=env.clock(),
+            )
+            op = UpdateEffect(never, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
+            yield Remember([op], [key])
+        else:
+            release(env, key, buf)
+        if isinstance(flushed.error, LeaseLostError):
+            raise flushed.error  # taken over: this worker goes no further
+        return CallOutcome(
+            call,
+            Disposition.NOT_EXECUTED,
+            decide.intent_failed_message(call.name, flushed.error),
+            is_error=True,
+        )
+    if not flushed.extra_applied[0]:
+        # Someone else wrote this call's record since we read it — another attempt, a person:
+        # decide again from what it says now.
+        release(env, key, buf)
+        now_found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+        current = now_found.get(call.tool_use_id)
+        assert current is not None, "a record is never deleted"
+        return Again(current)
+    crash_point("after_intent")
+    return intent
+
+
+def _released(record: EffectRecord) -> EffectRecord:
+    """A ``started`` record whose worker gave its attempt up: no holder, its deadline kept."""
+    return replace(record, holder=None, deadline=record.deadline or record.updated_at)

@@ -1,0 +1,203 @@
+"""What one batch of calls has done so far: each call's outcome, the writes that wait for a
+commit, and what the batch runs against. ``toolledger.engine._outcomes`` commits the writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from .._liveness import flight_key
+from ..adapters import ResultShape
+from ..codec import valid_unicode
+from ..errors import LedgerWriteError, ToolLedgerError
+from ..ops import InsertEffect, Op, UpdateEffect
+from ..records import EffectRecord, Holder, PastAttempt, Status, ToolCall
+from ..stores.store import Ledger
+from ..tools import ToolSet
+
+__all__ = [
+    "Batch",
+    "Buffer",
+    "Buffered",
+    "CallOutcome",
+    "Disposition",
+    "Env",
+    "Flushed",
+    "release",
+    "write",
+]
+
+
+class Disposition(StrEnum):
+    """What happened to one call in a batch."""
+
+    EXECUTED = "executed"  # the tool ran and returned
+    REPLAYED = "replayed"  # answered from the ledger; nothing ran
+    FAILED = "failed"  # the tool raised
+    DECLINED = "declined"  # the approver said no, or there is no approver
+    REJECTED = "rejected"  # unknown tool or bad input; nothing ran
+    IN_DOUBT = "in_doubt"  # may have happened; a person must resolve it
+    NOT_EXECUTED = "not_executed"  # the ledger could not record the intent; nothing ran
+    AWAITING_APPROVAL = "awaiting_approval"  # queued for a person; nothing ran yet
+
+
+@dataclass(slots=True)
+class CallOutcome:
+    """The result of one call, plus what the agent needs to know about it."""
+
+    call: ToolCall
+    disposition: Disposition
+    content: str
+    is_error: bool
+    alert: LedgerWriteError | None = None
+    settle_in: str | None = None  # in doubt, and settled in this session (a branch's copy)
+
+    def __post_init__(self) -> None:
+        # An error message can carry text UTF-8 cannot hold (an exception's repr); the model
+        # APIs would refuse the whole request for it. A result's content needs no check (and a
+        # 1 MiB one should not pay a scan): ``codec.content_of`` never yields a lone surrogate.
+        if self.is_error:
+            self.content = valid_unicode(self.content)
+
+
+@dataclass(slots=True)
+class Batch:
+    outcomes: list[CallOutcome]
+    commit_error: ToolLedgerError | None = None  # the final commit (with ``tail``) failed
+
+    def results(self, shape: ResultShape) -> list[dict[str, Any]]:
+        return [shape(o.call.tool_use_id, o.content, is_error=o.is_error) for o in self.outcomes]
+
+    @property
+    def alerts(self) -> list[LedgerWriteError]:
+        return [o.alert for o in self.outcomes if o.alert is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class Env:
+    """What a batch runs against."""
+
+    tools: ToolSet
+    ledger: Ledger
+    can_ask: bool
+    wait: float = 0.0  # how long to wait for a call another attempt is running
+    lease_token: int | None = None  # the agent's session lease, recorded in intents
+
+    @property
+    def session_id(self) -> str:
+        return self.ledger.session_id
+
+    @property
+    def worker(self) -> str:
+        return self.ledger.store.worker_id
+
+    @property
+    def url(self) -> str:
+        return self.ledger.store.url
+
+    @property
+    def holder(self) -> Holder | None:
+        return self.ledger.store.runtime.holder
+
+    def clock(self) -> float:
+        return self.ledger.store.clock()
+
+    def now(self) -> float:
+        """The store's clock."""
+        return self.ledger.store.now()
+
+    def flight(self, call: ToolCall) -> tuple[str, str, str]:
+        return flight_key(self.url, self.session_id, call.tool_use_id)
+
+    def record(
+        self,
+        call: ToolCall,
+        *,
+        status: Status,
+        attempt: int,
+        created_at: float | None,
+        result: str | None = None,
+        error: str | None = None,
+        approved_by: str | None = None,
+        deadline: float | None = None,
+        history: tuple[PastAttempt, ...] = (),
+        holder: Holder | None = None,
+        boot_deadline: str | None = None,
+        replaces: EffectRecord | None = None,
+    ) -> EffectRecord:
+        """A record of ``call`` written by this worker, of an attempt this session runs (or
+        decides) itself. It keeps where the call was made (``replaces``: the call's record it
+        is the next version of), so its key stays the lineage's (``EffectRecord.made_in``);
+        it stands for no other session's record any more (``origin``)."""
+        now = self.clock()
+        return EffectRecord(
+            session_id=self.session_id,
+            tool_use_id=call.tool_use_id,
+            tool=call.name,
+            input_hash=call.input_hash,
+            status=status,
+            attempt=attempt,
+            result=result,
+            error=valid_unicode(error),  # an exception's text may hold what no store can encode
+            created_at=created_at if created_at is not None else now,
+            updated_at=now,
+            approved_by=approved_by,
+            worker=self.worker,
+            holder=holder if holder is not None else self.holder,
+            lease_token=self.lease_token,
+            deadline=deadline,
+            history=history,
+            boot_deadline=boot_deadline,
+            made_in=replaces.made_in if replaces is not None else None,
+        )
+
+    def boot_deadline(self, timeout: float) -> str | None:
+        """``timeout`` from now on this machine's boot clock (``EffectRecord.boot_deadline``),
+        where it can be read."""
+        boot = self.ledger.store.runtime.boot
+        now = None if boot is None else boot.now()
+        return None if boot is None or now is None else f"{boot.boot}/{now + timeout:.3f}"
+
+
+@dataclass(slots=True)
+class Buffered:
+    op: Op
+    urgent: bool  # must be durable before anything else happens
+    outcome: CallOutcome | None  # whose effect the op records (for alerts)
+    closes: tuple[str, str, str] | None = None  # the attempt in flight this op ends
+    safe: bool = False  # the tool is safe to run again: a late success duplicates nothing
+    must_land: bool = False  # an outcome others cannot recompute (a check's finding): kept
+
+
+@dataclass(slots=True)
+class Buffer:
+    items: list[Buffered] = field(default_factory=list)
+    flights: list[tuple[str, str, str]] = field(default_factory=list)  # registered by us
+
+    @property
+    def urgent(self) -> bool:
+        return any(i.urgent for i in self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class Flushed:
+    error: ToolLedgerError | None  # the commit failed: nothing in it landed
+    extra_applied: list[bool]  # per op of ``extra``: did its condition hold
+
+
+def write(new: EffectRecord, old: EffectRecord | None) -> Op:
+    """Insert-if-absent for a first record; otherwise compare-and-set against the very version
+    we read (status, attempt *and* ``updated_at``), so a note written into it meanwhile — a late
+    attempt's outcome in its history — is never overwritten unseen."""
+    if old is None:
+        return InsertEffect(new)
+    return UpdateEffect(
+        new, expect_status=old.status, expect_attempt=old.attempt, expect_at=old.updated_at
+    )
+
+
+def release(env: Env, key: tuple[str, str, str], buf: Buffer) -> None:
+    if key in buf.flights:
+        buf.flights.remove(key)
+        env.ledger.store.runtime.in_flight.discard(key)

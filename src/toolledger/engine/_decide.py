@@ -1,0 +1,346 @@
+"""Pure decisions: given what the ledger holds and what the tool declares, what happens next.
+
+No I/O here — no store, no clock (a time is passed in). Every transition of a call is one
+function: ``first_step`` (from its record), ``after_approval`` (the approver's answer),
+``after_check`` (its check's answer), ``after_failure`` (the tool raised).
+``toolledger.engine._runner``
+only carries the actions out, so the rules (docs/design.md, rules 1-7) live in one place and cannot
+drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..codec import describe
+from ..errors import OutcomeUnknown
+from ..records import SAFE_RERUN, EffectRecord, PastAttempt, Status, ToolCall
+from ..tools import Tool
+from ._gate import Decision
+
+__all__ = [
+    "Action",
+    "Ask",
+    "Await",
+    "Check",
+    "Decline",
+    "Failed",
+    "Found",
+    "Reject",
+    "Replay",
+    "Run",
+    "Unresolved",
+    "after_approval",
+    "after_check",
+    "after_check_not_found",
+    "after_failure",
+    "first_step",
+    "history",
+    "mismatch",
+    "settled_by",
+    "writes_first",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """The ledger already answers this call: return the stored outcome, run nothing, ask no one."""
+
+    record: EffectRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """The call cannot run as asked (unknown tool, input not matching the schema). Nothing ran
+    and nothing is recorded: the same call always gets the same answer."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """Ask the approver. ``in_doubt``: the question is whether to run an in-doubt call again.
+    ``settled``: how the attempt a run would replace counts as over, when this step learnt it."""
+
+    in_doubt: bool
+    reason: str
+    settled: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """In doubt, and the tool can tell: call its ``check`` and trust the answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Execute. ``in_doubt`` tells the tool an earlier attempt may have taken effect.
+    ``approved_by``: the approver who allowed this run (``None``: nobody was asked now; the
+    record's approval stands). ``settled``: how the attempt it replaces counts as over, when a
+    step before learnt it (``None``: as ``settled_by`` says)."""
+
+    in_doubt: bool
+    approved_by: str | None = None
+    settled: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unresolved:
+    """In doubt and nothing may decide it automatically: answer ``is_error`` and leave the record
+    ``started`` for a person (``toolledger resolve``)."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decline:
+    """Not approved, or there is no approver: answer ``is_error`` and record the denial, so the
+    same call is not asked again."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Await:
+    """The approver queued the question for a person: nothing runs and nothing is recorded yet;
+    the same call asks again (and finds the person's answer) later."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """In doubt, and its check found the effect: the call succeeded, with what the check returned
+    as its result."""
+
+
+Action = Replay | Reject | Ask | Check | Run | Unresolved | Decline | Await | Found
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """How a call whose tool raised ends. ``in_doubt``: the tool could not tell whether its effect
+    happened (``OutcomeUnknown``) and its intent is recorded — the attempt is over, the call stays
+    in doubt; else it failed. ``message`` is the model's answer, ``error`` the record's."""
+
+    in_doubt: bool
+    message: str
+    error: str
+
+
+def mismatch(record: EffectRecord, call: ToolCall) -> str | None:
+    """Why ``record`` cannot be this call's record (docs/design.md, rule 7), or ``None``."""
+    if record.tool != call.name:
+        return (
+            f"tool_use id {call.tool_use_id!r} is recorded for tool {record.tool!r}, "
+            f"not {call.name!r}"
+        )
+    if record.input_hash != call.input_hash:
+        return (
+            f"tool_use id {call.tool_use_id!r} is recorded for {record.tool!r} with another "
+            f"input ({record.input_hash[:19]}…, now {call.input_hash[:19]}…)"
+        )
+    return None
+
+
+def unknown_tool_message(name: str, available: list[str]) -> str:
+    names = ", ".join(available) if available else "none"
+    return f"unknown tool {name!r}; available tools: {names}. Not executed."
+
+
+def in_doubt_message(tool: str, why: str) -> str:
+    return (
+        f"{tool!r} may already have happened ({why}); it was not run again. A person must "
+        "resolve it (toolledger resolve) before it is retried. Do not retry it under a new call."
+    )
+
+
+def first_step(
+    record: EffectRecord | None,
+    tool: Tool[Any, Any] | None,
+    call: ToolCall,
+    *,
+    input_error: str | None,
+    available: list[str],
+    can_ask: bool,
+) -> Action:
+    """The first thing to do with ``call``.
+
+    Rule 1: the ledger gate comes first — a finished record is replayed before the tool or the
+    approver is even looked at. Then an in-doubt record is settled by rule 6, in order: a re-run
+    that is safe; the tool's own ``check``; the approver (``in_doubt=True``); else a person.
+    A fresh call (or one a person resolved as not having happened) goes through the approval
+    gate if it is high-impact, then runs.
+    """
+    if record is not None and record.status.terminal:
+        return Replay(record)
+    in_doubt = record is not None and record.status is Status.STARTED
+    if tool is None:
+        if in_doubt:
+            return Unresolved(
+                in_doubt_message(
+                    call.name, "it was interrupted, and the tool is not in this toolset any more"
+                )
+            )
+        return Reject(unknown_tool_message(call.name, available))
+    if input_error is not None:
+        # A recorded intent implies the input validated once; if the schema changed since, a
+        # person decides rather than a guess.
+        if in_doubt:
+            return Unresolved(in_doubt_message(call.name, f"interrupted; now {input_error}"))
+        return Reject(f"{input_error}. Not executed.")
+    if in_doubt:
+        if tool.rerun_safe:
+            # read_only / idempotent / key-forwarding: a second run leaves the world as one run.
+            # A high-impact one was approved when its intent was written; re-running it does
+            # not add an effect, so it is not a new question for the approver.
+            return Run(in_doubt=True)
+        if tool.has_check:
+            return Check()
+        if can_ask:
+            return Ask(
+                in_doubt=True,
+                reason=(
+                    f"{call.name!r} was interrupted while it ran and may already have happened; "
+                    "approve only if running it again is acceptable"
+                ),
+            )
+        return Unresolved(in_doubt_message(call.name, "the process stopped while it ran"))
+    if tool.high_impact:
+        return Ask(in_doubt=False, reason=f"{call.name!r} is high-impact")
+    return Run(in_doubt=False)
+
+
+def writes_first(action: Action, tool: Tool[Any, Any] | None) -> bool:
+    """Whether ``action`` — the first step of a call whose record was not read — can be taken
+    without reading it: a run whose intent is written first. The intent is insert-if-absent, so
+    a record already there refuses it and nothing runs. Anything else (a replay, a rejection, a
+    safe tool's run that writes only its outcome, a question to the approver) depends on the
+    record and must read it first."""
+    return isinstance(action, Run) and tool is not None and tool.needs_intent
+
+
+_NO_TRACE = "its check found no trace of it"
+
+
+def after_check_not_found(tool: Tool[Any, Any], call: ToolCall) -> Action:
+    """The tool's ``check`` says the effect did not happen: the call is as good as fresh."""
+    if tool.high_impact:
+        return Ask(
+            in_doubt=False,
+            reason=(
+                f"{call.name!r} was interrupted; its check found no trace of it, so it would run "
+                "now for the first time"
+            ),
+            settled=_NO_TRACE,
+        )
+    return Run(in_doubt=False, settled=_NO_TRACE)
+
+
+def after_check(
+    tool: Tool[Any, Any], call: ToolCall, *, raised: BaseException | None, found: bool
+) -> Action:
+    """The check's answer for an in-doubt call: ``raised`` what it raised, else ``found`` whether
+    it returned something (the effect exists). A check that fails decides nothing."""
+    if raised is not None:
+        return Unresolved(in_doubt_message(call.name, f"its check raised {describe(raised)}"))
+    if found:
+        return Found()
+    return after_check_not_found(tool, call)
+
+
+def after_approval(call: ToolCall, ask: Ask, decision: Decision | None) -> Action:
+    """The approver's answer to ``ask`` (``None``: there is no approver to ask)."""
+    if decision is None:
+        return Decline(no_approver_message(call.name))
+    if decision.pending:
+        return Await(
+            f"awaiting approval: {call.name!r} is queued for a person to decide; not executed yet."
+        )
+    if decision.approved:
+        if ask.in_doubt:
+            if not decision.rerun:
+                # A plain yes approves a first run; a re-run of a call in doubt needs a yes
+                # that says so (docs/design.md, rule 21). The call stays in doubt for a person.
+                return Unresolved(
+                    in_doubt_message(
+                        call.name,
+                        f"{decision.by} answered a plain yes, which approves a first run, not "
+                        "a re-run of a call in doubt",
+                    )
+                )
+            settled = f"an approver ({decision.by}) allowed running it again"
+            return Run(in_doubt=True, approved_by=decision.by, settled=settled)
+        return Run(in_doubt=False, approved_by=decision.by, settled=ask.settled)
+    if ask.in_doubt:
+        # "Do not run it again" is not "it did not happen": the call stays in doubt.
+        return Unresolved(in_doubt_message(call.name, f"a re-run was declined by {decision.by}"))
+    return Decline(denied_message(call.name, decision.by))
+
+
+def after_failure(tool: str, exc: BaseException, *, intended: bool) -> Failed:
+    """The tool raised ``exc``. ``intended``: the attempt's intent is recorded, so a tool that
+    could not tell (``OutcomeUnknown``) leaves its call in doubt rather than failed."""
+    if isinstance(exc, OutcomeUnknown) and intended:
+        return Failed(
+            in_doubt=True,
+            message=in_doubt_message(tool, f"the tool could not tell: {describe(exc)}"),
+            error=f"in doubt: {describe(exc)}",
+        )
+    message = failed_message(tool, exc)
+    return Failed(in_doubt=False, message=message, error=message)
+
+
+def settled_by(record: EffectRecord | None, tool: Tool[Any, Any]) -> str:
+    """How the attempt of ``record`` counts as over, should a new attempt replace it."""
+    if record is None:
+        return ""
+    if record.status is Status.NOT_HAPPENED:
+        return record.error or "a person resolved it as not happened"
+    if tool.rerun_safe:
+        return f"{SAFE_RERUN} ({tool.effect.value}" + (
+            ", forwards its idempotency key)" if tool.forwards_idempotency_key else ")"
+        )
+    return "in doubt"
+
+
+def history(record: EffectRecord | None, settled: str) -> tuple[PastAttempt, ...]:
+    """The history of a new attempt: the record's, plus the attempt it replaces (if any)."""
+    if record is None:
+        return ()
+    if record.attempt == 0 or record.status not in (Status.STARTED, Status.NOT_HAPPENED):
+        return record.history
+    replaced = PastAttempt(
+        attempt=record.attempt,
+        worker=record.worker,
+        holder=record.holder,
+        at=record.updated_at,
+        deadline=record.deadline,
+        settled=settled,
+    )
+    return (*record.history, replaced)
+
+
+def denied_message(tool: str, by: str | None) -> str:
+    who = f" by {by}" if by else ""
+    return f"declined{who}: {tool!r} needs approval and was not approved; not executed."
+
+
+def no_approver_message(tool: str) -> str:
+    return (
+        f"not executed: {tool!r} is high-impact and needs approval, but no approver is "
+        "configured (pass approve=...)."
+    )
+
+
+def failed_message(tool: str, exc: BaseException) -> str:
+    return f"{tool!r} failed: {describe(exc)}"
+
+
+def intent_failed_message(tool: str, exc: BaseException) -> str:
+    return (
+        f"not executed: the ledger could not record the intent to run {tool!r} "
+        f"({describe(exc)}). "
+        "Nothing happened; it is safe to retry once the store is back."
+    )

@@ -1,0 +1,439 @@
+"""The two drivers that carry out the I/O the runner and the agent request.
+
+``runner._process`` and ``agent._loop`` are generators: they *yield* a request (read records,
+commit writes, ask the approver, call a function, call the model; ``toolledger.engine._requests``)
+and
+receive its answer. The sync driver answers with plain calls, the async driver with ``await``.
+Everything else — every rule, every decision, every write — is written once, in the generators,
+so the sync and async paths cannot drift apart; and the drivers share all but the ``await``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Generator, Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Protocol, TypeVar
+
+from ..errors import (
+    ConfigurationError,
+    LedgerWriteError,
+    OutcomeUnknown,
+    SessionConflictError,
+    StoreError,
+)
+from ..ops import DropLease, HoldLease, Op
+from ..stores.contract import OP_BUDGET, operations_within
+from ..stores.store import Store
+from . import _leases as leases
+from . import _telemetry as telemetry
+from ._background import heartbeats, keeper
+from ._gate import normalise
+from ._requests import (
+    Alert,
+    Ask,
+    CallModel,
+    Commit,
+    Failure,
+    Fence,
+    Invoke,
+    ReadEffectIds,
+    ReadEffects,
+    ReadLease,
+    ReadMessages,
+    ReadSession,
+    Remember,
+    Request,
+    Sleep,
+)
+
+__all__ = [
+    "Alert",
+    "Ask",
+    "CallModel",
+    "Commit",
+    "Failure",
+    "Fence",
+    "IOContext",
+    "Invoke",
+    "ReadEffectIds",
+    "ReadEffects",
+    "ReadLease",
+    "ReadMessages",
+    "ReadSession",
+    "Remember",
+    "Request",
+    "Sleep",
+    "adrive",
+    "drive",
+    "refuse_async_in_loop",
+]
+
+logger = logging.getLogger("toolledger")
+
+AlertHook = Callable[[LedgerWriteError], Any]
+T = TypeVar("T")
+
+
+class ModelClient(Protocol):
+    """How the drivers call a model API; the provider adapters implement it."""
+
+    def create(self, kwargs: dict[str, Any]) -> Any: ...
+
+    async def acreate(self, kwargs: dict[str, Any]) -> Any: ...
+
+    def stream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any: ...
+
+    async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any: ...
+
+
+@dataclass(slots=True)
+class IOContext:
+    store: Store
+    session_id: str
+    approve: Any = None
+    on_alert: AlertHook | None = None
+    model: ModelClient | None = None
+    fence: Fence | None = None
+    keeper: Any = None  # the async run's heartbeat task
+    busy_since: float | None = None  # monotonic time the run's store operation under way began
+    renewed_at: float | None = None
+    """When the last renewal of this run's lease that landed was made, on this process's
+    monotonic clock (``Runtime.monotonic``); ``None``: the next commit renews."""
+
+    def fenced(self, ops: list[Op], fenced: bool = True) -> list[Op]:
+        """``ops`` behind the run's fence. A commit renews the lease only once a third of its
+        life has passed since the last renewal (``leases.fence``); a renewal alone (``ops``
+        empty: a heartbeat) always renews."""
+        fence = self.fence
+        if fence is None or not fenced:
+            return ops
+        renewed = self.renewed_at if ops else None
+        clock = self.store.runtime.monotonic
+        return [leases.fence(fence.lease, self.store.now, fence.ttl, renewed, clock), *ops]
+
+    def landed(self, ops: list[Op]) -> None:
+        """A commit of ``ops`` landed: if its fence renewed the run's lease, remember when."""
+        op = ops[0] if ops else None
+        fence = self.fence
+        if (
+            isinstance(op, HoldLease)
+            and op.expires_at is not None
+            and fence is not None
+            and op.token == fence.lease.token
+        ):
+            self.renewed_at = self.store.runtime.monotonic()
+
+    def unfenced(self, flags: list[bool], fenced: bool = True) -> list[bool]:
+        return flags[1:] if self.fence is not None and fenced else flags
+
+
+async def _abeat(io: IOContext, fence: Fence) -> None:
+    """The async heartbeat (a task on the run's event loop): renews while the run makes
+    progress, as ``background.Heartbeats`` does for sync runs."""
+    while True:
+        await asyncio.sleep(fence.ttl / 3)
+        stuck = io.busy_since
+        if stuck is not None and time.monotonic() - stuck > fence.ttl / 3:
+            logger.warning(
+                "toolledger: not renewing the lease of %r: its run has waited %.1fs on the store",
+                io.session_id,
+                time.monotonic() - stuck,
+            )
+            continue
+        try:
+            ops = io.fenced([])
+            with operations_within(fence.ttl / 3):
+                await io.store.aapply(io.session_id, ops)
+            io.landed(ops)
+        except SessionConflictError:
+            return
+        except Exception as exc:
+            logger.warning("toolledger: renewing the lease of %r failed: %s", io.session_id, exc)
+
+
+def _give_back_later(io: IOContext, dropped: list[Op], exc: Exception) -> None:
+    """A lease that could not be given back: on this host a live holder keeps its session, so
+    it is given back in the background, not left to hold until this process ends."""
+    logger.warning(
+        "toolledger: giving the lease of %r up failed (%s); retrying in the background",
+        io.session_id,
+        exc,
+    )
+    keeper.keep(io.store, io.session_id, dropped, [])
+
+
+def _hold(io: IOContext, fence: Fence) -> None:
+    io.fence = fence
+    io.renewed_at = io.store.runtime.monotonic()  # taking it was its first renewal
+    io.store.runtime.live_runs.add(fence.lease.owner)
+
+
+def _drop_lease(io: IOContext) -> list[Op]:
+    if io.fence is None:
+        return []
+    lease = io.fence.lease
+    io.fence = None
+    io.store.runtime.live_runs.discard(lease.owner)
+    return [DropLease(lease.session_id, lease.token)]
+
+
+_COMMIT_ERRORS = (StoreError, SessionConflictError)
+# What a run waits on the store for: a heartbeat stops renewing a run stuck in one too long.
+_STORE_REQUESTS = (ReadEffects, ReadEffectIds, ReadSession, ReadMessages, ReadLease, Commit)
+
+
+def _emit(alert: LedgerWriteError, on_alert: AlertHook | None) -> Any:
+    logger.error("toolledger alert: %s", alert.message, extra={"toolledger": alert.as_dict()})
+    return on_alert(alert) if on_alert is not None else None
+
+
+def _call_sync(fn: Callable[[], Any], timeout: float | None = None) -> Any:
+    value = fn()
+    if inspect.isawaitable(value):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(_await(value, timeout))
+        if inspect.iscoroutine(value):
+            value.close()
+        raise ConfigurationError(
+            "an async tool, check or approver was called from run_tool_uses (or Agent.run) "
+            "inside a running event loop; use `await arun_tool_uses(...)` (or Agent.arun) there"
+        )
+    return value
+
+
+def refuse_async_in_loop(tools: Iterable[Any], where: str) -> None:
+    """The sync entry points cannot run an ``async def`` tool (or check) from inside a running
+    event loop. Say so before anything is written, rather than leave a record for a call that
+    never ran."""
+    names = [t.name for t in tools if t.is_async or t.check_is_async]
+    if not names:
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise ConfigurationError(
+        f"{where} was called inside a running event loop, and {', '.join(names)} "
+        f"{'is' if len(names) == 1 else 'are'} async: use the async twin "
+        "(`await arun_tool_uses(...)` / `await agent.arun(...)`) there. Nothing was run."
+    )
+
+
+async def _await(value: Awaitable[T], timeout: float | None = None) -> T:
+    if timeout is None:
+        return await value
+    try:
+        return await asyncio.wait_for(value, timeout)
+    except TimeoutError:
+        raise OutcomeUnknown(
+            f"it was cancelled at its deadline, {timeout:g}s after it started (raise the "
+            "tool's timeout= if it needs longer)"
+        ) from None
+
+
+def _is_async(fn: Any) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one."""
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - the method, not callability
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
+
+
+async def _acall(fn: Callable[[], Any], is_async: bool, timeout: float | None = None) -> Any:
+    value = await asyncio.to_thread(fn) if not is_async else fn()
+    if inspect.isawaitable(value):
+        value = await _await(value, timeout)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Raised:
+    """Carrying out a request raised ``exc``: it is raised inside the generator, which may handle
+    it (a read the store refused, an approver that failed)."""
+
+    exc: Exception
+
+
+def _advance(gen: Generator[Request, Any, T], io: IOContext, answer: Any) -> Request:
+    """Hand ``gen`` the answer to its last request and return its next one (``StopIteration``
+    when it is done). While a store request is carried out the run counts as waiting on the
+    store (a heartbeat stops renewing a run stuck in one too long)."""
+    io.busy_since = None
+    request = gen.throw(answer.exc) if type(answer) is _Raised else gen.send(answer)
+    if isinstance(request, _STORE_REQUESTS):
+        io.busy_since = time.monotonic()
+    return request
+
+
+def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
+    """Carry out the generator's requests synchronously."""
+    budget = OP_BUDGET.set(OP_BUDGET.get())  # a lease taken below bounds the run's operations
+    try:
+        request = _advance(gen, io, None)
+        while True:
+            try:
+                answer = _answer(request, io)
+            except Exception as exc:
+                answer = _Raised(exc)
+            if isinstance(request, Fence):  # no store operation may outlast a third of the lease
+                OP_BUDGET.set(request.ttl / 3)
+            request = _advance(gen, io, answer)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    finally:
+        io.busy_since = None
+        heartbeats.remove(io)
+        dropped = _drop_lease(io)
+        if dropped:
+            try:
+                io.store.apply(io.session_id, dropped)
+            except Exception as exc:
+                _give_back_later(io, dropped, exc)
+        OP_BUDGET.reset(budget)
+
+
+def _answer(request: Request, io: IOContext) -> Any:
+    backend = io.store.backend
+    sid = io.session_id
+    if isinstance(request, ReadEffects):
+        return backend.read_effects(request.session or sid, request.tool_use_ids)
+    if isinstance(request, Commit):
+        try:
+            ops = io.fenced(request.ops, request.fenced)
+            flags = io.store.apply(sid, ops)
+            io.landed(ops)
+            return io.unfenced(flags, request.fenced)
+        except _COMMIT_ERRORS as exc:
+            return Failure(exc)
+    if isinstance(request, Invoke):
+        try:
+            return _call_sync(request.fn, request.timeout)
+        except Exception as exc:
+            return Failure(exc)
+    if isinstance(request, Sleep):
+        time.sleep(request.seconds)
+        return None
+    if isinstance(request, Remember):
+        keeper.keep(io.store, sid, request.ops, request.keys)
+        return None
+    if isinstance(request, Ask):
+        answer = _call_sync(partial(io.approve, request.request))
+        return normalise(answer, io.approve, in_doubt=request.request.in_doubt)
+    if isinstance(request, CallModel):
+        assert io.model is not None
+        token = telemetry.enter(request.span)
+        try:
+            if request.on_text is not None:
+                return io.model.stream(request.kwargs, request.on_text)
+            return io.model.create(request.kwargs)
+        except Exception as exc:
+            return Failure(exc)
+        finally:
+            telemetry.leave(token)
+    if isinstance(request, ReadSession):
+        return backend.read_session(request.session or sid)
+    if isinstance(request, ReadMessages):
+        return backend.read_messages(request.session or sid, request.since)
+    if isinstance(request, ReadEffectIds):
+        return backend.read_effect_ids(sid)
+    if isinstance(request, ReadLease):
+        return backend.read_lease(request.session or sid)
+    if isinstance(request, Fence):
+        _hold(io, request)
+        heartbeats.add(io)
+        return None
+    _call_sync(partial(_emit, request.alert, io.on_alert))
+    return None
+
+
+async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
+    """Carry out the generator's requests on the event loop (the async twin of ``drive``)."""
+    budget = OP_BUDGET.set(OP_BUDGET.get())
+    try:
+        request = _advance(gen, io, None)
+        while True:
+            try:
+                answer = await _aanswer(request, io)
+            except Exception as exc:
+                answer = _Raised(exc)
+            if isinstance(request, Fence):
+                OP_BUDGET.set(request.ttl / 3)
+            request = _advance(gen, io, answer)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    finally:
+        io.busy_since = None
+        if isinstance(io.keeper, asyncio.Task):
+            io.keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await io.keeper
+        dropped = _drop_lease(io)
+        if dropped:
+            try:
+                await io.store.aapply(io.session_id, dropped)
+            except Exception as exc:
+                _give_back_later(io, dropped, exc)
+        OP_BUDGET.reset(budget)
+
+
+async def _aanswer(request: Request, io: IOContext) -> Any:
+    backend = io.store.async_backend
+    sid = io.session_id
+    if isinstance(request, ReadEffects):
+        return await backend.read_effects(request.session or sid, request.tool_use_ids)
+    if isinstance(request, Commit):
+        try:
+            ops = io.fenced(request.ops, request.fenced)
+            flags = await io.store.aapply(sid, ops)
+            io.landed(ops)
+            return io.unfenced(flags, request.fenced)
+        except _COMMIT_ERRORS as exc:
+            return Failure(exc)
+    if isinstance(request, Invoke):
+        try:
+            return await _acall(request.fn, request.is_async, request.timeout)
+        except Exception as exc:
+            return Failure(exc)
+    if isinstance(request, Sleep):
+        await asyncio.sleep(request.seconds)
+        return None
+    if isinstance(request, Remember):
+        keeper.keep(io.store, sid, request.ops, request.keys)
+        return None
+    if isinstance(request, Ask):
+        call = partial(io.approve, request.request)
+        answer = await _acall(call, _is_async(io.approve))
+        return normalise(answer, io.approve, in_doubt=request.request.in_doubt)
+    if isinstance(request, CallModel):
+        assert io.model is not None
+        token = telemetry.enter(request.span)
+        try:
+            if request.on_text is not None:
+                return await io.model.astream(request.kwargs, request.on_text)
+            return await io.model.acreate(request.kwargs)
+        except Exception as exc:
+            return Failure(exc)
+        finally:
+            telemetry.leave(token)
+    if isinstance(request, ReadSession):
+        return await backend.read_session(request.session or sid)
+    if isinstance(request, ReadMessages):
+        return await backend.read_messages(request.session or sid, request.since)
+    if isinstance(request, ReadEffectIds):
+        return await backend.read_effect_ids(sid)
+    if isinstance(request, ReadLease):
+        return await backend.read_lease(request.session or sid)
+    if isinstance(request, Fence):
+        _hold(io, request)
+        io.keeper = asyncio.create_task(_abeat(io, request))
+        return None
+    await _acall(partial(_emit, request.alert, io.on_alert), _is_async(io.on_alert))
+    return None

@@ -1,0 +1,181 @@
+"""How the writes of one batch of calls reach the store.
+
+``runner`` decides what happens to each call; the batch keeps the writes it produced
+(``toolledger.engine._batch``) and this module commits them by the rule of when each must be
+durable at
+the latest:
+
+* the intent (``started``) of a call whose re-run is unsafe: before that tool runs;
+* the outcome of such a call: before anything else can happen — the next tool, the approver's
+  wait, the return to the caller. It rides in the same commit as the next intent, or as the
+  turn's checkpoint when the agent passes one (``tail``);
+* the outcome of a call whose re-run is safe (read-only, idempotent, key-forwarding): with the
+  next commit, whenever that is. Losing it costs a harmless re-run.
+
+An attempt is registered in flight in this process (``liveness``) from before its intent commits
+until the commit holding its outcome has returned, so that no other thread or task of this
+process can take it for an attempt that is over.
+
+When an outcome cannot be written as it stands — the record moved on while the tool ran,
+because another attempt replaced it or a person settled it — the attempt's outcome is written
+into the record's history and raised as an alert (``LateOutcomeError``;
+``toolledger.engine._late``).
+When the commit failed because this worker's lease was taken over, the outcomes are written
+again without the fence: each is a compare-and-set on the record, which is all the protection a
+record needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import replace
+from typing import Any
+
+from .._crash import hit as crash_point
+from ..errors import LeaseLostError, SessionConflictError, StoreError
+from ..ops import AppendMessages, Op, PutSession, UpdateEffect
+from ..records import Status
+from ._batch import Batch, Buffer, Buffered, CallOutcome, Disposition, Env, Flushed, release, write
+from ._drivers import Failure, Remember, Request
+from ._late import late, write_failed
+from ._reconcile import commit
+
+__all__ = [
+    "Batch",
+    "Buffer",
+    "Buffered",
+    "CallOutcome",
+    "Disposition",
+    "Env",
+    "flush",
+    "release",
+    "write",
+]
+
+
+def _guarded(item: Buffered) -> Op:
+    if item.closes is not None and isinstance(item.op, UpdateEffect):
+        return replace(item.op, guard=True)
+    return item.op
+
+
+def _moved(error: BaseException | None) -> bool:
+    """The commit was refused because a guarded outcome's record moved on."""
+    return (
+        isinstance(error, SessionConflictError)
+        and not isinstance(error, LeaseLostError)
+        and error.tool_use_id is not None
+    )
+
+
+def _landed(items: list[Buffered], flags: list[bool], buf: Buffer, env: Env) -> Flushed:
+    """Every write of ours landed: the attempts they close are over."""
+    for item in items:
+        if item.closes is not None:
+            release(env, item.closes, buf)
+    if any(item.outcome is not None for item in items):
+        crash_point("after_record")
+    return Flushed(None, flags[len(items) :])
+
+
+def _alone(
+    items: list[Buffered], error: BaseException | None, applied: list[bool]
+) -> Generator[Request, Any, StoreError | None]:
+    """Our writes sent again alone after their commit was refused (``applied`` updated with
+    what landed); the store's failure, if it failed then or before."""
+    failed: StoreError | None = error if isinstance(error, StoreError) else None
+    if _moved(error) and items:
+        # A record moved on while we ran the call: the checkpoint did not land. Our writes
+        # alone learn which records moved; those outcomes are kept beside them (``flush``).
+        again = yield from commit([i.op for i in items])
+        if not isinstance(again, Failure):
+            applied[:] = list(again)
+        elif isinstance(again.exc, StoreError):
+            failed = again.exc
+    if isinstance(error, LeaseLostError):
+        # Taken over: nothing of this commit landed, and this worker may not go on. But the
+        # outcomes of its own attempts are facts; each is a compare-and-set on its record,
+        # which needs no fence. Written alone, they land unless the record moved on.
+        closing = [n for n, i in enumerate(items) if i.closes is not None]
+        if closing:
+            again = yield from commit([items[n].op for n in closing], fenced=False)
+            if not isinstance(again, Failure):
+                for n, ok in zip(closing, again, strict=True):
+                    applied[n] = ok
+            elif isinstance(again.exc, StoreError):
+                failed = again.exc
+    return failed
+
+
+def flush(buf: Buffer, env: Env, extra: list[Op]) -> Generator[Request, Any, Flushed]:
+    """Commit the buffered writes plus ``extra`` in one transaction.
+
+    A recorded effect whose write did not land raises an alert (rule 4): it happened, and only a
+    person can now say so for sure.
+    """
+    items, buf.items = buf.items, []
+    # A checkpoint that reports an outcome never lands without it: with one in ``extra``, our
+    # attempts' outcomes are guards — if a record moved on, nothing of the commit lands.
+    checkpoint = any(isinstance(op, PutSession | AppendMessages) for op in extra)
+    answer = yield from commit([_guarded(i) if checkpoint else i.op for i in items] + extra)
+    error = answer.exc if isinstance(answer, Failure) else None
+    if error is None and all(answer[: len(items)]):
+        return _landed(items, answer, buf, env)  # the common case
+    if error is not None and not isinstance(error, StoreError | SessionConflictError):
+        raise error
+    everything: list[bool] = [False] * (len(items) + len(extra)) if error is not None else answer
+    applied = everything[: len(items)]
+    # The store failed (now, or when our writes were sent again alone): our outcomes cannot
+    # be learned or written by reading back, only kept and alerted.
+    failed = yield from _alone(items, error, applied)
+    if error is not None:
+        # Writes that may wait (safe calls' records, denials) go back in the queue: the next
+        # commit — checkpoint B, say — carries them, so a transcript never reports a success
+        # its ledger lacks. If that commit fails too, they are lost together.
+        buf.items = [i for n, i in enumerate(items) if not i.urgent and not applied[n]]
+    held: list[Buffered] = []
+    if failed is not None:
+        # The store failed: our attempts' outcomes are known here and nowhere else. Keep trying
+        # to write them, holding the calls in flight meanwhile — others in this process wait,
+        # and on this host a live process's attempt is not called over — rather than leave a
+        # record ``started`` that nobody runs any more.
+        held = [i for n, i in enumerate(items) if i.closes is not None and not applied[n]]
+        if held:
+            keys = [i.closes for i in held if i.closes is not None]
+            for key in keys:
+                buf.flights.remove(key)  # ours no more: the background writer releases them
+            yield Remember([i.op for i in held], keys)
+    for item, ok in zip(items, applied, strict=True):
+        if item.closes is not None and item not in held:
+            release(env, item.closes, buf)  # its outcome is written, or cannot be by us
+        if ok:
+            continue
+        if not item.urgent:
+            if item.must_land and error is None:
+                yield from late(item, env, finding=True)  # a note was added: write it again
+            continue
+        if item.outcome is None or item.outcome.disposition is not Disposition.EXECUTED:
+            late_failure = (
+                isinstance(item.op, UpdateEffect) and item.op.record.status is Status.FAILED
+            )
+            if late_failure and failed is None:
+                yield from late(item, env)  # kept in the history; nothing happened twice
+            continue
+        if failed is not None:
+            yield from write_failed(
+                item,
+                env,
+                f"{item.outcome.call.name!r} ({item.outcome.call.tool_use_id}) in session "
+                f"{env.session_id!r} took effect but the ledger write failed ({failed}). The "
+                "model got the real result. This process keeps trying to write it and holds the "
+                "call meanwhile; if it ends first, a resume finds the call in doubt. A person "
+                "should check.",
+                failed,
+            )
+            continue
+        yield from late(item, env)
+    if error is None and any(
+        ok and i.outcome is not None for i, ok in zip(items, applied, strict=True)
+    ):
+        crash_point("after_record")
+    return Flushed(error, everything[len(items) :])

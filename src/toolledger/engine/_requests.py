@@ -1,0 +1,167 @@
+"""The I/O the runner and the agent need, as requests: what their generators yield.
+
+Each request says what to do, never how: ``toolledger.engine._drivers`` carries it out, with plain
+calls
+or with ``await``, and sends the answer back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import LedgerWriteError
+from ..ops import Op
+from ..records import Lease
+from ..tools import ToolContext
+from ._gate import ApprovalRequest
+
+__all__ = [
+    "Alert",
+    "Ask",
+    "CallModel",
+    "Commit",
+    "Failure",
+    "Fence",
+    "Invoke",
+    "ReadEffectIds",
+    "ReadEffects",
+    "ReadLease",
+    "ReadMessages",
+    "ReadSession",
+    "Remember",
+    "Request",
+    "Sleep",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEffects:
+    """Records of the session (``session``: of another one — the origin of a branch's copy)."""
+
+    tool_use_ids: list[str] | None
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadEffectIds:
+    """The tool_use ids of every record of the session (not the records)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSession:
+    """The session's state (``session``: another one's)."""
+
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadMessages:
+    """The session's transcript from ``seq`` ``since`` on (``session``: another one's)."""
+
+    since: int = 0
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Commit ops in one transaction; answered with the per-op flags or a ``Failure`` holding a
+    ``StoreError`` or ``SessionConflictError``. ``fenced=False`` leaves the run's lease fence
+    out: for an attempt's outcome written after a take-over (a compare-and-set on its record
+    needs no fence)."""
+
+    ops: list[Op]
+    fenced: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    request: ApprovalRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Invoke:
+    """Call a tool or a check; answered with its value or a ``Failure``. An ``async def`` one is
+    cancelled after ``timeout`` seconds, answered with ``Failure(OutcomeUnknown)``; a plain
+    function cannot be stopped and runs to its end."""
+
+    fn: Callable[[], Any]
+    is_async: bool
+    timeout: float | None = None
+    ctx: ToolContext | None = None  # the call it serves (for drivers that watch, not to use)
+    check: bool = False  # the tool's ``check``, not the tool
+
+
+@dataclass(frozen=True, slots=True)
+class Remember:
+    """Writes this process must not lose — outcomes of its attempts that a failed commit left
+    unwritten: commit them (without the fence) in the background, retrying until they apply or
+    are refused, then release the calls in flight (``keys``). Answered at once with ``None``."""
+
+    ops: list[Op]
+    keys: list[tuple[str, str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait ``seconds`` (for another attempt to finish)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    alert: LedgerWriteError
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """Call the model API; answered with the (whole) response or a ``Failure``. ``span``: the
+    model call's tracing span (``toolledger.engine._telemetry``), current while the API is
+    called."""
+
+    kwargs: dict[str, Any]
+    span: Any = None
+    on_text: Callable[[str], object] | None = None
+    """Stream the reply: given each piece of its text as it arrives (``Provider.stream``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLease:
+    """The session's lease (``session``: another one's)."""
+
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """From now on every commit carries this lease's fence, a heartbeat renews it, and it is
+    given up when the generator ends (see ``toolledger.engine._leases``)."""
+
+    lease: Lease
+    ttl: float
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An exception raised while carrying out a request, handed back to the generator."""
+
+    exc: Exception
+
+
+Request = (
+    ReadEffects
+    | ReadEffectIds
+    | ReadSession
+    | ReadMessages
+    | ReadLease
+    | Commit
+    | Ask
+    | Invoke
+    | Alert
+    | CallModel
+    | Fence
+    | Sleep
+    | Remember
+)

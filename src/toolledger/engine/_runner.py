@@ -1,0 +1,406 @@
+"""``run_tool_uses`` / ``arun_tool_uses``: the ledger gate, the approval gate, then the tool.
+
+The sequence lives once, in ``_process``, a generator that *yields* every piece of I/O it needs
+(read records, commit writes, ask the approver, call a function) and receives the answer. The
+sync and async drivers only carry those requests out, so the two cannot drift apart. What to do
+at each step is decided by the pure functions of ``toolledger.engine._decide``; this module only
+sequences their I/O. Running one attempt is ``toolledger.engine._attempt``; when each write must be
+durable, and what happens when it cannot be written as it stands, ``toolledger.engine._outcomes``.
+
+A ``started`` record is settled only when its attempt is provably over (``toolledger._liveness``):
+while it may still run — in another thread, process, worker or host — every path says
+``EffectInProgressError`` and touches nothing. So one non-idempotent call costs two commits
+(intent, outcome), a safe one costs one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import replace
+from typing import Any
+
+from .._liveness import Over, Running, judge
+from ..codec import content_of
+from ..errors import (
+    EffectInProgressError,
+    LedgerMismatchError,
+    StoreUnavailableError,
+)
+from ..ops import Op, PutApproval
+from ..records import ApprovalStatus, EffectRecord, Lease, Status, ToolCall
+from ..stores.store import Ledger, in_progress_error
+from ..tools import InputError, ToolSet
+from . import _decide as decide
+from . import _telemetry as telemetry
+from ._attempt import Again, attempt_of, context, created_of, encode, run
+from ._copies import defer
+from ._drivers import (
+    Ask,
+    Failure,
+    Invoke,
+    ReadEffects,
+    ReadLease,
+    Request,
+    Sleep,
+)
+from ._gate import ApprovalRequest, Decision
+from ._outcomes import Batch, Buffer, Buffered, CallOutcome, Disposition, Env, flush, release, write
+
+__all__ = ["Disposition", "process_batch"]
+
+_Gen = Generator[Request, Any, "Batch"]
+
+_POLL_FIRST_S = 0.005
+_POLL_MAX_S = 0.25
+
+
+# -- the sequence, once --------------------------------------------------------------------------
+
+
+def _process(
+    calls: list[ToolCall],
+    env: Env,
+    tail: Callable[[list[CallOutcome]], Sequence[Op]] | None,
+) -> _Gen:
+    # One call alone may write first (``_decide``): its insert-if-absent intent is refused by a
+    # record already there, which is read then. Several are read together before anything runs,
+    # so that rule 7 holds for the whole message.
+    unread = len(calls) == 1
+    found: dict[str, EffectRecord] = (
+        {} if unread else (yield ReadEffects([c.tool_use_id for c in calls]))
+    )
+    for call in calls:  # rule 7, checked for the whole message before anything runs
+        record = found.get(call.tool_use_id)
+        if record is not None:
+            _same_call(record, call, env)
+    buf = Buffer()
+    try:
+        outcomes: list[CallOutcome] = []
+        for call in calls:
+            try:
+                outcomes.append(
+                    (yield from _one(call, found.get(call.tool_use_id), env, buf, unread))
+                )
+            except Exception:
+                # A later call of the message raised (the store went away while it was being
+                # decided, another attempt holds it): the outcomes of the calls that already
+                # ran are written — or alerted — before the error goes up, never dropped.
+                if any(i.urgent for i in buf.items):
+                    yield from flush(buf, env, [])
+                raise
+        unwritten = [
+            o.call.tool_use_id
+            for o in outcomes
+            if o.alert is not None and o.alert.cause is not None
+        ]
+        if tail is not None and unwritten:
+            # An outcome whose write failed earlier in this batch (the store failed; this process
+            # keeps trying) is not in the ledger yet: a checkpoint reporting it would be a
+            # transcript claiming a success its ledger lacks, for good if this process dies
+            # first. The checkpoint waits; the next run answers from the ledger once the write
+            # lands, or finds the call in doubt.
+            if buf.items:
+                yield from flush(buf, env, [])
+            return Batch(outcomes, commit_error=_held_back(env, unwritten))
+        extra = list(tail(outcomes)) if tail is not None else []
+        error = None
+        if buf.items or extra:
+            error = (yield from flush(buf, env, extra)).error
+        return Batch(outcomes, commit_error=error if extra else None)
+    finally:
+        for key in list(buf.flights):  # an exception, or an outcome that never committed
+            release(env, key, buf)
+
+
+def _held_back(env: Env, unwritten: list[str]) -> StoreUnavailableError:
+    return StoreUnavailableError(
+        f"the outcome of {', '.join(unwritten)} in session {env.session_id!r} could not be "
+        "written (the store failed; this process keeps trying, and an alert was raised), so the "
+        "checkpoint that would report it to the model was not written either. Run the session "
+        "again: it answers from the ledger once the write lands, or finds the call in doubt.",
+        url=env.url,
+        session_id=env.session_id,
+    )
+
+
+def _same_call(record: EffectRecord, call: ToolCall, env: Env) -> None:
+    """Rule 7: ``record`` must be this call's (same tool, same input)."""
+    why = decide.mismatch(record, call)
+    if why is not None:
+        raise LedgerMismatchError(
+            f"{why} in session {env.session_id!r}. Nothing was run. The transcript was "
+            "edited or two runs share a session name.",
+            session_id=env.session_id,
+            tool_use_id=call.tool_use_id,
+            recorded_tool=record.tool,
+            recorded_input_hash=record.input_hash,
+            tool=call.name,
+            input_hash=call.input_hash,
+        )
+
+
+def _one(
+    call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer, unread: bool
+) -> Generator[Request, Any, CallOutcome]:
+    """``unread``: the call's record was not read (it may exist). The call's span (when
+    tracing) is current while it is decided and run."""
+    tool = env.tools.get(call.name)
+    effect = None if tool is None else tool.effect.value
+    span = telemetry.tool_span(env.session_id, call, effect)
+    token = telemetry.enter(span)
+    try:
+        outcome = yield from _settle(call, record, env, buf, unread)
+    except BaseException as exc:
+        telemetry.tool_failed(span, exc)
+        raise
+    finally:
+        telemetry.leave(token)
+    telemetry.tool_done(span, outcome, effect, call.name)
+    return outcome
+
+
+def _settle(
+    call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer, unread: bool
+) -> Generator[Request, Any, CallOutcome]:
+    for _ in range(_RESTARTS):
+        done = yield from _decide(call, record, env, buf, unread)
+        if not isinstance(done, Again):
+            return done
+        if unread:
+            _same_call(done.record, call, env)  # seen for the first time: nothing ran yet
+        record, unread = done.record, False
+    assert record is not None
+    raise EffectInProgressError(
+        f"{call.name!r} ({call.tool_use_id}) in session {env.session_id!r}: its record kept "
+        "changing while this worker tried to run it (other attempts are at it); retry later "
+        "to get its stored result",
+        session_id=env.session_id,
+        tool_use_id=call.tool_use_id,
+        holder=record.worker,
+    )
+
+
+def _decide(
+    call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer, unread: bool = False
+) -> Generator[Request, Any, CallOutcome | Again]:
+    """Carry out what ``decide`` says of ``call``, one transition after another, until it is
+    answered or runs.
+
+    ``unread``: the record was not read. A call that would run at once with an intent writes
+    first — its intent is insert-if-absent, so a record already there refuses it and is read
+    then (``Again``): one statement less for the common case, and on a server one round trip.
+    Any other call reads its record first (rule 1: the ledger before the tool or the approver).
+    """
+    if record is not None and record.copied and not record.status.terminal:
+        # A branch's copy of its lineage's call: its origin settles it
+        # (``toolledger.engine._copies``).
+        # Returned as it is, its origin no longer holds the call: its attempt as copied is over.
+        deferred = yield from defer(call, record, env, buf)
+        if isinstance(deferred, CallOutcome):
+            return deferred
+        record = deferred
+    elif record is not None and record.status is Status.STARTED:
+        record = yield from _settled_or_over(call, record, env, buf)
+    tool = env.tools.get(call.name)
+    kwargs: dict[str, Any] = {}
+    input_error = call.problem
+    if (
+        input_error is None
+        and tool is not None
+        and not (record is not None and record.status.terminal)
+    ):
+        try:
+            kwargs = tool.validate(call.input)
+        except InputError as exc:
+            input_error = str(exc)
+    action = decide.first_step(
+        record,
+        tool,
+        call,
+        input_error=input_error,
+        available=env.tools.names,
+        can_ask=env.can_ask,
+    )
+    if unread and not decide.writes_first(action, tool):
+        looked: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+        record = looked.get(call.tool_use_id)
+        if record is not None:
+            return Again(record)
+    consume: Op | None = None  # the approval the run uses up, with its intent
+    while not isinstance(action, decide.Run):
+        if isinstance(action, decide.Replay):
+            return _replayed(call, action.record)
+        if isinstance(action, decide.Reject):
+            return CallOutcome(call, Disposition.REJECTED, action.message, is_error=True)
+        if isinstance(action, decide.Unresolved):
+            return CallOutcome(call, Disposition.IN_DOUBT, action.message, is_error=True)
+        if isinstance(action, decide.Await):
+            return CallOutcome(call, Disposition.AWAITING_APPROVAL, action.message, is_error=True)
+        if isinstance(action, decide.Decline):
+            denied = _denied(env, call, record, action.message)
+            # Recorded so it is not asked again; losing it would only mean asking again.
+            buf.items.append(Buffered(write(denied, record), urgent=False, outcome=None))
+            return CallOutcome(call, Disposition.DECLINED, action.message, is_error=True)
+        assert tool is not None  # every other action concerns a known tool
+        if buf.urgent:
+            yield from flush(buf, env, [])  # a person, a check may take minutes: nothing waits
+        if isinstance(action, decide.Ask):
+            decision: Decision | None = None
+            if env.can_ask:
+                decision = yield Ask(_request(call, record, action, env))
+                if not decision.pending:
+                    consume = _consume(env, decision)
+            action = decide.after_approval(call, action, decision)
+            continue
+        assert isinstance(action, decide.Check) and record is not None
+        ctx = context(env, call, in_doubt=True, attempt=record.attempt, tool=tool, record=record)
+        answer = yield Invoke(
+            tool.check_invocation(kwargs, ctx), tool.check_is_async, ctx=ctx, check=True
+        )
+        raised = answer.exc if isinstance(answer, Failure) else None
+        action = decide.after_check(tool, call, raised=raised, found=answer is not None)
+        if isinstance(action, decide.Found):
+            return _found(call, answer, record, env, buf)
+    assert tool is not None
+    return (
+        yield from run(
+            call, tool, kwargs, record=record, action=action, consume=consume, env=env, buf=buf
+        )
+    )
+
+
+_RESTARTS = 5
+
+
+def _request(
+    call: ToolCall, record: EffectRecord | None, ask: decide.Ask, env: Env
+) -> ApprovalRequest:
+    return ApprovalRequest(
+        session_id=env.session_id,
+        tool_use_id=call.tool_use_id,
+        tool=call.name,
+        input=call.input,
+        in_doubt=ask.in_doubt,
+        reason=ask.reason,
+        input_hash=call.input_hash,
+        attempt=attempt_of(record),
+        ledger=env.ledger,
+    )
+
+
+def _found(call: ToolCall, answer: Any, record: EffectRecord, env: Env, buf: Buffer) -> CallOutcome:
+    """The in-doubt call's check found its effect: it succeeded, with the check's answer."""
+    encoded = encode(answer, env, call)
+    done = replace(
+        record,
+        status=Status.SUCCEEDED,
+        result=encoded.stored,
+        error="in doubt; its check found the effect",
+        updated_at=env.clock(),
+    )
+    outcome = CallOutcome(call, Disposition.EXECUTED, encoded.content, is_error=False)
+    buf.items.append(Buffered(write(done, record), urgent=False, outcome=outcome, must_land=True))
+    return outcome
+
+
+def _settled_or_over(
+    call: ToolCall, record: EffectRecord, env: Env, buf: Buffer
+) -> Generator[Request, Any, EffectRecord]:
+    """``record`` is ``started``: return it once its attempt is over (in doubt), or whatever
+    the record became meanwhile; while it may still run, wait up to ``env.wait`` seconds, then
+    raise ``EffectInProgressError`` (after making what this batch did so far durable)."""
+    waited = 0.0
+    pause = _POLL_FIRST_S
+    while True:
+        lease: Lease | None = None
+        if record.lease_token is not None:
+            lease = yield ReadLease()
+        store = env.ledger.store
+        verdict = judge(
+            record,
+            now=env.now(),
+            lease=lease,
+            runtime=store.runtime,
+            url=env.url,
+            shared_clock=store.shared_clock,
+        )
+        if isinstance(verdict, Over):
+            # Read it once more: an attempt leaves flight (or its process exits) only after its
+            # outcome committed, so a record still the same now is truly one whose attempt is
+            # over; one that moved on was finished meanwhile.
+            again: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+            current = again.get(call.tool_use_id)
+            assert current is not None, "a record is never deleted"
+            if current == record:
+                return record
+            if current.status is not Status.STARTED:
+                return current
+            record = current
+            continue
+        assert isinstance(verdict, Running)
+        if waited >= env.wait:
+            if buf.items:
+                yield from flush(buf, env, [])
+            raise in_progress_error(record, verdict)
+        if buf.urgent:
+            yield from flush(buf, env, [])  # nothing of ours waits while we do
+        step = min(pause, env.wait - waited)
+        yield Sleep(step)
+        waited += step
+        pause = min(pause * 2, _POLL_MAX_S)
+        found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+        current = found.get(call.tool_use_id)
+        if current is None or current.status is not Status.STARTED:
+            assert current is not None, "a record is never deleted"
+            return current
+        record = current
+
+
+def _consume(env: Env, decision: Decision) -> Op | None:
+    """The write that uses up a persisted approval: it rides in the commit that records what the
+    decision allowed (the intent), so an approval is never used without it, nor twice."""
+    approval = decision.approval
+    if approval is None or approval.status is not ApprovalStatus.APPROVED:
+        return None  # a denial is not used up: it stands (and is recorded with the call)
+    used = approval.consumed(at=env.clock())
+    return PutApproval(used, expect_status=approval.status)
+
+
+def _denied(env: Env, call: ToolCall, record: EffectRecord | None, message: str) -> EffectRecord:
+    return env.record(
+        call,
+        status=Status.DENIED,
+        attempt=attempt_of(record),
+        created_at=created_of(record),
+        error=message,
+        history=record.history if record is not None else (),
+        replaces=record,
+    )
+
+
+def _replayed(call: ToolCall, record: EffectRecord) -> CallOutcome:
+    if record.status is Status.SUCCEEDED and record.result is not None:
+        return CallOutcome(call, Disposition.REPLAYED, content_of(record.result), is_error=False)
+    return CallOutcome(
+        call, Disposition.REPLAYED, record.error or f"{record.status.value}", is_error=True
+    )
+
+
+# -- public entry points -----------------------------------------------------------------------
+
+
+def process_batch(
+    calls: list[ToolCall],
+    tools: ToolSet,
+    ledger: Ledger,
+    *,
+    can_ask: bool,
+    tail: Callable[[list[CallOutcome]], Sequence[Op]] | None = None,
+    wait: float = 0.0,
+    lease_token: int | None = None,
+) -> _Gen:
+    """The generator behind ``run_tool_uses``. The agent drives it with a ``tail`` (the
+    checkpoint that commits together with the batch's last outcome) and its ``lease_token`` (so
+    its intents say which lease they ran under)."""
+    env = Env(tools=tools, ledger=ledger, can_ask=can_ask, wait=wait, lease_token=lease_token)
+    return _process(calls, env, tail)

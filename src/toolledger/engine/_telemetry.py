@@ -1,0 +1,222 @@
+"""OpenTelemetry: a span per ``agent.run``, per model call and per tool call, and a counter of
+what happened to each call — when the ``opentelemetry-api`` package is installed (extra ``otel``)
+and a tracer provider is set. Otherwise every function here returns at once.
+
+Spans follow the OpenTelemetry semantic conventions for generative AI:
+
+* ``invoke_agent toolledger`` — ``gen_ai.operation.name=invoke_agent``,
+  ``gen_ai.conversation.id`` and ``toolledger.session`` (the session id), ``gen_ai.request.model``,
+  ``gen_ai.provider.name``; at its end ``toolledger.status`` (the run's status), its reason and
+  the session's token counts;
+* ``chat {model}`` — ``gen_ai.operation.name=chat``, the model, ``gen_ai.request.max_tokens``,
+  and the answer's ``gen_ai.usage.input_tokens`` / ``output_tokens``;
+* ``execute_tool {tool}`` — ``gen_ai.operation.name=execute_tool``, ``gen_ai.tool.name``,
+  ``gen_ai.tool.call.id``, ``gen_ai.tool.type=function``, ``toolledger.session``,
+  ``toolledger.effect`` (the tool's effect class) and ``toolledger.disposition`` (``executed``,
+  ``replayed``, ``in_doubt`` …: see ``toolledger.engine._runner.Disposition``). A call answered
+  with an
+  error has the span's status set to ``ERROR``. The span is current while the tool runs, so what
+  the tool itself traces (an HTTP call) is its child.
+
+The counter ``toolledger.tool.calls`` counts calls by ``toolledger.disposition``,
+``gen_ai.tool.name`` and ``toolledger.effect`` (through the global meter provider).
+
+Nothing about inputs or results is put on a span: they may hold what only the store should.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..records import ToolCall
+    from ._batch import CallOutcome
+
+try:
+    from opentelemetry import context as _context
+    from opentelemetry import metrics as _metrics
+    from opentelemetry import trace as _trace
+except ImportError:  # pragma: no cover - exercised where the extra is not installed
+    _trace = None  # type: ignore[assignment]
+
+__all__ = ["agent_span", "enter", "leave", "model_done", "model_span", "tool_done", "tool_span"]
+
+_NAME = "toolledger"
+_PUBLIC_ONLY = _trace is not None and (
+    not hasattr(_trace, "_TRACER_PROVIDER") or "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+)
+_cache: dict[str, Any] = {"provider": None, "tracer": None, "counter": None}
+
+
+def _provider() -> Any:
+    """The global tracer provider, ``None`` when none is set. The API's own getter reads the
+    environment on every call while none is set (1.4 µs, several times per tool call), so its
+    global is read directly where it exists and no provider is named in the environment."""
+    if _PUBLIC_ONLY:
+        provider = _trace.get_tracer_provider()
+        return None if isinstance(provider, _trace.ProxyTracerProvider) else provider
+    return _trace._TRACER_PROVIDER
+
+
+def _tracer() -> Any:
+    """The tracer, or ``None`` when no tracer provider is set (nothing would be recorded)."""
+    if _trace is None:
+        return None
+    provider = _provider()
+    if provider is None:
+        return None
+    if provider is not _cache["provider"]:
+        from .._version import __version__
+
+        _cache["tracer"] = provider.get_tracer(_NAME, __version__)
+        _cache["provider"] = provider
+    return _cache["tracer"]
+
+
+def _counter() -> Any:
+    if _cache["counter"] is None:
+        _cache["counter"] = _metrics.get_meter(_NAME).create_counter(
+            "toolledger.tool.calls",
+            unit="{call}",
+            description="Tool calls by what happened to them (toolledger.disposition)",
+        )
+    return _cache["counter"]
+
+
+# -- the agent's run -----------------------------------------------------------------------------
+
+
+@contextmanager
+def agent_span(session_id: str, model: str, provider: str) -> Iterator[Any]:
+    """The span of one ``agent.run``, current for its length; yields it (or ``None``)."""
+    tracer = _tracer()
+    if tracer is None:
+        yield None
+        return
+    with tracer.start_as_current_span(
+        "invoke_agent toolledger",
+        kind=_trace.SpanKind.INTERNAL,
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": _NAME,
+            "gen_ai.conversation.id": session_id,
+            "gen_ai.request.model": model,
+            "gen_ai.provider.name": provider,
+            "toolledger.session": session_id,
+        },
+    ) as span:
+        yield span
+
+
+def agent_done(span: Any, run: Any) -> None:
+    """What the run came to, on its span."""
+    if span is None:
+        return
+    span.set_attribute("toolledger.status", run.status.value)
+    span.set_attribute("toolledger.turns", run.turns)
+    span.set_attribute("gen_ai.usage.input_tokens", run.usage.input_tokens)
+    span.set_attribute("gen_ai.usage.output_tokens", run.usage.output_tokens)
+    if run.reason is not None:
+        span.set_attribute("toolledger.reason", run.reason)
+
+
+# -- model calls ---------------------------------------------------------------------------------
+
+
+def model_span(model: str, provider: str, max_tokens: int) -> Any:
+    """A started ``chat`` span (not current), or ``None``."""
+    tracer = _tracer()
+    if tracer is None:
+        return None
+    return tracer.start_span(
+        f"chat {model}",
+        kind=_trace.SpanKind.CLIENT,
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": model,
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.max_tokens": max_tokens,
+        },
+    )
+
+
+def model_done(
+    span: Any, *, input_tokens: int = 0, output_tokens: int = 0, error: BaseException | None = None
+) -> None:
+    if span is None:
+        return
+    if error is not None:
+        _failed(span, error)
+    else:
+        span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+    span.end()
+
+
+# -- tool calls ----------------------------------------------------------------------------------
+
+
+def tool_span(session_id: str, call: ToolCall, effect: str | None) -> Any:
+    """A started ``execute_tool`` span (made current by ``enter``), or ``None``."""
+    tracer = _tracer()
+    if tracer is None:
+        return None
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.call.id": call.tool_use_id,
+        "gen_ai.tool.type": "function",
+        "toolledger.session": session_id,
+    }
+    if effect is not None:
+        attributes["toolledger.effect"] = effect
+    return tracer.start_span(f"execute_tool {call.name}", attributes=attributes)
+
+
+def enter(span: Any) -> Any:
+    """Make ``span`` current; returns what ``leave`` needs."""
+    if span is None:
+        return None
+    return _context.attach(_trace.set_span_in_context(span))
+
+
+def leave(token: Any) -> None:
+    if token is None:
+        return
+    with suppress(Exception):  # a generator closed from another context: nothing to undo
+        _context.detach(token)
+
+
+def tool_done(span: Any, outcome: CallOutcome | None, effect: str | None, tool: str) -> None:
+    """End the call's span with its disposition, and count it. ``outcome`` is ``None`` when the
+    call raised (``tool_failed`` ends the span then)."""
+    if _trace is None:
+        return
+    if outcome is not None:
+        attributes = {"toolledger.disposition": outcome.disposition.value, "gen_ai.tool.name": tool}
+        if effect is not None:
+            attributes["toolledger.effect"] = effect
+        _counter().add(1, attributes)
+    if span is None:
+        return
+    if outcome is not None:
+        span.set_attribute("toolledger.disposition", outcome.disposition.value)
+        if outcome.is_error:
+            span.set_status(_trace.Status(_trace.StatusCode.ERROR, outcome.disposition.value))
+    span.end()
+
+
+def tool_failed(span: Any, exc: BaseException) -> None:
+    if span is None:
+        return
+    _failed(span, exc)
+    span.end()
+
+
+def _failed(span: Any, exc: BaseException) -> None:
+    span.record_exception(exc)
+    span.set_attribute("error.type", type(exc).__qualname__)
+    span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(exc).__qualname__))
