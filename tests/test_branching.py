@@ -480,7 +480,7 @@ def test_a_rewind_that_was_told_still_says_so_after_a_later_rewind(store: tl.Sto
     """The first rewind's note reached the model; a second rewind, to the same turn, abandons
     that note (and tells the model again in its own). The first is still shown as told — on
     the branch the second abandoned — never as "not told to the model"."""
-    from toolledger.cli.branching import told
+    from toolledger._views.branch import told
 
     calls = four_turn_session(store)
     first = tl.rewind(store, SESSION, to_turn=1)

@@ -117,7 +117,8 @@ def test_importing_toolledger_loads_no_terminal_code() -> None:
     probe = (
         "import sys, toolledger as tl; "
         "assert callable(tl.approvals.terminal); "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich' or m.startswith('toolledger.cli')))"
+        "print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] == 'rich' or m.startswith('toolledger.cli')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True

@@ -15,7 +15,6 @@ from .adapters.openai_responses import OpenAIResponses
 from .agent._agent import Agent, Run, Usage
 from .agent._resume import Resumed, resume_all
 from .branches._branching import fork, rewind
-from .branches._history import BranchHistory, CallState, Turn, TurnCall
 from .codec import DEFAULT_MAX_RESULT_BYTES
 from .engine._gate import ApprovalRequest, Decision
 from .errors import (
@@ -52,6 +51,7 @@ from .records import (
     ToolCall,
 )
 from .stores import DEFAULT_STORE_URL, Ledger, Store, open_store
+from .stores._history import BranchHistory, CallState, Turn, TurnCall
 from .tools import SchemaTool, Tool, ToolContext, ToolSet, tool
 
 __all__ = [

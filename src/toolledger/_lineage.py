@@ -178,4 +178,3 @@ def effects_of(lineage: tuple[Branch, ...]) -> tuple[ForkedEffect, ...]:
                 seen.add(e.key)
                 out.append(e)
     return tuple(out)
-

@@ -23,7 +23,6 @@ from .adapters import transcript_reader
 from .errors import ToolLedgerError
 from .records import EffectRecord, Lease, RunStatus, SessionState, Status
 from .stores import DEFAULT_STORE_URL
-from .stores.copies import listed_elsewhere
 from .stores.store import Store
 
 __all__ = ["Problem", "Severity", "verify"]
@@ -182,7 +181,7 @@ def _attempts(store: Store, sid: str, r: EffectRecord, lease: Lease | None) -> l
             "resolve", sid, r.tool_use_id, how, url=store.url, default_url=DEFAULT_STORE_URL
         )
 
-    if r.status is Status.STARTED and not listed_elsewhere(store, r):
+    if r.status is Status.STARTED and not store.listed_elsewhere(r):
         verdict = store.judge(r, lease)
         who = f"attempt {r.attempt} by {r.worker or 'an unknown worker'}"
         if isinstance(verdict, Running):

@@ -121,7 +121,7 @@ def fork(
         snap.records, snap.messages, snap.reader, source=sid, session=new, at=now
     )
     copies = [InsertEffect(r) for r in lineage]
-    if store.backend.read_effect_ids(new) or store.session(new) is not None:
+    if store.holds(new):
         raise SessionConflictError(
             f"cannot fork into {new!r}: a session of that id exists already. Nothing was "
             "written; choose another id.",
@@ -262,7 +262,7 @@ def _snapshot(store: Store, sid: str, turn: int) -> Snapshot:
                 turn=turn,
             )
         messages = store.messages(sid)
-        records = store.backend.read_effects(sid)
+        records = {r.tool_use_id: r for r in store.ledger(sid).records()}
         if store.session(sid) == state and len(messages) == state.messages:
             return Snapshot(state, messages, records, transcript_reader(messages))
     raise SessionConflictError(

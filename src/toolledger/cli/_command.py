@@ -14,7 +14,7 @@ from rich.console import Console
 from ..stores import DEFAULT_STORE_URL, Store, open_store
 from .render import safe
 
-__all__ = ["Handler", "emit_json", "known_session", "no_session", "store_of", "url_of"]
+__all__ = ["Handler", "emit_json", "no_session", "store_of", "url_of"]
 
 Handler = Callable[[argparse.Namespace, Console], int]
 
@@ -29,12 +29,6 @@ def store_of(args: argparse.Namespace, *, write: bool = False) -> Store:
     A command that only looks opens it read-only (``write=False``): it works on read-only media
     and never migrates."""
     return open_store(url_of(args), create=False, read_only=not write)
-
-
-def known_session(store: Store, session_id: str) -> bool:
-    """Whether ``session_id`` is in ``store`` (a state or a ledger); an unknown one is an error
-    for every command that names a session."""
-    return store.session(session_id) is not None or session_id in store.sessions()
 
 
 def no_session(console: Console, args: argparse.Namespace, store: Store) -> int:

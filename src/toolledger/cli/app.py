@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
+from .._views.window import LAST_RECORDS, LAST_TURNS, add_window
 from ..approvals._terminal import user
 from ..errors import ToolLedgerError
 from ..ops import PRUNABLE
@@ -33,7 +34,6 @@ from .retention import cmd_export, cmd_prune, duration
 from .running import cmd_audit, cmd_bench, cmd_demo, cmd_resume_all
 from .serving import TOKEN_ENV, cmd_console
 from .settling import cmd_approvals, cmd_approve, cmd_deny, cmd_resolve
-from .window import LAST_RECORDS, LAST_TURNS, add_window
 
 EXIT_OK = 0
 EXIT_FAILED = 1

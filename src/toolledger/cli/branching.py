@@ -17,13 +17,15 @@ from rich.console import Console
 from rich.text import Text
 
 from .._lineage import Branch, BranchKind, ForkedEffect
+from .._views.branch import STATE_STYLE, rewound, told
+from .._views.format import when
+from .._views.overview import known_session
 from ..approvals._terminal import user
 from ..branches._branching import fork, rewind
-from ..branches._history import BranchHistory
 from ..masking import masked, masked_text
+from ..stores._history import BranchHistory
 from ..tools import ToolSet
-from ._command import emit_json, known_session, no_session, store_of
-from .format import when
+from ._command import emit_json, no_session, store_of
 from .output import Out
 from .render import preview, safe
 
@@ -37,8 +39,6 @@ __all__ = [
     "rewound",
     "told",
 ]
-
-STATE_STYLE = {"succeeded": "green", "in_doubt": "bold red", "in_progress": "bold yellow"}
 
 
 def cmd_fork(args: argparse.Namespace, console: Console) -> int:
@@ -145,25 +145,6 @@ def _run_hint(session: str) -> str:
 
 
 # -- showing branches ------------------------------------------------------------------------------
-
-
-def rewound(b: Branch) -> str:
-    """What a rewind did, in words (a fork's words name its source: each display links it or
-    quotes it)."""
-    return f"rewound to turn {b.turn}: later turns kept as abandoned branch {b.branch}"
-
-
-def told(b: Branch) -> str:
-    """Whether the model was told of what the branch left behind."""
-    if not b.effects:
-        return "nothing left behind"
-    if b.note_seq is not None:
-        return "told to the model"
-    return (
-        "told to the model on a branch a later rewind abandoned"
-        if b.told
-        else ("not told to the model")
-    )
 
 
 def branch_lines(b: Branch, *, reveal: bool = False) -> list[Text]:

@@ -14,15 +14,16 @@ from typing import Any
 
 from rich.console import Console
 
-from ..branches._history import CallState, Turn, TurnCall
+from .._views.format import when
+from .._views.overview import known_session
+from .._views.window import window_of
 from ..masking import masked, masked_text
+from ..stores._history import CallState, Turn, TurnCall
 from ..tools import ToolSet
-from ._command import emit_json, known_session, no_session, store_of
+from ._command import emit_json, no_session, store_of
 from .branching import branch_lines, branches_json
-from .format import when
 from .output import Col, Grid, Out
 from .render import preview, safe
-from .window import window_of
 
 __all__ = ["cmd_history", "history_json", "history_table"]
 

@@ -3,76 +3,29 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
-from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
 from .._liveness import Over, Running
 from .._verify import Severity, verify
-from ..records import RunStatus, SessionState
-from ..stores import Store
+from .._views.overview import known_session, overview
+from .._views.timeline import timeline_window
+from .._views.window import window_of
+from ..records import RunStatus
 from . import render
-from ._command import emit_json, known_session, no_session, store_of, url_of
+from ._command import emit_json, no_session, store_of, url_of
 from .branching import branch_json, branch_lines
 from .output import Layout, Out
 from .render import safe
-from .timeline import timeline_window
-from .window import window_of
 
 __all__ = [
-    "Overview",
     "cmd_effects",
     "cmd_in_doubt",
     "cmd_sessions",
     "cmd_show",
     "cmd_verify",
-    "overview",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Overview:
-    """What ``sessions`` shows of a store: agent sessions, ledgers used on their own, who holds
-    each held session (owner, token, until, why, and a line for people), and the kinds of each
-    session's started calls (``in progress`` / ``in doubt``)."""
-
-    states: list[SessionState]
-    ledger_only: list[str]
-    held: dict[str, dict[str, Any]]
-    calls: dict[str, list[str]]
-
-    def started_summary(self) -> dict[str, str]:
-        """Each session's started calls counted by kind: ``1 in doubt, 2 in progress``."""
-        return {
-            sid: ", ".join(f"{kinds.count(k)} {k}" for k in sorted(set(kinds)))
-            for sid, kinds in self.calls.items()
-        }
-
-
-def overview(store: Store) -> Overview:
-    """The sessions of ``store``, their leases and their started calls (reads only)."""
-    states = store.session_states()
-    with_state = {s.session_id for s in states}
-    ledger_only = [sid for sid in store.sessions() if sid not in with_state]
-    held: dict[str, dict[str, Any]] = {}
-    for s in states:
-        lease = store.lease(s.session_id)
-        state = store.lease_state(lease)
-        if lease is not None and isinstance(state, Running):
-            held[s.session_id] = {
-                "owner": lease.owner,
-                "token": lease.token,
-                "until": state.until,
-                "why": state.why,
-                "text": render.lease_text(lease, state),
-            }
-    calls: dict[str, list[str]] = {}
-    for record, verdict in store.started():
-        kind = "in progress" if isinstance(verdict, Running) else "in doubt"
-        calls.setdefault(record.session_id, []).append(kind)
-    return Overview(states, ledger_only, held, calls)
 
 
 def cmd_sessions(args: argparse.Namespace, console: Console) -> int:

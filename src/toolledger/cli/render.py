@@ -18,20 +18,19 @@ from rich.text import Text
 from .._liveness import Running, Verdict
 from .._shell import command as shell_command
 from .._shell import shown
+from .._views.format import STATUS_STYLE, owner, when
+from .._views.timeline import Event, timeline
 from ..masking import is_secret_key, masked, masked_text
 from ..records import (
     ApprovalRecord,
     EffectRecord,
-    Lease,
     PastAttempt,
     RunStatus,
     SessionState,
     Status,
 )
 from ..stores import DEFAULT_STORE_URL
-from .format import STATUS_STYLE, owner, when
 from .output import Col, Grid
-from .timeline import Event, timeline
 
 __all__ = [
     "HAPPENED",
@@ -46,7 +45,6 @@ __all__ = [
     "in_doubt_table",
     "in_progress_table",
     "is_secret_key",
-    "lease_text",
     "masked",
     "masked_text",
     "owner",
@@ -173,14 +171,6 @@ def timeline_json(events: list[Event]) -> list[dict[str, Any]]:
 
 
 # -- tables ------------------------------------------------------------------------------------
-
-
-def lease_text(lease: Lease | None, verdict: Verdict | None) -> str:
-    """Who holds a session, for people: the owner and until when (or that nobody does)."""
-    if lease is None or verdict is None or not isinstance(verdict, Running):
-        return ""
-    until = f" until {when(verdict.until)}" if verdict.until is not None else " (alive)"
-    return f"{lease.owner}{until}"
 
 
 def sessions_table(

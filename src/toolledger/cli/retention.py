@@ -11,13 +11,14 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
+from .._views.format import when
+from .._views.overview import known_session
 from ..masking import masked
 from ..records import StoredMessage
 from ..stores.retention import PruneReport
 from . import render
-from ._command import emit_json, known_session, no_session, store_of
+from ._command import emit_json, no_session, store_of
 from .branching import branch_json
-from .format import when
 from .output import Col, Grid, Out
 from .render import safe
 

@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import json
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
+from .._views.results import parse_result
 from ..approvals import _queue as approvals
-from ..codec import MAX_NESTING, nesting
 from . import render
 from ._command import emit_json, store_of
 from .output import Out
@@ -54,22 +52,6 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
         if args.force and record.error and "forced while" in record.error:
             Out(console).line(safe(record.error, "yellow"))
     return 0
-
-
-def parse_result(text: str) -> Any:
-    """The result a person gives for a call that happened: JSON the model can be told (no
-    ``NaN``, not nested too deep). Raises ``ValueError`` saying what is wrong."""
-    try:
-        result = json.loads(text, parse_constant=_not_json)
-    except RecursionError:
-        raise ValueError("nested too deep") from None
-    if nesting(result) > MAX_NESTING:
-        raise ValueError(f"nested more than {MAX_NESTING} levels deep")
-    return result
-
-
-def _not_json(word: str) -> Any:
-    raise ValueError(f"{word} is not JSON (Python writes it; JSON has no such number)")
 
 
 def cmd_approvals(args: argparse.Namespace, console: Console) -> int:

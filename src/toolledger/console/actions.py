@@ -13,8 +13,8 @@ from typing import Any
 
 from starlette.datastructures import FormData
 
+from .._views.results import parse_result
 from ..approvals._queue import decide
-from ..cli.settling import parse_result
 from ..errors import ToolLedgerError
 from ..stores import Store
 

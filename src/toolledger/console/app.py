@@ -24,7 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from ..cli._command import known_session
+from .._views.overview import known_session
 from ..codec import INVISIBLE, escape_invisible
 from ..stores import Store, open_store
 from . import views

@@ -14,12 +14,12 @@ from typing import Any
 from .._lineage import Branch, BranchKind
 from .._liveness import Running, Verdict
 from .._verify import Problem, verify
+from .._views.branch import STATE_STYLE, rewound, told
+from .._views.format import owner, when
+from .._views.overview import overview
+from .._views.timeline import Event, timeline
 from ..adapters import transcript_reader
 from ..approvals._queue import pending
-from ..cli.branching import STATE_STYLE, rewound, told
-from ..cli.format import owner, when
-from ..cli.looking import overview
-from ..cli.timeline import Event, timeline
 from ..errors import ToolLedgerError
 from ..masking import masked, masked_text
 from ..records import ApprovalRecord, EffectRecord, RunStatus, SessionState, Status

@@ -36,7 +36,7 @@ from .._liveness import Over, Running, Verdict, judge
 from ..adapters import transcript_reader
 from ..adapters._shapes import Provider
 from ..records import EffectRecord, Lease, SessionState, Status, StoredMessage, ToolCall
-from ..stores.copies import same_call
+from ..stores._copies import same_call
 from ..stores.store import in_progress_error
 from . import _decide as decide
 from ._batch import Buffer, Buffered, CallOutcome, Disposition, Env, write

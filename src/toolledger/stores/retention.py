@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigurationError, SessionConflictError
 from ..ops import PRUNABLE, DropSession
 from ..records import ApprovalRecord, ApprovalStatus, EffectRecord, Lease, RunStatus, Status
-from .store import Store
+from ._core import StoreCore
 
 __all__ = ["Kept", "PruneReport", "Pruned", "prune"]
 
@@ -51,7 +51,7 @@ class PruneReport:
 
 
 def prune(
-    store: Store,
+    store: StoreCore,
     *,
     older_than: float,
     status: RunStatus | str | None = None,
@@ -70,7 +70,7 @@ def prune(
         state = store.session(sid)
         if wanted is not None and (state is None or state.status is not wanted):
             continue
-        records = store.ledger(sid).records()
+        records = list(store.backend.read_effects(sid).values())
         approvals = store.approvals(sid)
         stamps = [r.updated_at for r in records]
         stamps += [a.decided_at or a.requested_at for a in approvals]

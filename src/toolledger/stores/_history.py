@@ -19,8 +19,7 @@ API. Each call's disposition comes from its ledger record:
 =================  ==========================================================================
 
 Reading a history writes nothing. The turns are those of the session's transcript as it stands;
-``branches`` gives the forks and rewinds that made it (``toolledger.branches._branching``): for
-each, the
+``branches`` gives the forks and rewinds that made it (``toolledger.branches``): for each, the
 effects it listed, and for a rewind the turns it abandoned, read from where they are kept, each
 call's disposition still from the session's ledger.
 """
@@ -35,9 +34,9 @@ from .._lineage import Branch
 from .._liveness import Running
 from ..adapters import read_or_text, transcript_reader
 from ..records import EffectClass, EffectRecord, Lease, Status, StoredMessage
+from ._core import StoreCore
 
 if TYPE_CHECKING:
-    from ..stores.store import Store
     from ..tools import ToolSet
 
 __all__ = ["BranchHistory", "CallState", "Turn", "TurnCall", "branches", "history"]
@@ -98,16 +97,18 @@ class BranchHistory:
     abandoned: tuple[Turn, ...] = ()
 
 
-def history(store: Store, session_id: str, *, tools: ToolSet | None = None) -> list[Turn]:
+def history(store: StoreCore, session_id: str, *, tools: ToolSet | None = None) -> list[Turn]:
     """Every turn of ``session_id``, oldest first (an unknown session has none). ``tools``, when
     given, names each known call's effect class. Reads the transcript, the ledger and the lease
     once each; writes nothing."""
     messages = store.messages(session_id)
-    records = {r.tool_use_id: r for r in store.ledger(session_id).records()}
+    records = store.backend.read_effects(session_id)
     return _turns(store, messages, records, store.lease(session_id), tools, first=1)
 
 
-def branches(store: Store, session_id: str, *, tools: ToolSet | None = None) -> list[BranchHistory]:
+def branches(
+    store: StoreCore, session_id: str, *, tools: ToolSet | None = None
+) -> list[BranchHistory]:
     """The forks and rewinds that made ``session_id``, oldest first (none for a session never
     branched, or unknown). Reads only."""
     state = store.session(session_id)
@@ -115,7 +116,7 @@ def branches(store: Store, session_id: str, *, tools: ToolSet | None = None) -> 
         return []
     own = any(b.branch is not None and b.source == session_id for b in state.lineage)
     abandoned = store.abandoned(session_id) if own else {}
-    records = {r.tool_use_id: r for r in store.ledger(session_id).records()} if own else {}
+    records = store.backend.read_effects(session_id) if own else {}
     lease = store.lease(session_id) if own else None
     out: list[BranchHistory] = []
     for b in state.lineage:
@@ -128,7 +129,7 @@ def branches(store: Store, session_id: str, *, tools: ToolSet | None = None) -> 
 
 
 def _turns(
-    store: Store,
+    store: StoreCore,
     messages: list[StoredMessage],
     records: dict[str, EffectRecord],
     lease: Lease | None,
@@ -182,7 +183,10 @@ _BY_STATUS = {
 
 
 def _disposition(
-    store: Store, record: EffectRecord | None, lease: Lease | None, told: tuple[str, bool] | None
+    store: StoreCore,
+    record: EffectRecord | None,
+    lease: Lease | None,
+    told: tuple[str, bool] | None,
 ) -> tuple[CallState, str]:
     if record is None:
         failed = told is not None and told[1]

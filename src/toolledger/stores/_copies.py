@@ -9,14 +9,12 @@ branch's own, and its attempt as copied is over.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from .._liveness import Over, Verdict, judge
+from .._liveness import Over, Verdict
 from ..errors import NotInDoubtError
-from ..records import EffectRecord, Status
-
-if TYPE_CHECKING:
-    from .store import Store
+from ..records import EffectRecord, Lease, Status
+from .contract import Backend
 
 __all__ = ["listed_elsewhere", "origin_record", "same_call", "settle_here", "verdict_of"]
 
@@ -26,33 +24,35 @@ def same_call(copy: EffectRecord, there: EffectRecord | None) -> bool:
     return there is not None and there.tool == copy.tool and there.input_hash == copy.input_hash
 
 
-def origin_record(store: Store, copy: EffectRecord) -> EffectRecord | None:
+def origin_record(backend: Backend, copy: EffectRecord) -> EffectRecord | None:
     """The origin's record of ``copy``'s call, or ``None`` when the origin no longer holds it."""
     assert copy.origin is not None
-    found = store.backend.read_effects(copy.origin, [copy.tool_use_id]).get(copy.tool_use_id)
+    found = backend.read_effects(copy.origin, [copy.tool_use_id]).get(copy.tool_use_id)
     return found if same_call(copy, found) else None
 
 
-def verdict_of(store: Store, copy: EffectRecord) -> Verdict:
-    """How a ``started`` copy's attempt stands, judged where it runs."""
-    there = origin_record(store, copy)
+def verdict_of(
+    backend: Backend, copy: EffectRecord, judge: Callable[[EffectRecord, Lease | None], Verdict]
+) -> Verdict:
+    """How a ``started`` copy's attempt stands, judged where it runs (by ``judge``, the store's
+    verdict on a session's own record)."""
+    there = origin_record(backend, copy)
     if there is None:
         return Over(f"session {copy.origin!r}, whose attempt it stands for, no longer holds it")
     if there.status is not Status.STARTED:
         return Over(f"it is {there.status.value} in session {copy.origin!r}, which settles it")
-    lease = store.backend.read_lease(there.session_id) if there.lease_token is not None else None
-    return judge(there, now=store.now(), lease=lease, runtime=store.runtime, url=store.url)
+    return judge(there, None)
 
 
-def listed_elsewhere(store: Store, record: EffectRecord) -> bool:
+def listed_elsewhere(backend: Backend, record: EffectRecord) -> bool:
     """A started copy whose call its origin still holds: listed (and settled) there."""
-    return record.copied and origin_record(store, record) is not None
+    return record.copied and origin_record(backend, record) is not None
 
 
-def settle_here(store: Store, record: EffectRecord) -> None:
+def settle_here(backend: Backend, record: EffectRecord) -> None:
     """Refuse to settle a copy on its branch while its origin holds the call
     (``NotInDoubtError``, naming where to settle it)."""
-    if record.copied and not record.status.terminal and origin_record(store, record) is not None:
+    if record.copied and not record.status.terminal and origin_record(backend, record) is not None:
         raise NotInDoubtError(
             f"call {record.tool_use_id!r} of session {record.session_id!r} is the call its "
             f"lineage holds in session {record.origin!r}, copied when the branch was made. "

@@ -1,0 +1,301 @@
+"""The core of ``Store``, the one door to every backend: the store's clock, verdicts on
+attempts and leases, sessions, transcripts, approvals, and ``apply``, through which everything
+toolledger writes goes (and so through the ``redact`` hook). ``Ledger`` (``._ledger``),
+``Store`` (``.store``) and the reads built on it (``._history``, ``.retention``) stand on it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Self
+
+from .._liveness import Over, Running, Runtime, Verdict, judge, lease_state, this_process
+from .._redact import redact_ops
+from ..errors import (
+    EffectInProgressError,
+    InvalidSessionIdError,
+)
+from ..ops import Op
+from ..records import (
+    ApprovalRecord,
+    EffectRecord,
+    Lease,
+    SessionState,
+    Status,
+    StoredMessage,
+)
+from . import _copies as copies
+from .contract import AsyncBackend, Backend, InlineAsync, Inspectable
+
+__all__ = ["StoreCore", "check_session_id", "in_progress_error", "undecided"]
+
+MAX_SESSION_ID_CHARS = 256
+
+
+def check_session_id(session_id: object) -> str:
+    """Session ids are 1-256 characters with no control characters; anything else (``../``,
+    ``/``, quotes, any script) is fine and stored safely by every backend."""
+    if not isinstance(session_id, str):
+        raise InvalidSessionIdError(f"a session id must be a str, not {type(session_id).__name__}")
+    if not session_id or len(session_id) > MAX_SESSION_ID_CHARS:
+        raise InvalidSessionIdError(
+            f"a session id must be 1-{MAX_SESSION_ID_CHARS} characters, got {len(session_id)}"
+        )
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in session_id):
+        raise InvalidSessionIdError(
+            f"session id {session_id[:40]!r} holds a control character (NUL, newline …)"
+        )
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSessionIdError(
+            f"session id {session_id[:40]!r} is not valid Unicode (lone surrogate)"
+        ) from None
+    return session_id
+
+
+def undecided(verdict: Verdict) -> bool:
+    """Whether only more watching can decide ``verdict`` (``Running.watch``, no renewal seen)."""
+    return isinstance(verdict, Running) and verdict.watch is not None and not verdict.renewed
+
+
+def in_progress_error(
+    record: EffectRecord, verdict: Running, *, action: str = "run again"
+) -> EffectInProgressError:
+    """``record``'s attempt may still take effect, so it cannot be ``action`` now."""
+    holder = record.worker or "another worker"
+    until = (
+        f" until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(verdict.until))} at least"
+        if verdict.until is not None
+        else " for as long as that process lives"
+    )
+    return EffectInProgressError(
+        f"{record.tool!r} ({record.tool_use_id}) in session {record.session_id!r} is in "
+        f"progress: attempt {record.attempt} by {holder} may still take effect ({verdict.why})"
+        f"{until}. It cannot be {action} now; retry later to get its stored result"
+        + ("" if action == "run again" else ", or use --force if you know better")
+        + ".",
+        session_id=record.session_id,
+        tool_use_id=record.tool_use_id,
+        holder=record.worker,
+        until=verdict.until,
+    )
+
+
+def default_worker_id() -> str:
+    """``host:pid:random`` — who wrote a record; unique per process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class StoreCore:
+    """What every reader and writer of a store goes through (``Store`` is this and the reads
+    built on it): the backend, the store's clock, liveness verdicts, ``apply``."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        async_backend: AsyncBackend | None = None,
+        clock: Callable[[], float] = time.time,
+        worker_id: str | None = None,
+        redact: Callable[[str], str] | None = None,
+        runtime: Runtime | None = None,
+    ) -> None:
+        self.backend = backend
+        self.async_backend: AsyncBackend = async_backend or InlineAsync(backend)
+        self.clock = clock
+        """This worker's clock: the timestamps people read (``created_at``, ``updated_at``).
+        Nothing that decides liveness uses it: that is ``now()``, the store's clock."""
+        self.worker_id = worker_id or default_worker_id()
+        self.redact = redact
+        self.runtime = runtime or this_process()
+        """This process as liveness sees it (identity, attempts in flight, leases watched)."""
+        self.shared_clock = bool(getattr(backend, "shared_clock", False))
+        """Whether ``now()`` is one clock every worker reads (a database server's) rather than
+        each machine's own (a file store's): on a shared clock a lease expires by its expiry;
+        on machines' own clocks, only once it was watched unrenewed for its time to live."""
+        self._before_close: list[Callable[[], None]] = []
+
+    def before_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when this store is closed, before its backend is (used to write what a
+        failed commit left behind one last time)."""
+        if fn not in self._before_close:
+            self._before_close.append(fn)
+
+    def _closing(self) -> None:
+        hooks, self._before_close = self._before_close, []
+        for fn in hooks:
+            fn()
+
+    def now(self) -> float:
+        """The store's clock (``Backend.now``): lease expiries and deadlines are on it."""
+        return self.backend.now()
+
+    def judge(self, record: EffectRecord, lease: Lease | None = None) -> Verdict:
+        """Whether a ``started`` record's attempt may still take effect (``Running``) or is
+        over (``Over``): see ``toolledger._liveness``. Reads the session's lease unless given."""
+        if record.status is not Status.STARTED:
+            return Over(f"it is {record.status.value}")
+        if record.copied:  # a branch's copy: its attempt is its origin's, judged as the origin's
+            return copies.verdict_of(self.backend, record, self._judge_own)
+        return self._judge_own(record, lease)
+
+    def _judge_own(self, record: EffectRecord, lease: Lease | None) -> Verdict:
+        if lease is None and record.lease_token is not None:
+            lease = self.backend.read_lease(record.session_id)
+        return judge(
+            record,
+            now=self.now(),
+            lease=lease,
+            runtime=self.runtime,
+            url=self.url,
+            shared_clock=self.shared_clock,
+        )
+
+    def listed_elsewhere(self, record: EffectRecord) -> bool:
+        """Whether ``record`` is a branch's copy of a call its origin still holds: listed, and
+        settled, in the origin session, once for the whole lineage."""
+        return copies.listed_elsewhere(self.backend, record)
+
+    def lease_state(self, lease: Lease | None) -> Verdict:
+        """Whether a session's lease is held (``Running``) or may be taken (``Over``): see
+        ``toolledger._liveness.lease_state``."""
+        return lease_state(
+            lease,
+            now=self.now(),
+            runtime=self.runtime,
+            url=self.url,
+            shared_clock=self.shared_clock,
+        )
+
+    def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        """Commit ``ops`` through the backend, after the ``redact`` hook (see
+        ``toolledger._redact``). Everything toolledger writes goes through here."""
+        return self.backend.apply(session_id, self._prepare(ops))
+
+    async def aapply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        return await self.async_backend.apply(session_id, self._prepare(ops))
+
+    def _prepare(self, ops: Sequence[Op]) -> list[Op]:
+        if self.redact is None:
+            return list(ops)
+        return redact_ops(list(ops), self.redact)
+
+    @property
+    def url(self) -> str:
+        return self.backend.url
+
+    @property
+    def durable(self) -> bool:
+        """False for ``memory://``: nothing survives the process."""
+        return self.backend.durable
+
+    def sessions(self) -> list[str]:
+        """Every session id with a ledger record or an agent state, sorted."""
+        return sorted(self.backend.session_ids())
+
+    def holds(self, session_id: str) -> bool:
+        """Whether the store holds ``session_id``: an agent state or a ledger record."""
+        return (
+            self.backend.read_session(session_id) is not None
+            or bool(self.backend.read_effect_ids(session_id))
+        )
+
+    def session(self, session_id: str) -> SessionState | None:
+        """An agent session's state, or ``None``."""
+        return self.backend.read_session(session_id)
+
+    def session_states(self) -> list[SessionState]:
+        """Every agent session's state."""
+        return self.backend.list_sessions()
+
+    def messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
+        """A session's transcript, from ``seq`` ``since`` on."""
+        return self.backend.read_messages(session_id, since)
+
+    def abandoned(self, session_id: str) -> dict[int, list[StoredMessage]]:
+        """A rewound session's abandoned branches, by number: the messages a rewind took out of
+        its transcript, each with the seq it had (``toolledger.branches._branching``)."""
+        return self.backend.read_abandoned(session_id)
+
+    def approvals(self, session_id: str | None = None) -> list[ApprovalRecord]:
+        """The approval requests of one session, or of all."""
+        return self.backend.read_approvals(session_id)
+
+    def lease(self, session_id: str) -> Lease | None:
+        """A session's lease, as stored (``toolledger._liveness`` judges it)."""
+        return self.backend.read_lease(session_id)
+
+    def integrity(self) -> list[str] | None:
+        """What the backend's own check finds wrong (an empty list: sound), or ``None`` when it
+        has no such check."""
+        if not isinstance(self.backend, Inspectable):
+            return None
+        return list(self.backend.integrity_check())
+
+    def started(
+        self, *, watch: float = 0.0, sleep: Callable[[float], None] = time.sleep
+    ) -> list[tuple[EffectRecord, Verdict]]:
+        """Every ``started`` record of every session with its verdict, oldest first: ``Running``
+        (in progress: leave it alone) or ``Over`` (in doubt: a person may settle it).
+
+        A verdict that only watching can decide (a worker this process cannot judge by its
+        process table, on a file store: ``Running.watch``) is watched for up to ``watch``
+        seconds — its lease renewed meanwhile, or not for a whole time to live — before the
+        list is returned."""
+        found = self._started()
+        left = watch  # counted by what it slept, so it ends whatever the clocks do
+        while True:
+            pending = [
+                v.watch for _, v in found if isinstance(v, Running) and undecided(v) and v.watch
+            ]
+            if not pending or left <= 0:
+                return found
+            pause = min(max(pending), left, 1.0)
+            left -= pause
+            sleep(pause)
+            found = self._started()
+
+    def _started(self) -> list[tuple[EffectRecord, Verdict]]:
+        records = sorted(self.backend.in_doubt(), key=lambda r: (r.created_at, r.session_id))
+        leases: dict[str, Lease | None] = {}
+        out: list[tuple[EffectRecord, Verdict]] = []
+        for r in records:
+            if copies.listed_elsewhere(self.backend, r):
+                continue  # one call, listed once: where its lineage made it
+            if r.session_id not in leases:
+                leases[r.session_id] = self.backend.read_lease(r.session_id)
+            out.append((r, self.judge(r, leases[r.session_id])))
+        return out
+
+    def in_doubt(self, *, watch: float = 0.0) -> list[EffectRecord]:
+        """Every in-doubt call of every session — started, and its attempt provably over —
+        oldest first. Calls still in progress are in ``started()`` (``watch``: as there)."""
+        return [r for r, verdict in self.started(watch=watch) if isinstance(verdict, Over)]
+
+    def close(self) -> None:
+        self._closing()
+        self.backend.close()
+
+    async def aclose(self) -> None:
+        self._closing()
+        await self.async_backend.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<Store {self.url}{'' if self.durable else ' (not durable)'}>"
