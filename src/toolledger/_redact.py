@@ -16,10 +16,22 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, assert_never
 
 from .codec import encode_result
-from .ops import AppendMessages, InsertEffect, Op, PutApproval, UpdateEffect
+from .ops import (
+    AbandonMessages,
+    AppendMessages,
+    DropLease,
+    DropSession,
+    HoldLease,
+    InsertEffect,
+    Op,
+    PutApproval,
+    PutSession,
+    TakeLease,
+    UpdateEffect,
+)
 from .records import ApprovalRecord, EffectRecord, StoredMessage
 
 __all__ = ["Redactor", "redact_ops"]
@@ -74,14 +86,24 @@ def _approval(record: ApprovalRecord, fn: Redactor) -> ApprovalRecord:
 def redact_ops(ops: list[Op], fn: Redactor) -> list[Op]:
     out: list[Op] = []
     for op in ops:
-        if isinstance(op, InsertEffect):
-            out.append(InsertEffect(_effect(op.record, fn)))
-        elif isinstance(op, UpdateEffect):
-            out.append(replace(op, record=_effect(op.record, fn)))
-        elif isinstance(op, AppendMessages):
-            out.append(AppendMessages(tuple(_message(m, fn) for m in op.messages)))
-        elif isinstance(op, PutApproval):
-            out.append(replace(op, record=_approval(op.record, fn)))
-        else:
-            out.append(op)
+        match op:
+            case InsertEffect():
+                out.append(InsertEffect(_effect(op.record, fn)))
+            case UpdateEffect():
+                out.append(replace(op, record=_effect(op.record, fn)))
+            case AppendMessages():
+                out.append(AppendMessages(tuple(_message(m, fn) for m in op.messages)))
+            case PutApproval():
+                out.append(replace(op, record=_approval(op.record, fn)))
+            case (
+                PutSession()
+                | AbandonMessages()
+                | TakeLease()
+                | HoldLease()
+                | DropLease()
+                | DropSession()
+            ):
+                out.append(op)  # no text a person or a tool wrote: states, seqs, leases
+            case _:
+                assert_never(op)
     return out

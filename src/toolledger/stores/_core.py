@@ -200,9 +200,8 @@ class StoreCore:
 
     def holds(self, session_id: str) -> bool:
         """Whether the store holds ``session_id``: an agent state or a ledger record."""
-        return (
-            self.backend.read_session(session_id) is not None
-            or bool(self.backend.read_effect_ids(session_id))
+        return self.backend.read_session(session_id) is not None or bool(
+            self.backend.read_effect_ids(session_id)
         )
 
     def session(self, session_id: str) -> SessionState | None:

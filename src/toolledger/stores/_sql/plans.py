@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from functools import partial
-from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
+from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar, assert_never
 
 from ...errors import LeaseLostError, SessionConflictError
 from ...ops import (
@@ -168,29 +168,33 @@ def _apply(session_id: str, ops: Sequence[Op], rider: tuple[int, int] | None) ->
     out: list[bool] = []
     for n, op in enumerate(ops):
         fence = rider[1] if rider is not None and rider[0] == n else None
-        if isinstance(op, (InsertEffect, UpdateEffect)):
-            done = yield from _effect(session_id, op, fence)
-        elif isinstance(op, PutSession):
-            done = yield from _put_session(session_id, op, fence)
-        elif isinstance(op, AppendMessages):
-            yield from _append(session_id, op)
-            done = Outcome(rowcount=1, rows=[])
-        elif isinstance(op, AbandonMessages):
-            yield from _abandon(session_id, op)
-            done = Outcome(rowcount=1, rows=[])
-        elif isinstance(op, DropSession):
-            alone(ops)
-            yield from _drop(session_id, op)
-            done = Outcome(rowcount=1, rows=[])
-        elif isinstance(op, PutApproval):
-            if op.expect_status is None:
-                done = yield Step(q.INSERT_APPROVAL, r.approval_values(op.record))
-            else:
-                done = yield Step(q.UPDATE_APPROVAL, r.update_approval_params(op))
-        elif n == 0 and rider is not None:
-            done = Outcome(rowcount=1, rows=[])  # it rides a write of this batch
-        else:
-            done = yield from _lease_op(session_id, op)
+        match op:
+            case InsertEffect() | UpdateEffect():
+                done = yield from _effect(session_id, op, fence)
+            case PutSession():
+                done = yield from _put_session(session_id, op, fence)
+            case AppendMessages():
+                yield from _append(session_id, op)
+                done = Outcome(rowcount=1, rows=[])
+            case AbandonMessages():
+                yield from _abandon(session_id, op)
+                done = Outcome(rowcount=1, rows=[])
+            case DropSession():
+                alone(ops)
+                yield from _drop(session_id, op)
+                done = Outcome(rowcount=1, rows=[])
+            case PutApproval():
+                if op.expect_status is None:
+                    done = yield Step(q.INSERT_APPROVAL, r.approval_values(op.record))
+                else:
+                    done = yield Step(q.UPDATE_APPROVAL, r.update_approval_params(op))
+            case TakeLease() | HoldLease() | DropLease():
+                if n == 0 and rider is not None:
+                    done = Outcome(rowcount=1, rows=[])  # it rides a write of this batch
+                else:
+                    done = yield from _lease_op(session_id, op)
+            case _:
+                assert_never(op)
         out.append(done.rowcount == 1)
     return out
 
@@ -235,23 +239,27 @@ def _put_session(session_id: str, op: PutSession, fence: int | None) -> Plan[Out
 
 
 def _lease_op(session_id: str, op: TakeLease | HoldLease | DropLease) -> Plan[Outcome]:
-    if isinstance(op, TakeLease):
-        done = yield Step(q.take_lease_statement(op), r.take_lease_params(op), guard=True)
-        if done.rowcount != 1:
-            raise busy(session_id, (yield from query_plan(lease_query(session_id))))
-        return done
-    if isinstance(op, HoldLease):
-        # An UPDATE, so the lease row stays locked until this transaction ends: a take-over
-        # waits for our commit and then finds the token it expected — our writes land before
-        # the new holder reads anything.
-        if op.expires_at is None:
-            done = yield Step(q.CHECK_LEASE, (session_id, op.token), guard=True)
-        else:
-            done = yield Step(q.HOLD_LEASE, (op.expires_at, session_id, op.token), guard=True)
-        if done.rowcount != 1:
-            raise lost(session_id, op.token)
-        return done
-    return (yield Step(q.DROP_LEASE, (session_id, op.token)))
+    match op:
+        case TakeLease():
+            done = yield Step(q.take_lease_statement(op), r.take_lease_params(op), guard=True)
+            if done.rowcount != 1:
+                raise busy(session_id, (yield from query_plan(lease_query(session_id))))
+            return done
+        case HoldLease():
+            # An UPDATE, so the lease row stays locked until this transaction ends: a take-over
+            # waits for our commit and then finds the token it expected — our writes land
+            # before the new holder reads anything.
+            if op.expires_at is None:
+                done = yield Step(q.CHECK_LEASE, (session_id, op.token), guard=True)
+            else:
+                done = yield Step(q.HOLD_LEASE, (op.expires_at, session_id, op.token), guard=True)
+            if done.rowcount != 1:
+                raise lost(session_id, op.token)
+            return done
+        case DropLease():
+            return (yield Step(q.DROP_LEASE, (session_id, op.token)))
+        case _:
+            assert_never(op)
 
 
 def _append(session_id: str, op: AppendMessages) -> Plan[None]:
@@ -340,23 +348,29 @@ def apply_again(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
 
 def _holds(session_id: str, op: Op) -> Plan[bool]:
     """Whether the store holds exactly what ``op`` writes."""
-    if isinstance(op, (InsertEffect, UpdateEffect)):
-        found = yield from query_plan(effect_query(session_id, op.record.tool_use_id))
-        return found == {op.record.tool_use_id: op.record}
-    if isinstance(op, PutApproval):
-        approvals = yield from query_plan(approvals_query(session_id))
-        return op.record in approvals
-    if isinstance(op, PutSession):
-        return (yield from query_plan(session_query(session_id))) == op.state
-    if isinstance(op, TakeLease):
-        return (yield from query_plan(lease_query(session_id))) == op.lease
-    lease = yield from query_plan(lease_query(session_id))
-    if isinstance(op, HoldLease):
-        if lease is None or lease.token != op.token or lease.expires_at <= 0:
-            return False
-        # A renewal is told by its expiry (its count moves with every other renewal too).
-        return op.expires_at is None or lease.expires_at == op.expires_at
-    return False  # DropLease reports its own outcome again: it is idempotent
+    match op:
+        case InsertEffect() | UpdateEffect():
+            found = yield from query_plan(effect_query(session_id, op.record.tool_use_id))
+            return found == {op.record.tool_use_id: op.record}
+        case PutApproval():
+            approvals = yield from query_plan(approvals_query(session_id))
+            return op.record in approvals
+        case PutSession():
+            return (yield from query_plan(session_query(session_id))) == op.state
+        case TakeLease():
+            return (yield from query_plan(lease_query(session_id))) == op.lease
+        case HoldLease():
+            lease = yield from query_plan(lease_query(session_id))
+            if lease is None or lease.token != op.token or lease.expires_at <= 0:
+                return False
+            # A renewal is told by its expiry (its count moves with every other renewal too).
+            return op.expires_at is None or lease.expires_at == op.expires_at
+        case DropLease():
+            return False  # it reports its own outcome again: it is idempotent
+        case AppendMessages() | AbandonMessages() | DropSession():
+            return False  # never sent again: more than one statement (``one_statement``)
+        case _:
+            assert_never(op)
 
 
 # -- reads ---------------------------------------------------------------------------------------
