@@ -19,6 +19,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples bench docs_nav.py
 	$(BIN)/ruff format --check src tests examples bench docs_nav.py
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -46,7 +47,7 @@ test: lint typecheck docs pytest
 KILLS   ?= 10000
 BACKEND ?= sqlite
 torture: $(STAMP)
-	$(BIN)/python -m toolledger.testing.torture --kills $(KILLS) --backend $(BACKEND) $(if $(SEED),--seed $(SEED))
+	$(BIN)/python -m toolledger._harness.torture --kills $(KILLS) --backend $(BACKEND) $(if $(SEED),--seed $(SEED))
 
 # Workers sharing one store for SECONDS of chaos — SIGSTOPped past their leases and deadlines,
 # SIGKILLed and replaced, one acting as another host, clocks skewed, an operator approving and
@@ -54,15 +55,15 @@ torture: $(STAMP)
 # `make test` runs a few seconds of it per backend.
 SECONDS ?= 600
 torture-concurrent: $(STAMP)
-	$(BIN)/python -m toolledger.testing.concurrent_torture --seconds $(SECONDS) --backend $(BACKEND) $(if $(SEED),--seed $(SEED))
+	$(BIN)/python -m toolledger._harness.concurrent_torture --seconds $(SECONDS) --backend $(BACKEND) $(if $(SEED),--seed $(SEED))
 
 # The deterministic simulation, for MINUTES twice: every fault on, then every fault on every kind
 # of machine (process tables missing, hidden or another namespace's, time namespaces, file-store
 # clocks that step). A failing seed replays with the command it prints. `make test` runs a minute.
 MINUTES ?= 30
 simulate: $(STAMP)
-	$(BIN)/python -m toolledger.testing.simulation --minutes $(MINUTES) --first $(or $(SEED),0) --everything
-	$(BIN)/python -m toolledger.testing.simulation --minutes $(MINUTES) --first $(or $(SEED),0) --everywhere
+	$(BIN)/python -m toolledger._harness.simulation --minutes $(MINUTES) --first $(or $(SEED),0) --everything
+	$(BIN)/python -m toolledger._harness.simulation --minutes $(MINUTES) --first $(or $(SEED),0) --everywhere
 
 BENCH_STAMP := $(VENV)/.bench-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 

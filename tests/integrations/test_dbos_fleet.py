@@ -31,8 +31,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 import toolledger as tl
+from toolledger._harness._invariants import Checks, Evidence, check_session
 from toolledger.adapters.anthropic import read_tool_uses
-from toolledger.testing._invariants import Checks, Evidence, check_session
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import World
 

@@ -1,4 +1,4 @@
-"""Found by the concurrency torture (``toolledger.testing.concurrent_torture``, invariant 6): an
+"""Found by the concurrency torture (``toolledger._harness.concurrent_torture``, invariant 6): an
 in-doubt approval allowed a second re-run.
 
 A high-impact call (or a plain one, with the approval queue) in doubt asks the approver whether

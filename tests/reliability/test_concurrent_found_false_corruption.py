@@ -1,4 +1,4 @@
-"""Found by the concurrency torture (``toolledger.testing.concurrent_torture``): a worker paused
+"""Found by the concurrency torture (``toolledger._harness.concurrent_torture``): a worker paused
 while it opened a session, whose lease another host took over meanwhile, reported a sound store as
 corrupt.
 

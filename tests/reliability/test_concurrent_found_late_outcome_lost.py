@@ -1,4 +1,4 @@
-"""Found by the concurrency torture (``toolledger.testing.concurrent_torture``): a late outcome
+"""Found by the concurrency torture (``toolledger._harness.concurrent_torture``): a late outcome
 written into the history of a record whose next attempt was still running was erased when that
 attempt's own outcome landed.
 

@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from toolledger.testing import ConcurrentReport, run_concurrent_torture
-from toolledger.testing.concurrent_torture import main
+from toolledger._harness.concurrent_torture import ConcurrentReport, main, run_concurrent_torture
 
 CHAOS_SECONDS = {"sqlite": 15.0, "json": 15.0, "postgres": 15.0}
 

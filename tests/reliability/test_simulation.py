@@ -1,4 +1,4 @@
-"""The deterministic simulation (``toolledger.testing.simulation``): bounded here, long with
+"""The deterministic simulation (``toolledger._harness.simulation``): bounded here, long with
 ``make simulate``. It must find no violation — and it must find the bugs it exists for: five
 fixed ones, switched back on, are each rediscovered within the first hundred seeds (a fraction of
 a second each; the seeds are fixed, so the outcome is too — nothing here depends on timing).
@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 
-from toolledger.testing.simulation import (
+from toolledger._harness.simulation import (
     EVERYTHING,
     EVERYWHERE,
     REGRESSIONS,

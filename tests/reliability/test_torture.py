@@ -1,5 +1,5 @@
 """The torture harness, bounded for CI: a few hundred real SIGKILLs per backend, every session
-checked against the world (``python -m toolledger.testing.torture`` / ``make torture`` runs
+checked against the world (``python -m toolledger._harness.torture`` / ``make torture`` runs
 10,000+). Two deliberately broken builds prove the harness notices when the promise breaks.
 
 ``TOOLLEDGER_TORTURE_SEED`` replays a schedule; by default each run draws a new one and a failure
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from toolledger._harness._torture import _Backend
+from toolledger._harness.torture import TortureReport, main, run_torture
 from toolledger.engine import _decide as decide
 from toolledger.records import Status
-from toolledger.testing._torture import _Backend
-from toolledger.testing.torture import TortureReport, main, run_torture
 from toolledger.tools import Tool
 
 CI_KILLS = {"sqlite": 300, "json": 200, "postgres": 150}

@@ -4,10 +4,10 @@ some acting as other hosts, each on a clock of its own — while an operator app
 at random moments — and the promise checked against the world at the end.
 
 ```sh
-python -m toolledger.testing.concurrent_torture --seconds 600                 # sqlite
-python -m toolledger.testing.concurrent_torture --seconds 120 --backend json --seed 7
-python -m toolledger.testing.concurrent_torture --backend postgres --postgres-url postgresql://…
-python -m toolledger.testing.concurrent_torture --other-hosts 0   # one host: no late effect at all
+python -m toolledger._harness.concurrent_torture --seconds 600                 # sqlite
+python -m toolledger._harness.concurrent_torture --seconds 120 --backend json --seed 7
+python -m toolledger._harness.concurrent_torture --backend postgres --postgres-url postgresql://…
+python -m toolledger._harness.concurrent_torture --other-hosts 0   # one host: no late effect at all
 ```
 
 **What runs.** One store (a SQLite file, a JSON directory or a fresh PostgreSQL schema, dropped
@@ -87,7 +87,7 @@ __all__ = ["ConcurrentReport", "main", "run_concurrent_torture"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m toolledger.testing.concurrent_torture",
+        prog="python -m toolledger._harness.concurrent_torture",
         description="Workers sharing sessions, paused and killed at random; check the world.",
     )
     parser.add_argument("--seconds", type=float, default=60, help="of chaos (default 60)")

@@ -1,4 +1,5 @@
-"""What the concurrency torture (``toolledger.testing.concurrent_torture``) checks once every worker
+"""What the concurrency torture (``toolledger._harness.concurrent_torture``) checks once every
+worker
 is gone and every session has finished.
 
 The evidence is the world — ticket files, each process's execution log, the harness's own record

@@ -13,9 +13,9 @@ from typing import Any
 from .._crash import arm as arm_crash
 from ..agent._agent import Agent
 from ..stores import open_store
+from ..testing.scripted import Reply, ScriptedModel, ToolUse
+from ..testing.world import TOOL_OF_KIND, World, create_whole
 from ..tools import ToolSet
-from .scripted import Reply, ScriptedModel, ToolUse
-from .world import TOOL_OF_KIND, World, create_whole
 
 __all__ = [
     "KINDS",

@@ -1,8 +1,8 @@
-"""``python -m toolledger.testing.simulation`` — explore seeds, or replay one.
+"""``python -m toolledger._harness.simulation`` — explore seeds, or replay one.
 
-    python -m toolledger.testing.simulation --seeds 200            # seeds 0..199
-    python -m toolledger.testing.simulation --seed 1234 --trace    # replay one, print its steps
-    python -m toolledger.testing.simulation --minutes 10           # as many seeds as fit
+    python -m toolledger._harness.simulation --seeds 200            # seeds 0..199
+    python -m toolledger._harness.simulation --seed 1234 --trace    # replay one, print its steps
+    python -m toolledger._harness.simulation --minutes 10           # as many seeds as fit
 
 Exits 1 when a check fails, printing the seed, the violations and the last steps.
 """
@@ -17,7 +17,7 @@ from . import EVERYTHING, EVERYWHERE, REGRESSIONS, SimConfig, explore, shrink, s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toolledger.testing.simulation")
+    parser = argparse.ArgumentParser(prog="python -m toolledger._harness.simulation")
     parser.add_argument("--seed", type=int, help="replay this seed alone")
     parser.add_argument(
         "--seeds", type=int, default=100, help="explore seeds 0..N-1 (from --first)"

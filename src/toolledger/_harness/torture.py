@@ -2,9 +2,9 @@
 promise checked against the world after every one of them.
 
 ```sh
-python -m toolledger.testing.torture --kills 10000                  # sqlite, a random seed
-python -m toolledger.testing.torture --kills 300 --backend json --seed 7
-python -m toolledger.testing.torture --kills 300 --backend postgres --postgres-url postgresql://…
+python -m toolledger._harness.torture --kills 10000                  # sqlite, a random seed
+python -m toolledger._harness.torture --kills 300 --backend json --seed 7
+python -m toolledger._harness.torture --kills 300 --backend postgres --postgres-url postgresql://…
 ```
 
 Each session plays a script of 2-4 turns against the scripted model (the real ``anthropic`` SDK
@@ -54,7 +54,7 @@ __all__ = ["BACKENDS", "TortureReport", "TortureWorld", "main", "run_torture"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m toolledger.testing.torture",
+        prog="python -m toolledger._harness.torture",
         description="SIGKILL agent sessions at random instants, resume them, check the world.",
     )
     parser.add_argument("--kills", type=int, default=1000, help="kills in all (default 1000)")

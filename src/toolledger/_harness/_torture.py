@@ -1,4 +1,4 @@
-"""The torture harness behind ``python -m toolledger.testing.torture``: what it does and checks
+"""The torture harness behind ``python -m toolledger._harness.torture``: what it does and checks
 is told there. Here: the report, the world, one scripted model for every session, the loop that
 forks, kills, resumes and settles, and the stores it makes per session."""
 

@@ -1,4 +1,4 @@
-"""The chaos of the concurrency torture (``toolledger.testing.concurrent_torture``), played by
+"""The chaos of the concurrency torture (``toolledger._harness.concurrent_torture``), played by
 the harness's own process: it starts the worker processes, pauses them (``SIGSTOP``) for a
 random time — shorter than the lease, longer than it, or longer than every tool's timeout — and
 continues them, kills them (``SIGKILL``) and replaces them; half of it aimed at a worker inside a

@@ -1,4 +1,4 @@
-"""The world of the concurrency torture (``toolledger.testing.concurrent_torture``): a ticket
+"""The world of the concurrency torture (``toolledger._harness.concurrent_torture``): a ticket
 system whose tickets are files, the tools that open them, the execution log every process
 appends to, and the scripted model every worker talks to.
 
@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from .._liveness import this_process
+from ..testing.scripted import Reply, ScriptedModel, ToolUse
+from ..testing.world import create_whole
 from ..tools import Tool, ToolContext, ToolSet, tool
-from .scripted import Reply, ScriptedModel, ToolUse
-from .world import create_whole
 
 __all__ = [
     "KINDS",

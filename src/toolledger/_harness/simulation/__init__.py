@@ -32,7 +32,7 @@ transcript. Checked at the end: every session completed, every call answered exa
 effect recorded or alerted, an approval used at most once, and ``verify`` finds nothing the run
 does not excuse.
 
-A failing seed prints its violations and the last steps; ``python -m toolledger.testing.simulation
+A failing seed prints its violations and the last steps; ``python -m toolledger._harness.simulation
 --seed N`` replays it exactly, and ``shrink`` looks for a smaller run that still fails.
 ``REGRESSIONS`` switch fixed bugs back on (a paused worker's call taken over, the race between
 an intent and its in-flight registration, a person settling a running call, and five ways a
@@ -150,7 +150,7 @@ class SimReport:
         if not self.ok:
             lines.append(
                 f"  failing seed {self.failing_seed}: replay with "
-                f"python -m toolledger.testing.simulation --seed {self.failing_seed}"
+                f"python -m toolledger._harness.simulation --seed {self.failing_seed}"
                 f"{self.replay_flags} --trace"
             )
             lines += [f"  ! {v}" for v in self.violations[:20]]

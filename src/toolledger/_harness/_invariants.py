@@ -1,4 +1,4 @@
-"""What the torture harness (``toolledger.testing.torture``) checks after each session.
+"""What the torture harness (``toolledger._harness.torture``) checks after each session.
 
 The evidence comes from the world the tools wrote (ticket files, the execution log) and from the
 store as any reader sees it; the checks never ask toolledger's runner what it thinks it did.

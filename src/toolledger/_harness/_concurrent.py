@@ -1,4 +1,4 @@
-"""The concurrency torture behind ``python -m toolledger.testing.concurrent_torture``: what it does
+"""The concurrency torture behind ``python -m toolledger._harness.concurrent_torture``: what it does
 and checks is told there. Here: the report, the store of the run, and the run itself — the chaos
 (``_concurrent_chaos``) with the operator acting beside it (``_concurrent_operator``), the quiet
 phase, the checks (``_concurrent_checks``). The world, the tools and the model are in
@@ -80,7 +80,7 @@ def run_concurrent_torture(
     progress: Callable[[ConcurrentReport], None] | None = None,
 ) -> ConcurrentReport:
     """Run ``workers`` worker processes on one shared store for ``seconds`` of chaos, then drive
-    every session to its end and check the world; see ``toolledger.testing.concurrent_torture``.
+    every session to its end and check the world; see ``toolledger._harness.concurrent_torture``.
 
     ``other_hosts`` of the worker processes act as other hosts (a ``TOOLLEDGER_HOST_ID`` of
     their own); ``sessions`` are kept on offer at once; ``duplicate_fraction`` of the workers'
