@@ -4,6 +4,7 @@ store, no clock: each test is the function and its answer."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -135,6 +136,73 @@ def test_after_check() -> None:
     )
     failed = decide.after_check(tool, CALL, raised=TimeoutError("slow"), found=False)
     assert isinstance(failed, decide.Unresolved) and "its check raised" in failed.message
+
+
+# -- one step at a time: the function the runner asks ---------------------------------------------
+
+
+def _facts(record: EffectRecord | None, tool: Any, **kw: Any) -> decide.Facts:
+    kw.setdefault("input_error", None)
+    kw.setdefault("can_ask", True)
+    return decide.Facts(record=record, tool=tool, call=CALL, available=["send"], **kw)
+
+
+def _checked_tool(**declared: Any) -> tl.Tool[Any, Any]:
+    tool = _tool(**declared)
+
+    @tool.check
+    def _(to: str) -> str | None:
+        return None
+
+    return tool
+
+
+def test_step_walks_a_high_impact_call_in_doubt_through_its_check_and_its_approver() -> None:
+    """The whole conversation of a call, as one function of what is known: each answer added to
+    the facts gives the next step, and the same facts always give the same step."""
+    tool = _checked_tool(high_impact=True)
+    facts = _facts(_record(Status.STARTED), tool)
+    assert decide.step(facts) == decide.Check() == decide.step(facts)
+    not_there = decide.Checked(raised=None, found=False)
+    asked = decide.step(replace(facts, checked=not_there))
+    assert isinstance(asked, decide.Ask) and not asked.in_doubt
+    assert asked.settled == "its check found no trace of it"
+    yes = tl.Decision(approved=True, by="ana")
+    assert decide.step(replace(facts, checked=not_there, approval=yes)) == decide.Run(
+        in_doubt=False, approved_by="ana", settled="its check found no trace of it"
+    )
+    there = decide.Checked(raised=None, found=True)
+    assert decide.step(replace(facts, checked=there)) == decide.Found()
+    # An approval given before the check answered does not skip the check.
+    assert decide.step(replace(facts, approval=yes)) == decide.Check()
+
+
+def test_step_of_a_fresh_high_impact_call() -> None:
+    facts = _facts(None, _tool(high_impact=True))
+    assert isinstance(decide.step(facts), decide.Ask)
+    no = tl.Decision(approved=False, by="ana")
+    assert decide.step(replace(facts, approval=no)) == decide.Decline(
+        decide.denied_message("send", "ana")
+    )
+    # With nobody to ask, the question is never put: the call is declined at once.
+    assert decide.step(replace(facts, can_ask=False)) == decide.Decline(
+        decide.no_approver_message("send")
+    )
+
+
+def test_step_of_an_in_doubt_call_needs_a_yes_that_says_rerun() -> None:
+    facts = _facts(_record(Status.STARTED), _tool())
+    ask = decide.step(facts)
+    assert isinstance(ask, decide.Ask) and ask.in_doubt
+    plain = decide.step(replace(facts, approval=tl.Decision(approved=True, by="ana")))
+    assert isinstance(plain, decide.Unresolved) and "plain yes" in plain.message
+    rerun = tl.Decision(approved=True, by="ana", rerun=True)
+    assert decide.step(replace(facts, approval=rerun)) == decide.Run(
+        in_doubt=True, approved_by="ana", settled="an approver (ana) allowed running it again"
+    )
+    # A finished record is replayed whatever was answered.
+    done = _record(Status.SUCCEEDED)
+    assert decide.step(replace(facts, record=done, approval=rerun)) == decide.Replay(done)
 
 
 # -- a tool's exception --------------------------------------------------------------------------

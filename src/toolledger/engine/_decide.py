@@ -1,11 +1,13 @@
-"""Pure decisions: given what the ledger holds and what the tool declares, what happens next.
+"""Pure decisions: given what the ledger holds, what the tool declares and what was answered so
+far, what happens next.
 
-No I/O here — no store, no clock (a time is passed in). Every transition of a call is one
-function: ``first_step`` (from its record), ``after_approval`` (the approver's answer),
-``after_check`` (its check's answer), ``after_failure`` (the tool raised).
-``toolledger.engine._runner``
-only carries the actions out, so the rules (docs/design.md, rules 1-7) live in one place and cannot
-drift apart.
+No I/O here — no store, no clock (a time is passed in). ``step`` is the one function the runner
+asks, once per step: from a call's ``Facts`` — its record, its tool, the call, and the answers
+gathered so far (its check's, the approver's) — to the next ``Action``. Its parts are the
+transitions: ``first_step`` (from the record), ``after_check`` (the check answered),
+``after_approval`` (the approver answered); ``after_failure`` says how a call whose tool raised
+ends. ``toolledger.engine._runner`` only carries the actions out, so the rules
+(docs/design.md, rules 1-7) live in one place and cannot drift apart.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ __all__ = [
     "Ask",
     "Await",
     "Check",
+    "Checked",
     "Decline",
+    "Facts",
     "Failed",
     "Found",
     "Reject",
@@ -39,6 +43,7 @@ __all__ = [
     "history",
     "mismatch",
     "settled_by",
+    "step",
     "writes_first",
 ]
 
@@ -127,6 +132,55 @@ class Failed:
     in_doubt: bool
     message: str
     error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """What an in-doubt call's ``check`` answered: ``raised`` what it raised, else ``found``
+    whether it returned something (the effect exists)."""
+
+    raised: BaseException | None
+    found: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Facts:
+    """All that decides a call's next step: its ``record`` (``None``: none), its ``tool``
+    (``None``: not in the toolset), the ``call``, why its input does not validate
+    (``input_error``), the toolset's names, whether an approver can be asked, and the answers
+    gathered so far — its check's (``checked``) and the approver's (``approval``)."""
+
+    record: EffectRecord | None
+    tool: Tool[Any, Any] | None
+    call: ToolCall
+    input_error: str | None
+    available: list[str]
+    can_ask: bool
+    checked: Checked | None = None
+    approval: Decision | None = None
+
+
+def step(facts: Facts) -> Action:
+    """The next step of a call, from everything known of it (a pure function: the same facts
+    always give the same step). The runner asks once per step and adds each answer it gets
+    (``Facts.checked``, ``Facts.approval``) to the facts before it asks again; a ``Run`` or an
+    answer to the model ends the call's steps."""
+    call, tool = facts.call, facts.tool
+    action = first_step(
+        facts.record,
+        tool,
+        call,
+        input_error=facts.input_error,
+        available=facts.available,
+        can_ask=facts.can_ask,
+    )
+    if isinstance(action, Check) and facts.checked is not None:
+        assert tool is not None  # only a known tool's check is called
+        checked = facts.checked
+        action = after_check(tool, call, raised=checked.raised, found=checked.found)
+    if isinstance(action, Ask) and (facts.approval is not None or not facts.can_ask):
+        action = after_approval(call, action, facts.approval)
+    return action
 
 
 def mismatch(record: EffectRecord, call: ToolCall) -> str | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, assert_never
 
 from .._liveness import Over, Running, judge
 from ..codec import content_of
@@ -213,60 +213,87 @@ def _decide(
             kwargs = tool.validate(call.input)
         except InputError as exc:
             input_error = str(exc)
-    action = decide.first_step(
-        record,
-        tool,
-        call,
+    facts = decide.Facts(
+        record=record,
+        tool=tool,
+        call=call,
         input_error=input_error,
         available=env.tools.names,
         can_ask=env.can_ask,
     )
+    action = decide.step(facts)
     if unread and not decide.writes_first(action, tool):
         looked: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
         record = looked.get(call.tool_use_id)
         if record is not None:
             return Again(record)
+    return (yield from _steps(action, facts, kwargs, env, buf))
+
+
+def _steps(
+    action: decide.Action, facts: decide.Facts, kwargs: dict[str, Any], env: Env, buf: Buffer
+) -> Generator[Request, Any, CallOutcome | Again]:
+    """Carry out ``action``, add what it was answered to ``facts``, ask ``decide.step`` again;
+    until the call runs or is answered."""
+    call, record, tool = facts.call, facts.record, facts.tool
     consume: Op | None = None  # the approval the run uses up, with its intent
-    while not isinstance(action, decide.Run):
-        if isinstance(action, decide.Replay):
-            return _replayed(call, action.record)
-        if isinstance(action, decide.Reject):
-            return CallOutcome(call, Disposition.REJECTED, action.message, is_error=True)
-        if isinstance(action, decide.Unresolved):
-            return CallOutcome(call, Disposition.IN_DOUBT, action.message, is_error=True)
-        if isinstance(action, decide.Await):
-            return CallOutcome(call, Disposition.AWAITING_APPROVAL, action.message, is_error=True)
-        if isinstance(action, decide.Decline):
-            denied = _denied(env, call, record, action.message)
-            # Recorded so it is not asked again; losing it would only mean asking again.
-            buf.items.append(Buffered(write(denied, record), urgent=False, outcome=None))
-            return CallOutcome(call, Disposition.DECLINED, action.message, is_error=True)
-        assert tool is not None  # every other action concerns a known tool
-        if buf.urgent:
-            yield from flush(buf, env, [])  # a person, a check may take minutes: nothing waits
-        if isinstance(action, decide.Ask):
-            decision: Decision | None = None
-            if env.can_ask:
-                decision = yield Ask(_request(call, record, action, env))
+    answer: Any = None  # what the check returned
+    while True:
+        match action:
+            case decide.Run():
+                assert tool is not None
+                return (
+                    yield from run(
+                        call,
+                        tool,
+                        kwargs,
+                        record=record,
+                        action=action,
+                        consume=consume,
+                        env=env,
+                        buf=buf,
+                    )
+                )
+            case decide.Replay():
+                return _replayed(call, action.record)
+            case decide.Reject():
+                return CallOutcome(call, Disposition.REJECTED, action.message, is_error=True)
+            case decide.Unresolved():
+                return CallOutcome(call, Disposition.IN_DOUBT, action.message, is_error=True)
+            case decide.Await():
+                return CallOutcome(
+                    call, Disposition.AWAITING_APPROVAL, action.message, is_error=True
+                )
+            case decide.Decline():
+                denied = _denied(env, call, record, action.message)
+                # Recorded so it is not asked again; losing it would only mean asking again.
+                buf.items.append(Buffered(write(denied, record), urgent=False, outcome=None))
+                return CallOutcome(call, Disposition.DECLINED, action.message, is_error=True)
+            case decide.Found():
+                assert record is not None
+                return _found(call, answer, record, env, buf)
+            case decide.Ask():
+                if buf.urgent:
+                    yield from flush(buf, env, [])  # a person may take minutes: nothing waits
+                decision: Decision = yield Ask(_request(call, record, action, env))
                 if not decision.pending:
                     consume = _consume(env, decision)
-            action = decide.after_approval(call, action, decision)
-            continue
-        assert isinstance(action, decide.Check) and record is not None
-        ctx = context(env, call, in_doubt=True, attempt=record.attempt, tool=tool, record=record)
-        answer = yield Invoke(
-            tool.check_invocation(kwargs, ctx), tool.check_is_async, ctx=ctx, check=True
-        )
-        raised = answer.exc if isinstance(answer, Failure) else None
-        action = decide.after_check(tool, call, raised=raised, found=answer is not None)
-        if isinstance(action, decide.Found):
-            return _found(call, answer, record, env, buf)
-    assert tool is not None
-    return (
-        yield from run(
-            call, tool, kwargs, record=record, action=action, consume=consume, env=env, buf=buf
-        )
-    )
+                facts = replace(facts, approval=decision)
+            case decide.Check():
+                assert tool is not None and record is not None
+                if buf.urgent:
+                    yield from flush(buf, env, [])  # a check may take minutes: nothing waits
+                ctx = context(
+                    env, call, in_doubt=True, attempt=record.attempt, tool=tool, record=record
+                )
+                answer = yield Invoke(
+                    tool.check_invocation(kwargs, ctx), tool.check_is_async, ctx=ctx, check=True
+                )
+                raised = answer.exc if isinstance(answer, Failure) else None
+                facts = replace(facts, checked=decide.Checked(raised, found=answer is not None))
+            case _:
+                assert_never(action)
+        action = decide.step(facts)
 
 
 _RESTARTS = 5
