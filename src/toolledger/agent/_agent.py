@@ -39,8 +39,6 @@ from ..engine._drivers import (
     Failure,
     Fence,
     IOContext,
-    ReadEffectIds,
-    ReadEffects,
     ReadLease,
     ReadMessages,
     ReadSession,
@@ -54,13 +52,14 @@ from ..engine._outcomes import Batch, CallOutcome
 from ..engine._runner import process_batch
 from ..errors import ConfigurationError, LedgerWriteError, ModelCallError, SessionConflictError
 from ..ops import AppendMessages, Op, PutSession
-from ..records import EffectRecord, Lease, RunStatus, SessionState, StoredMessage
+from ..records import Lease, RunStatus, SessionState, StoredMessage
 from ..stores.store import Store, check_session_id
 from ..tools import ToolSet
-from ._state import Run, Session, Usage, advance, commit_or_raise, still_ours
-from ._stops import behind, stop_reason
+from ._opening import keep, open_session
+from ._state import Run, Session, Usage, advance, commit_or_raise
+from ._stops import stop_reason
 from ._streaming import AgentStream
-from ._transcripts import Kept, Transcripts, copied, wire_for
+from ._transcripts import Transcripts, copied, wire_for
 
 __all__ = ["Agent", "Run", "Usage"]
 
@@ -242,7 +241,9 @@ class Agent:
         yield from commit_or_raise([take])
         yield Fence(take.lease, self.lease_ttl)
         token = take.lease.token
-        opened = yield from self._open(sid, prompt, take.lease)
+        opened = yield from open_session(
+            self.provider, self.store, self._transcripts, sid=sid, prompt=prompt, lease=take.lease
+        )
         if opened is None:
             return (yield from self._result(sid, ()))
         s, called = opened
@@ -250,7 +251,7 @@ class Agent:
         alerts: list[LedgerWriteError] = []
 
         def finish(s: Session) -> Run:
-            self._keep(s, called, first)
+            keep(self.provider, self.store, self._transcripts, s, called=called, first=first)
             return self._finish(s, alerts)
 
         calls_left = self.max_turns
@@ -273,107 +274,6 @@ class Agent:
                 return finish(s)
             calls_left -= 1
             s = yield from self._call_model(s, on_text)
-
-    def _open(
-        self, sid: str, prompt: str | None, lease: Lease
-    ) -> Generator[Request, Any, tuple[Session, frozenset[str]] | None]:
-        """Load the session, creating it or appending ``prompt`` as the rules say, with the call
-        ids its transcript holds. ``None``: there is nothing to do (a completed session, asked
-        its own last prompt again)."""
-        prompt = valid_unicode(prompt)
-        state: SessionState | None = yield ReadSession()
-        # Only the ids: a record the transcript does not ask for is a checkpoint behind its
-        # ledger; what the records say is read when their calls are run.
-        recorded: list[str] = yield ReadEffectIds()
-        now = self.store.clock()
-        if state is None:
-            if recorded:
-                yield from still_ours(sid, lease)
-                raise behind(
-                    sid, sorted(recorded), "it has no checkpoint at all", url=self.store.url
-                )
-            if prompt is None:
-                raise ConfigurationError(
-                    f"session {sid!r} does not exist; give a prompt to start it"
-                )
-            role, content = self.provider.prompt_message(prompt)
-            first = StoredMessage(seq=0, role=role, content=content, created_at=now)
-            state = SessionState(
-                session_id=sid,
-                status=RunStatus.RUNNING,
-                version=1,
-                messages=1,
-                created_at=now,
-                updated_at=now,
-            )
-            yield from commit_or_raise([PutSession(state, None), AppendMessages((first,))])
-            return Session(state, [first]), frozenset()
-        s, called = yield from self._transcript(sid, state)
-        if recorded:
-            stray = sorted(set(recorded) - called - state.abandoned_calls())
-            if stray and state.lineage:
-                # A branch holds its lineage's calls, made in other transcripts: only a record
-                # of its own that no turn asked for is a checkpoint behind its ledger.
-                copies: dict[str, EffectRecord] = yield ReadEffects(stray)
-                stray = [i for i in stray if i not in copies or not copies[i].copied]
-            if stray:
-                yield from still_ours(sid, lease)
-                raise behind(
-                    sid, stray, "its transcript does not hold the turns", url=self.store.url
-                )
-        if prompt is None or prompt == self._last_prompt(s):
-            if state.status is RunStatus.COMPLETED:
-                return None
-            return s, called
-        if not state.status.finished:
-            why = state.reason or "it was interrupted"
-            raise ConfigurationError(
-                f"session {sid!r} is unfinished ({state.status.value}: {why}). Resume it first "
-                "— agent.run(session=...) with no prompt or its own prompt — then send the new "
-                "prompt."
-            )
-        role, content = self.provider.prompt_message(prompt)
-        message = StoredMessage(seq=len(s.messages), role=role, content=content, created_at=now)
-        new = advance(
-            s.state, self.store.clock(), status=RunStatus.RUNNING, reason=None, messages=1
-        )
-        yield from commit_or_raise([AppendMessages((message,)), PutSession(new, state.version)])
-        return Session(new, [*s.messages, message], wire=s.wire), called
-
-    def _transcript(
-        self, sid: str, state: SessionState
-    ) -> Generator[Request, Any, tuple[Session, frozenset[str]]]:
-        """The stored transcript of ``state`` and the call ids it holds: what this agent kept of
-        the session, with only the messages appended since read (``Transcripts.reuse``), or
-        else read whole."""
-        kept = self._transcripts.get(sid) if self.store.redact is None else None
-        since = None if kept is None else Transcripts.reuse(kept, state)
-        if kept is not None and since is not None:
-            read: list[StoredMessage] = (
-                [] if since == len(kept.messages) else (yield ReadMessages(since))
-            )
-            added = read[1:]
-            if (
-                Transcripts.continues(kept, since, read)
-                and len(kept.messages) + len(added) == state.messages
-            ):
-                called = kept.called.union(i for m in added for i in self.provider.call_ids(m))
-                return Session(state, [*kept.messages, *added], wire=kept.wire), called
-        self._transcripts.drop(sid)
-        messages: list[StoredMessage] = yield ReadMessages(0)
-        called = frozenset(i for m in messages for i in self.provider.call_ids(m))
-        return Session(state, messages), called
-
-    def _keep(self, s: Session, called: frozenset[str], first: int) -> None:
-        """Keep ``s`` (as committed) for this agent's next run of the session; ``called``: the
-        call ids of its first ``first`` messages. Not with a ``redact`` hook: the store holds
-        other text than the run's messages."""
-        if self.store.redact is not None or s.state.messages != len(s.messages):
-            return
-        added = s.messages[first:]
-        called = called.union(i for m in added for i in self.provider.call_ids(m))
-        kept = Kept(state=s.state, messages=tuple(s.messages), called=called, wire=s.wire)
-        self._transcripts.put(s.state.session_id, kept)
 
     def _call_model(
         self, s: Session, on_text: Callable[[str], object] | None = None
@@ -514,13 +414,6 @@ class Agent:
         new = advance(s.state, self.store.clock(), status=status, reason=reason)
         yield from commit_or_raise([PutSession(new, s.state.version)])
         return Session(new, s.messages, wire=s.wire)
-
-    def _last_prompt(self, s: Session) -> str | None:
-        for m in reversed(s.messages):
-            text = self.provider.prompt_text(m)
-            if text is not None:
-                return text
-        return None
 
     def _finish(self, s: Session, alerts: list[LedgerWriteError]) -> Run:
         state = s.state
