@@ -27,10 +27,8 @@ from dataclasses import replace
 from typing import Any
 
 from .._crash import hit as crash_point
-from .._lineage import effects_of
 from ..adapters import provider_for
 from ..approvals._notify import Notifier, Target, in_doubt_calls, notifier
-from ..codec import shallow, valid_unicode
 from ..engine import _leases as leases
 from ..engine import _telemetry as telemetry
 from ..engine._drivers import (
@@ -51,15 +49,23 @@ from ..engine._drivers import (
 from ..engine._outcomes import Batch, CallOutcome
 from ..engine._runner import process_batch
 from ..errors import ConfigurationError, LedgerWriteError, ModelCallError, SessionConflictError
-from ..ops import AppendMessages, Op, PutSession
+from ..ops import Op, PutSession
 from ..records import Lease, RunStatus, SessionState, StoredMessage
 from ..stores.store import Store, check_session_id
 from ..tools import ToolSet
 from ._opening import keep, open_session
-from ._state import Run, Session, Usage, advance, commit_or_raise
-from ._stops import stop_reason
+from ._state import (
+    Run,
+    Session,
+    Usage,
+    advance,
+    commit_or_raise,
+    run_of,
+    turn_end,
+    turn_start,
+)
 from ._streaming import AgentStream
-from ._transcripts import Transcripts, copied, wire_for
+from ._transcripts import Transcripts, wire_for
 
 __all__ = ["Agent", "Run", "Usage"]
 
@@ -312,34 +318,12 @@ class Agent:
             telemetry.model_done(span, error=exc)
             raise
         telemetry.model_done(span, input_tokens=turn.input_tokens, output_tokens=turn.output_tokens)
-        # Content the API can take back: no lone surrogate (escaped in its JSON), no input
-        # nested deeper than anything can store (a call with one is then answered with an error).
-        content = valid_unicode(shallow(turn.content))
-        message = StoredMessage(
-            seq=len(s.messages),
-            role="assistant",
-            content=content,
-            created_at=self.store.clock(),
-        )
-        if content is not turn.content:
-            # Text the API cannot take back (a lone surrogate, escaped in its JSON): stored and
-            # run as U+FFFD, so every later request can carry it.
-            turn = replace(turn, content=content, calls=self.provider.tool_calls(message))
-        new = advance(
-            s.state,
-            self.store.clock(),
-            status=RunStatus.RUNNING if turn.calls else RunStatus.COMPLETED,
-            reason=None,
-            messages=1,
-            turns=1,
-            input_tokens=turn.input_tokens,
-            output_tokens=turn.output_tokens,
-        )
         # Checkpoint A: the tool_use ids exist only in this response; they are durable before
         # any tool runs.
-        yield from commit_or_raise([AppendMessages((message,)), PutSession(new, s.state.version)])
+        after, ops = turn_start(self.provider, s, turn, self.store.clock())
+        yield from commit_or_raise(ops)
         crash_point("after_checkpoint_a")
-        return Session(new, [*s.messages, message], calls=turn.calls, wire=wire)
+        return replace(after, wire=wire)
 
     def _run_tools(
         self, s: Session, alerts: list[LedgerWriteError], token: int
@@ -351,28 +335,9 @@ class Agent:
         committed: list[Session] = []
 
         def checkpoint_b(outcomes: list[CallOutcome]) -> list[Op]:
-            stop = stop_reason(outcomes, s.state.session_id, self.store.url)
-            if stop is not None:
-                new = advance(s.state, self.store.clock(), status=stop[0], reason=stop[1])
-                committed.append(Session(new, s.messages, wire=s.wire))
-                return [PutSession(new, s.state.version)]
-            now = self.store.clock()
-            produced = self.provider.results_messages(
-                [(o.call.tool_use_id, o.content, o.is_error) for o in outcomes]
-            )
-            results = tuple(
-                StoredMessage(seq=len(s.messages) + i, role=role, content=content, created_at=now)
-                for i, (role, content) in enumerate(produced)
-            )
-            new = advance(
-                s.state,
-                self.store.clock(),
-                status=RunStatus.RUNNING,
-                reason=None,
-                messages=len(results),
-            )
-            committed.append(Session(new, [*s.messages, *results], wire=s.wire))
-            return [AppendMessages(results), PutSession(new, s.state.version)]
+            after, ops = turn_end(self.provider, s, outcomes, self.store.clock(), self.store.url)
+            committed.append(after)
+            return ops
 
         ledger = self.store.ledger(s.state.session_id)
         batch: Batch = yield from process_batch(
@@ -416,23 +381,7 @@ class Agent:
         return Session(new, s.messages, wire=s.wire)
 
     def _finish(self, s: Session, alerts: list[LedgerWriteError]) -> Run:
-        state = s.state
-        final = next(
-            (self.provider.final_text(m) for m in reversed(s.messages) if m.role == "assistant"),
-            "",
-        )
-        return Run(
-            session_id=state.session_id,
-            status=state.status,
-            reason=state.reason,
-            turns=state.turns,
-            usage=Usage(input_tokens=state.input_tokens, output_tokens=state.output_tokens),
-            # Copied: the messages are kept for the session's next run, and are the caller's.
-            messages=copied(self.provider.transcript(s.messages)),
-            final_text=final,
-            alerts=tuple(alerts),
-            effects_after_fork=effects_of(state.lineage),
-        )
+        return run_of(self.provider, s, alerts)
 
     def _result(self, sid: str, alerts: Sequence[LedgerWriteError]) -> Generator[Request, Any, Run]:
         state: SessionState = yield ReadSession()

@@ -8,13 +8,17 @@ from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .._lineage import ForkedEffect
+from .._lineage import ForkedEffect, effects_of
+from ..adapters import ModelTurn, Provider
+from ..codec import shallow, valid_unicode
 from ..engine._drivers import Failure, ReadLease, Request
+from ..engine._outcomes import CallOutcome
 from ..engine._reconcile import commit
 from ..errors import LedgerWriteError
-from ..ops import Op, lost
+from ..ops import AppendMessages, Op, PutSession, lost
 from ..records import Lease, RunStatus, SessionState, StoredMessage, ToolCall
-from ._transcripts import Wire
+from ._stops import stop_reason
+from ._transcripts import Wire, copied
 
 __all__ = ["Run", "Session", "Usage", "advance", "commit_or_raise", "still_ours"]
 
@@ -103,3 +107,72 @@ def commit_or_raise(ops: list[Op]) -> Generator[Request, Any, list[bool]]:
         raise answer.exc
     applied: list[bool] = answer
     return applied
+
+
+def turn_start(
+    provider: Provider, s: Session, turn: ModelTurn, now: float
+) -> tuple[Session, list[Op]]:
+    """Checkpoint A of a new turn: the session with the model's answer, and the writes that
+    commit it (the assistant message, the turn's counters) before any of its calls runs."""
+    # Content the API can take back: no lone surrogate (escaped in its JSON), no input nested
+    # deeper than anything can store (a call with one is then answered with an error).
+    content = valid_unicode(shallow(turn.content))
+    message = StoredMessage(seq=len(s.messages), role="assistant", content=content, created_at=now)
+    if content is not turn.content:
+        # Text the API cannot take back (a lone surrogate, escaped in its JSON): stored and run
+        # as U+FFFD, so every later request can carry it.
+        turn = replace(turn, content=content, calls=provider.tool_calls(message))
+    new = advance(
+        s.state,
+        now,
+        status=RunStatus.RUNNING if turn.calls else RunStatus.COMPLETED,
+        reason=None,
+        messages=1,
+        turns=1,
+        input_tokens=turn.input_tokens,
+        output_tokens=turn.output_tokens,
+    )
+    after = Session(new, [*s.messages, message], calls=turn.calls, wire=s.wire)
+    return after, [AppendMessages((message,)), PutSession(new, s.state.version)]
+
+
+def turn_end(
+    provider: Provider, s: Session, outcomes: list[CallOutcome], now: float, url: str
+) -> tuple[Session, list[Op]]:
+    """Checkpoint B of the turn ``s`` ends with: the session after it and the writes that commit
+    it with the batch's last outcome — the results message, or a stop (``needs_attention``) when
+    a call cannot be answered."""
+    stop = stop_reason(outcomes, s.state.session_id, url)
+    if stop is not None:
+        new = advance(s.state, now, status=stop[0], reason=stop[1])
+        return Session(new, s.messages, wire=s.wire), [PutSession(new, s.state.version)]
+    produced = provider.results_messages(
+        [(o.call.tool_use_id, o.content, o.is_error) for o in outcomes]
+    )
+    results = tuple(
+        StoredMessage(seq=len(s.messages) + i, role=role, content=content, created_at=now)
+        for i, (role, content) in enumerate(produced)
+    )
+    new = advance(s.state, now, status=RunStatus.RUNNING, reason=None, messages=len(results))
+    after = Session(new, [*s.messages, *results], wire=s.wire)
+    return after, [AppendMessages(results), PutSession(new, s.state.version)]
+
+
+def run_of(provider: Provider, s: Session, alerts: list[LedgerWriteError]) -> Run:
+    """What a run returns: the session as it stands, its last answer, its alerts."""
+    state = s.state
+    final = next(
+        (provider.final_text(m) for m in reversed(s.messages) if m.role == "assistant"), ""
+    )
+    return Run(
+        session_id=state.session_id,
+        status=state.status,
+        reason=state.reason,
+        turns=state.turns,
+        usage=Usage(input_tokens=state.input_tokens, output_tokens=state.output_tokens),
+        # Copied: the messages are kept for the session's next run, and are the caller's.
+        messages=copied(provider.transcript(s.messages)),
+        final_text=final,
+        alerts=tuple(alerts),
+        effects_after_fork=effects_of(state.lineage),
+    )
