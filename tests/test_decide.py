@@ -12,6 +12,7 @@ import pytest
 import toolledger as tl
 from toolledger.codec import input_hash
 from toolledger.engine import _decide as decide
+from toolledger.engine import _messages as messages
 from toolledger.records import SAFE_RERUN, EffectRecord, Status, ToolCall
 
 CALL = ToolCall(
@@ -89,11 +90,11 @@ def test_after_approval_of_a_fresh_call() -> None:
         in_doubt=False, approved_by="ana"
     )
     denied = decide.after_approval(CALL, ask, tl.Decision(approved=False, by="ana"))
-    assert denied == decide.Decline(decide.denied_message("send", "ana"))
+    assert denied == decide.Decline(messages.denied_message("send", "ana"))
     pending = decide.after_approval(CALL, ask, tl.Decision(approved=False, pending=True))
     assert isinstance(pending, decide.Await) and "awaiting approval" in pending.message
     assert decide.after_approval(CALL, ask, None) == decide.Decline(
-        decide.no_approver_message("send")
+        messages.no_approver_message("send")
     )
 
 
@@ -182,11 +183,11 @@ def test_step_of_a_fresh_high_impact_call() -> None:
     assert isinstance(decide.step(facts), decide.Ask)
     no = tl.Decision(approved=False, by="ana")
     assert decide.step(replace(facts, approval=no)) == decide.Decline(
-        decide.denied_message("send", "ana")
+        messages.denied_message("send", "ana")
     )
     # With nobody to ask, the question is never put: the call is declined at once.
     assert decide.step(replace(facts, can_ask=False)) == decide.Decline(
-        decide.no_approver_message("send")
+        messages.no_approver_message("send")
     )
 
 
@@ -212,7 +213,7 @@ def test_step_of_an_in_doubt_call_needs_a_yes_that_says_rerun() -> None:
 def test_after_failure(intended: bool) -> None:
     failed = decide.after_failure("send", ValueError("no such address"), intended=intended)
     assert not failed.in_doubt and failed.message == failed.error
-    assert failed.message == decide.failed_message("send", ValueError("no such address"))
+    assert failed.message == messages.failed_message("send", ValueError("no such address"))
 
 
 def test_a_tool_that_cannot_tell_leaves_a_recorded_attempt_in_doubt() -> None:

@@ -32,7 +32,7 @@ except ImportError:  # the conformance suite's TestPostgres still fails under CI
 import toolledger as tl
 from toolledger.ops import AbandonMessages, AppendMessages, InsertEffect, PutSession, UpdateEffect
 from toolledger.records import Status, StoredMessage
-from toolledger.stores._sql import plans
+from toolledger.stores._sql import writes
 from toolledger.stores._sql.schema import POSTGRES_MIGRATIONS, TABLES
 from toolledger.stores.postgres import AsyncPostgresBackend, PostgresBackend, guards
 from toolledger.stores.postgres import errors as pg_store_errors
@@ -323,7 +323,7 @@ def test_a_connection_cut_mid_write_is_ended_before_the_store_reads_again(
             ident = guards.identity[conn]
             assert ident[0] == conn.info.backend_pid
             conn.execute("BEGIN")
-            drive(conn, plans.apply("s", [InsertEffect(late)]))
+            drive(conn, writes.apply("s", [InsertEffect(late)]))
             backend.orphans.add(ident)  # as _run does when the watchdog cuts a write
             assert store.ledger("s").get("late") is None  # read on another connection...
             alive = admin.execute(
@@ -774,17 +774,17 @@ def test_a_resent_one_statement_write_recognises_its_own_first_send(
         mine = make_record("s", "t1", status=Status.STARTED)
         lease = Lease(session_id="s", owner="me", token=1, expires_at=10.0)
         state = make_state("s")
-        writes = [InsertEffect(mine), TakeLease(lease, expect_token=0), PutSession(state, None)]
-        for op in writes:
+        sent = [InsertEffect(mine), TakeLease(lease, expect_token=0), PutSession(state, None)]
+        for op in sent:
             assert store.backend.apply("s", [op]) == [True]  # the first send, which landed
         with store.backend._pool.connection() as conn:  # type: ignore[attr-defined]
-            for op in writes:
-                assert drive(conn, plans.apply_again("s", [op])) == [True]
+            for op in sent:
+                assert drive(conn, writes.apply_again("s", [op])) == [True]
             other = _replace(mine, worker="someone-else")
-            assert drive(conn, plans.apply_again("s", [InsertEffect(other)])) == [False]
+            assert drive(conn, writes.apply_again("s", [InsertEffect(other)])) == [False]
             theirs = TakeLease(_replace(lease, owner="them"), expect_token=0)
             with pytest.raises(tl.SessionBusyError):
-                drive(conn, plans.apply_again("s", [theirs]))
+                drive(conn, writes.apply_again("s", [theirs]))
 
 
 # -- branches -------------------------------------------------------------------------------------

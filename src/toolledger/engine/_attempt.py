@@ -21,6 +21,7 @@ from ..records import EffectRecord, PastAttempt, Status, ToolCall
 from ..tools import Tool, ToolContext
 from . import _decide as decide
 from ._drivers import Failure, Invoke, ReadEffects, Remember, Request
+from ._messages import intent_failed_message
 from ._outcomes import Buffer, Buffered, CallOutcome, Disposition, Env, flush, release, write
 
 __all__ = [
@@ -270,7 +271,7 @@ def _intend(
         return CallOutcome(
             call,
             Disposition.NOT_EXECUTED,
-            decide.intent_failed_message(call.name, flushed.error),
+            intent_failed_message(call.name, flushed.error),
             is_error=True,
         )
     if not flushed.extra_applied[0]:

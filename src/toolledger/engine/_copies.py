@@ -38,9 +38,9 @@ from ..adapters._shapes import Provider
 from ..records import EffectRecord, Lease, SessionState, Status, StoredMessage, ToolCall
 from ..stores._copies import same_call
 from ..stores.store import in_progress_error
-from . import _decide as decide
 from ._batch import Buffer, Buffered, CallOutcome, Disposition, Env, write
 from ._drivers import ReadEffects, ReadLease, ReadMessages, ReadSession, Request, Sleep
+from ._messages import in_doubt_message
 from ._outcomes import flush
 
 __all__ = ["adopted", "copy_of", "defer", "lineage_calls", "settled_elsewhere"]
@@ -115,7 +115,7 @@ def adopted(copy: EffectRecord, there: EffectRecord) -> EffectRecord:
 
 def settled_elsewhere(copy: EffectRecord, origin: str) -> str:
     """What the model is told of a copy whose call waits to be settled in ``origin``."""
-    return decide.in_doubt_message(
+    return in_doubt_message(
         copy.tool,
         f"the same call of session {origin!r}, where this conversation's lineage holds it, has "
         "no outcome yet; it is settled (or run) there, once for every branch",

@@ -20,6 +20,13 @@ from ..errors import OutcomeUnknown
 from ..records import SAFE_RERUN, EffectRecord, PastAttempt, Status, ToolCall
 from ..tools import Tool
 from ._gate import Decision
+from ._messages import (
+    denied_message,
+    failed_message,
+    in_doubt_message,
+    no_approver_message,
+    unknown_tool_message,
+)
 
 __all__ = [
     "Action",
@@ -198,18 +205,6 @@ def mismatch(record: EffectRecord, call: ToolCall) -> str | None:
     return None
 
 
-def unknown_tool_message(name: str, available: list[str]) -> str:
-    names = ", ".join(available) if available else "none"
-    return f"unknown tool {name!r}; available tools: {names}. Not executed."
-
-
-def in_doubt_message(tool: str, why: str) -> str:
-    return (
-        f"{tool!r} may already have happened ({why}); it was not run again. A person must "
-        "resolve it (toolledger resolve) before it is retried. Do not retry it under a new call."
-    )
-
-
 def first_step(
     record: EffectRecord | None,
     tool: Tool[Any, Any] | None,
@@ -374,27 +369,3 @@ def history(record: EffectRecord | None, settled: str) -> tuple[PastAttempt, ...
         settled=settled,
     )
     return (*record.history, replaced)
-
-
-def denied_message(tool: str, by: str | None) -> str:
-    who = f" by {by}" if by else ""
-    return f"declined{who}: {tool!r} needs approval and was not approved; not executed."
-
-
-def no_approver_message(tool: str) -> str:
-    return (
-        f"not executed: {tool!r} is high-impact and needs approval, but no approver is "
-        "configured (pass approve=...)."
-    )
-
-
-def failed_message(tool: str, exc: BaseException) -> str:
-    return f"{tool!r} failed: {describe(exc)}"
-
-
-def intent_failed_message(tool: str, exc: BaseException) -> str:
-    return (
-        f"not executed: the ledger could not record the intent to run {tool!r} "
-        f"({describe(exc)}). "
-        "Nothing happened; it is safe to retry once the store is back."
-    )

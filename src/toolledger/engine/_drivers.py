@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import (
     ConfigurationError,
@@ -27,13 +27,11 @@ from ..errors import (
     SessionConflictError,
     StoreError,
 )
-from ..ops import DropLease, HoldLease, Op
 from ..stores.contract import OP_BUDGET, operations_within
-from ..stores.store import Store
-from . import _leases as leases
 from . import _telemetry as telemetry
 from ._background import heartbeats, keeper
 from ._gate import normalise
+from ._io import AlertHook, IOContext, drop_lease, give_back_later, hold
 from ._requests import (
     Alert,
     Ask,
@@ -54,6 +52,7 @@ from ._requests import (
 
 __all__ = [
     "Alert",
+    "AlertHook",
     "Ask",
     "CallModel",
     "Commit",
@@ -76,61 +75,7 @@ __all__ = [
 
 logger = logging.getLogger("toolledger")
 
-AlertHook = Callable[[LedgerWriteError], Any]
 T = TypeVar("T")
-
-
-class ModelClient(Protocol):
-    """How the drivers call a model API; the provider adapters implement it."""
-
-    def create(self, kwargs: dict[str, Any]) -> Any: ...
-
-    async def acreate(self, kwargs: dict[str, Any]) -> Any: ...
-
-    def stream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any: ...
-
-    async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any: ...
-
-
-@dataclass(slots=True)
-class IOContext:
-    store: Store
-    session_id: str
-    approve: Any = None
-    on_alert: AlertHook | None = None
-    model: ModelClient | None = None
-    fence: Fence | None = None
-    keeper: Any = None  # the async run's heartbeat task
-    busy_since: float | None = None  # monotonic time the run's store operation under way began
-    renewed_at: float | None = None
-    """When the last renewal of this run's lease that landed was made, on this process's
-    monotonic clock (``Runtime.monotonic``); ``None``: the next commit renews."""
-
-    def fenced(self, ops: list[Op], fenced: bool = True) -> list[Op]:
-        """``ops`` behind the run's fence. A commit renews the lease only once a third of its
-        life has passed since the last renewal (``leases.fence``); a renewal alone (``ops``
-        empty: a heartbeat) always renews."""
-        fence = self.fence
-        if fence is None or not fenced:
-            return ops
-        renewed = self.renewed_at if ops else None
-        clock = self.store.runtime.monotonic
-        return [leases.fence(fence.lease, self.store.now, fence.ttl, renewed, clock), *ops]
-
-    def landed(self, ops: list[Op]) -> None:
-        """A commit of ``ops`` landed: if its fence renewed the run's lease, remember when."""
-        op = ops[0] if ops else None
-        fence = self.fence
-        if (
-            isinstance(op, HoldLease)
-            and op.expires_at is not None
-            and fence is not None
-            and op.token == fence.lease.token
-        ):
-            self.renewed_at = self.store.runtime.monotonic()
-
-    def unfenced(self, flags: list[bool], fenced: bool = True) -> list[bool]:
-        return flags[1:] if self.fence is not None and fenced else flags
 
 
 async def _abeat(io: IOContext, fence: Fence) -> None:
@@ -155,32 +100,6 @@ async def _abeat(io: IOContext, fence: Fence) -> None:
             return
         except Exception as exc:
             logger.warning("toolledger: renewing the lease of %r failed: %s", io.session_id, exc)
-
-
-def _give_back_later(io: IOContext, dropped: list[Op], exc: Exception) -> None:
-    """A lease that could not be given back: on this host a live holder keeps its session, so
-    it is given back in the background, not left to hold until this process ends."""
-    logger.warning(
-        "toolledger: giving the lease of %r up failed (%s); retrying in the background",
-        io.session_id,
-        exc,
-    )
-    keeper.keep(io.store, io.session_id, dropped, [])
-
-
-def _hold(io: IOContext, fence: Fence) -> None:
-    io.fence = fence
-    io.renewed_at = io.store.runtime.monotonic()  # taking it was its first renewal
-    io.store.runtime.live_runs.add(fence.lease.owner)
-
-
-def _drop_lease(io: IOContext) -> list[Op]:
-    if io.fence is None:
-        return []
-    lease = io.fence.lease
-    io.fence = None
-    io.store.runtime.live_runs.discard(lease.owner)
-    return [DropLease(lease.session_id, lease.token)]
 
 
 _COMMIT_ERRORS = (StoreError, SessionConflictError)
@@ -290,12 +209,12 @@ def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
     finally:
         io.busy_since = None
         heartbeats.remove(io)
-        dropped = _drop_lease(io)
+        dropped = drop_lease(io)
         if dropped:
             try:
                 io.store.apply(io.session_id, dropped)
             except Exception as exc:
-                _give_back_later(io, dropped, exc)
+                give_back_later(io, dropped, exc)
         OP_BUDGET.reset(budget)
 
 
@@ -346,7 +265,7 @@ def _answer(request: Request, io: IOContext) -> Any:
     if isinstance(request, ReadLease):
         return backend.read_lease(request.session or sid)
     if isinstance(request, Fence):
-        _hold(io, request)
+        hold(io, request)
         heartbeats.add(io)
         return None
     _call_sync(partial(_emit, request.alert, io.on_alert))
@@ -375,12 +294,12 @@ async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
             io.keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await io.keeper
-        dropped = _drop_lease(io)
+        dropped = drop_lease(io)
         if dropped:
             try:
                 await io.store.aapply(io.session_id, dropped)
             except Exception as exc:
-                _give_back_later(io, dropped, exc)
+                give_back_later(io, dropped, exc)
         OP_BUDGET.reset(budget)
 
 
@@ -432,7 +351,7 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
     if isinstance(request, ReadLease):
         return await backend.read_lease(request.session or sid)
     if isinstance(request, Fence):
-        _hold(io, request)
+        hold(io, request)
         io.keeper = asyncio.create_task(_abeat(io, request))
         return None
     await _acall(partial(_emit, request.alert, io.on_alert), _is_async(io.on_alert))

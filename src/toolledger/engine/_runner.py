@@ -19,7 +19,6 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from typing import Any, assert_never
 
-from .._liveness import Over, Running, judge
 from ..codec import content_of
 from ..errors import (
     EffectInProgressError,
@@ -27,8 +26,8 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..ops import Op, PutApproval
-from ..records import ApprovalStatus, EffectRecord, Lease, Status, ToolCall
-from ..stores.store import Ledger, in_progress_error
+from ..records import ApprovalStatus, EffectRecord, Status, ToolCall
+from ..stores.store import Ledger
 from ..tools import InputError, ToolSet
 from . import _decide as decide
 from . import _telemetry as telemetry
@@ -39,19 +38,15 @@ from ._drivers import (
     Failure,
     Invoke,
     ReadEffects,
-    ReadLease,
     Request,
-    Sleep,
 )
 from ._gate import ApprovalRequest, Decision
 from ._outcomes import Batch, Buffer, Buffered, CallOutcome, Disposition, Env, flush, release, write
+from ._started import settled_or_over
 
 __all__ = ["Disposition", "process_batch"]
 
 _Gen = Generator[Request, Any, "Batch"]
-
-_POLL_FIRST_S = 0.005
-_POLL_MAX_S = 0.25
 
 
 # -- the sequence, once --------------------------------------------------------------------------
@@ -200,7 +195,7 @@ def _decide(
             return deferred
         record = deferred
     elif record is not None and record.status is Status.STARTED:
-        record = yield from _settled_or_over(call, record, env, buf)
+        record = yield from settled_or_over(call, record, env, buf)
     tool = env.tools.get(call.name)
     kwargs: dict[str, Any] = {}
     input_error = call.problem
@@ -328,59 +323,6 @@ def _found(call: ToolCall, answer: Any, record: EffectRecord, env: Env, buf: Buf
     outcome = CallOutcome(call, Disposition.EXECUTED, encoded.content, is_error=False)
     buf.items.append(Buffered(write(done, record), urgent=False, outcome=outcome, must_land=True))
     return outcome
-
-
-def _settled_or_over(
-    call: ToolCall, record: EffectRecord, env: Env, buf: Buffer
-) -> Generator[Request, Any, EffectRecord]:
-    """``record`` is ``started``: return it once its attempt is over (in doubt), or whatever
-    the record became meanwhile; while it may still run, wait up to ``env.wait`` seconds, then
-    raise ``EffectInProgressError`` (after making what this batch did so far durable)."""
-    waited = 0.0
-    pause = _POLL_FIRST_S
-    while True:
-        lease: Lease | None = None
-        if record.lease_token is not None:
-            lease = yield ReadLease()
-        store = env.ledger.store
-        verdict = judge(
-            record,
-            now=env.now(),
-            lease=lease,
-            runtime=store.runtime,
-            url=env.url,
-            shared_clock=store.shared_clock,
-        )
-        if isinstance(verdict, Over):
-            # Read it once more: an attempt leaves flight (or its process exits) only after its
-            # outcome committed, so a record still the same now is truly one whose attempt is
-            # over; one that moved on was finished meanwhile.
-            again: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
-            current = again.get(call.tool_use_id)
-            assert current is not None, "a record is never deleted"
-            if current == record:
-                return record
-            if current.status is not Status.STARTED:
-                return current
-            record = current
-            continue
-        assert isinstance(verdict, Running)
-        if waited >= env.wait:
-            if buf.items:
-                yield from flush(buf, env, [])
-            raise in_progress_error(record, verdict)
-        if buf.urgent:
-            yield from flush(buf, env, [])  # nothing of ours waits while we do
-        step = min(pause, env.wait - waited)
-        yield Sleep(step)
-        waited += step
-        pause = min(pause * 2, _POLL_MAX_S)
-        found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
-        current = found.get(call.tool_use_id)
-        if current is None or current.status is not Status.STARTED:
-            assert current is not None, "a record is never deleted"
-            return current
-        record = current
 
 
 def _consume(env: Env, decision: Decision) -> Op | None:

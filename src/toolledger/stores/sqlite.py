@@ -24,7 +24,7 @@ from ..errors import (
 )
 from ..ops import Op
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
-from ._sql import plans
+from ._sql import plans, writes
 from ._sql.plans import Outcome, Step
 from ._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
 from ._sql.schema import too_new
@@ -143,10 +143,10 @@ class SQLiteBackend:
 
     def _apply_batch(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         """One batch's plan, inside whatever transaction or savepoint the caller opened. A fence
-        that only checks rides one of the batch's writes (``plans.apply``): the write lock this
+        that only checks rides one of the batch's writes (``writes.apply``): the write lock this
         connection holds from the transaction's first statement (or the autocommit statement)
         to its commit keeps a take-over out in between."""
-        return plans.drive(plans.apply(session_id, ops, ride=True), self._execute)
+        return plans.drive(writes.apply(session_id, ops, ride=True), self._execute)
 
     def _ask(self, action: str, query: plans.Query[T]) -> T:
         """A read's statement on the connection, its rows turned into its answer."""
@@ -251,7 +251,7 @@ class SQLiteBackend:
                 c = self._conn
                 self._check_identity()
                 self._check_schema()
-                if len(group) == 1 and plans.one_statement(group[0].ops, ride=True):
+                if len(group) == 1 and writes.one_statement(group[0].ops, ride=True):
                     # One conditional statement is a transaction of its own (autocommit): one
                     # call into SQLite instead of BEGIN, statement, COMMIT. A guard that fails
                     # in it has written nothing (its statement matched no row).

@@ -27,7 +27,7 @@ from psycopg.abc import PQGen
 
 from ...errors import StoreError
 from ...ops import Op
-from .._sql import plans
+from .._sql import plans, writes
 from .._sql.plans import Outcome, Plan, Step
 from ..contract import op_deadline
 from . import wire
@@ -274,11 +274,11 @@ def writing(shell: Shell, session_id: str, ops: Sequence[Op]) -> Call[list[bool]
     connection as ``apply_again``."""
     return Call(
         "writing the ledger",
-        partial(plans.apply, session_id, ops),
+        partial(writes.apply, session_id, ops),
         shell.url,
         shell.orphans,
         op_deadline(shell.settings.op_timeout),
         write=True,
-        single=plans.one_statement(ops),
-        again=partial(plans.apply_again, session_id, ops),
+        single=writes.one_statement(ops),
+        again=partial(writes.apply_again, session_id, ops),
     )

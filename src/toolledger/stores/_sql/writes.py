@@ -1,0 +1,320 @@
+"""What an op means in SQL, written once: a batch of ops as a plan (``apply``), a batch sent
+again after a lost connection (``apply_again``), and which batches are one statement
+(``one_statement``). See ``.plans`` for what a plan is."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import assert_never
+
+from ...errors import LeaseLostError, SessionConflictError
+from ...ops import (
+    AbandonMessages,
+    AppendMessages,
+    DropLease,
+    DropSession,
+    HoldLease,
+    InsertEffect,
+    Op,
+    PutApproval,
+    PutSession,
+    TakeLease,
+    UpdateEffect,
+    alone,
+    busy,
+    conflict,
+    lost,
+    moved,
+    still_there,
+)
+from . import rows as r
+from . import statements as q
+from .plans import (
+    Outcome,
+    Plan,
+    Step,
+    approvals_query,
+    effect_query,
+    lease_query,
+    query_plan,
+    session_query,
+)
+
+__all__ = ["apply", "apply_again", "one_statement"]
+
+
+# -- writes --------------------------------------------------------------------------------------
+
+
+def one_statement(ops: Sequence[Op], ride: bool = False) -> bool:
+    """A batch whose plan writes with one statement, so autocommit makes it atomic on its own.
+    (A guard that fails in it has written nothing: its single UPDATE or INSERT matched no row.)
+    Appending messages, abandoning them (a rewind) and removing a session take several
+    statements: a transaction. With ``ride``, a fence that does not renew and rides its batch's
+    one write leaves it one statement."""
+    if ride and len(ops) == 2 and _carrier(ops) == 1:
+        return True
+    return len(ops) == 1 and not isinstance(ops[0], AppendMessages | AbandonMessages | DropSession)
+
+
+def _carrier(ops: Sequence[Op]) -> int | None:
+    """Where the batch's fence can ride (``apply(ride=True)``): the index of a write that can
+    carry the lease check, preferring one that is a guard (its refusal rolls the batch back
+    anyway) — or ``None``: the batch does not open with a fence that only checks, or nothing
+    in it can carry one."""
+    if not ops or not isinstance(ops[0], HoldLease) or ops[0].expires_at is not None:
+        return None
+    found: int | None = None
+    for n in range(len(ops) - 1, 0, -1):
+        op = ops[n]
+        if isinstance(op, PutSession) and op.expect_version is not None:
+            return n
+        if isinstance(op, UpdateEffect) and op.guard:
+            return n
+        if found is None and isinstance(op, (InsertEffect, UpdateEffect)):
+            found = n
+    return found
+
+
+def apply(session_id: str, ops: Sequence[Op], ride: bool = False) -> Plan[list[bool]]:
+    """Every op is one conditional statement; a failed guard raises and so rolls back the
+    transaction (or savepoint) the backend opened around the plan.
+
+    ``ride`` (SQLite, whose write lock makes a check atomic with the write it rides): a fence
+    that only checks (``HoldLease`` without an expiry) is not a statement of its own but a
+    condition of one of the batch's writes. When that write matches no row, the lease is read
+    to tell a lost lease from the op's own refusal; and a batch refused for any reason says
+    the lease was lost if it was (as it would have had the fence gone first)."""
+    at = _carrier(ops) if ride else None
+    if at is None:
+        return (yield from _apply(session_id, ops, None))
+    fence = ops[0]
+    assert isinstance(fence, HoldLease)
+    try:
+        return (yield from _apply(session_id, ops, (at, fence.token)))
+    except SessionConflictError as exc:
+        if isinstance(exc, LeaseLostError) or (yield from _lease_held(session_id, fence.token)):
+            raise
+        raise lost(session_id, fence.token) from None
+
+
+def _lease_held(session_id: str, token: int) -> Plan[bool]:
+    lease = yield from query_plan(lease_query(session_id))
+    return lease is not None and lease.token == token and lease.expires_at > 0
+
+
+def _refused(session_id: str, token: int | None) -> Plan[None]:
+    """A write that carried the fence matched no row: if the lease is gone, that is why."""
+    if token is not None and not (yield from _lease_held(session_id, token)):
+        raise lost(session_id, token)
+
+
+def _apply(session_id: str, ops: Sequence[Op], rider: tuple[int, int] | None) -> Plan[list[bool]]:
+    """``apply``'s ops, the fence riding the write at ``rider``'s index (with its token)."""
+    out: list[bool] = []
+    for n, op in enumerate(ops):
+        fence = rider[1] if rider is not None and rider[0] == n else None
+        match op:
+            case InsertEffect() | UpdateEffect():
+                done = yield from _effect(session_id, op, fence)
+            case PutSession():
+                done = yield from _put_session(session_id, op, fence)
+            case AppendMessages():
+                yield from _append(session_id, op)
+                done = Outcome(rowcount=1, rows=[])
+            case AbandonMessages():
+                yield from _abandon(session_id, op)
+                done = Outcome(rowcount=1, rows=[])
+            case DropSession():
+                alone(ops)
+                yield from _drop(session_id, op)
+                done = Outcome(rowcount=1, rows=[])
+            case PutApproval():
+                if op.expect_status is None:
+                    done = yield Step(q.INSERT_APPROVAL, r.approval_values(op.record))
+                else:
+                    done = yield Step(q.UPDATE_APPROVAL, r.update_approval_params(op))
+            case TakeLease() | HoldLease() | DropLease():
+                if n == 0 and rider is not None:
+                    done = Outcome(rowcount=1, rows=[])  # it rides a write of this batch
+                else:
+                    done = yield from _lease_op(session_id, op)
+            case _:
+                assert_never(op)
+        out.append(done.rowcount == 1)
+    return out
+
+
+def _effect(session_id: str, op: InsertEffect | UpdateEffect, fence: int | None) -> Plan[Outcome]:
+    """A record inserted if absent, or moved on by compare-and-set; with ``fence`` (a token),
+    only if the lease still carries it."""
+    if isinstance(op, InsertEffect):
+        if fence is None:
+            return (yield Step(q.INSERT_EFFECT, r.insert_params(op)))
+        done = yield Step(q.INSERT_EFFECT_FENCED, (*r.insert_params(op), session_id, fence))
+        if done.rowcount != 1:
+            yield from _refused(session_id, fence)
+        return done
+    if fence is None:
+        done = yield Step(q.update_statement(op), r.update_params(op), guard=op.guard)
+    else:
+        params = (*r.update_params(op), session_id, fence)
+        done = yield Step(q.fenced_update_statement(op), params, guard=op.guard)
+    if done.rowcount != 1:
+        yield from _refused(session_id, fence)
+        if op.guard:
+            raise moved(session_id, op.record.tool_use_id)
+    return done
+
+
+def _put_session(session_id: str, op: PutSession, fence: int | None) -> Plan[Outcome]:
+    if op.expect_version is None:
+        done = yield Step(q.INSERT_SESSION, r.session_values(op.state), guard=True)
+        if done.rowcount != 1:
+            raise conflict(session_id, "it already exists")
+        return done
+    if fence is None:
+        done = yield Step(q.UPDATE_SESSION, r.update_session_params(op), guard=True)
+    else:
+        params = (*r.update_session_params(op), session_id, fence)
+        done = yield Step(q.UPDATE_SESSION_FENCED, params, guard=True)
+    if done.rowcount != 1:
+        yield from _refused(session_id, fence)
+        raise conflict(session_id, f"it is not at version {op.expect_version}")
+    return done
+
+
+def _lease_op(session_id: str, op: TakeLease | HoldLease | DropLease) -> Plan[Outcome]:
+    match op:
+        case TakeLease():
+            done = yield Step(q.take_lease_statement(op), r.take_lease_params(op), guard=True)
+            if done.rowcount != 1:
+                raise busy(session_id, (yield from query_plan(lease_query(session_id))))
+            return done
+        case HoldLease():
+            # An UPDATE, so the lease row stays locked until this transaction ends: a take-over
+            # waits for our commit and then finds the token it expected — our writes land
+            # before the new holder reads anything.
+            if op.expires_at is None:
+                done = yield Step(q.CHECK_LEASE, (session_id, op.token), guard=True)
+            else:
+                done = yield Step(q.HOLD_LEASE, (op.expires_at, session_id, op.token), guard=True)
+            if done.rowcount != 1:
+                raise lost(session_id, op.token)
+            return done
+        case DropLease():
+            return (yield Step(q.DROP_LEASE, (session_id, op.token)))
+        case _:
+            assert_never(op)
+
+
+def _append(session_id: str, op: AppendMessages) -> Plan[None]:
+    """The first message goes in only if its seq is the transcript's next (a guard); the rest
+    follow it. A racing writer that found the same next seq meets the primary key: the other
+    inserts are ON CONFLICT DO NOTHING, so only these can find a duplicate key."""
+    if not op.messages:
+        return
+    first = op.messages[0].seq
+    values = [r.message_params(session_id, m) for m in op.messages]
+    seq_taken = partial(conflict, session_id, "a message with that seq exists")
+    if all(m.seq == first + i for i, m in enumerate(op.messages)):
+        done = yield Step(
+            q.INSERT_NEXT_MESSAGE, (*values[0], first, session_id), duplicate=seq_taken, guard=True
+        )
+        if done.rowcount == 1:
+            if values[1:]:
+                yield Step(q.INSERT_MESSAGE, values[1:], many=True, duplicate=seq_taken)
+            return
+    last = (yield Step(q.SELECT_LAST_SEQ, (session_id,))).rows[0][0]
+    raise conflict(session_id, f"the next message is {0 if last is None else int(last) + 1}")
+
+
+def _abandon(session_id: str, op: AbandonMessages) -> Plan[None]:
+    """The branch's row first, inserted only if its number is free and the transcript reaches
+    ``from_seq`` (the guard); then the tail copied to the branch and taken out of the
+    transcript. An ``AppendMessages`` after it in the batch finds ``from_seq`` next."""
+    guard = (session_id, op.branch, op.from_seq, op.from_seq, session_id)
+    done = yield Step(q.ABANDON_BRANCH, guard, guard=True)
+    if done.rowcount != 1:
+        last = (yield Step(q.SELECT_LAST_SEQ, (session_id,))).rows[0][0]
+        count = 0 if last is None else int(last) + 1
+        raise conflict(
+            session_id,
+            f"cannot abandon from message {op.from_seq} of {count} as branch {op.branch}",
+        )
+    yield Step(q.ABANDON_MESSAGES, (op.branch, session_id, op.from_seq))
+    yield Step(q.DELETE_MESSAGES_FROM, (session_id, op.from_seq))
+
+
+def _drop(session_id: str, op: DropSession) -> Plan[None]:
+    """The guard first (the session's own DELETE, or a count for a session without state),
+    then everything else of the session that is not in progress or pending."""
+    pending = (session_id, session_id, session_id, op.now)
+    if op.expect_version is not None:
+        done = yield Step(q.DROP_SESSION, (session_id, op.expect_version, *pending), guard=True)
+        if done.rowcount != 1:
+            raise still_there(session_id)
+    else:
+        found = yield Step(q.LEDGER_ONLY_DROPPABLE, (session_id, *pending))
+        if found.rows[0][0] != 1:
+            raise still_there(session_id)
+    yield Step(q.DELETE_SETTLED_EFFECTS, (session_id,))
+    yield Step(q.DELETE_MESSAGES, (session_id,))
+    yield Step(q.DELETE_ABANDONED_MESSAGES, (session_id,))
+    yield Step(q.DELETE_ABANDONED_BRANCHES, (session_id,))
+    yield Step(q.DELETE_DECIDED_APPROVALS, (session_id,))
+    yield Step(q.DELETE_FREE_LEASE, (session_id, op.now))
+
+
+def apply_again(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
+    """A one-statement batch sent again after its connection was lost with the outcome unknown.
+
+    Every statement is conditional, so sending it twice cannot do it twice. But if the first
+    send landed, this one finds its condition gone ("not applied", or a guard's conflict): then
+    the row is read back, and if it holds exactly what this batch wrote — worker id, timestamps
+    and all — the first send landed, and the batch is reported applied.
+    """
+    (op,) = ops
+    try:
+        done: list[bool] | None = yield from apply(session_id, ops)
+    except SessionConflictError as exc:
+        refused: SessionConflictError | None = exc
+        done = None
+    else:
+        refused = None
+    if done == [True]:
+        return done
+    if (yield from _holds(session_id, op)):
+        return [True]
+    if refused is not None:
+        raise refused
+    assert done is not None
+    return done
+
+
+def _holds(session_id: str, op: Op) -> Plan[bool]:
+    """Whether the store holds exactly what ``op`` writes."""
+    match op:
+        case InsertEffect() | UpdateEffect():
+            found = yield from query_plan(effect_query(session_id, op.record.tool_use_id))
+            return found == {op.record.tool_use_id: op.record}
+        case PutApproval():
+            approvals = yield from query_plan(approvals_query(session_id))
+            return op.record in approvals
+        case PutSession():
+            return (yield from query_plan(session_query(session_id))) == op.state
+        case TakeLease():
+            return (yield from query_plan(lease_query(session_id))) == op.lease
+        case HoldLease():
+            lease = yield from query_plan(lease_query(session_id))
+            if lease is None or lease.token != op.token or lease.expires_at <= 0:
+                return False
+            # A renewal is told by its expiry (its count moves with every other renewal too).
+            return op.expires_at is None or lease.expires_at == op.expires_at
+        case DropLease():
+            return False  # it reports its own outcome again: it is idempotent
+        case AppendMessages() | AbandonMessages() | DropSession():
+            return False  # never sent again: more than one statement (``one_statement``)
+        case _:
+            assert_never(op)
