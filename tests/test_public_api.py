@@ -146,3 +146,169 @@ def test_terminal_approver_declines_when_no_terminal_can_answer() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False terminal: no terminal to ask on"
     assert "IN DOUBT" in done.stderr and "send_email" in done.stderr
+
+
+# -- the public modules: everything else is internal, whatever its name ------------------------
+#
+# The package's own name and these modules are the API (docs/architecture.md lists them). Every
+# other module — underscored or not (``toolledger.records``, ``toolledger.cli.render``, the
+# engine) — is internal and may change in any release.
+
+PUBLIC_MODULES = {
+    "toolledger.adapters": {
+        "MAX_ID_CHARS",
+        "MessageParts",
+        "ModelTurn",
+        "Provider",
+        "ResultShape",
+        "check_call_id",
+        "provider_for",
+        "read_calls",
+        "read_or_text",
+        "transcript_reader",
+    },
+    "toolledger.approvals": {
+        "ApprovalQueue",
+        "ApprovalRequest",
+        "Approver",
+        "Decision",
+        "PENDING",
+        "decide",
+        "pending",
+        "queue",
+        "terminal",
+    },
+    "toolledger.integrations.agent_framework": {
+        "FRAMEWORK_APPROVAL",
+        "LedgerMiddleware",
+        "session_id",
+        "tool_context",
+    },
+    "toolledger.integrations.dbos": {
+        "DEFAULT_AGENT",
+        "QUEUE",
+        "SessionOutcome",
+        "SessionQueuedError",
+        "SessionWorkflowError",
+        "WORKFLOW",
+        "enqueue",
+        "register",
+        "register_queue",
+    },
+    "toolledger.integrations.langgraph": {
+        "LedgerInterceptor",
+        "langchain_tool",
+        "ledgered_tool_node",
+        "thread_id",
+        "tool_context",
+    },
+    "toolledger.integrations.mcp_server": {
+        "OUTCOME_UNKNOWN_CODE",
+        "ServerLedger",
+        "authenticated_principal",
+    },
+    "toolledger.integrations.openai_agents": {
+        "group_id",
+        "ledgered",
+        "settle_interruptions",
+        "tool_context",
+    },
+    "toolledger.integrations.pydantic_ai": {
+        "LedgerToolset",
+        "conversation",
+        "tool_context",
+    },
+    "toolledger.keys": {
+        "IDEMPOTENCY_HEADER",
+        "IdempotencyKeyAuth",
+        "ahttpx_event_hook",
+        "current_key",
+        "forwarding",
+        "httpx_event_hook",
+        "idempotency_headers",
+        "message_id",
+    },
+    "toolledger.notify": {
+        "Notifier",
+        "notifier",
+        "verify_signature",
+    },
+    "toolledger.stores": {
+        "DEFAULT_STORE_URL",
+        "Ledger",
+        "Store",
+        "open_store",
+    },
+    "toolledger.stores.contract": {
+        "AsyncBackend",
+        "Backend",
+        "GroupCommit",
+        "InlineAsync",
+        "Inspectable",
+        "OP_BUDGET",
+        "Pending",
+        "op_deadline",
+        "operations_within",
+    },
+    "toolledger.testing": {
+        "AgentSpec",
+        "CRASH_POINTS",
+        "Counter",
+        "Flaky",
+        "Reply",
+        "ScriptedModel",
+        "ToolUse",
+        "World",
+        "arm_crash",
+        "elsewhere",
+        "run_agent",
+    },
+    "toolledger.testing.conformance": {
+        "StoreConformance",
+        "make_approval",
+        "make_message",
+        "make_record",
+        "make_state",
+    },
+    "toolledger.testing.scripted": {
+        "Flaky",
+        "Reply",
+        "ScriptedModel",
+        "Step",
+        "ToolUse",
+        "pairing_errors",
+    },
+    "toolledger.testing.scripted_openai": {
+        "Flaky",
+        "RawArguments",
+        "Reply",
+        "ScriptedOpenAI",
+        "ToolUse",
+    },
+}
+
+
+def test_the_public_modules_are_pinned() -> None:
+    import importlib
+
+    for name, expected in PUBLIC_MODULES.items():
+        module = importlib.import_module(name)
+        assert set(module.__all__) == expected, name
+        for attr in module.__all__:
+            assert hasattr(module, attr), f"{name}.{attr}"
+
+
+def test_the_architecture_page_lists_the_public_modules() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).parents[1] / "docs" / "architecture.md").read_text()
+    for name in PUBLIC_MODULES:
+        assert f"`{name}`" in page, name
+
+
+def test_the_harness_is_not_public() -> None:
+    """The tortures and the simulation are the project's proving ground, not an API."""
+    from toolledger import testing
+
+    for gone in ("run_torture", "run_concurrent_torture", "TortureReport", "ConcurrentReport"):
+        assert not hasattr(testing, gone), gone

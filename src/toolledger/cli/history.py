@@ -1,5 +1,5 @@
 """``toolledger history``: a session's turns — when, what the model asked for, and each call's
-tool, effect class and disposition in the ledger (see ``toolledger.branches._history``).
+tool, effect class and disposition in the ledger (see ``toolledger.stores._history``).
 
 Everything shown is data from the store: printed literally (``safe``), secrets masked unless
 ``--show-secrets``, ids never cut. The model's text is shortened in the table only; ``--json``
