@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import replace
 from typing import Any
 
 from .._crash import hit as crash_point
@@ -320,10 +319,10 @@ class Agent:
         telemetry.model_done(span, input_tokens=turn.input_tokens, output_tokens=turn.output_tokens)
         # Checkpoint A: the tool_use ids exist only in this response; they are durable before
         # any tool runs.
-        after, ops = turn_start(self.provider, s, turn, self.store.clock())
+        after, ops = turn_start(self.provider, s, turn, self.store.clock(), wire)
         yield from commit_or_raise(ops)
         crash_point("after_checkpoint_a")
-        return replace(after, wire=wire)
+        return after
 
     def _run_tools(
         self, s: Session, alerts: list[LedgerWriteError], token: int

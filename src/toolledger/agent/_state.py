@@ -110,10 +110,11 @@ def commit_or_raise(ops: list[Op]) -> Generator[Request, Any, list[bool]]:
 
 
 def turn_start(
-    provider: Provider, s: Session, turn: ModelTurn, now: float
+    provider: Provider, s: Session, turn: ModelTurn, now: float, wire: Wire | None
 ) -> tuple[Session, list[Op]]:
-    """Checkpoint A of a new turn: the session with the model's answer, and the writes that
-    commit it (the assistant message, the turn's counters) before any of its calls runs."""
+    """Checkpoint A of a new turn: the session with the model's answer (``wire``: the request
+    that asked for it, kept for the next one), and the writes that commit it (the assistant
+    message, the turn's counters) before any of its calls runs."""
     # Content the API can take back: no lone surrogate (escaped in its JSON), no input nested
     # deeper than anything can store (a call with one is then answered with an error).
     content = valid_unicode(shallow(turn.content))
@@ -132,7 +133,7 @@ def turn_start(
         input_tokens=turn.input_tokens,
         output_tokens=turn.output_tokens,
     )
-    after = Session(new, [*s.messages, message], calls=turn.calls, wire=s.wire)
+    after = Session(new, [*s.messages, message], calls=turn.calls, wire=wire)
     return after, [AppendMessages((message,)), PutSession(new, s.state.version)]
 
 

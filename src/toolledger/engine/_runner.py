@@ -208,6 +208,22 @@ def _decide(
             kwargs = tool.validate(call.input)
         except InputError as exc:
             input_error = str(exc)
+    # ``decide.step`` of facts with no answers yet: the call's first step.
+    action = decide.first_step(
+        record, tool, call, input_error=input_error, available=env.tools.names, can_ask=env.can_ask
+    )
+    if unread and not decide.writes_first(action, tool):
+        looked: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+        record = looked.get(call.tool_use_id)
+        if record is not None:
+            return Again(record)
+    if isinstance(action, decide.Run):  # the common call: nothing to ask, straight to its attempt
+        assert tool is not None
+        return (
+            yield from run(
+                call, tool, kwargs, record=record, action=action, consume=None, env=env, buf=buf
+            )
+        )
     facts = decide.Facts(
         record=record,
         tool=tool,
@@ -216,25 +232,19 @@ def _decide(
         available=env.tools.names,
         can_ask=env.can_ask,
     )
-    action = decide.step(facts)
-    if unread and not decide.writes_first(action, tool):
-        looked: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
-        record = looked.get(call.tool_use_id)
-        if record is not None:
-            return Again(record)
-    return (yield from _steps(action, facts, kwargs, env, buf))
+    return (yield from _steps(facts, kwargs, env, buf))
 
 
 def _steps(
-    action: decide.Action, facts: decide.Facts, kwargs: dict[str, Any], env: Env, buf: Buffer
+    facts: decide.Facts, kwargs: dict[str, Any], env: Env, buf: Buffer
 ) -> Generator[Request, Any, CallOutcome | Again]:
-    """Carry out ``action``, add what it was answered to ``facts``, ask ``decide.step`` again;
-    until the call runs or is answered."""
+    """Ask ``decide.step`` for the call's next step, carry it out, add what it was answered to
+    ``facts``, and ask again: until the call runs or is answered."""
     call, record, tool = facts.call, facts.record, facts.tool
     consume: Op | None = None  # the approval the run uses up, with its intent
     answer: Any = None  # what the check returned
     while True:
-        match action:
+        match action := decide.step(facts):
             case decide.Run():
                 assert tool is not None
                 return (
@@ -288,7 +298,6 @@ def _steps(
                 facts = replace(facts, checked=decide.Checked(raised, found=answer is not None))
             case _:
                 assert_never(action)
-        action = decide.step(facts)
 
 
 _RESTARTS = 5
