@@ -375,7 +375,8 @@ def test_a_commit_renews_the_lease_only_once_a_third_of_it_has_passed(
     (on this process's monotonic clock) the fence only checks the token. A heartbeat always
     renews. A wall clock that steps changes none of it. A run taken over meanwhile is refused
     either way."""
-    from toolledger.engine._drivers import IOContext, _hold
+    from toolledger.engine._io import IOContext
+    from toolledger.engine._io import hold as _hold
     from toolledger.engine._requests import Fence
     from toolledger.ops import HoldLease, InsertEffect
     from toolledger.testing.conformance import make_record
