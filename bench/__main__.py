@@ -43,6 +43,7 @@ from . import (
     scale,
 )
 from .measure import Contender, interleaved
+from .results import Results
 
 SECTIONS = ("main", "sizes", "lookups", "long", "group", "postgres", "hot", "cli")
 
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
     command = "python -m bench" + (" " + shlex.join(argv if argv is not None else sys.argv[1:]))
-    results = report.Results(report.machine(args.dir), command.strip())
+    results = Results(report.machine(args.dir), command.strip())
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, ExitStack() as stack:
         d = Path(tmp)
@@ -220,7 +221,7 @@ def publish(path: Path, text: str) -> None:
     path.write_text(f"{head}{BEGIN}\n{text}{END}{rest.split(END, 1)[1]}")
 
 
-def run_main(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+def run_main(results: Results, plan: Plan, d: Path, stack: ExitStack) -> None:
     def store(name: str) -> tl.Store:
         return core.open_bench_store("sqlite", d, name, stack)
 
@@ -249,7 +250,7 @@ def run_main(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> 
     results.cpu = cpu.cpu_rows(scratch, stack, plan.n_main)
 
 
-def run_sizes(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+def run_sizes(results: Results, plan: Plan, d: Path, stack: ExitStack) -> None:
     approaches, missing = rivals.all_approaches(d, stack)
     results.missing.extend(missing)
     results.names.update({"floor": "raw: 300 B append + fsync"})
@@ -266,7 +267,7 @@ def run_sizes(results: report.Results, plan: Plan, d: Path, stack: ExitStack) ->
     )
 
 
-def run_lookups(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+def run_lookups(results: Results, plan: Plan, d: Path, stack: ExitStack) -> None:
     results.lookups = scale.lookups(
         d,
         plan.lookup_sizes,
@@ -276,7 +277,7 @@ def run_lookups(results: report.Results, plan: Plan, d: Path, stack: ExitStack) 
     )
 
 
-def run_long(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+def run_long(results: Results, plan: Plan, d: Path, stack: ExitStack) -> None:
     store = core.open_bench_store("sqlite", d, "long", stack)
     run = longrun.long_run(store, grow_to=plan.long_turns)
     turns = interleaved(run.contenders, plan.n_long)
@@ -284,7 +285,7 @@ def run_long(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> 
     results.long_start_turn = run.start_turn
 
 
-def run_group(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+def run_group(results: Results, plan: Plan, d: Path, stack: ExitStack) -> None:
     results.within_turn = groupcommit.within_turn(d, stack, plan.n_group)
     results.concurrency = groupcommit.concurrent_sessions(
         d, stack, threads=plan.threads, per_thread=plan.per_thread, rounds=plan.rounds
@@ -297,14 +298,14 @@ def run_group(results: report.Results, plan: Plan, d: Path, stack: ExitStack) ->
     )
 
 
-def run_hot(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+def run_hot(results: Results, plan: Plan, d: Path, stack: ExitStack) -> None:
     results.hot = hotpath.patched_rows(d, stack, plan.n_hot)
     results.micro = hotpath.micro(2000)
     results.scripted = hotpath.scripted_rows(stack, 20)
     results.json_store = hotpath.json_rows(d, stack, plan.n_json, 10_000)
 
 
-def run_postgres(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+def run_postgres(results: Results, plan: Plan, d: Path, stack: ExitStack) -> None:
     url, why = pg.server_url()
     if url is None:
         results.missing.append(why)
@@ -321,7 +322,7 @@ def run_postgres(results: report.Results, plan: Plan, d: Path, stack: ExitStack)
     results.pg_round_trips = pg.round_trips(url, stack, plan.n_pg)
 
 
-def run_cli(results: report.Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+def run_cli(results: Results, plan: Plan, d: Path, stack: ExitStack) -> None:
     smoke = plan is SMOKE  # a short session, the default views only
     turns = 500 if smoke else 5000
     views = cli_reads.VIEWS[:3] if smoke else cli_reads.VIEWS
