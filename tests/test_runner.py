@@ -16,6 +16,7 @@ import pytest
 
 import toolledger as tl
 from toolledger.records import Status
+from toolledger.stores.memory import MemoryBackend
 from toolledger.testing import Counter
 
 from .conftest import Runner, tool_use
@@ -68,6 +69,38 @@ def test_second_run_returns_the_stored_result_without_executing(
     assert "is_error" not in first[0]
     record = ledger.get("toolu_T")
     assert record is not None and record.status is Status.SUCCEEDED and record.attempt == 1
+
+
+def test_a_call_keeps_the_time_its_intent_was_written(run: Runner) -> None:
+    """``created_at`` is when the call was first recorded — its intent — on every path: the
+    outcome of a fresh call does not overwrite it with the outcome's time (it used to on
+    success; the failure path kept it)."""
+    ticks = iter(range(1000, 2000))
+    store = tl.Store(MemoryBackend(), clock=lambda: float(next(ticks)))
+    ledger = store.ledger("s")
+    seen: dict[str, float] = {}
+
+    @tl.tool(effect="non_idempotent")
+    def create_ticket(title: str) -> str:
+        intent = ledger.get("toolu_T")
+        assert intent is not None and intent.status is Status.STARTED
+        seen["intent"] = intent.created_at
+        return title
+
+    @tl.tool(effect="non_idempotent")
+    def fail(title: str) -> str:
+        intent = ledger.get("toolu_F")
+        assert intent is not None
+        seen["failing intent"] = intent.created_at
+        raise RuntimeError("no")
+
+    tools = tl.ToolSet([create_ticket, fail])
+    run([TICKET, tool_use("toolu_F", "fail", title="x")], tools, ledger=ledger)
+    done, failed = ledger.get("toolu_T"), ledger.get("toolu_F")
+    assert done is not None and done.status is Status.SUCCEEDED
+    assert done.created_at == seen["intent"] < done.updated_at
+    assert failed is not None and failed.status is Status.FAILED
+    assert failed.created_at == seen["failing intent"] < failed.updated_at
 
 
 def test_ledger_hit_never_asks_the_approver_again(

@@ -191,7 +191,8 @@ def run(
         call,
         status=Status.SUCCEEDED,
         attempt=attempt,
-        created_at=created_of(record),
+        # The call was created when its first record was: its intent's, else the record it had.
+        created_at=intent.created_at if intent is not None else created_of(record),
         result=encoded.stored,
         approved_by=approved_by if intent is None else intent.approved_by,
         deadline=intent.deadline if intent is not None else None,
