@@ -149,7 +149,7 @@ def regression(name: str | None) -> Iterator[None]:
     patch: Any
     if name == "takeover":
         # The old agent ("exclusive"): any started record is a previous holder's, in doubt.
-        patch = mock.patch("toolledger.engine._runner.judge", return_value=bug)
+        patch = mock.patch("toolledger.engine._started.judge", return_value=bug)
     elif name == "threads":
         # An attempt registered in flight only after its intent committed (here: never).
         patch = mock.patch("toolledger._liveness.InFlight.add", return_value=None)
@@ -167,13 +167,13 @@ def regression(name: str | None) -> Iterator[None]:
     elif name == "unknown-released":
         patch = mock.patch.object(Runtime, "holder", property(_holder_or_none))
     elif name == "unreadable-dead":
-        patch = mock.patch("toolledger._liveness.evidence", _evidence_unreadable_dead)
+        patch = mock.patch("toolledger._liveness._runtime.evidence", _evidence_unreadable_dead)
     elif name == "raw-starts":
         patch = contextlib.ExitStack()
-        patch.enter_context(mock.patch("toolledger._liveness.evidence", _evidence_raw))
-        patch.enter_context(mock.patch("toolledger._liveness.identify", _identify_raw))
+        patch.enter_context(mock.patch("toolledger._liveness._runtime.evidence", _evidence_raw))
+        patch.enter_context(mock.patch("toolledger._liveness._runtime.identify", _identify_raw))
     elif name == "foreign-proc":
-        patch = mock.patch("toolledger._liveness.identify", _identify_trusting)
+        patch = mock.patch("toolledger._liveness._runtime.identify", _identify_trusting)
     elif name == "wall-clock":
         patch = contextlib.ExitStack()
         patch.enter_context(mock.patch("toolledger._liveness._renewing", _expired_by_the_clock))
