@@ -120,6 +120,46 @@ def test_failed_intent_means_nothing_ran(run: Runner, store: tl.Store) -> None:
     assert store.ledger("s").get("toolu_1") is None
 
 
+def test_a_failed_intent_never_answers_a_call_in_doubt_as_not_executed(
+    run: Runner, store: tl.Store
+) -> None:
+    """A call alone is written first: its intent is the insert that finds a record already
+    there. When that insert fails for the store's own reasons, the record it would have met is
+    read before anything is answered: a call in doubt stays in doubt. Telling the model "not
+    executed, safe to retry" would have it retry under a new id an effect that may have
+    happened (found by the simulation: a branch answered its lineage's call in doubt that way
+    and completed)."""
+    calls = Counter()
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        calls.hit("send")
+        return "sent"
+
+    now = store.now()
+    interrupted = EffectRecord(
+        session_id="s",
+        tool_use_id="toolu_1",
+        tool="send",
+        input_hash=input_hash({"to": "x"}),
+        status=Status.STARTED,
+        attempt=1,
+        error="in doubt: started, outcome not recorded",
+        created_at=now - 10,
+        updated_at=now - 10,
+        worker="gone:1:x",
+        deadline=now - 5,  # released: no holder, its deadline passed
+    )
+    assert store.apply("s", [InsertEffect(interrupted)]) == [True]
+    spied, _ = spy_store(store, fail_when=writes_status(Status.STARTED))
+    (result,) = run([tool_use("toolu_1", "send", to="x")], [send], ledger=spied.ledger("s"))
+    assert result["is_error"] is True
+    assert "may already have happened" in result["content"], result["content"]
+    assert "not executed" not in result["content"]
+    assert calls["send"] == 0
+    assert store.ledger("s").get("toolu_1") == interrupted
+
+
 def test_outcome_lost_with_the_next_intent_alerts_for_the_first_call(
     run: Runner, store: tl.Store
 ) -> None:

@@ -58,6 +58,16 @@ def test_seeds_that_once_failed_hold(seed: int) -> None:
     assert sim.violations == []
 
 
+def test_a_seed_that_once_failed_with_branches_holds() -> None:
+    """57718: a branch's copy of its lineage's call, in doubt in the session it was made in,
+    was run again as a call alone — written first, its record unread — and the intent's insert
+    failed for the store's own reasons: the branch answered "not executed, safe to retry" and
+    completed, its call still in doubt. A failed first intent now reads the record it did not
+    read before answering anything."""
+    sim = simulate(57_718, EVERYTHING)
+    assert sim.violations == []
+
+
 @pytest.mark.parametrize("seed", [30_808])
 def test_seeds_that_once_failed_everywhere_hold(seed: int) -> None:
     """30808: a worker paused past its lease woke, made its effect and found its lease taken

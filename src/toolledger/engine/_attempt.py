@@ -17,7 +17,7 @@ from .._crash import hit as crash_point
 from ..codec import EncodedResult, encode_result, idempotency_key
 from ..errors import CorruptLedgerError, LeaseLostError, StoreError
 from ..ops import Op, UpdateEffect
-from ..records import EffectRecord, PastAttempt, Status, ToolCall
+from ..records import EffectRecord, PastAttempt, Status, ToolCall, same_write
 from ..tools import Tool, ToolContext
 from . import _decide as decide
 from ._drivers import Failure, Invoke, ReadEffects, Remember, Request
@@ -269,6 +269,16 @@ def _intend(
             release(env, key, buf)
         if isinstance(flushed.error, LeaseLostError):
             raise flushed.error  # taken over: this worker goes no further
+        if record is None:
+            # The intent was to be the call's first record, and its insert failed: a record of
+            # another attempt may be there that this worker never read (it wrote first, or the
+            # record landed since) — a call in doubt, a branch's copy. "Not executed, safe to
+            # retry" is this call's answer only if it has no such record; reading it is the only
+            # way to know, and a read that fails too raises: nothing is answered.
+            found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+            there = found.get(call.tool_use_id)
+            if there is not None and not same_write(there, intent):
+                return Again(there)
         return CallOutcome(
             call,
             Disposition.NOT_EXECUTED,

@@ -86,4 +86,4 @@ def final_checks(sim: Simulation) -> None:
             continue
         if any(tid in problem.message for tid in excused):
             continue
-        sim.violation(f"verify: {problem.message}")
+        sim.violation(f"verify: session {problem.session_id!r}: {problem.message}")
