@@ -68,13 +68,17 @@ def test_a_seed_that_once_failed_with_branches_holds() -> None:
     assert sim.violations == []
 
 
-@pytest.mark.parametrize("seed", [30_808])
+@pytest.mark.parametrize("seed", [30_808, 64_918])
 def test_seeds_that_once_failed_everywhere_hold(seed: int) -> None:
     """30808: a worker paused past its lease woke, made its effect and found its lease taken
     over; it wrote its outcome alone, unfenced, into a partition — and, the store failing
     there, tried to read the record back, failed again, and stopped with neither the outcome
     kept for its background writer nor an alert (rule 4). Now a store failure on that second
-    write keeps the outcome and raises the alert, as any other does."""
+    write keeps the outcome and raises the alert, as any other does. 64918: a worker cut off
+    from a file store past its lease, its call's deadline read by a person with no boot clock
+    on a wall clock stepped +600 s — the documented limit of a worker that stops renewing
+    (docs/concepts/liveness.md), which the simulation counted for a paused worker only; it now
+    counts a partitioned one too (``clock_limit_cases``), and nothing else."""
     sim = simulate(seed, EVERYWHERE)
     assert sim.violations == []
 

@@ -42,6 +42,10 @@ class Faults(Truth):
             span = rng.uniform(0.1, 3.0)
             victim.partitioned_until = self.t + span
             self.stats["partitions"] += 1
+            if span > c.lease_ttl:  # cut off from the store: it stops renewing, as if paused
+                for attempt in self.attempts.values():
+                    if attempt.process is victim and not attempt.over:
+                        attempt.stalled = True
             self.note(f"partition {victim.name} for {span:.2f}s")
         if workers and c.lost_reply and rng.random() < c.lost_reply:
             victim = rng.choice(workers)

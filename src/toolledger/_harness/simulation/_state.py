@@ -42,7 +42,8 @@ class Attempt:
     deadline: float | None  # when its time is up, in true time, as its ToolContext counts
     effect_done: bool = False
     over: bool = False  # returned, or its worker is gone
-    stalled: bool = False  # its process was paused past its lease while it ran (rule 14)
+    stalled: bool = False  # its process stopped renewing past its lease while it ran: paused,
+    # or cut off from the store (rule 14)
 
 
 class SimState:

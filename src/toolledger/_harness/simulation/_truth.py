@@ -154,8 +154,10 @@ class Truth(SimState):
             self.limit_cases.add(key)
             return
         no_boot_clock = old.boot_deadline is None or process.runtime.boot is None
-        if truth.process.state == "paused" and self.local_clock and no_boot_clock:
-            # Rule 14 again: its worker stopped renewing (paused past its lease), and with no
+        stopped = truth.process.state == "paused" or truth.stalled
+        if stopped and self.local_clock and no_boot_clock:
+            # Rule 14 again: its worker stopped renewing (paused, or cut off from the store,
+            # past its lease), and with no
             # boot clock to judge its deadline on (no /proc on one side: macOS, a masked /proc)
             # the settler read it on a wall clock that stepped forward. Counted and documented
             # (docs/concepts/liveness.md), not excused silently.
