@@ -68,6 +68,19 @@ def test_a_seed_that_once_failed_with_branches_holds() -> None:
     assert sim.violations == []
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: two sibling branches whose models replay one call id each run it as their own "
+    "(docs/concepts/branches.md, the limit); a claim shared by the lineage would run it once",
+)
+def test_sibling_branches_replaying_one_id_run_it_once() -> None:
+    """73066: a session is forked, and the fork forked again at turn 0, before the session's
+    next turn makes a call; both branches' models replay that turn, and each runs the call as
+    its own — two effects of one call id of one lineage, under two keys."""
+    sim = simulate(73_066, EVERYWHERE)
+    assert sim.violations == []
+
+
 @pytest.mark.parametrize("seed", [30_808, 64_918])
 def test_seeds_that_once_failed_everywhere_hold(seed: int) -> None:
     """30808: a worker paused past its lease woke, made its effect and found its lease taken
