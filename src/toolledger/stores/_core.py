@@ -1,7 +1,7 @@
 """The core of ``Store``, the one door to every backend: the store's clock, verdicts on
 attempts and leases, sessions, transcripts, approvals, and ``apply``, through which everything
-toolledger writes goes (and so through the ``redact`` hook). ``Ledger`` (``._ledger``),
-``Store`` (``.store``) and the reads built on it (``._history``, ``.retention``) stand on it.
+toolledger writes goes (and so through the ``redact`` hook). ``Store`` and ``Ledger``
+(``.store``) and the reads built on it (``._history``, ``.retention``) stand on it.
 """
 
 from __future__ import annotations
