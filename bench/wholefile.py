@@ -1,11 +1,11 @@
 """The brief's ledger, ported: one ``effects.json`` per session, rewritten whole for every record.
 
-The brief (``seed/``, lesson 4) loads the JSON, adds ``{name, result, at}`` under the
-``tool_use_id``, writes ``effects.json.tmp`` and renames it over the old file. As written there it
-is *not durable*: nothing is fsynced, so after a power loss the rename may survive with an empty
-or partial file behind it. Our port adds what durability needs — fsync of the ``.tmp`` before
-the rename and of the directory after it — so it is compared like for like with the others. It
-keeps the brief's ``JSON.stringify(effects, null, 2)`` (indent 2).
+The brief (the lesson this project started from: docs/design.md) loads the JSON, adds ``{name,
+result, at}`` under the ``tool_use_id``, writes ``effects.json.tmp`` and renames it over the old
+file. As written there it is *not durable*: nothing is fsynced, so after a power loss the rename
+may survive with an empty or partial file behind it. Our port adds what durability needs — fsync of
+the ``.tmp`` before the rename and of the directory after it — so it is compared like for like with
+the others. It keeps the brief's ``JSON.stringify(effects, null, 2)`` (indent 2).
 """
 
 from __future__ import annotations
