@@ -70,7 +70,8 @@ def prune(
         state = store.session(sid)
         if wanted is not None and (state is None or state.status is not wanted):
             continue
-        records = list(store.backend.read_effects(sid).values())
+        found = store.backend.read_effects(sid)
+        records = sorted(found.values(), key=lambda r: (r.created_at, r.tool_use_id))
         approvals = store.approvals(sid)
         stamps = [r.updated_at for r in records]
         stamps += [a.decided_at or a.requested_at for a in approvals]
