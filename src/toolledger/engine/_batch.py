@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .._liveness import flight_key
+from .._liveness import Verdict, flight_key, judge
 from ..adapters import ResultShape
 from ..codec import valid_unicode
 from ..errors import LedgerWriteError, ToolLedgerError
 from ..ops import InsertEffect, Op, UpdateEffect
-from ..records import EffectRecord, Holder, PastAttempt, Status, ToolCall
+from ..records import EffectRecord, Holder, Lease, PastAttempt, Status, ToolCall
 from ..stores.store import Ledger
 from ..tools import ToolSet
 
@@ -109,6 +109,19 @@ class Env:
 
     def flight(self, call: ToolCall) -> tuple[str, str, str]:
         return flight_key(self.url, self.session_id, call.tool_use_id)
+
+    def judge(self, record: EffectRecord, lease: Lease | None) -> Verdict:
+        """Whether ``record``'s attempt may still take effect, as the store judges it
+        (``Store.judge``), with ``lease`` read by the caller's driver."""
+        store = self.ledger.store
+        return judge(
+            record,
+            now=store.now(),
+            lease=lease,
+            runtime=store.runtime,
+            url=store.url,
+            shared_clock=store.shared_clock,
+        )
 
     def record(
         self,

@@ -32,7 +32,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .._liveness import Over, Running, Verdict, judge
+from .._liveness import Over, Running, Verdict
 from ..adapters import transcript_reader
 from ..adapters._shapes import Provider
 from ..records import EffectRecord, Lease, SessionState, Status, StoredMessage, ToolCall
@@ -163,8 +163,7 @@ def defer(
             lease: Lease | None = None
             if there.lease_token is not None:
                 lease = yield ReadLease(session=origin)
-            store = env.ledger.store
-            verdict = judge(there, now=env.now(), lease=lease, runtime=store.runtime, url=env.url)
+            verdict = env.judge(there, lease)
         if isinstance(verdict, Over):
             return _elsewhere(call, copy, origin)  # in doubt there: a person settles it there
         assert isinstance(verdict, Running)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from .._liveness import Over, Running, judge
+from .._liveness import Over, Running
 from ..records import EffectRecord, Lease, Status, ToolCall
 from ..stores.store import in_progress_error
 from ._drivers import ReadEffects, ReadLease, Request, Sleep
@@ -32,15 +32,7 @@ def settled_or_over(
         lease: Lease | None = None
         if record.lease_token is not None:
             lease = yield ReadLease()
-        store = env.ledger.store
-        verdict = judge(
-            record,
-            now=env.now(),
-            lease=lease,
-            runtime=store.runtime,
-            url=env.url,
-            shared_clock=store.shared_clock,
-        )
+        verdict = env.judge(record, lease)
         if isinstance(verdict, Over):
             # Read it once more: an attempt leaves flight (or its process exits) only after its
             # outcome committed, so a record still the same now is truly one whose attempt is
