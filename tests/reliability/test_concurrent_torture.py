@@ -95,14 +95,23 @@ def _judge_everything_over() -> None:
 
 
 def test_settling_calls_that_still_run_is_caught(tmp_path: Path) -> None:
-    report = run_concurrent_torture(
-        seconds=8.0,
-        seed=seed(),
-        directory=tmp_path,
-        duplicate_fraction=0.4,  # second deliveries meet calls that are running
-        worker_setup=_judge_everything_over,
-    )
-    assert not report.ok
+    """The harness is a random search: on an idle machine one 8 s run catches the broken build
+    with 20-110 violations, on a starved one (the suite's other workers busy) with as few as 3,
+    and now and then with none. So it searches up to three runs, each on a schedule of its own,
+    and the broken build must be caught — one run that catches it is the proof."""
+    reports: list[ConcurrentReport] = []
+    for attempt in range(3):
+        report = run_concurrent_torture(
+            seconds=8.0,
+            seed=seed() + attempt,
+            directory=tmp_path / f"run{attempt}",
+            duplicate_fraction=0.4,  # second deliveries meet calls that are running
+            worker_setup=_judge_everything_over,
+        )
+        reports.append(report)
+        if not report.ok:
+            break
+    assert not report.ok, "\n\n".join(r.summary() for r in reports)
     caught = [
         v
         for v in report.violations
