@@ -7,6 +7,7 @@ Message-ID."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,7 +221,7 @@ def test_forks_of_forks_and_a_rewind_replay_nothing(store: tl.Store) -> None:
     keys = lineage_keys(store)
     first = tl.fork(store, PARENT, at_turn=0, new_session="first")
     replay(store, first, mail, recorded)
-    second = tl.fork(store, first, at_turn=0, new_session="second")
+    second = tl.fork(store, first, at_turn=1, new_session="second")
     replay(store, second, mail, recorded)
     third = tl.fork(store, second, at_turn=1, new_session="third")
     replay(store, third, mail, recorded)
@@ -317,3 +318,175 @@ def test_a_call_in_doubt_when_the_fork_was_made_is_settled_once_in_its_origin(
     assert copy is not None and original is not None
     assert (copy.status, copy.result, copy.origin) == (original.status, original.result, PARENT)
     no_errors(store)
+
+
+# -- calls a lineage makes after its branches were made: claimed once for all of them ------------
+
+GREETED = [Reply(text="Hello.")]
+REPLAYED = [
+    *GREETED,  # each session holds the greeting: the model answers its next turn
+    Reply(tool_uses=[ToolUse("create_ticket", {"title": "outage"}, id="toolu_same")]),
+    Reply(text="Opened."),
+]
+
+
+def lineage_of_three(store: tl.Store, desk: Desk) -> tuple[str, str]:
+    """A parent that only said hello, a fork of it and a fork of that fork — all made before
+    any of them opened a ticket, so no ledger holds a call to copy."""
+    with ScriptedModel(GREETED) as model:
+        tl.Agent(client=model.client(), model="claude-test", tools=desk.tools(), store=store).run(
+            session=PARENT, prompt="Say hello."
+        )
+    first = tl.fork(store, PARENT, at_turn=1, new_session="first")
+    second = tl.fork(store, first, at_turn=1, new_session="second")
+    return first, second
+
+
+def go_on(store: tl.Store, session: str, desk: Desk) -> tl.Run:
+    """``session`` asked to open a ticket, answered by a model that answers every branch alike,
+    id included (a replay, a cache, a deterministic model)."""
+    with ScriptedModel(REPLAYED) as model:
+        agent = tl.Agent(
+            client=model.client(), model="claude-test", tools=desk.tools(), store=store
+        )
+        return agent.run(session=session, prompt="Open a ticket.")
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        ("first", "second", PARENT),
+        ("second", "first", PARENT),
+        (PARENT, "first", "second"),
+        ("second", PARENT, "first"),
+    ],
+)
+def test_a_call_made_after_the_branches_runs_once_for_the_lineage(
+    store: tl.Store, order: tuple[str, str, str]
+) -> None:
+    """Two forks and their parent each meet the same new call id: the first session to make it
+    makes it for the lineage, the others take its outcome — one ticket, under one key."""
+    desk = Desk()
+    lineage_of_three(store, desk)
+    runs = {session: go_on(store, session, desk) for session in order}
+    assert desk.opened == ["outage"], "one ticket for the lineage"
+    assert {s: r.status for s, r in runs.items()} == dict.fromkeys(order, tl.RunStatus.COMPLETED)
+    made = store.ledger(order[0]).get("toolu_same")
+    assert made is not None and made.status is tl.Status.SUCCEEDED and not made.copied
+    for session in order[1:]:
+        held = store.ledger(session).get("toolu_same")
+        assert held is not None and held.copied, session
+        assert (held.status, held.result) == (made.status, made.result)
+        assert held.key_session == made.key_session == order[0], "one key for the lineage"
+    # What each model was told: the same ticket.
+    for session in order:
+        (result,) = [
+            b
+            for m in store.messages(session)
+            if m.role == "user" and isinstance(m.content, list)
+            for b in m.content
+            if b.get("type") == "tool_result"
+        ]
+        assert result["content"] == "T-1", session
+    no_errors(store)
+
+
+def test_a_branch_waits_for_the_call_its_sibling_is_running(store: tl.Store) -> None:
+    """While the first fork's ticket is being opened, the second meets the same id: it does not
+    open another — it says the call is in progress — and once the first is done it takes its
+    outcome."""
+    inside, release = threading.Event(), threading.Event()
+    opened: list[str] = []
+
+    @tl.tool(effect="non_idempotent", name="create_ticket")
+    def slow_ticket(title: str) -> str:
+        """Open a ticket, slowly."""
+        opened.append(title)
+        inside.set()
+        assert release.wait(30)
+        return f"T-{len(opened)}"
+
+    desk = Desk()
+    first, second = lineage_of_three(store, desk)
+    errors: list[BaseException] = []
+
+    def run_first() -> None:
+        try:
+            with ScriptedModel(REPLAYED) as model:
+                tl.Agent(
+                    client=model.client(), model="claude-test", tools=[slow_ticket], store=store
+                ).run(session=first, prompt="Open a ticket.")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    worker = threading.Thread(target=run_first)
+    worker.start()
+    try:
+        assert inside.wait(30)
+        with (
+            pytest.raises(tl.EffectInProgressError, match="first"),
+            ScriptedModel(REPLAYED) as model,
+        ):
+            tl.Agent(
+                client=model.client(), model="claude-test", tools=[slow_ticket], store=store
+            ).run(session=second, prompt="Open a ticket.")
+    finally:
+        release.set()
+        worker.join(30)
+    assert errors == []
+    with ScriptedModel(REPLAYED) as model:
+        run = tl.Agent(
+            client=model.client(), model="claude-test", tools=[slow_ticket], store=store
+        ).run(session=second)
+    assert run.status is tl.RunStatus.COMPLETED
+    assert opened == ["outage"]
+    held = store.ledger(second).get("toolu_same")
+    assert held is not None and held.status is tl.Status.SUCCEEDED and held.origin == first
+
+
+def test_one_approval_for_the_lineage(store: tl.Store) -> None:
+    """A high-impact call both forks meet: the first asks a person; the second asks no one and
+    stops, naming the session where it is decided; one yes, one e-mail, both forks answered."""
+    mail = MailServer()
+    first, second = lineage_of_three(store, Desk())
+    script = [
+        *GREETED,
+        Reply(tool_uses=[ToolUse("send_email", {"to": "ana"}, id="toolu_mail")]),
+        Reply(text="Sent."),
+    ]
+
+    def run(session: str, prompt: str | None) -> tl.Run:
+        with ScriptedModel(script) as model:
+            return tl.Agent(
+                client=model.client(),
+                model="claude-test",
+                tools=mail.tools(),
+                store=store,
+                approve=tl.approvals.queue,
+            ).run(session=session, prompt=prompt)
+
+    assert run(first, "Tell Ana.").status is tl.RunStatus.AWAITING_APPROVAL
+    stopped = run(second, "Tell Ana.")
+    assert stopped.status is tl.RunStatus.NEEDS_ATTENTION
+    assert f"is the call of session {first!r}" in (stopped.reason or "")
+    assert [a.session_id for s in (PARENT, first, second) for a in store.approvals(s)] == [first]
+    tl.approvals.decide(store, first, "toolu_mail", approved=True, by="ana")
+    assert run(first, None).status is tl.RunStatus.COMPLETED
+    assert run(second, None).status is tl.RunStatus.COMPLETED
+    assert mail.handed == [(idempotency_key(first, "toolu_mail"), "ana")]
+    no_errors(store)
+
+
+def test_a_branch_that_only_delivers_its_calls_again_claims_them_too(store: tl.Store) -> None:
+    """``run_tool_uses`` on a branch's ledger, with no agent: the same claim, the same one run."""
+    desk = Desk()
+    first, second = lineage_of_three(store, desk)
+    block = {"type": "tool_use", "id": "toolu_same", "name": "create_ticket"}
+    block["input"] = {"title": "x"}
+    (one,) = tl.run_tool_uses([block], desk.tools(), ledger=store.ledger(first))
+    (two,) = tl.run_tool_uses([block], desk.tools(), ledger=store.ledger(second))
+    (three,) = tl.run_tool_uses([block], desk.tools(), ledger=store.ledger(PARENT))
+    assert desk.opened == ["x"]
+    assert one["content"] == two["content"] == three["content"] == "T-1"
+    claim = store.ledger(PARENT).get("toolu_same")
+    assert claim is not None and claim.origin == first

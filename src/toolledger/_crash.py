@@ -9,6 +9,11 @@ Points, in the order a turn reaches them:
 * ``before_record`` — the tool returned; its outcome is not yet written;
 * ``after_record`` — a commit holding a call's outcome is durable;
 * ``after_checkpoint_b`` — the tool_result message is durable.
+
+And one only a branch reaches (``BRANCH_POINTS``), before ``after_intent``:
+
+* ``after_claim`` — a branch's claim on a fresh call is durable in its lineage's root; its own
+  intent is not written (``toolledger.engine._claims``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ POINTS = (
     "after_record",
     "after_checkpoint_b",
 )
+BRANCH_POINTS = ("after_claim",)
 
 _armed: list[tuple[str, int]] = []  # zero or one entry
 _hits: dict[str, int] = {}
@@ -35,8 +41,10 @@ def arm(spec: str | None) -> None:
     if not spec:
         return
     point, _, nth = spec.partition(":")
-    if point not in POINTS:
-        raise ValueError(f"unknown crash point {point!r}; points: {', '.join(POINTS)}")
+    if point not in POINTS + BRANCH_POINTS:
+        raise ValueError(
+            f"unknown crash point {point!r}; points: {', '.join(POINTS + BRANCH_POINTS)}"
+        )
     _armed.append((point, int(nth) if nth else 1))
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "effects_of",
     "lineage_from_json",
     "lineage_json",
+    "made_by_fork",
 ]
 
 
@@ -94,7 +95,9 @@ class Branch:
     of the session (``Store.abandoned``), and ``abandoned_calls`` are the call ids they hold (their
     records stay in the session's ledger). ``by`` names who made it. ``told``: a note was
     written — it stays true when a later rewind abandons the note (``note_seq`` is then
-    ``None``); lineages written before it was kept read it from ``note_seq``."""
+    ``None``); lineages written before it was kept read it from ``note_seq``. ``root`` (a
+    fork's): the first session of the lineage, whose ledger claims every call a branch makes
+    (``toolledger.engine._claims``); ``None`` in forks written before it was kept."""
 
     kind: BranchKind
     source: str
@@ -107,6 +110,7 @@ class Branch:
     abandoned_calls: tuple[str, ...] = ()
     by: str | None = None
     told: bool = False
+    root: str | None = None
 
     def __post_init__(self) -> None:
         if self.note_seq is not None and not self.told:
@@ -129,6 +133,8 @@ class Branch:
             out["by"] = self.by
         if self.told:
             out["told"] = True
+        if self.root is not None:
+            out["root"] = self.root
         return out
 
     @classmethod
@@ -147,6 +153,7 @@ class Branch:
             abandoned_calls=tuple(str(i) for i in raw.get("abandoned_calls", ())),
             by=raw.get("by"),
             told=bool(raw.get("told", False)),
+            root=None if raw.get("root") is None else str(raw["root"]),
         )
 
 
@@ -166,6 +173,15 @@ def lineage_from_json(text: str | None) -> tuple[Branch, ...]:
     if not isinstance(raw, list):
         raise ValueError("a session's lineage must be a list")
     return tuple(Branch.from_json(b) for b in raw)
+
+
+def made_by_fork(lineage: tuple[Branch, ...]) -> Branch | None:
+    """The fork that made a session (the last fork of its lineage: a fork's own entry comes
+    after every one it inherits, and a rewind adds none), or ``None``: no fork made it."""
+    for b in reversed(lineage):
+        if b.kind is BranchKind.FORK:
+            return b
+    return None
 
 
 def effects_of(lineage: tuple[Branch, ...]) -> tuple[ForkedEffect, ...]:

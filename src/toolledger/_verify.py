@@ -112,7 +112,13 @@ def _session(store: Store, sid: str) -> list[Problem]:
                 )
     if state.status is RunStatus.COMPLETED:
         for r in records:
-            if r.status is Status.STARTED and r.tool_use_id in called:
+            # A copy of its lineage's call stands for the record it was copied from, which
+            # settles it, and is checked there.
+            if (
+                r.status is Status.STARTED
+                and r.tool_use_id in called
+                and not store.listed_elsewhere(r)
+            ):
                 out.append(
                     Problem(
                         Severity.ERROR,

@@ -22,7 +22,13 @@ from toolledger.records import RunStatus, SessionState, StoredMessage
 from toolledger.testing.scripted import Reply, ScriptedModel
 from toolledger.testing.world import KINDS, AgentSpec, World, run_agent
 
-from ..crashcase import SESSION, assert_one_effect_per_call, crash_and_recover, script
+from ..crashcase import (
+    KILLED,
+    SESSION,
+    assert_one_effect_per_call,
+    crash_and_recover,
+    script,
+)
 
 ORIGIN = "origin"
 
@@ -75,6 +81,45 @@ def test_the_crash_matrix_on_a_fork(shared_url: str, point: str, kind: str, tmp_
     with tl.open_store(shared_url) as store:
         assert store.messages(ORIGIN)[-1].role == "assistant"  # the parent never moved
         assert [p for p in verify(store) if p.severity is Severity.ERROR] == []
+
+
+@pytest.mark.parametrize("kind", ["plain", "checked", "keyed"])
+def test_a_fork_killed_between_its_claim_and_its_intent(
+    shared_url: str, kind: str, tmp_path: Path
+) -> None:
+    """A fork's fresh call is claimed in its lineage's first session before the fork records
+    it (``toolledger.engine._claims``). Killed right after the claim is durable: the resumed
+    fork finds the claim its own and makes each call once; the parent, asked for the same ids
+    afterwards, takes the fork's outcomes and makes nothing."""
+    with tl.open_store(shared_url) as store:
+        write_origin(store)
+        tl.fork(store, ORIGIN, at_turn=1, new_session=SESSION)
+    world = World(tmp_path / "world")
+    with ScriptedModel([Reply(text="Hello."), *script(kind, 2)]) as model:
+        spec = AgentSpec(
+            store_url=shared_url, base_url=model.url, world=str(world.path), session=SESSION
+        )
+        code, _ = run_agent(spec, crash_at="after_claim:1")
+        assert code == KILLED
+        with tl.open_store(shared_url) as store:
+            (claim,) = store.ledger(ORIGIN).records()
+            assert (claim.status, claim.origin) == (tl.Status.NOT_HAPPENED, SESSION)
+            assert store.ledger(SESSION).get(claim.tool_use_id) is None, "killed before"
+        assert world.tickets() == []
+        code, result = run_agent(spec)
+        assert code == 0 and result is not None and result["status"] == "completed", result
+    assert_one_effect_per_call(world, kind, 2)
+
+    with tl.open_store(shared_url) as store:
+        with ScriptedModel.from_session(store, SESSION, branched=True) as replay:
+            run = tl.Agent(
+                client=replay.client(), model="m", tools=world.toolset(), store=store
+            ).run(session=ORIGIN, prompt="Open the tickets.")
+        assert run.status is tl.RunStatus.COMPLETED
+        for r in store.ledger(ORIGIN).records():
+            assert r.status is tl.Status.SUCCEEDED and r.origin == SESSION, r
+        assert [p for p in verify(store) if p.severity is Severity.ERROR] == []
+    assert_one_effect_per_call(world, kind, 2)
 
 
 def _four_turns(url: str) -> None:

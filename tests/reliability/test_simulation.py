@@ -68,16 +68,14 @@ def test_a_seed_that_once_failed_with_branches_holds() -> None:
     assert sim.violations == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: two sibling branches whose models replay one call id each run it as their own "
-    "(docs/concepts/branches.md, the limit); a claim shared by the lineage would run it once",
-)
-def test_sibling_branches_replaying_one_id_run_it_once() -> None:
-    """73066: a session is forked, and the fork forked again at turn 0, before the session's
-    next turn makes a call; both branches' models replay that turn, and each runs the call as
-    its own — two effects of one call id of one lineage, under two keys."""
-    sim = simulate(73_066, EVERYWHERE)
+@pytest.mark.parametrize("seed", [63_363, 73_066])
+def test_sibling_branches_replaying_one_id_run_it_once(seed: int) -> None:
+    """73066: a session is forked, and the fork forked again, before the session's next turn
+    makes a call; both branches' models replay that turn, and each ran the call as its own —
+    two effects of one call id of one lineage, under two keys (63363 the same, at turn 0). A
+    branch now claims a call it makes in its lineage's first session before recording it, and
+    a sibling that meets the claim takes the call's outcome (``toolledger.engine._claims``)."""
+    sim = simulate(seed, EVERYWHERE)
     assert sim.violations == []
 
 

@@ -125,7 +125,9 @@ def _statements(store: tl.Store) -> list[str]:
 
 def test_a_lone_unsafe_call_writes_its_intent_first_without_reading(tmp_path: Path) -> None:
     """Insert-if-absent is the read: a fresh non-idempotent call costs its intent and its outcome,
-    two statements, each a transaction of its own."""
+    two statements, each a transaction of its own. The session's first such call in this store
+    also reads, once, whether a fork made it (a branch claims its calls in its lineage's first
+    session, ``toolledger.engine._claims``); an agent learns it from the state it reads anyway."""
     runs: list[str] = []
 
     @tl.tool(effect="non_idempotent")
@@ -137,7 +139,8 @@ def test_a_lone_unsafe_call_writes_its_intent_first_without_reading(tmp_path: Pa
         ledger = store.ledger("s")
         seen = _statements(store)
         out = tl.run_tool_uses([tool_use("toolu_1", "send", to="a")], [send], ledger=ledger)
-        assert [s.split()[0] for s in seen] == ["INSERT", "UPDATE"]
+        assert [s.split()[0] for s in seen] == ["SELECT", "INSERT", "UPDATE"]
+        assert "FROM sessions" in seen[0], seen
         assert out[0]["content"] == "sent" and runs == ["a"]
 
         # Recorded: the insert is refused, the record read, the answer replayed; nothing runs.
@@ -152,6 +155,12 @@ def test_a_lone_unsafe_call_writes_its_intent_first_without_reading(tmp_path: Pa
         with pytest.raises(tl.LedgerMismatchError):
             tl.run_tool_uses([tool_use("toolu_1", "send", to="b")], [send], ledger=ledger)
         assert runs == ["a"] and ledger.get("toolu_1") == record
+
+        # The next fresh call: its intent and its outcome, nothing read.
+        seen.clear()
+        tl.run_tool_uses([tool_use("toolu_2", "send", to="c")], [send], ledger=ledger)
+        assert [s.split()[0] for s in seen] == ["INSERT", "UPDATE"]
+        assert runs == ["a", "c"]
 
 
 def test_calls_that_depend_on_their_record_read_it_first(tmp_path: Path) -> None:
@@ -177,6 +186,12 @@ def test_calls_that_depend_on_their_record_read_it_first(tmp_path: Path) -> None
         assert [s.split()[0] for s in seen] == ["SELECT"]
         seen.clear()
         both = [tool_use("toolu_a", "send", to="a"), tool_use("toolu_b", "send", to="b")]
+        tl.run_tool_uses(both, [send], ledger=ledger)
+        # The records, then (once for the session: ``test_a_lone_unsafe_call_…``) its lineage.
+        assert [s.split()[0] for s in seen][:4] == ["SELECT", "SELECT", "SELECT", "INSERT"]
+        assert "FROM sessions" in seen[2], seen
+        seen.clear()
+        both = [tool_use("toolu_c", "send", to="c"), tool_use("toolu_d", "send", to="d")]
         tl.run_tool_uses(both, [send], ledger=ledger)
         assert [s.split()[0] for s in seen][:3] == ["SELECT", "SELECT", "INSERT"]
 

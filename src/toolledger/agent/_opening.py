@@ -35,14 +35,16 @@ def open_session(
     its own last prompt again)."""
     prompt = valid_unicode(prompt)
     state: SessionState | None = yield ReadSession()
+    store.note_lineage(sid, state.lineage if state is not None else ())
     # Only the ids: a record the transcript does not ask for is a checkpoint behind its
     # ledger; what the records say is read when their calls are run.
     recorded: list[str] = yield ReadEffectIds()
     now = store.clock()
     if state is None:
-        if recorded:
+        stray = yield from _own(sorted(recorded))
+        if stray:
             yield from still_ours(sid, lease)
-            raise behind(sid, sorted(recorded), "it has no checkpoint at all", url=store.url)
+            raise behind(sid, stray, "it has no checkpoint at all", url=store.url)
         if prompt is None:
             raise ConfigurationError(f"session {sid!r} does not exist; give a prompt to start it")
         role, content = provider.prompt_message(prompt)
@@ -59,12 +61,7 @@ def open_session(
         return Session(state, [first]), frozenset()
     s, called = yield from _transcript(provider, store, transcripts, sid, state)
     if recorded:
-        stray = sorted(set(recorded) - called - state.abandoned_calls())
-        if stray and state.lineage:
-            # A branch holds its lineage's calls, made in other transcripts: only a record
-            # of its own that no turn asked for is a checkpoint behind its ledger.
-            copies: dict[str, EffectRecord] = yield ReadEffects(stray)
-            stray = [i for i in stray if i not in copies or not copies[i].copied]
+        stray = yield from _own(sorted(set(recorded) - called - state.abandoned_calls()))
         if stray:
             yield from still_ours(sid, lease)
             raise behind(sid, stray, "its transcript does not hold the turns", url=store.url)
@@ -129,6 +126,17 @@ def keep(
     called = called.union(i for m in added for i in provider.call_ids(m))
     kept = Kept(state=s.state, messages=tuple(s.messages), called=called, wire=s.wire)
     transcripts.put(s.state.session_id, kept)
+
+
+def _own(ids: list[str]) -> Generator[Request, Any, list[str]]:
+    """Which of ``ids`` — records no turn of the transcript asked for — are the session's own:
+    a branch holds its lineage's calls, made in other transcripts, and a lineage's first
+    session holds its branches' claims (``toolledger.engine._claims``); only a record of its
+    own that no turn asked for is a checkpoint behind its ledger."""
+    if not ids:
+        return []
+    records: dict[str, EffectRecord] = yield ReadEffects(ids)
+    return [i for i in ids if i not in records or not records[i].copied]
 
 
 def last_prompt(provider: Provider, s: Session) -> str | None:

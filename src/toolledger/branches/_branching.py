@@ -105,6 +105,7 @@ def fork(
         note_seq=None if note is None else note.seq,
         effects=effects,
         by=by,
+        root=store.lineage_root(sid) or sid,
     )
     state = SessionState(
         session_id=new,
@@ -129,6 +130,7 @@ def fork(
         )
     ops: list[Op] = [PutSession(state, None), AppendMessages(tuple(messages)), *copies]
     store.apply(new, ops)
+    store.note_lineage(new, state.lineage)
     return new
 
 

@@ -109,8 +109,9 @@ def lineage_calls(
 
 
 def adopted(copy: EffectRecord, there: EffectRecord) -> EffectRecord:
-    """The origin's outcome ``there``, as the branch's copy holds it."""
-    return replace(there, session_id=copy.session_id, origin=copy.origin)
+    """The origin's outcome ``there``, as the branch's copy holds it: made (and keyed) where
+    ``there`` was made."""
+    return replace(there, session_id=copy.session_id, origin=copy.origin, made_in=there.key_session)
 
 
 def settled_elsewhere(copy: EffectRecord, origin: str) -> str:

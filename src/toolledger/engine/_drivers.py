@@ -43,6 +43,7 @@ from ._requests import (
     ReadEffectIds,
     ReadEffects,
     ReadLease,
+    ReadLineageRoot,
     ReadMessages,
     ReadSession,
     Remember,
@@ -63,6 +64,7 @@ __all__ = [
     "ReadEffectIds",
     "ReadEffects",
     "ReadLease",
+    "ReadLineageRoot",
     "ReadMessages",
     "ReadSession",
     "Remember",
@@ -104,7 +106,15 @@ async def _abeat(io: IOContext, fence: Fence) -> None:
 
 _COMMIT_ERRORS = (StoreError, SessionConflictError)
 # What a run waits on the store for: a heartbeat stops renewing a run stuck in one too long.
-_STORE_REQUESTS = (ReadEffects, ReadEffectIds, ReadSession, ReadMessages, ReadLease, Commit)
+_STORE_REQUESTS = (
+    ReadEffects,
+    ReadEffectIds,
+    ReadSession,
+    ReadMessages,
+    ReadLease,
+    ReadLineageRoot,
+    Commit,
+)
 
 
 def _emit(alert: LedgerWriteError, on_alert: AlertHook | None) -> Any:
@@ -226,7 +236,7 @@ def _answer(request: Request, io: IOContext) -> Any:
     if isinstance(request, Commit):
         try:
             ops = io.fenced(request.ops, request.fenced)
-            flags = io.store.apply(sid, ops)
+            flags = io.store.apply(request.session or sid, ops)
             io.landed(ops)
             return io.unfenced(flags, request.fenced)
         except _COMMIT_ERRORS as exc:
@@ -264,6 +274,8 @@ def _answer(request: Request, io: IOContext) -> Any:
         return backend.read_effect_ids(sid)
     if isinstance(request, ReadLease):
         return backend.read_lease(request.session or sid)
+    if isinstance(request, ReadLineageRoot):
+        return io.store.lineage_root(sid)
     if isinstance(request, Fence):
         hold(io, request)
         heartbeats.add(io)
@@ -311,7 +323,7 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
     if isinstance(request, Commit):
         try:
             ops = io.fenced(request.ops, request.fenced)
-            flags = await io.store.aapply(sid, ops)
+            flags = await io.store.aapply(request.session or sid, ops)
             io.landed(ops)
             return io.unfenced(flags, request.fenced)
         except _COMMIT_ERRORS as exc:
@@ -350,6 +362,8 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
         return await backend.read_effect_ids(sid)
     if isinstance(request, ReadLease):
         return await backend.read_lease(request.session or sid)
+    if isinstance(request, ReadLineageRoot):
+        return await io.store.alineage_root(sid)
     if isinstance(request, Fence):
         hold(io, request)
         io.keeper = asyncio.create_task(_abeat(io, request))

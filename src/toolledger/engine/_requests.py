@@ -28,6 +28,7 @@ __all__ = [
     "ReadEffectIds",
     "ReadEffects",
     "ReadLease",
+    "ReadLineageRoot",
     "ReadMessages",
     "ReadSession",
     "Remember",
@@ -57,6 +58,12 @@ class ReadSession:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadLineageRoot:
+    """The session whose ledger claims the calls of the session's lineage
+    (``Store.lineage_root``; ``None``: its own)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ReadMessages:
     """The session's transcript from ``seq`` ``since`` on (``session``: another one's)."""
 
@@ -69,10 +76,15 @@ class Commit:
     """Commit ops in one transaction; answered with the per-op flags or a ``Failure`` holding a
     ``StoreError`` or ``SessionConflictError``. ``fenced=False`` leaves the run's lease fence
     out: for an attempt's outcome written after a take-over (a compare-and-set on its record
-    needs no fence)."""
+    needs no fence). ``session``: another session's ops (a branch's claim in its lineage's
+    root), never behind the run's fence."""
 
     ops: list[Op]
     fenced: bool = True
+    session: str | None = None
+
+    def __post_init__(self) -> None:
+        assert self.session is None or not self.fenced, "another session's lease is not ours"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +168,7 @@ Request = (
     | ReadSession
     | ReadMessages
     | ReadLease
+    | ReadLineageRoot
     | Commit
     | Ask
     | Invoke

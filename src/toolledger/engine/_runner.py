@@ -32,6 +32,7 @@ from ..tools import InputError, ToolSet
 from . import _decide as decide
 from . import _telemetry as telemetry
 from ._attempt import Again, attempt_of, context, created_of, encode, run
+from ._claims import claim, claims, lineage_root
 from ._copies import defer
 from ._drivers import (
     Ask,
@@ -212,6 +213,18 @@ def _decide(
     action = decide.first_step(
         record, tool, call, input_error=input_error, available=env.tools.names, can_ask=env.can_ask
     )
+    if record is None and claims(tool) and not isinstance(action, decide.Reject):
+        # Fresh here: on a branch, the lineage may have made it elsewhere since (``_claims``).
+        root = yield from lineage_root()
+        if root is not None:
+            if unread:
+                own: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+                if call.tool_use_id in own:
+                    return Again(own[call.tool_use_id])
+                unread = False
+            held = yield from claim(call, root, env)
+            if held is not None:
+                return Again(held)
     if unread and not decide.writes_first(action, tool):
         looked: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
         record = looked.get(call.tool_use_id)

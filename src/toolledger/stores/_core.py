@@ -10,9 +10,10 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Self
 
+from .._lineage import Branch, made_by_fork
 from .._liveness import Over, Running, Runtime, Verdict, judge, lease_state, this_process
 from .._redact import redact_ops
 from ..errors import (
@@ -34,6 +35,10 @@ from .contract import AsyncBackend, Backend, InlineAsync, Inspectable
 __all__ = ["StoreCore", "check_session_id", "in_progress_error", "undecided"]
 
 MAX_SESSION_ID_CHARS = 256
+
+_UNKNOWN = "\x00unknown"  # no session id holds a control character
+_ROOT_HOPS = 64  # forks of forks written before roots were kept, walked back to the first
+_ROOTS_KEPT = 4096
 
 
 def check_session_id(session_id: object) -> str:
@@ -86,6 +91,22 @@ def in_progress_error(
     )
 
 
+def _walk_to_root(session_id: str) -> Generator[str, SessionState | None, str | None]:
+    """``StoreCore.lineage_root``'s reads: yields each session whose state it needs, is sent
+    that state; returns the root (``None``: ``session_id`` is no fork's)."""
+    root = session_id
+    for _ in range(_ROOT_HOPS):
+        state = yield root
+        fork = made_by_fork(state.lineage) if state is not None else None
+        if fork is None:
+            break
+        if fork.root is not None:
+            root = fork.root
+            break
+        root = fork.source  # a fork written before roots were kept: its source's root, if any
+    return None if root == session_id else root
+
+
 def default_worker_id() -> str:
     """``host:pid:random`` — who wrote a record; unique per process."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -119,6 +140,7 @@ class StoreCore:
         each machine's own (a file store's): on a shared clock a lease expires by its expiry;
         on machines' own clocks, only once it was watched unrenewed for its time to live."""
         self._before_close: list[Callable[[], None]] = []
+        self._roots: dict[str, str | None] = {}
 
     def before_close(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` when this store is closed, before its backend is (used to write what a
@@ -155,6 +177,52 @@ class StoreCore:
             url=self.url,
             shared_clock=self.shared_clock,
         )
+
+    def lineage_root(self, session_id: str) -> str | None:
+        """The session whose ledger claims every call made on a branch of ``session_id``'s
+        lineage, once for all of them (``toolledger.engine._claims``): the first session of
+        the lineage, for a session a fork made; ``None`` for one no fork made (its own ledger
+        is that place). A session's root is fixed when it is made, so it is read once per store
+        (a fork written before roots were kept: its source's, found the same way)."""
+        known = self._roots.get(session_id, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known
+        walk = _walk_to_root(session_id)
+        try:
+            source = next(walk)
+            while True:
+                source = walk.send(self.backend.read_session(source))
+        except StopIteration as done:
+            return self._knew(session_id, done.value)
+
+    async def alineage_root(self, session_id: str) -> str | None:
+        """``lineage_root`` on the store's async backend."""
+        known = self._roots.get(session_id, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known
+        walk = _walk_to_root(session_id)
+        try:
+            source = next(walk)
+            while True:
+                source = walk.send(await self.async_backend.read_session(source))
+        except StopIteration as done:
+            return self._knew(session_id, done.value)
+
+    def note_lineage(self, session_id: str, lineage: tuple[Branch, ...]) -> None:
+        """Keep what a state read for another reason says of ``session_id``'s lineage root
+        (``lineage``: its ``SessionState.lineage``; ``()`` for a session made now, or none),
+        so ``lineage_root`` reads nothing for it."""
+        fork = made_by_fork(lineage)
+        if fork is None:
+            self._knew(session_id, None)
+        elif fork.root is not None:
+            self._knew(session_id, fork.root)
+
+    def _knew(self, session_id: str, root: str | None) -> str | None:
+        if len(self._roots) >= _ROOTS_KEPT:
+            self._roots.clear()
+        self._roots[session_id] = root
+        return root
 
     def listed_elsewhere(self, record: EffectRecord) -> bool:
         """Whether ``record`` is a branch's copy of a call its origin still holds: listed, and

@@ -17,8 +17,9 @@ The liveness ones restore, as patches, how toolledger once read a process table 
 And two of branches and people (they need ``SimConfig.branch`` and ``SimConfig.blanket_yes`` on,
 as they are by default):
 
-* ``lineage`` — a fork copied only the calls its transcript kept, as they were (before rule 19):
-  a branch replaying its parent's id ran the call again;
+* ``lineage`` — a fork copied only the calls its transcript kept, as they were, and a branch
+  claimed nothing in its lineage's root (before rule 19): a branch replaying its parent's id ran
+  the call again;
 * ``blanket`` — any yes re-ran a call in doubt (before rule 21's own yes for a re-run).
 """
 
@@ -121,6 +122,10 @@ def _cut_seen(snap: Any, sid: str, turn: int) -> int:
     return cut
 
 
+def _never(tool: Any) -> bool:
+    return False
+
+
 def _kept_calls_only(records: dict[str, Any], *_: Any, session: str, **__: Any) -> list[Any]:
     """The records a fork copied before rule 19: those of the calls its transcript keeps."""
     ((snap, cut),) = _CUT
@@ -162,6 +167,9 @@ def regression(name: str | None) -> Iterator[None]:
         patch.enter_context(
             mock.patch("toolledger.branches._branching._lineage_calls", _kept_calls_only)
         )
+        # Nor did a branch claim the calls it made in its lineage's root (which now also
+        # finds a call the fork did not copy there).
+        patch.enter_context(mock.patch("toolledger.engine._runner.claims", _never))
     elif name == "blanket":
         patch = mock.patch("toolledger.engine._decide.after_approval", _any_yes_reruns)
     elif name == "unknown-released":

@@ -21,6 +21,7 @@ from ...engine._drivers import (
     ReadEffectIds,
     ReadEffects,
     ReadLease,
+    ReadLineageRoot,
     ReadMessages,
     ReadSession,
     Remember,
@@ -94,7 +95,10 @@ class Requests(Truth):
         gen, io, p = w.gen, w.io, w.process
         assert io is not None
         sid = w.session
-        if isinstance(request, (ReadEffects, ReadEffectIds, ReadSession, ReadMessages, ReadLease)):
+        if isinstance(
+            request,
+            (ReadEffects, ReadEffectIds, ReadSession, ReadMessages, ReadLease, ReadLineageRoot),
+        ):
             self._read(w, request)
             return
         if isinstance(request, Commit):
@@ -151,7 +155,12 @@ class Requests(Truth):
     def _read(
         self,
         w: Worker,
-        request: ReadEffects | ReadEffectIds | ReadSession | ReadMessages | ReadLease,
+        request: ReadEffects
+        | ReadEffectIds
+        | ReadSession
+        | ReadMessages
+        | ReadLease
+        | ReadLineageRoot,
     ) -> None:
         gen, backend, sid = w.gen, w.process.store.backend, w.session
         w.busy_since = self.t
@@ -164,6 +173,8 @@ class Requests(Truth):
                 answer = backend.read_session(request.session or sid)
             elif isinstance(request, ReadMessages):
                 answer = backend.read_messages(request.session or sid, request.since)
+            elif isinstance(request, ReadLineageRoot):
+                answer = w.process.store.lineage_root(sid)
             else:
                 answer = backend.read_lease(request.session or sid)
         except StoreError as exc:
@@ -178,7 +189,7 @@ class Requests(Truth):
         p = w.process
         ops = io.fenced(request.ops, request.fenced)
         try:
-            flags = p.store.apply(w.session, ops)
+            flags = p.store.apply(request.session or w.session, ops)
         except (StoreError, SessionConflictError) as exc:
             return Failure(exc)
         io.landed(ops)
