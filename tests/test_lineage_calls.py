@@ -7,6 +7,7 @@ Message-ID."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -490,3 +491,128 @@ def test_a_branch_that_only_delivers_its_calls_again_claims_them_too(store: tl.S
     assert one["content"] == two["content"] == three["content"] == "T-1"
     claim = store.ledger(PARENT).get("toolu_same")
     assert claim is not None and claim.origin == first
+
+
+def test_branches_racing_on_one_new_id_make_it_once(store: tl.Store) -> None:
+    """Four branches' models ask for the same new call at the same instant, each run in a
+    thread of its own: one claim lands, one ticket is opened; a run that meets it running says
+    so (``EffectInProgressError``) and, run again, takes its outcome."""
+    first, second = lineage_of_three(store, Desk())
+    third = tl.fork(store, PARENT, at_turn=1, new_session="third")
+    fourth = tl.fork(store, second, at_turn=1, new_session="fourth")
+    branches = (first, second, third, fourth)
+    opened: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(len(branches))
+
+    @tl.tool(effect="non_idempotent")
+    def create_ticket(title: str) -> str:
+        """Open a ticket (slowly: the others arrive while it runs)."""
+        with lock:
+            opened.append(title)
+        threading.Event().wait(0.3)
+        return f"T-{len(opened)}"
+
+    def run(session: str, prompt: str | None) -> tl.Run:
+        with ScriptedModel(REPLAYED) as model:
+            agent = tl.Agent(
+                client=model.client(), model="claude-test", tools=[create_ticket], store=store
+            )
+            return agent.run(session=session, prompt=prompt)
+
+    outcomes: dict[str, object] = {}
+
+    def race(session: str) -> None:
+        start.wait(10)
+        try:
+            outcomes[session] = run(session, "Open a ticket.").status
+        except tl.EffectInProgressError as exc:
+            outcomes[session] = exc
+        except BaseException as exc:  # pragma: no cover - reported below
+            outcomes[session] = repr(exc)
+
+    threads = [threading.Thread(target=race, args=(s,)) for s in branches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert all(
+        o is tl.RunStatus.COMPLETED or isinstance(o, tl.EffectInProgressError)
+        for o in outcomes.values()
+    ), outcomes
+    for session, o in outcomes.items():
+        if o is not tl.RunStatus.COMPLETED:
+            assert run(session, None).status is tl.RunStatus.COMPLETED
+    assert opened == ["outage"], "one ticket for four branches"
+    records = {s: store.ledger(s).get("toolu_same") for s in branches}
+    assert all(r is not None and r.status is tl.Status.SUCCEEDED for r in records.values())
+    made = [s for s, r in records.items() if r is not None and not r.copied]
+    assert len(made) == 1, records
+    claim = store.ledger(PARENT).get("toolu_same")
+    assert claim is not None and claim.origin == made[0]
+    no_errors(store)
+
+
+def test_the_async_twin_claims_the_same_way(store: tl.Store) -> None:
+    desk = Desk()
+    first, second = lineage_of_three(store, desk)
+    block = {"type": "tool_use", "id": "toolu_async", "name": "create_ticket"}
+    block["input"] = {"title": "async"}
+
+    async def deliver(session: str) -> list[dict[str, object]]:
+        return await tl.arun_tool_uses([block], desk.tools(), ledger=store.ledger(session))
+
+    (one,) = asyncio.run(deliver(second))
+    (two,) = asyncio.run(deliver(first))
+    assert desk.opened == ["async"] and one["content"] == two["content"] == "T-1"
+    held = store.ledger(first).get("toolu_async")
+    assert held is not None and held.origin == second
+
+
+def test_a_call_its_maker_gave_up_is_taken_over_by_one_branch(store: tl.Store) -> None:
+    """A branch asked a person about an e-mail and was then rewound past it: it gave the call
+    up. Two forks made while it waited both replay the call: the first takes the lineage's
+    claim over and asks for itself; the second finds the claim moved and waits on that fork —
+    one approval, one e-mail."""
+    mail = MailServer()
+    lineage_of_three(store, Desk())
+    maker = tl.fork(store, PARENT, at_turn=1, new_session="maker")
+    script = [
+        *GREETED,
+        Reply(tool_uses=[ToolUse("send_email", {"to": "ana"}, id="toolu_mail")]),
+        Reply(text="Sent."),
+    ]
+
+    def run(session: str, prompt: str | None) -> tl.Run:
+        with ScriptedModel(script) as model:
+            return tl.Agent(
+                client=model.client(),
+                model="claude-test",
+                tools=mail.tools(),
+                store=store,
+                approve=tl.approvals.queue,
+            ).run(session=session, prompt=prompt)
+
+    assert run(maker, "Tell Ana.").status is tl.RunStatus.AWAITING_APPROVAL
+    left = tl.fork(store, maker, at_turn=1, new_session="left")
+    right = tl.fork(store, maker, at_turn=1, new_session="right")
+    tl.rewind(store, maker, to_turn=1, effects_after_fork="ignore")  # the maker gives it up
+
+    assert run(left, "Tell Ana.").status is tl.RunStatus.AWAITING_APPROVAL
+    claim = store.ledger(PARENT).get("toolu_mail")
+    assert claim is not None and claim.origin == left, "the claim moved to the first to go on"
+    stopped = run(right, "Tell Ana.")
+    assert stopped.status is tl.RunStatus.NEEDS_ATTENTION
+    assert f"is the call of session {left!r}" in (stopped.reason or "")
+    pending = [a.session_id for s in (maker, left, right) for a in store.approvals(s)]
+    assert [s for s in pending if s != maker] == [left], "one question for the lineage"
+
+    tl.approvals.decide(store, left, "toolu_mail", approved=True, by="ana")
+    assert run(left, None).status is tl.RunStatus.COMPLETED
+    assert run(right, None).status is tl.RunStatus.COMPLETED
+    assert [to for _, to in mail.handed] == ["ana"], "one e-mail"
+    key = mail.handed[0][0]
+    assert key == idempotency_key(maker, "toolu_mail"), (
+        "under the key of the session it was made in"
+    )
+    no_errors(store)

@@ -123,6 +123,11 @@ class Env:
             shared_clock=store.shared_clock,
         )
 
+    def lease_state(self, lease: Lease | None) -> Verdict:
+        """Whether a session's ``lease`` is held by a run that may still write
+        (``Store.lease_state``)."""
+        return self.ledger.store.lease_state(lease)
+
     def record(
         self,
         call: ToolCall,

@@ -23,15 +23,16 @@ from dataclasses import replace
 from typing import Any
 
 from .._crash import hit as crash_point
-from ..ops import InsertEffect
+from ..errors import EffectInProgressError
+from ..ops import InsertEffect, UpdateEffect
 from ..records import EffectClass, EffectRecord, Status, ToolCall
 from ..stores._copies import same_call
 from ..tools import Tool
-from ._batch import Env
+from ._batch import Env, write
 from ._copies import copy_of
 from ._requests import Commit, Failure, ReadEffects, ReadLineageRoot, Request
 
-__all__ = ["claim", "claims", "lineage_root"]
+__all__ = ["claim", "claims", "lineage_root", "take_over"]
 
 
 def claims(tool: Tool[Any, Any] | None) -> bool:
@@ -46,12 +47,93 @@ def lineage_root() -> Generator[Request, Any, str | None]:
     return root
 
 
-def claim(call: ToolCall, root: str, env: Env) -> Generator[Request, Any, EffectRecord | None]:
-    """Claim ``call`` — which this branch's ledger does not hold — in its lineage's ``root``.
-    Returns ``None`` when the call is this session's to make (the lineage's first, or the claim
-    is its own), else the record the session now holds for it: a copy of the lineage's record,
-    settled where that one is. Raises the store's error when the claim cannot be written or read
-    (nothing ran; the next run claims again)."""
+def claim(
+    call: ToolCall, record: EffectRecord | None, root: str, env: Env
+) -> Generator[Request, Any, EffectRecord | None]:
+    """Claim ``call`` in its lineage's ``root`` before this branch makes it: its ledger holds no
+    ``record`` of it, or one of its own that did not happen (a person said so; its attempt was
+    given up). Returns ``None`` when the call is this session's to make (the lineage's first,
+    or the claim is its own), else the record the session now holds for it: a copy of the
+    lineage's record, settled where that one is. Raises the store's error when the claim cannot
+    be written or read (nothing ran; the next run claims again)."""
+    sid = env.session_id
+    made_in = sid if record is None else record.key_session
+    there = yield from _claim_in(root, call, env, made_in=made_in)
+    if there is None or (there.origin == sid and there.status is Status.NOT_HAPPENED):
+        return None  # the lineage's first, or this session's own claim from a run that stopped
+    copy = copy_of(there, sid)
+    if copy.origin == sid:
+        # The root took this session's outcome since, and this session's record is gone: the
+        # root's record answers.
+        copy = replace(copy, origin=root)
+    stored = yield Commit([write(copy, record)])
+    if isinstance(stored, Failure):
+        raise stored.exc
+    if not stored[0]:
+        mine: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+        return mine.get(call.tool_use_id, copy)
+    return copy
+
+
+def take_over(
+    call: ToolCall, held: EffectRecord, env: Env
+) -> Generator[Request, Any, EffectRecord | None]:
+    """``held``, this session's copy of its lineage's call, is about to run here as this
+    session's own: the session it stood for gave the call up (no turn there asks for it any
+    more). On a branch the lineage's claim moves here first — a compare-and-set on the claim in
+    the root — so that of two branches that saw it given up one runs it. Returns ``None`` when
+    the call is now this session's, else ``held`` pointed at the session that holds it now (not
+    written: it is decided again from there). The lineage's first session needs nothing: its
+    own intent replaces the claim it holds, a compare-and-set too."""
+    root = yield from lineage_root()
+    if root is None:
+        return None
+    sid = env.session_id
+    for _ in range(2):  # a claim that moved under us is read again, once
+        found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id], session=root)
+        there = found.get(call.tool_use_id)
+        if there is None:
+            there = yield from _claim_in(root, call, env, made_in=held.key_session)
+            if there is None:
+                return None
+        holder = there.origin if there.copied else root  # whose call the lineage says it is
+        if not same_call(held, there) or holder == sid:
+            return None
+        if there.status is not Status.NOT_HAPPENED or holder != held.origin:
+            # Made (or being made) by the root now, or another session took it over first.
+            return replace(held, origin=holder)
+        moved = replace(
+            there,
+            origin=sid,
+            updated_at=env.clock(),
+            error=f"claimed by session {sid!r}, a branch of this lineage, after session "
+            f"{there.origin!r} gave it up; it makes this call for every session of it; not run "
+            "here",
+        )
+        expect = (there.status, there.attempt, there.updated_at)
+        answer = yield Commit(
+            [UpdateEffect(moved, *expect[:2], expect_at=expect[2])], fenced=False, session=root
+        )
+        if isinstance(answer, Failure):
+            raise answer.exc
+        if answer[0]:
+            return None
+    raise EffectInProgressError(
+        f"{call.name!r} ({call.tool_use_id}) in session {sid!r}: the claim of this lineage's "
+        "call kept moving while this session tried to take it over (other branches are at "
+        "it); retry later to get its outcome",
+        session_id=sid,
+        tool_use_id=call.tool_use_id,
+        holder=None,
+    )
+
+
+def _claim_in(
+    root: str, call: ToolCall, env: Env, *, made_in: str
+) -> Generator[Request, Any, EffectRecord | None]:
+    """Insert this session's claim on ``call`` into ``root``'s ledger: ``None`` when it landed,
+    else the record there that refused it (``None`` too when that one is gone since, or is
+    another call of that id: either way this call is this session's own)."""
     sid = env.session_id
     now = env.clock()
     mark = EffectRecord(
@@ -64,7 +146,7 @@ def claim(call: ToolCall, root: str, env: Env) -> Generator[Request, Any, Effect
         "every session of it; not run here",
         created_at=now,
         updated_at=now,
-        made_in=sid,
+        made_in=made_in,
         origin=sid,
     )
     answer = yield Commit([InsertEffect(mark)], fenced=False, session=root)
@@ -72,23 +154,7 @@ def claim(call: ToolCall, root: str, env: Env) -> Generator[Request, Any, Effect
         raise answer.exc
     if answer[0]:
         crash_point("after_claim")
-        return None  # the lineage's first: this session makes it
+        return None
     found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id], session=root)
     there = found.get(call.tool_use_id)
-    if there is None or not same_call(mark, there):
-        # Gone since (its root removed), or another call of that id: this call is its own.
-        return None
-    if there.origin == sid and there.status is Status.NOT_HAPPENED:
-        return None  # this session's own claim, from a run that stopped before its intent
-    copy = copy_of(there, sid)
-    if copy.origin == sid:
-        # The root took this session's outcome since, and this session's record is gone: the
-        # root's record answers.
-        copy = replace(copy, origin=root)
-    stored = yield Commit([InsertEffect(copy)])
-    if isinstance(stored, Failure):
-        raise stored.exc
-    if not stored[0]:
-        mine: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
-        return mine.get(call.tool_use_id, copy)
-    return copy
+    return there if there is not None and same_call(mark, there) else None

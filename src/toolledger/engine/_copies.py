@@ -35,6 +35,7 @@ from typing import Any
 from .._liveness import Over, Running, Verdict
 from ..adapters import transcript_reader
 from ..adapters._shapes import Provider
+from ..errors import EffectInProgressError
 from ..records import EffectRecord, Lease, SessionState, Status, StoredMessage, ToolCall
 from ..stores._copies import same_call
 from ..stores.store import in_progress_error
@@ -148,34 +149,56 @@ def defer(
             mine = adopted(copy, there)
             buf.items.append(Buffered(write(mine, copy), urgent=False, outcome=None))
             return mine
+        verdict: Verdict
         if there is None or there.status is Status.NOT_HAPPENED:
             # Not run there (yet): it runs where a turn still asks for it — there, if the
             # origin's last turn waits for it; else here, as the branch's own.
-            if (yield from _still_to_run(origin, call.tool_use_id)):
+            if not (yield from _still_to_run(origin, call.tool_use_id)):
+                if there is not None and copy.status is Status.STARTED:
+                    # A person's word there ("it did not happen") settles the attempt copied
+                    # here.
+                    mine = adopted(copy, there)
+                    buf.items.append(Buffered(write(mine, copy), urgent=False, outcome=None))
+                    return mine
+                return copy
+            # A run of the origin may be making it this instant (its claim landed, its intent
+            # not yet): wait for it as for an attempt; else it waits for that run.
+            verdict = env.lease_state((yield ReadLease(session=origin)))
+            if isinstance(verdict, Over):
                 return _elsewhere(call, copy, origin)
-            if there is not None and copy.status is Status.STARTED:
-                # A person's word there ("it did not happen") settles the attempt copied here.
-                mine = adopted(copy, there)
-                buf.items.append(Buffered(write(mine, copy), urgent=False, outcome=None))
-                return mine
-            return copy
-        verdict: Verdict = Over(f"it is {there.status.value} in session {origin!r}")
-        if there.status is Status.STARTED:
-            lease: Lease | None = None
-            if there.lease_token is not None:
-                lease = yield ReadLease(session=origin)
-            verdict = env.judge(there, lease)
-        if isinstance(verdict, Over):
-            return _elsewhere(call, copy, origin)  # in doubt there: a person settles it there
+        else:
+            verdict = Over(f"it is {there.status.value} in session {origin!r}")
+            if there.status is Status.STARTED:
+                lease: Lease | None = None
+                if there.lease_token is not None:
+                    lease = yield ReadLease(session=origin)
+                verdict = env.judge(there, lease)
+            if isinstance(verdict, Over):
+                return _elsewhere(call, copy, origin)  # in doubt there: a person settles it
         assert isinstance(verdict, Running)
         if waited >= env.wait:
             if buf.items:
                 yield from flush(buf, env, [])
+            if there is None or there.status is Status.NOT_HAPPENED:
+                raise _being_made(call, origin, env, verdict)
             raise in_progress_error(there, verdict)
         step = min(pause, env.wait - waited)
         yield Sleep(step)
         waited += step
         pause = min(pause * 2, _POLL_MAX_S)
+
+
+def _being_made(call: ToolCall, origin: str, env: Env, verdict: Running) -> EffectInProgressError:
+    return EffectInProgressError(
+        f"{call.name!r} ({call.tool_use_id}) in session {env.session_id!r} is the call of "
+        f"session {origin!r}, where this conversation's lineage holds it, and a run of that "
+        f"session is under way ({verdict.why}): it cannot be run here. Retry later to get its "
+        "outcome.",
+        session_id=env.session_id,
+        tool_use_id=call.tool_use_id,
+        holder=None,
+        until=verdict.until,
+    )
 
 
 def _elsewhere(call: ToolCall, copy: EffectRecord, origin: str) -> CallOutcome:

@@ -32,7 +32,7 @@ from ..tools import InputError, ToolSet
 from . import _decide as decide
 from . import _telemetry as telemetry
 from ._attempt import Again, attempt_of, context, created_of, encode, run
-from ._claims import claim, claims, lineage_root
+from ._claims import claim, claims, lineage_root, take_over
 from ._copies import defer
 from ._drivers import (
     Ask,
@@ -194,6 +194,12 @@ def _decide(
         deferred = yield from defer(call, record, env, buf)
         if isinstance(deferred, CallOutcome):
             return deferred
+        if not deferred.status.terminal and claims(env.tools.get(call.name)):
+            # The session it stood for gave it up: it runs here, once the lineage's claim
+            # is this session's (``_claims.take_over``).
+            elsewhere = yield from take_over(call, deferred, env)
+            if elsewhere is not None:
+                return Again(elsewhere)
         record = deferred
     elif record is not None and record.status is Status.STARTED:
         record = yield from settled_or_over(call, record, env, buf)
@@ -213,8 +219,10 @@ def _decide(
     action = decide.first_step(
         record, tool, call, input_error=input_error, available=env.tools.names, can_ask=env.can_ask
     )
-    if record is None and claims(tool) and not isinstance(action, decide.Reject):
-        # Fresh here: on a branch, the lineage may have made it elsewhere since (``_claims``).
+    fresh = record is None or (record.status is Status.NOT_HAPPENED and not record.copied)
+    if fresh and claims(tool) and not isinstance(action, decide.Reject | decide.Replay):
+        # Not made here: on a branch, the lineage may have made it elsewhere since
+        # (``_claims``).
         root = yield from lineage_root()
         if root is not None:
             if unread:
@@ -222,7 +230,7 @@ def _decide(
                 if call.tool_use_id in own:
                     return Again(own[call.tool_use_id])
                 unread = False
-            held = yield from claim(call, root, env)
+            held = yield from claim(call, record, root, env)
             if held is not None:
                 return Again(held)
     if unread and not decide.writes_first(action, tool):
