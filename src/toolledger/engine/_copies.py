@@ -144,6 +144,10 @@ def defer(
         there = found.get(call.tool_use_id)
         if there is not None and not same_call(copy, there):
             return copy  # another call of that id there: this one is the branch's own
+        if there is not None and there.copied and not there.status.terminal:
+            # The origin only stands for another session's record now (a claim moved on):
+            # the lineage's claim says who makes it (``_claims.take_over``).
+            return copy
         if there is not None and there.status.terminal:
             # Recorded so the branch answers alone from now on; losing it only reads again.
             mine = adopted(copy, there)

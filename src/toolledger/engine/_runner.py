@@ -36,6 +36,7 @@ from ._claims import claim, claims, lineage_root, take_over
 from ._copies import defer
 from ._drivers import (
     Ask,
+    Commit,
     Failure,
     Invoke,
     ReadEffects,
@@ -200,6 +201,18 @@ def _decide(
             elsewhere = yield from take_over(call, deferred, env)
             if elsewhere is not None:
                 return Again(elsewhere)
+            # This session's own from now on, before anything is asked or run: a copy left
+            # pointing at the session that gave it up would defer to it again.
+            if buf.items:
+                yield from flush(buf, env, [])
+            mine = replace(deferred, origin=None)
+            answer = yield Commit([write(mine, deferred)])
+            if isinstance(answer, Failure):
+                raise answer.exc
+            if not answer[0]:
+                moved: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+                return Again(moved.get(call.tool_use_id, deferred))
+            deferred = mine
         record = deferred
     elif record is not None and record.status is Status.STARTED:
         record = yield from settled_or_over(call, record, env, buf)
