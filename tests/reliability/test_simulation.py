@@ -79,6 +79,17 @@ def test_sibling_branches_replaying_one_id_run_it_once(seed: int) -> None:
     assert sim.violations == []
 
 
+@pytest.mark.parametrize("seed", [90_032, 91_864])
+def test_branches_that_take_a_given_up_call_over_run_it_once(seed: int) -> None:
+    """90032: a branch asked a person about a call, and two forks of it were made before it
+    gave the call up; each fork then ran it as its own — twice, on two approvals. 91864: two
+    branches each held a copy pointing at the other and waited on each other for ever. The
+    claim now moves to the one session that takes the call over (a compare-and-set), which
+    makes its record its own at once."""
+    sim = simulate(seed, EVERYTHING)
+    assert sim.violations == []
+
+
 @pytest.mark.parametrize("seed", [30_808, 64_918])
 def test_seeds_that_once_failed_everywhere_hold(seed: int) -> None:
     """30808: a worker paused past its lease woke, made its effect and found its lease taken

@@ -28,11 +28,12 @@ from ..ops import InsertEffect, UpdateEffect
 from ..records import EffectClass, EffectRecord, Status, ToolCall
 from ..stores._copies import same_call
 from ..tools import Tool
-from ._batch import Env, write
+from ._batch import Buffer, Env, write
 from ._copies import copy_of
+from ._outcomes import flush
 from ._requests import Commit, Failure, ReadEffects, ReadLineageRoot, Request
 
-__all__ = ["claim", "claims", "lineage_root", "take_over"]
+__all__ = ["before_making", "claim", "claims", "lineage_root", "take_over"]
 
 
 def claims(tool: Tool[Any, Any] | None) -> bool:
@@ -45,6 +46,24 @@ def lineage_root() -> Generator[Request, Any, str | None]:
     """Where this session's lineage claims its calls (``None``: in its own ledger)."""
     root: str | None = yield ReadLineageRoot()
     return root
+
+
+def before_making(
+    call: ToolCall, record: EffectRecord | None, env: Env, unread: bool
+) -> Generator[Request, Any, tuple[EffectRecord | None, bool]]:
+    """Before this session makes ``call`` — its ledger holds no ``record`` of it (``unread``:
+    not read yet), or one of its own that did not happen — claim it for the lineage if this
+    session is a branch (``claim``). Returns the record to decide the call from instead
+    (``None``: it is this session's to make) and whether its record is still unread."""
+    root = yield from lineage_root()
+    if root is None:
+        return None, unread
+    if unread:
+        own: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+        if call.tool_use_id in own:
+            return own[call.tool_use_id], False
+    held = yield from claim(call, record, root, env)
+    return held, False
 
 
 def claim(
@@ -76,15 +95,40 @@ def claim(
 
 
 def take_over(
-    call: ToolCall, held: EffectRecord, env: Env
-) -> Generator[Request, Any, EffectRecord | None]:
+    call: ToolCall, held: EffectRecord, env: Env, buf: Buffer
+) -> Generator[Request, Any, tuple[EffectRecord, bool]]:
     """``held``, this session's copy of its lineage's call, is about to run here as this
     session's own: the session it stood for gave the call up (no turn there asks for it any
-    more). On a branch the lineage's claim moves here first — a compare-and-set on the claim in
-    the root — so that of two branches that saw it given up one runs it. Returns ``None`` when
-    the call is now this session's, else ``held`` pointed at the session that holds it now (not
-    written: it is decided again from there). The lineage's first session needs nothing: its
-    own intent replaces the claim it holds, a compare-and-set too."""
+    more), or no longer holds it. On a branch the lineage's claim moves here first — a
+    compare-and-set on the claim in the root — so that of two branches that saw it given up one
+    runs it; the lineage's first session needs no more than its own record, which is the claim.
+    Returns the record to go on with and whether the call is this session's now; if not, the
+    record is ``held`` pointed at the session that holds the call (not written: the call is
+    decided again from there)."""
+    moved = yield from _move_claim(call, held, env)
+    if moved is not None:
+        return moved, False
+    if held.status is not Status.NOT_HAPPENED:
+        return held, True  # an attempt copied from an origin that no longer holds the call
+    # This session's own from now on, before anything is asked or run: a copy left pointing at
+    # the session that gave it up would defer to it again.
+    if buf.items:
+        yield from flush(buf, env, [])
+    mine = replace(held, origin=None)
+    answer = yield Commit([write(mine, held)])
+    if isinstance(answer, Failure):
+        raise answer.exc
+    if not answer[0]:
+        found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+        return found.get(call.tool_use_id, held), False
+    return mine, True
+
+
+def _move_claim(
+    call: ToolCall, held: EffectRecord, env: Env
+) -> Generator[Request, Any, EffectRecord | None]:
+    """Move the lineage's claim on ``call`` to this session (``take_over``): ``None`` once it is
+    this session's, else ``held`` pointed at the session that holds it."""
     root = yield from lineage_root()
     if root is None:
         return None
@@ -110,9 +154,10 @@ def take_over(
             f"{there.origin!r} gave it up; it makes this call for every session of it; not run "
             "here",
         )
-        expect = (there.status, there.attempt, there.updated_at)
         answer = yield Commit(
-            [UpdateEffect(moved, *expect[:2], expect_at=expect[2])], fenced=False, session=root
+            [UpdateEffect(moved, there.status, there.attempt, expect_at=there.updated_at)],
+            fenced=False,
+            session=root,
         )
         if isinstance(answer, Failure):
             raise answer.exc

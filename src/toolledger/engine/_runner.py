@@ -32,11 +32,10 @@ from ..tools import InputError, ToolSet
 from . import _decide as decide
 from . import _telemetry as telemetry
 from ._attempt import Again, attempt_of, context, created_of, encode, run
-from ._claims import claim, claims, lineage_root, take_over
+from ._claims import before_making, claims, take_over
 from ._copies import defer
 from ._drivers import (
     Ask,
-    Commit,
     Failure,
     Invoke,
     ReadEffects,
@@ -196,23 +195,11 @@ def _decide(
         if isinstance(deferred, CallOutcome):
             return deferred
         if not deferred.status.terminal and claims(env.tools.get(call.name)):
-            # The session it stood for gave it up: it runs here, once the lineage's claim
-            # is this session's (``_claims.take_over``).
-            elsewhere = yield from take_over(call, deferred, env)
-            if elsewhere is not None:
-                return Again(elsewhere)
-            # This session's own from now on, before anything is asked or run: a copy left
-            # pointing at the session that gave it up would defer to it again.
-            if buf.items:
-                yield from flush(buf, env, [])
-            mine = replace(deferred, origin=None)
-            answer = yield Commit([write(mine, deferred)])
-            if isinstance(answer, Failure):
-                raise answer.exc
-            if not answer[0]:
-                moved: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
-                return Again(moved.get(call.tool_use_id, deferred))
-            deferred = mine
+            # The session it stood for gave it up: it runs here once the lineage's claim is
+            # this session's, else it is decided again from where the call is now.
+            deferred, here = yield from take_over(call, deferred, env, buf)
+            if not here:
+                return Again(deferred)
         record = deferred
     elif record is not None and record.status is Status.STARTED:
         record = yield from settled_or_over(call, record, env, buf)
@@ -234,18 +221,10 @@ def _decide(
     )
     fresh = record is None or (record.status is Status.NOT_HAPPENED and not record.copied)
     if fresh and claims(tool) and not isinstance(action, decide.Reject | decide.Replay):
-        # Not made here: on a branch, the lineage may have made it elsewhere since
-        # (``_claims``).
-        root = yield from lineage_root()
-        if root is not None:
-            if unread:
-                own: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
-                if call.tool_use_id in own:
-                    return Again(own[call.tool_use_id])
-                unread = False
-            held = yield from claim(call, record, root, env)
-            if held is not None:
-                return Again(held)
+        # Not made here: on a branch, the lineage may have made it elsewhere since.
+        held, unread = yield from before_making(call, record, env, unread)
+        if held is not None:
+            return Again(held)
     if unread and not decide.writes_first(action, tool):
         looked: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
         record = looked.get(call.tool_use_id)
