@@ -90,6 +90,18 @@ def test_branches_that_take_a_given_up_call_over_run_it_once(seed: int) -> None:
     assert sim.violations == []
 
 
+@pytest.mark.parametrize("seed", [61_487, 63_371])
+def test_a_safe_calls_lost_outcome_whose_rerun_failed_is_counted(seed: int) -> None:
+    """An idempotent call's effect whose outcome was lost — its process killed (63371), or the
+    commit carrying it refused by a store cut off (61487) — before it was written; a safe call
+    writes no intent, so its re-run is what records it, and that re-run failed on its own (its
+    deadline had passed). The call was answered as failed though the effect exists: the
+    documented cost of a safe call (docs/concepts/ledger.md), counted by the simulation."""
+    sim = simulate(seed, EVERYWHERE)
+    assert sim.violations == []
+    assert sim.stats["safe_effects_lost_rerun_failed"] == 1
+
+
 @pytest.mark.parametrize("seed", [30_808, 64_918])
 def test_seeds_that_once_failed_everywhere_hold(seed: int) -> None:
     """30808: a worker paused past its lease woke, made its effect and found its lease taken

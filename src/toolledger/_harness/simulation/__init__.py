@@ -126,6 +126,7 @@ class SimReport:
             "replayed_turns",
             "blanket_yes",
             "branch_limit_cases",
+            "safe_effects_lost_rerun_failed",
         ):
             self.faults[name] = self.faults.get(name, 0) + sim.stats[name]
         if sim.violations and self.failing_seed is None:

@@ -49,6 +49,14 @@ def final_checks(sim: Simulation) -> None:
     records = {
         (sid, r.tool_use_id): r for sid in sim.scripts for r in backend.read_effects(sid).values()
     }
+    failed_answers = {
+        (sid, b.get("tool_use_id")): bool(b.get("is_error"))
+        for sid in sim.scripts
+        for m in backend.read_messages(sid)
+        if m.role == "user" and isinstance(m.content, list)
+        for b in m.content
+        if b.get("type") == "tool_result"
+    }
     for effect in sim.world.effects:
         sid = effect.title.split("/")[0]
         # A branch that replayed its lineage's call records it in its own ledger.
@@ -65,8 +73,20 @@ def final_checks(sim: Simulation) -> None:
         # Rule 14's limit twice over: sent past its deadline by a process that then died before
         # it could say so. Nobody can know of it; it is counted, not excused silently.
         unknowable = effect.past_deadline and sim.crashed(effect.process)
+        # A safe call writes no intent (docs/concepts/ledger.md): its outcome lost with its
+        # process, or with a commit the store refused, is recorded by its re-run — unless that
+        # re-run failed on its own (its deadline passed) and the call was answered as failed.
+        # Counted, not excused silently; a success answered with no record is still caught.
+        where = sim.made_in.get(id(effect), sid)
+        lost_safe = (
+            effect.kind in ("idempotent", "keyed")
+            and record is None
+            and failed_answers.get((where, effect.tool_use_id), False)
+        )
         if unknowable and not kept:
             sim.stats["late_effects_lost_with_their_process"] += 1
+        elif lost_safe and not kept:
+            sim.stats["safe_effects_lost_rerun_failed"] += 1
         elif not kept and not forced and (sid, effect.tool_use_id) not in alerted:
             found = "no record" if record is None else f"{record.status.value} #{record.attempt}"
             sim.violation(
