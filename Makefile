@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck docs pytest browser torture torture-concurrent simulate bench bench-full clean
+.PHONY: demo test lint typecheck docs pytest browser valgrind torture torture-concurrent simulate bench bench-full clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,12 +32,16 @@ docs: $(STAMP)
 browser:
 	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || .ci/install-browser
 
+# The bench counts instructions under valgrind's callgrind: installed here when it is missing.
+valgrind:
+	command -v valgrind >/dev/null || .ci/install-valgrind
+
 # The suite on WORKERS processes (pytest-xdist); tests that share a module's server or browser
 # stay together (tests/conftest.py). Most tests wait on processes, disks and sockets more than
 # they compute, so a worker more than the cores keeps them busy. The suite runs every snippet of the README
 # and docs, and builds the wheel and runs the demo from it in a fresh venv (tests/test_release.py).
 WORKERS ?= 3
-pytest: $(STAMP) browser
+pytest: $(STAMP) browser valgrind
 	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup
 
 test: lint typecheck docs pytest
@@ -73,11 +77,11 @@ $(BENCH_STAMP): $(STAMP)
 	touch $@
 
 # The benchmarks (~10 min; `python -m bench --quick` takes about one).
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) valgrind
 	$(BIN)/python -m bench
 
 # The same run, also refreshing the figures in README.md, docs/performance.md and docs/bench.png.
-bench-full: $(BENCH_STAMP)
+bench-full: $(BENCH_STAMP) valgrind
 	$(BIN)/python -m bench --publish
 
 clean:

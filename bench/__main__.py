@@ -8,7 +8,9 @@ durable and CPU only; statements per turn), sizes (every approach at N = 100, 1k
 16 processes against a bare loop of the same commits), postgres (a record next to a bare INSERT,
 throughput with 1, 4 and 16 worker processes and against a bare loop, round trips per call;
 skipped without a server), hot (profile-guided patches, bench-only), cli (``toolledger show``,
-``history`` and ``effects`` of a 5,000-turn session: wall time and peak memory).
+``history`` and ``effects`` of a 5,000-turn session: wall time and peak memory), instructions
+(per call and per turn beside the minimal ledger's, counted under callgrind: a figure machine
+load does not move).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from . import (
     floor,
     groupcommit,
     hotpath,
+    instructions,
     longrun,
     minimal,
     pg,
@@ -45,7 +48,7 @@ from . import (
 from .measure import Contender, interleaved
 from .results import Results
 
-SECTIONS = ("main", "sizes", "lookups", "long", "group", "postgres", "hot", "cli")
+SECTIONS = ("main", "sizes", "lookups", "long", "group", "postgres", "hot", "cli", "instructions")
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class Plan:
     proc_rounds: int = 3
     callers: int = 16  # threads against asyncio tasks on one store
     per_caller: int = 50
+    instructions: tuple[int, int] = (100, 300)  # operations counted under callgrind, twice
 
 
 FULL = Plan(
@@ -119,6 +123,7 @@ QUICK = Plan(
     proc_seconds=1.0,
     proc_rounds=3,
     per_caller=25,
+    instructions=(20, 60),
 )
 
 
@@ -148,6 +153,7 @@ SMOKE = Plan(
     proc_seconds=0.2,
     proc_rounds=1,
     per_caller=3,
+    instructions=(20, 40),
 )
 
 
@@ -329,6 +335,15 @@ def run_cli(results: Results, plan: Plan, d: Path, stack: ExitStack) -> None:
     results.cli_reads = "\n".join(cli_reads.table(turns, cli_reads.run(turns, d, views))) + "\n"
 
 
+def run_instructions(results: Results, plan: Plan, d: Path, stack: ExitStack) -> None:
+    why = instructions.valgrind()
+    if why is not None:
+        results.missing.append(f"instructions not counted: {why}")
+        return
+    lo, hi = plan.instructions
+    results.instructions = instructions.count(d, lo=lo, hi=hi)
+
+
 RUNNERS = {
     "main": run_main,
     "sizes": run_sizes,
@@ -338,6 +353,7 @@ RUNNERS = {
     "postgres": run_postgres,
     "hot": run_hot,
     "cli": run_cli,
+    "instructions": run_instructions,
 }
 
 

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from .core import Statements
 from .groupcommit import Cell
+from .instructions import Counted
 from .measure import Sample
 from .pg import RoundTrips, Throughput
 from .procs import Rate
@@ -94,6 +95,7 @@ class Results:
     pg_procs: list[Rate] = field(default_factory=list)
     pg_round_trips: RoundTrips | None = None
     cli_reads: str = ""  # the markdown of bench/cli_reads.py
+    instructions: Counted | None = None  # bench/instructions.py
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

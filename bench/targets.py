@@ -168,7 +168,26 @@ def _beside_minimal(results: Results) -> list[Target]:
             "medians (paired: the ratio of the two rows' paired x floor, each the median over "
             "rotations of the row over the floor measured in the same rotation).",
         ),
+        _instructions(results),
     ]
+
+
+def _instructions(results: Results) -> Target:
+    what = "non-idempotent call, instructions ÷ minimal correct ledger"
+    note = (
+        "user-space instructions per operation under callgrind, the difference of two runs "
+        "of each contender (bench/instructions.py); synchronous=OFF SQLite. Machine load does "
+        "not move it."
+    )
+    counted = results.instructions
+    if counted is None:
+        return _row(what, "≤ 2.5x", met=None, measured="", note=note)
+    per = counted.per_op
+    measured = (
+        f"{counted.ratio():.2f}x ({per['call']:,.0f} vs {per['minimal']:,.0f} per call; "
+        f"agent turn {per['turn']:,.0f})"
+    )
+    return _row(what, "≤ 2.5x", met=counted.ratio() <= 2.5, measured=measured, note=note)
 
 
 def _throughput(results: Results) -> list[Target]:

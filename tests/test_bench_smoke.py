@@ -18,6 +18,10 @@ NUMBER = r"-?[\d,]+(\.\d+)?"
 TARGETS = [
     (r"non-idempotent call, CPU only ÷ minimal correct ledger", rf"{NUMBER}x \({NUMBER} µs vs"),
     (r"non-idempotent call, durable ÷ minimal correct ledger", rf"{NUMBER}x \({NUMBER} µs vs"),
+    (
+        r"non-idempotent call, instructions ÷ minimal correct ledger",
+        rf"{NUMBER}x \({NUMBER} vs {NUMBER} per call; agent turn {NUMBER}\)",
+    ),
     (r"\d+ processes, distinct sessions, calls/s ÷ bare INSERT\+UPDATE loop, sqlite", r"\d+% \("),
     (r"agent turn CPU beyond its commits \(fake client\)", rf"{NUMBER} µs \(turn {NUMBER} µs"),
     (r"SQL statements per agent turn with one non-idempotent call", rf"{NUMBER} per turn"),
@@ -54,7 +58,7 @@ def test_the_bench_runs_every_section(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,  # the instructions section runs Python under callgrind: about 2 minutes
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -63,7 +67,7 @@ def test_the_bench_runs_every_section(tmp_path: Path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "floor" in report and "run_tool_uses" in report
     assert "minimal correct ledger" in report, "every figure stands beside what correctness costs"
-    for section in ("main", "sizes", "lookups", "long", "group", "postgres"):
+    for section in ("main", "sizes", "lookups", "long", "group", "postgres", "instructions"):
         assert f"bench: {section} done" in done.stdout + done.stderr, section
     rows = target_rows(report)
     no_server = any(m.startswith("PostgreSQL rows skipped") for m in results["missing"])
@@ -75,3 +79,22 @@ def test_the_bench_runs_every_section(tmp_path: Path) -> None:
             assert value == "not measured", (target, value)
         else:
             assert re.match(measured, value), (target, value)
+
+
+def test_the_instruction_count_runs_on_its_own() -> None:
+    """``python -m bench.instructions`` (the README's command), at its smallest sizes: every
+    contender counted, a figure per operation, the ratio beside it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.instructions", "--lo", "20", "--hi", "40"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("instructions per operation (callgrind, 20 vs 40"), done.stdout
+    counts = [int(line.split()[-1].replace(",", "")) for line in lines[1:4]]
+    assert all(c > 10_000 for c in counts), done.stdout  # each contender really ran
+    assert re.search(rf"call ÷ minimal\s+{NUMBER}x", lines[4]), done.stdout

@@ -42,9 +42,12 @@ def claims(tool: Tool[Any, Any] | None) -> bool:
     return tool is not None and (tool.high_impact or tool.effect is EffectClass.NON_IDEMPOTENT)
 
 
-def lineage_root() -> Generator[Request, Any, str | None]:
-    """Where this session's lineage claims its calls (``None``: in its own ledger)."""
-    root: str | None = yield ReadLineageRoot()
+def lineage_root(env: Env) -> Generator[Request, Any, str | None]:
+    """Where this session's lineage claims its calls (``None``: in its own ledger): fixed when
+    the session was made, so read once per store (``Store.lineage_root``)."""
+    known, root = env.ledger.store.known_lineage_root(env.session_id)
+    if not known:
+        root = yield ReadLineageRoot()
     return root
 
 
@@ -55,7 +58,7 @@ def before_making(
     not read yet), or one of its own that did not happen — claim it for the lineage if this
     session is a branch (``claim``). Returns the record to decide the call from instead
     (``None``: it is this session's to make) and whether its record is still unread."""
-    root = yield from lineage_root()
+    root = yield from lineage_root(env)
     if root is None:
         return None, unread
     if unread:
@@ -129,7 +132,7 @@ def _move_claim(
 ) -> Generator[Request, Any, EffectRecord | None]:
     """Move the lineage's claim on ``call`` to this session (``take_over``): ``None`` once it is
     this session's, else ``held`` pointed at the session that holds it."""
-    root = yield from lineage_root()
+    root = yield from lineage_root(env)
     if root is None:
         return None
     sid = env.session_id

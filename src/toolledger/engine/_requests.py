@@ -81,10 +81,7 @@ class Commit:
 
     ops: list[Op]
     fenced: bool = True
-    session: str | None = None
-
-    def __post_init__(self) -> None:
-        assert self.session is None or not self.fenced, "another session's lease is not ours"
+    session: str | None = None  # set with ``fenced=False`` only
 
 
 @dataclass(frozen=True, slots=True)

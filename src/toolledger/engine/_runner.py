@@ -219,9 +219,15 @@ def _decide(
     action = decide.first_step(
         record, tool, call, input_error=input_error, available=env.tools.names, can_ask=env.can_ask
     )
+    # Not made here: on a branch, the lineage may have made it elsewhere since. (A session
+    # known to be no branch — the common case — goes straight on.)
     fresh = record is None or (record.status is Status.NOT_HAPPENED and not record.copied)
-    if fresh and claims(tool) and not isinstance(action, decide.Reject | decide.Replay):
-        # Not made here: on a branch, the lineage may have made it elsewhere since.
+    if (
+        fresh
+        and claims(tool)
+        and not isinstance(action, _NOT_MADE)
+        and env.ledger.store.known_lineage_root(env.session_id) != (True, None)
+    ):
         held, unread = yield from before_making(call, record, env, unread)
         if held is not None:
             return Again(held)
@@ -314,6 +320,7 @@ def _steps(
 
 
 _RESTARTS = 5
+_NOT_MADE = (decide.Reject, decide.Replay)  # first steps that make nothing: nothing to claim
 
 
 def _request(

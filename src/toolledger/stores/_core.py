@@ -195,6 +195,12 @@ class StoreCore:
         except StopIteration as done:
             return self._knew(session_id, done.value)
 
+    def known_lineage_root(self, session_id: str) -> tuple[bool, str | None]:
+        """``lineage_root`` if this store knows it without reading: ``(True, root)``, else
+        ``(False, None)``."""
+        known = self._roots.get(session_id, _UNKNOWN)
+        return (False, None) if known is _UNKNOWN else (True, known)
+
     async def alineage_root(self, session_id: str) -> str | None:
         """``lineage_root`` on the store's async backend."""
         known = self._roots.get(session_id, _UNKNOWN)
