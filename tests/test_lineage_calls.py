@@ -616,3 +616,25 @@ def test_a_call_its_maker_gave_up_is_taken_over_by_one_branch(store: tl.Store) -
         "under the key of the session it was made in"
     )
     no_errors(store)
+
+
+def test_forks_written_before_roots_were_kept_find_theirs(store: tl.Store) -> None:
+    """A fork made by 0.1 names its source, not its lineage's first session: the store follows
+    the sources back (``Store.lineage_root``), and a claim lands where a fork made now puts it."""
+    from dataclasses import replace
+
+    from toolledger.ops import PutSession
+
+    lineage_of_three(store, Desk())
+    for sid in ("first", "second"):
+        state = store.session(sid)
+        assert state is not None and state.lineage[-1].root == PARENT  # kept by this release
+        old = tuple(replace(b, root=None) for b in state.lineage)
+        store.apply(
+            sid, [PutSession(replace(state, lineage=old, version=state.version + 1), state.version)]
+        )
+    with tl.open_store(store.url) as fresh:  # nothing known yet: read from the states
+        assert fresh.lineage_root("second") == PARENT
+        assert fresh.lineage_root("first") == PARENT
+        assert fresh.lineage_root(PARENT) is None
+        assert fresh.lineage_root("no-such-session") is None
