@@ -42,7 +42,7 @@ def _lineage() -> tuple[Branch, ...]:
     )
     fork = Branch(
         kind=BranchKind.FORK, source="parent", turn=2, at=1_700_000_030.0, cut=4, note_seq=4,
-        effects=(sent,),
+        effects=(sent,), root="grandparent ✓",
     )  # fmt: skip
     rewind = Branch(
         kind=BranchKind.REWIND, source="s", turn=3, at=1_700_000_040.0, cut=6, note_seq=None,
