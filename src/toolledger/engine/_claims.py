@@ -30,16 +30,36 @@ from ..stores._copies import same_call
 from ..tools import Tool
 from ._batch import Buffer, Env, write
 from ._copies import copy_of
+from ._decide import Action, Reject, Replay
 from ._outcomes import flush
 from ._requests import Commit, Failure, ReadEffects, ReadLineageRoot, Request
 
-__all__ = ["before_making", "claim", "claims", "lineage_root", "take_over"]
+__all__ = ["before_making", "claim", "claims", "lineage_root", "take_over", "to_claim"]
 
 
 def claims(tool: Tool[Any, Any] | None) -> bool:
     """Whether a fresh call of ``tool`` is claimed for the lineage: its second run would add an
     effect (or a second question to a person)."""
     return tool is not None and (tool.high_impact or tool.effect is EffectClass.NON_IDEMPOTENT)
+
+
+def to_claim(
+    record: EffectRecord | None, tool: Tool[Any, Any] | None, action: Action, env: Env
+) -> bool:
+    """Whether a call whose first step is ``action`` may have to be claimed before it is made
+    here: not made here yet (no ``record``, or one of its own that did not happen), its second
+    run would add an effect, the step makes something, and this session is not known to be no
+    branch (the common case goes straight on, with a cache lookup)."""
+    fresh = record is None or (record.status is Status.NOT_HAPPENED and not record.copied)
+    return (
+        fresh
+        and claims(tool)
+        and not isinstance(action, _MAKES_NOTHING)
+        and env.ledger.store.known_lineage_root(env.session_id) != (True, None)
+    )
+
+
+_MAKES_NOTHING = (Reject, Replay)
 
 
 def lineage_root(env: Env) -> Generator[Request, Any, str | None]:

@@ -32,7 +32,7 @@ from ..tools import InputError, ToolSet
 from . import _decide as decide
 from . import _telemetry as telemetry
 from ._attempt import Again, attempt_of, context, created_of, encode, run
-from ._claims import before_making, claims, take_over
+from ._claims import before_making, claims, take_over, to_claim
 from ._copies import defer
 from ._drivers import (
     Ask,
@@ -219,15 +219,7 @@ def _decide(
     action = decide.first_step(
         record, tool, call, input_error=input_error, available=env.tools.names, can_ask=env.can_ask
     )
-    # Not made here: on a branch, the lineage may have made it elsewhere since. (A session
-    # known to be no branch — the common case — goes straight on.)
-    fresh = record is None or (record.status is Status.NOT_HAPPENED and not record.copied)
-    if (
-        fresh
-        and claims(tool)
-        and not isinstance(action, _NOT_MADE)
-        and env.ledger.store.known_lineage_root(env.session_id) != (True, None)
-    ):
+    if to_claim(record, tool, action, env):  # a branch's call, made here first
         held, unread = yield from before_making(call, record, env, unread)
         if held is not None:
             return Again(held)
@@ -320,7 +312,6 @@ def _steps(
 
 
 _RESTARTS = 5
-_NOT_MADE = (decide.Reject, decide.Replay)  # first steps that make nothing: nothing to claim
 
 
 def _request(

@@ -170,6 +170,7 @@ def regression(name: str | None) -> Iterator[None]:
         # Nor did a branch claim the calls it made in its lineage's root (which now also
         # finds a call the fork did not copy there).
         patch.enter_context(mock.patch("toolledger.engine._runner.claims", _never))
+        patch.enter_context(mock.patch("toolledger.engine._claims.claims", _never))
     elif name == "blanket":
         patch = mock.patch("toolledger.engine._decide.after_approval", _any_yes_reruns)
     elif name == "unknown-released":
