@@ -638,3 +638,46 @@ def test_forks_written_before_roots_were_kept_find_theirs(store: tl.Store) -> No
         assert fresh.lineage_root("first") == PARENT
         assert fresh.lineage_root(PARENT) is None
         assert fresh.lineage_root("no-such-session") is None
+
+
+def test_a_pruned_branch_hands_its_calls_outcomes_to_the_lineage(store: tl.Store) -> None:
+    """The branch that made the lineage's call is removed (``toolledger prune``) while its
+    source and its sibling are held by a worker: the outcome it held is written into its claim
+    first, so those two, meeting the id later, take it — nothing is run again."""
+    from toolledger.ops import DropLease, TakeLease
+    from toolledger.records import Lease
+
+    desk = Desk()
+    first, second = lineage_of_three(store, desk)
+    assert go_on(store, first, desk).status is tl.RunStatus.COMPLETED
+    made = store.ledger(first).get("toolu_same")
+    assert made is not None and made.status is tl.Status.SUCCEEDED
+
+    held: list[Lease] = []
+    for session in (PARENT, second):  # a worker holds them: prune keeps them
+        now = store.lease(session)
+        lease = Lease(
+            session_id=session,
+            owner="elsewhere:1:w",
+            token=(now.token if now else 0) + 1,
+            expires_at=store.now() + 600,
+        )
+        take = TakeLease(
+            lease,
+            expect_token=now.token if now else 0,
+            expect_expires_at=now.expires_at if now else None,
+            expect_renewals=now.renewals if now else None,
+        )
+        assert store.apply(session, [take]) == [True]
+        held.append(lease)
+    report = store.prune(older_than=0)
+    assert [p.session_id for p in report.removed] == [first]
+    assert store.session(first) is None and store.ledger(first).get("toolu_same") is None
+    claim = store.ledger(PARENT).get("toolu_same")
+    assert claim is not None and (claim.status, claim.result) == (made.status, made.result)
+    for lease in held:
+        store.apply(lease.session_id, [DropLease(lease.session_id, lease.token)])
+
+    for session in (second, PARENT):
+        assert go_on(store, session, desk).status is tl.RunStatus.COMPLETED
+    assert desk.opened == ["outage"], "made once, by the branch that is gone"

@@ -163,8 +163,12 @@ def _move_claim(
             there = yield from _claim_in(root, call, env, made_in=held.key_session)
             if there is None:
                 return None
+        if not same_call(held, there):
+            return None
+        if there.status.terminal:
+            return replace(held, origin=root)  # done, and the root's record says how
         holder = there.origin if there.copied else root  # whose call the lineage says it is
-        if not same_call(held, there) or holder == sid:
+        if holder == sid:
             return None
         if there.status is not Status.NOT_HAPPENED or holder != held.origin:
             # Made (or being made) by the root now, or another session took it over first.

@@ -8,16 +8,19 @@ held. Those conditions are checked when the session is read and again, by the st
 transaction that removes it (``DropSession``): a run that starts meanwhile keeps its session.
 
 Removing a session forgets its calls: a ``tool_use_id`` of it, met again, runs as a new call.
-Remove only what no agent will resume; ``toolledger export SESSION`` keeps a copy first.
+Remove only what no agent will resume; ``toolledger export SESSION`` keeps a copy first. A
+branch's calls made for its lineage are handed to their claims in the lineage's first session
+before it goes (``_hand_over``), so the rest of the lineage still answers them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigurationError, SessionConflictError
-from ..ops import PRUNABLE, DropSession
+from ..ops import PRUNABLE, DropSession, UpdateEffect
 from ..records import ApprovalRecord, ApprovalStatus, EffectRecord, Lease, RunStatus, Status
+from ._copies import same_call
 from ._core import StoreCore
 
 __all__ = ["Kept", "PruneReport", "Pruned", "prune"]
@@ -94,6 +97,7 @@ def prune(
             approvals=len(approvals),
         )
         if not dry_run:
+            _hand_over(store, sid, records)
             op = DropSession(sid, state.version if state else None, now)
             try:
                 store.apply(sid, [op])
@@ -102,6 +106,31 @@ def prune(
                 continue
         report.removed.append(gone)
     return report
+
+
+def _hand_over(store: StoreCore, sid: str, records: list[EffectRecord]) -> None:
+    """Before a branch goes, the outcomes of the calls it made for its lineage are written into
+    their claims in the lineage's first session (``toolledger.engine._claims``), so a session of
+    the lineage that meets one of those ids later takes the outcome instead of running the call
+    again. Each is a compare-and-set on the claim; written first, so a prune stopped between the
+    two leaves the branch, whose next prune hands nothing over twice."""
+    root = store.lineage_root(sid)
+    made = {r.tool_use_id: r for r in records if r.status.terminal and not r.copied}
+    if root is None or not made:
+        return
+    claims = store.backend.read_effects(root, sorted(made))
+    ops = [
+        UpdateEffect(
+            replace(made[tid], session_id=root, origin=sid, made_in=made[tid].key_session),
+            claim.status,
+            claim.attempt,
+            expect_at=claim.updated_at,
+        )
+        for tid, claim in claims.items()
+        if claim.origin == sid and not claim.status.terminal and same_call(claim, made[tid])
+    ]
+    if ops:
+        store.apply(root, ops)
 
 
 def _status(status: RunStatus | str | None) -> RunStatus | None:
