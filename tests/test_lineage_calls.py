@@ -681,3 +681,26 @@ def test_a_pruned_branch_hands_its_calls_outcomes_to_the_lineage(store: tl.Store
     for session in (second, PARENT):
         assert go_on(store, session, desk).status is tl.RunStatus.COMPLETED
     assert desk.opened == ["outage"], "made once, by the branch that is gone"
+
+
+def test_which_calls_a_branch_claims() -> None:
+    """Calls whose intent is written before they run: a second run would add an effect, and
+    the lineage's first session claims with its own intent. Not read-only, idempotent or
+    key-forwarding calls (the receiver's key is their guard)."""
+    from toolledger.engine._claims import claims
+
+    def kind(**declared: object) -> tl.Tool:
+        @tl.tool(**declared)  # type: ignore[call-overload]
+        def act(x: int) -> int:
+            """Act."""
+            return x
+
+        return act
+
+    assert claims(kind(effect="non_idempotent"))
+    assert claims(kind(effect="non_idempotent", forwards_idempotency_key=True, high_impact=True))
+    assert claims(kind(effect="idempotent", high_impact=True))
+    assert not claims(kind(effect="non_idempotent", forwards_idempotency_key=True))
+    assert not claims(kind(effect="idempotent"))
+    assert not claims(kind(effect="read_only"))
+    assert not claims(None)

@@ -11,9 +11,10 @@ itself by its own intent, or a branch by its claim — makes the call for the wh
 other that meets it later holds a copy of it and is settled by it, as a fork's copies are: it
 takes its outcome, waits while it runs, answers in doubt naming where it is settled.
 
-Only calls whose second run would add an effect are claimed (non-idempotent and high-impact
-tools); a read-only or idempotent call runs where it is asked. A session no fork made claims
-nothing: its own ledger is the root's, where its intents meet the claims.
+Only calls whose second run would add an effect and whose intent is written before they run are
+claimed (non-idempotent tools that do not forward their key, and high-impact ones); a read-only,
+idempotent or key-forwarding call runs where it is asked. A session no fork made claims nothing:
+its own ledger is the root's, where its intents meet the claims.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from .._crash import hit as crash_point
 from ..errors import EffectInProgressError
 from ..ops import InsertEffect, UpdateEffect
-from ..records import EffectClass, EffectRecord, Status, ToolCall
+from ..records import EffectRecord, Status, ToolCall
 from ..stores._copies import same_call
 from ..tools import Tool
 from ._batch import Buffer, Env, write
@@ -39,8 +40,10 @@ __all__ = ["before_making", "claim", "claims", "lineage_root", "take_over", "to_
 
 def claims(tool: Tool[Any, Any] | None) -> bool:
     """Whether a fresh call of ``tool`` is claimed for the lineage: its second run would add an
-    effect (or a second question to a person)."""
-    return tool is not None and (tool.high_impact or tool.effect is EffectClass.NON_IDEMPOTENT)
+    effect (or a second question to a person), and it records its intent before it runs — which
+    is what the lineage's first session makes its own claim with. (A key-forwarding tool writes
+    none: the receiver's key is its guard, and it runs where it is asked.)"""
+    return tool is not None and tool.needs_intent
 
 
 def to_claim(
