@@ -181,8 +181,7 @@ def _move_claim(
             origin=sid,
             updated_at=env.clock(),
             error=f"claimed by session {sid!r}, a branch of this lineage, after session "
-            f"{there.origin!r} gave it up; it makes this call for every session of it; not run "
-            "here",
+            f"{holder!r} gave it up; it makes this call for every session of it; not run here",
         )
         answer = yield Commit(
             [UpdateEffect(moved, there.status, there.attempt, expect_at=there.updated_at)],
