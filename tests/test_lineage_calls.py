@@ -445,6 +445,20 @@ def test_a_branch_waits_for_the_call_its_sibling_is_running(store: tl.Store) -> 
     assert held is not None and held.status is tl.Status.SUCCEEDED and held.origin == first
 
 
+def queued_run(
+    store: tl.Store, mail: MailServer, script: list[Step], session: str, prompt: str | None
+) -> tl.Run:
+    """``session`` run on against ``script``, its approvals queued for a person."""
+    with ScriptedModel(script) as model:
+        return tl.Agent(
+            client=model.client(),
+            model="claude-test",
+            tools=mail.tools(),
+            store=store,
+            approve=tl.approvals.queue,
+        ).run(session=session, prompt=prompt)
+
+
 def test_one_approval_for_the_lineage(store: tl.Store) -> None:
     """A high-impact call both forks meet: the first asks a person; the second asks no one and
     stops, naming the session where it is decided; one yes, one e-mail, both forks answered."""
@@ -457,14 +471,7 @@ def test_one_approval_for_the_lineage(store: tl.Store) -> None:
     ]
 
     def run(session: str, prompt: str | None) -> tl.Run:
-        with ScriptedModel(script) as model:
-            return tl.Agent(
-                client=model.client(),
-                model="claude-test",
-                tools=mail.tools(),
-                store=store,
-                approve=tl.approvals.queue,
-            ).run(session=session, prompt=prompt)
+        return queued_run(store, mail, script, session, prompt)
 
     assert run(first, "Tell Ana.").status is tl.RunStatus.AWAITING_APPROVAL
     stopped = run(second, "Tell Ana.")
@@ -584,14 +591,7 @@ def test_a_call_its_maker_gave_up_is_taken_over_by_one_branch(store: tl.Store) -
     ]
 
     def run(session: str, prompt: str | None) -> tl.Run:
-        with ScriptedModel(script) as model:
-            return tl.Agent(
-                client=model.client(),
-                model="claude-test",
-                tools=mail.tools(),
-                store=store,
-                approve=tl.approvals.queue,
-            ).run(session=session, prompt=prompt)
+        return queued_run(store, mail, script, session, prompt)
 
     assert run(maker, "Tell Ana.").status is tl.RunStatus.AWAITING_APPROVAL
     left = tl.fork(store, maker, at_turn=1, new_session="left")

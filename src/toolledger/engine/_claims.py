@@ -30,7 +30,7 @@ from ..records import EffectRecord, Status, ToolCall
 from ..stores._copies import same_call
 from ..tools import Tool
 from ._batch import Buffer, Env, write
-from ._copies import copy_of
+from ._copies import copy_of, stand_in
 from ._decide import Action, Reject, Replay
 from ._outcomes import flush
 from ._requests import Commit, Failure, ReadEffects, ReadLineageRoot, Request
@@ -209,19 +209,14 @@ def _claim_in(
     else the record there that refused it (``None`` too when that one is gone since, or is
     another call of that id: either way this call is this session's own)."""
     sid = env.session_id
-    now = env.clock()
-    mark = EffectRecord(
-        session_id=root,
-        tool_use_id=call.tool_use_id,
-        tool=call.name,
-        input_hash=call.input_hash,
-        status=Status.NOT_HAPPENED,
-        error=f"claimed by session {sid!r}, a branch of this lineage, which makes this call for "
-        "every session of it; not run here",
-        created_at=now,
-        updated_at=now,
-        made_in=made_in,
+    mark = stand_in(
+        call,
+        session=root,
         origin=sid,
+        made_in=made_in,
+        at=env.clock(),
+        why=f"claimed by session {sid!r}, a branch of this lineage, which makes this call for "
+        "every session of it; not run here",
     )
     answer = yield Commit([InsertEffect(mark)], fenced=False, session=root)
     if isinstance(answer, Failure):

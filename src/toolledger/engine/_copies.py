@@ -44,7 +44,7 @@ from ._drivers import ReadEffects, ReadLease, ReadMessages, ReadSession, Request
 from ._messages import in_doubt_message
 from ._outcomes import flush
 
-__all__ = ["adopted", "copy_of", "defer", "lineage_calls", "settled_elsewhere"]
+__all__ = ["adopted", "copy_of", "defer", "lineage_calls", "settled_elsewhere", "stand_in"]
 
 _POLL_FIRST_S = 0.005
 _POLL_MAX_S = 0.25
@@ -89,21 +89,36 @@ def lineage_calls(
             if c.tool_use_id in records:
                 continue
             copies.append(
-                EffectRecord(
-                    session_id=session,
-                    tool_use_id=c.tool_use_id,
-                    tool=c.name,
-                    input_hash=c.input_hash,
-                    status=Status.NOT_HAPPENED,
-                    error=f"asked for in session {source!r}, not run there when this branch "
-                    "was made",
-                    created_at=at,
-                    updated_at=at,
-                    made_in=source,
+                stand_in(
+                    c,
+                    session=session,
                     origin=source,
+                    made_in=source,
+                    at=at,
+                    why=f"asked for in session {source!r}, not run there when this branch was made",
                 )
             )
     return copies
+
+
+def stand_in(
+    call: ToolCall, *, session: str, origin: str, made_in: str, at: float, why: str
+) -> EffectRecord:
+    """A record in ``session`` of ``call`` that has not happened there and stands for
+    ``origin``'s (keyed by ``made_in``): a fork's copy of a call asked for and not run, or a
+    branch's claim in its lineage's root (``toolledger.engine._claims``)."""
+    return EffectRecord(
+        session_id=session,
+        tool_use_id=call.tool_use_id,
+        tool=call.name,
+        input_hash=call.input_hash,
+        status=Status.NOT_HAPPENED,
+        error=why,
+        created_at=at,
+        updated_at=at,
+        made_in=made_in,
+        origin=origin,
+    )
 
 
 # -- deciding a copy ------------------------------------------------------------------------------
