@@ -41,8 +41,17 @@ valgrind:
 # they compute, so a worker more than the cores keeps them busy. The suite runs every snippet of the README
 # and docs, and builds the wheel and runs the demo from it in a fresh venv (tests/test_release.py).
 WORKERS ?= 3
+# Then every guarantee's suites again with the common call's straight path switched off
+# (src/toolledger/engine/_straight.py): the general path must keep the same promises, and the
+# first run proved the straight one.
+GENERAL_PATH_SUITES := tests/stores tests/agent/test_crash_matrix.py \
+	tests/agent/test_branch_crashes.py tests/reliability/test_torture.py \
+	tests/reliability/test_concurrent_torture.py tests/reliability/test_simulation.py \
+	tests/test_runner.py tests/test_runner_faults.py tests/test_overlap.py \
+	tests/test_lineage_calls.py tests/test_straight_path.py
 pytest: $(STAMP) browser valgrind
 	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup
+	TOOLLEDGER_GENERAL_PATH=1 $(BIN)/pytest -q -n $(WORKERS) --dist loadgroup $(GENERAL_PATH_SUITES)
 
 test: lint typecheck docs pytest
 

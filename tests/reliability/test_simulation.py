@@ -79,6 +79,18 @@ def test_sibling_branches_replaying_one_id_run_it_once(seed: int) -> None:
     assert sim.violations == []
 
 
+def test_a_forced_resolution_on_a_branch_excuses_what_it_overrode() -> None:
+    """202600: a person forced "not happened" on a branch's copy of its lineage's call while the
+    branch's attempt still ran (``resolve --force``), and approved it again; the call ran twice,
+    the late outcome alerted — what forcing says may happen. The simulation had looked for the
+    force only in the session the call's key names (the lineage's first), not in the branch it
+    was forced in, and called the second effect a violation."""
+    sim = simulate(202_600, EVERYTHING)
+    assert sim.violations == []
+    assert ("s3~f6", "toolu_s3_2_19") in sim.forced
+    assert [e.attempt for e in sim.world.effects_of("s3/t2c0")] == [2, 3]
+
+
 @pytest.mark.parametrize("seed", [90_032, 91_864])
 def test_branches_that_take_a_given_up_call_over_run_it_once(seed: int) -> None:
     """90032: a branch asked a person about a call, and two forks of it were made before it

@@ -22,14 +22,27 @@ from ..tools import Tool, ToolContext
 from . import _decide as decide
 from ._drivers import Failure, Invoke, ReadEffects, Remember, Request
 from ._messages import intent_failed_message
-from ._outcomes import Buffer, Buffered, CallOutcome, Disposition, Env, flush, release, write
+from ._outcomes import (
+    Buffer,
+    Buffered,
+    CallOutcome,
+    Disposition,
+    Env,
+    Flushed,
+    flush,
+    release,
+    write,
+)
 
 __all__ = [
     "Again",
+    "after_intent",
     "attempt_of",
     "context",
     "created_of",
     "encode",
+    "intent_of",
+    "ran",
     "run",
 ]
 
@@ -148,6 +161,37 @@ def run(
     timeout = max(0.0, ctx.expires - env.ledger.store.runtime.monotonic())
     answer = yield Invoke(tool.invocation(kwargs, ctx), tool.is_async, timeout=timeout, ctx=ctx)
     crash_point("before_record")
+    return ran(
+        call,
+        tool,
+        answer,
+        intent=intent,
+        record=record,
+        attempt=attempt,
+        history=history,
+        approved_by=approved_by,
+        key=key,
+        env=env,
+        buf=buf,
+    )
+
+
+def ran(
+    call: ToolCall,
+    tool: Tool[Any, Any],
+    answer: Any,
+    *,
+    intent: EffectRecord | None,
+    record: EffectRecord | None,
+    attempt: int,
+    history: tuple[PastAttempt, ...],
+    approved_by: str | None,
+    key: tuple[str, str, str],
+    env: Env,
+    buf: Buffer,
+) -> CallOutcome:
+    """The attempt's tool ``answer``ed (its value, or a ``Failure``): its outcome, with the write
+    that records it buffered (``intent``: the attempt's durable intent, if it wrote one)."""
     if intent is not None and intent.deadline is not None and env.now() > intent.deadline:
         # A plain function cannot be stopped at its deadline. Its outcome is still written —
         # a compare-and-set: if nobody settled the call meanwhile nothing happened twice, and
@@ -231,7 +275,32 @@ def _intend(
     raised (``CorruptLedgerError``): no retry mends it, and a call written first (its record
     unread) meets the damage here, where a read would have raised it."""
     key = env.flight(call)
-    intent = env.record(
+    intent = intent_of(
+        call, tool, record, attempt=attempt, history=history, approved_by=approved_by, env=env
+    )
+    # In flight from before the intent is durable: no other thread or task of this process
+    # may ever see our ``started`` record without knowing that we are running it.
+    env.ledger.store.runtime.in_flight.add(key)
+    buf.flights.append(key)
+    extra = [write(intent, record)] + ([consume] if consume is not None else [])
+    flushed = yield from flush(buf, env, extra)
+    return (
+        yield from after_intent(flushed, call, intent, record=record, key=key, env=env, buf=buf)
+    )
+
+
+def intent_of(
+    call: ToolCall,
+    tool: Tool[Any, Any],
+    record: EffectRecord | None,
+    *,
+    attempt: int,
+    history: tuple[PastAttempt, ...],
+    approved_by: str | None,
+    env: Env,
+) -> EffectRecord:
+    """The intent (``started``) of ``attempt``, replacing ``record``."""
+    return env.record(
         call,
         status=Status.STARTED,
         attempt=attempt,
@@ -243,12 +312,20 @@ def _intend(
         boot_deadline=env.boot_deadline(tool.timeout),
         replaces=record,
     )
-    # In flight from before the intent is durable: no other thread or task of this process
-    # may ever see our ``started`` record without knowing that we are running it.
-    env.ledger.store.runtime.in_flight.add(key)
-    buf.flights.append(key)
-    extra = [write(intent, record)] + ([consume] if consume is not None else [])
-    flushed = yield from flush(buf, env, extra)
+
+
+def after_intent(
+    flushed: Flushed,
+    call: ToolCall,
+    intent: EffectRecord,
+    *,
+    record: EffectRecord | None,
+    key: tuple[str, str, str],
+    env: Env,
+    buf: Buffer,
+) -> Generator[Request, Any, EffectRecord | CallOutcome | Again]:
+    """The commit of ``intent`` (registered in flight as ``key``) answered ``flushed``: the
+    intent, durable, or the call's answer when it must not run."""
     if flushed.error is not None:
         if isinstance(flushed.error, CorruptLedgerError):
             release(env, key, buf)

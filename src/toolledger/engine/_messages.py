@@ -4,10 +4,12 @@ approver, failed, its intent not recorded. Each says what happened and what to d
 from __future__ import annotations
 
 from ..codec import describe
+from ..errors import StoreUnavailableError
 
 __all__ = [
     "denied_message",
     "failed_message",
+    "held_back",
     "in_doubt_message",
     "intent_failed_message",
     "no_approver_message",
@@ -48,4 +50,16 @@ def intent_failed_message(tool: str, exc: BaseException) -> str:
         f"not executed: the ledger could not record the intent to run {tool!r} "
         f"({describe(exc)}). "
         "Nothing happened; it is safe to retry once the store is back."
+    )
+
+
+def held_back(session_id: str, url: str, unwritten: list[str]) -> StoreUnavailableError:
+    """Why a batch's checkpoint was not written: outcomes of it that could not be."""
+    return StoreUnavailableError(
+        f"the outcome of {', '.join(unwritten)} in session {session_id!r} could not be "
+        "written (the store failed; this process keeps trying, and an alert was raised), so the "
+        "checkpoint that would report it to the model was not written either. Run the session "
+        "again: it answers from the ledger once the write lands, or finds the call in doubt.",
+        url=url,
+        session_id=session_id,
     )

@@ -36,7 +36,7 @@ from ..errors import LeaseLostError, SessionConflictError, StoreError
 from ..ops import AppendMessages, Op, PutSession, UpdateEffect
 from ..records import Status
 from ._batch import Batch, Buffer, Buffered, CallOutcome, Disposition, Env, Flushed, release, write
-from ._drivers import Failure, Remember, Request
+from ._drivers import Commit, Failure, Remember, Request
 from ._late import late, write_failed
 from ._reconcile import commit
 
@@ -47,7 +47,10 @@ __all__ = [
     "CallOutcome",
     "Disposition",
     "Env",
+    "Flushed",
+    "commit_ops",
     "flush",
+    "landed",
     "release",
     "write",
 ]
@@ -68,7 +71,16 @@ def _moved(error: BaseException | None) -> bool:
     )
 
 
-def _landed(items: list[Buffered], flags: list[bool], buf: Buffer, env: Env) -> Flushed:
+def commit_ops(items: list[Buffered], extra: list[Op]) -> list[Op]:
+    """What commits ``items`` with ``extra``. A checkpoint that reports an outcome never lands
+    without it: with one in ``extra``, our attempts' outcomes are guards — if a record moved
+    on, nothing of the commit lands."""
+    if any(isinstance(op, PutSession | AppendMessages) for op in extra):
+        return [_guarded(i) for i in items] + extra
+    return [i.op for i in items] + extra
+
+
+def landed(items: list[Buffered], flags: list[bool], buf: Buffer, env: Env) -> Flushed:
     """Every write of ours landed: the attempts they close are over."""
     for item in items:
         if item.closes is not None:
@@ -107,20 +119,23 @@ def _alone(
     return failed
 
 
-def flush(buf: Buffer, env: Env, extra: list[Op]) -> Generator[Request, Any, Flushed]:
-    """Commit the buffered writes plus ``extra`` in one transaction.
+def flush(
+    buf: Buffer, env: Env, extra: list[Op], answered: list[bool] | Failure | None = None
+) -> Generator[Request, Any, Flushed]:
+    """Commit the buffered writes plus ``extra`` in one transaction (``answered``: sent already,
+    as ``commit_ops`` says, by ``toolledger.engine._straight``, and this is its answer).
 
     A recorded effect whose write did not land raises an alert (rule 4): it happened, and only a
     person can now say so for sure.
     """
     items, buf.items = buf.items, []
-    # A checkpoint that reports an outcome never lands without it: with one in ``extra``, our
-    # attempts' outcomes are guards — if a record moved on, nothing of the commit lands.
-    checkpoint = any(isinstance(op, PutSession | AppendMessages) for op in extra)
-    answer = yield from commit([_guarded(i) if checkpoint else i.op for i in items] + extra)
+    sent = commit_ops(items, extra)
+    answer = answered if answered is not None else (yield Commit(sent))
+    if type(answer) is not list:  # it failed: an unknown outcome is reconciled (rule 16)
+        answer = yield from commit(sent, answered=answer)
     error = answer.exc if isinstance(answer, Failure) else None
     if error is None and all(answer[: len(items)]):
-        return _landed(items, answer, buf, env)  # the common case
+        return landed(items, answer, buf, env)  # the common case
     if error is not None and not isinstance(error, StoreError | SessionConflictError):
         raise error
     everything: list[bool] = [False] * (len(items) + len(extra)) if error is not None else answer

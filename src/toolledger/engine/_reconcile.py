@@ -26,10 +26,14 @@ __all__ = ["commit"]
 ATTEMPTS = 3
 
 
-def commit(ops: list[Op], *, fenced: bool = True) -> Generator[Request, Any, Any]:
+def commit(
+    ops: list[Op], *, fenced: bool = True, answered: list[bool] | Failure | None = None
+) -> Generator[Request, Any, Any]:
     """``yield Commit(ops)``, reconciled: the per-op flags, or a ``Failure`` whose error is not
-    an unknown outcome — or is one that could not be resolved (``outcome_unknown`` still set)."""
-    answer: Any = yield Commit(ops, fenced=fenced)
+    an unknown outcome — or is one that could not be resolved (``outcome_unknown`` still set).
+    ``answered``: the commit was sent already (``toolledger.engine._straight``), and this is
+    its answer."""
+    answer: Any = answered if answered is not None else (yield Commit(ops, fenced=fenced))
     for _ in range(ATTEMPTS):
         if not _unknown(answer):
             return answer

@@ -20,16 +20,13 @@ from dataclasses import replace
 from typing import Any, assert_never
 
 from ..codec import content_of
-from ..errors import (
-    EffectInProgressError,
-    LedgerMismatchError,
-    StoreUnavailableError,
-)
+from ..errors import EffectInProgressError, LedgerMismatchError
 from ..ops import Op, PutApproval
 from ..records import ApprovalStatus, EffectRecord, Status, ToolCall
 from ..stores.store import Ledger
 from ..tools import InputError, ToolSet
 from . import _decide as decide
+from . import _straight as straight
 from . import _telemetry as telemetry
 from ._attempt import Again, attempt_of, context, created_of, encode, run
 from ._claims import before_making, claims, take_over, to_claim
@@ -42,6 +39,7 @@ from ._drivers import (
     Request,
 )
 from ._gate import ApprovalRequest, Decision
+from ._messages import held_back
 from ._outcomes import Batch, Buffer, Buffered, CallOutcome, Disposition, Env, flush, release, write
 from ._started import settled_or_over
 
@@ -97,7 +95,7 @@ def _process(
             # lands, or finds the call in doubt.
             if buf.items:
                 yield from flush(buf, env, [])
-            return Batch(outcomes, commit_error=_held_back(env, unwritten))
+            return Batch(outcomes, commit_error=held_back(env.session_id, env.url, unwritten))
         extra = list(tail(outcomes)) if tail is not None else []
         error = None
         if buf.items or extra:
@@ -106,17 +104,6 @@ def _process(
     finally:
         for key in list(buf.flights):  # an exception, or an outcome that never committed
             release(env, key, buf)
-
-
-def _held_back(env: Env, unwritten: list[str]) -> StoreUnavailableError:
-    return StoreUnavailableError(
-        f"the outcome of {', '.join(unwritten)} in session {env.session_id!r} could not be "
-        "written (the store failed; this process keeps trying, and an alert was raised), so the "
-        "checkpoint that would report it to the model was not written either. Run the session "
-        "again: it answers from the ledger once the write lands, or finds the call in doubt.",
-        url=env.url,
-        session_id=env.session_id,
-    )
 
 
 def _same_call(record: EffectRecord, call: ToolCall, env: Env) -> None:
@@ -145,7 +132,15 @@ def _one(
     span = telemetry.tool_span(env.session_id, call, effect)
     token = telemetry.enter(span)
     try:
-        outcome = yield from _settle(call, record, env, buf, unread)
+        common = straight.plan(call, env) if unread and straight.ON else None
+        if common is None:
+            outcome = yield from _settle(call, record, env, buf, unread)
+        else:  # the common call (``toolledger.engine._straight``)
+            done = yield from straight.call(common, env, buf)
+            if isinstance(done, Again):  # its intent met a record: decided from it
+                _same_call(done.record, call, env)
+                done = yield from _settle(call, done.record, env, buf, False)
+            outcome = done
     except BaseException as exc:
         telemetry.tool_failed(span, exc)
         raise

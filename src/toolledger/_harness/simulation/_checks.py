@@ -69,7 +69,8 @@ def final_checks(sim: Simulation) -> None:
             )
             or (record.status is Status.SUCCEEDED and bool(record.error))  # settled by evidence
         )
-        forced = (sid, effect.tool_use_id) in sim.forced  # the record says what was overridden
+        # The record says what was overridden: a person's --force on the call.
+        forced = sim.forced_on(sid, [effect])
         # Rule 14's limit twice over: sent past its deadline by a process that then died before
         # it could say so. Nobody can know of it; it is counted, not excused silently.
         unknowable = effect.past_deadline and sim.crashed(effect.process)

@@ -44,11 +44,19 @@ class Truth(SimState):
             self.limit_cases.add((sid, tid))
             self.stats["limit_cases"] += 1
             self.stats["clock_limit_cases"] += 1
-        elif not any(k[0] == sid and k[1] in {e.tool_use_id for e in same} for k in self.forced):
+        elif not self.forced_on(sid, same):
             self.violation(
                 f"{effect.title}: took effect {len(same)} times "
                 f"({', '.join(f'attempt {e.attempt} by {e.process}' for e in same)})"
             )
+
+    def forced_on(self, sid: str, same: list[Any]) -> bool:
+        """A person forced a resolution of this call (``--force``) while an attempt could
+        still take effect: in session ``sid`` (the call's title), or in a session where one of
+        its attempts ran — a branch's copy of its lineage's call is resolved on the branch."""
+        tids = {e.tool_use_id for e in same}
+        sessions = {sid} | {self.made_in.get(id(e), sid) for e in same}
+        return any(k[0] in sessions and k[1] in tids for k in self.forced)
 
     def _clock_limit(self, sid: str, same: list[Any]) -> bool:
         """Rule 14 on a file store whose clock stepped forward: an earlier attempt's process

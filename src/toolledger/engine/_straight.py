@@ -1,0 +1,116 @@
+"""The common call, written straight: one call of a known tool that writes its intent, with valid
+input, nothing to ask, no branch to claim it for, and no record read — a fresh call.
+
+It does what the general path (``toolledger.engine._runner._decide`` → ``_attempt.run``) does
+for that call, in the same order, with the same records and the same writes: the intent
+registered in flight and committed insert-if-absent, the tool called, its outcome buffered.
+Only the decisions that cannot apply are skipped, and each step's common answer is handled
+inline; every other answer — a refused or failed intent, a record already there — is handed
+to the general path's own functions (``_attempt.after_intent``, ``_outcomes.flush``), so there
+is one meaning of each, not two. ``plan`` says whether a call is the common one without any
+I/O; ``call`` carries it out.
+
+``TOOLLEDGER_GENERAL_PATH=1`` (read at import) or ``ON = False`` sends every call down the
+general path: the test suites run both (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+from .._crash import hit as crash_point
+from ..ops import InsertEffect, Op
+from ..records import ToolCall
+from ..tools import InputError, Tool
+from . import _decide as decide
+from ._attempt import Again, after_intent, context, intent_of, ran
+from ._claims import to_claim
+from ._drivers import Commit, Invoke, Request
+from ._outcomes import Buffer, CallOutcome, Env, flush
+
+__all__ = ["ON", "Plan", "call", "plan"]
+
+ON = os.environ.get("TOOLLEDGER_GENERAL_PATH", "") in ("", "0")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A call that takes the straight path, with what deciding it found."""
+
+    call: ToolCall
+    tool: Tool[Any, Any]
+    kwargs: dict[str, Any]
+    action: decide.Run
+
+
+def plan(call: ToolCall, env: Env) -> Plan | None:
+    """``call`` as the common call, or ``None``: the general path decides it. No I/O, nothing
+    written — exactly the facts ``_runner._decide`` looks at for a call whose record is unread,
+    and the answers under which it would write the intent first and run."""
+    tool = env.tools.get(call.name)
+    if tool is None or call.problem is not None or not tool.needs_intent:
+        return None
+    try:
+        kwargs = tool.validate(call.input)
+    except InputError:
+        return None
+    action = decide.first_step(
+        None, tool, call, input_error=None, available=env.tools.names, can_ask=env.can_ask
+    )
+    if not isinstance(action, decide.Run) or to_claim(None, tool, action, env):
+        return None
+    return Plan(call, tool, kwargs, action)
+
+
+def call(p: Plan, env: Env, buf: Buffer) -> Generator[Request, Any, CallOutcome | Again]:
+    """Run the planned call: its outcome (its write buffered), or ``Again`` with the record its
+    intent met — the general path decides from there."""
+    call, tool, action = p.call, p.tool, p.action
+    runtime = env.ledger.store.runtime
+    approved_by = action.approved_by
+    key = env.flight(call)
+    began = runtime.monotonic()
+    intent = intent_of(call, tool, None, attempt=1, history=(), approved_by=approved_by, env=env)
+    runtime.in_flight.add(key)  # in flight before the intent is durable (``_attempt._intend``)
+    buf.flights.append(key)
+    sent: list[Op] = [InsertEffect(intent)]
+    answer = yield Commit(sent)
+    if type(answer) is list and answer[0]:
+        crash_point("after_intent")
+    else:
+        flushed = yield from flush(buf, env, sent, answered=answer)
+        done = yield from after_intent(
+            flushed, call, intent, record=None, key=key, env=env, buf=buf
+        )
+        if isinstance(done, CallOutcome | Again):
+            return done
+    ctx = context(
+        env,
+        call,
+        in_doubt=action.in_doubt,
+        attempt=1,
+        tool=tool,
+        intent=intent,
+        record=intent,
+        began=began,
+    )
+    assert ctx.expires is not None
+    timeout = max(0.0, ctx.expires - runtime.monotonic())
+    answered = yield Invoke(tool.invocation(p.kwargs, ctx), tool.is_async, timeout=timeout, ctx=ctx)
+    crash_point("before_record")
+    return ran(
+        call,
+        tool,
+        answered,
+        intent=intent,
+        record=None,
+        attempt=1,
+        history=(),
+        approved_by=approved_by,
+        key=key,
+        env=env,
+        buf=buf,
+    )
