@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger import _switches as switches
 from toolledger.engine import _straight as straight
 from toolledger.errors import OutcomeUnknown, StoreUnavailableError
 from toolledger.ops import InsertEffect, Op, UpdateEffect
@@ -82,7 +83,7 @@ def _world(
     monkeypatch: pytest.MonkeyPatch,
     fail_when: Callable[[Sequence[Op]], bool] | None = None,
 ) -> World:
-    monkeypatch.setattr(straight, "ON", on)
+    monkeypatch.setattr(switches, "STRAIGHT", on)
     taken: list[int] = []
     real = straight.call
 
@@ -354,7 +355,7 @@ def test_the_general_path_can_be_forced_for_a_whole_process(value: str | None, o
     env = {k: v for k, v in os.environ.items() if k != "TOOLLEDGER_GENERAL_PATH"}
     if value is not None:
         env["TOOLLEDGER_GENERAL_PATH"] = value
-    code = "import toolledger.engine._straight as s; print(s.ON)"
+    code = "import toolledger._switches as s; print(s.STRAIGHT)"
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )

@@ -235,6 +235,7 @@ RUN_A_CALL = textwrap.dedent(
     print(json.dumps({
         "api": telemetry._trace is not None,
         "tracer": telemetry._tracer() is not None,
+        "counter": telemetry._cache["counter"] is not None,
         "loaded": sorted(m for m, v in sys.modules.items() if v and m.startswith("opentelemetry")),
         "content": out[0]["content"],
     }))
@@ -245,7 +246,8 @@ RUN_A_CALL = textwrap.dedent(
 @pytest.mark.parametrize("installed", [False, True])
 def test_without_the_api_or_a_provider_nothing_is_made(installed: bool) -> None:
     """A user without the ``otel`` extra (its import blocked here) gets no spans and loads none
-    of it; one with the API and no SDK provider gets no tracer, so no span is even started."""
+    of it; one with the API and no SDK provider gets no tracer, so no span is even started, and
+    no counter, so no call is counted into the API's no-op one."""
     block = "" if installed else "import sys; sys.modules['opentelemetry'] = None\n"
     proc = subprocess.run(
         [sys.executable, "-c", block + RUN_A_CALL],
@@ -257,6 +259,7 @@ def test_without_the_api_or_a_provider_nothing_is_made(installed: bool) -> None:
     seen = json.loads(proc.stdout)
     assert seen["content"] == "paid"
     assert seen["tracer"] is False
+    assert seen["counter"] is False
     assert seen["api"] is installed
     if not installed:
         assert seen["loaded"] == []

@@ -64,10 +64,6 @@ __all__ = [
 ]
 
 
-def _is_responses_list(items: list[Any]) -> bool:
-    return any(field(i, "type") == "function_call" for i in items)
-
-
 def _is_chat_call_list(items: list[Any]) -> bool:
     return any(field(i, "function") is not None and field(i, "id") is not None for i in items)
 
@@ -88,7 +84,10 @@ def read_openai(content: Any) -> tuple[list[ToolCall], ResultShape] | None:
         content = field(choices[0], "message")
     if isinstance(content, (list, tuple)):
         items = list(content)
-        if _is_responses_list(items):
+        kinds = [field(i, "type") for i in items]  # read by shape, in one pass
+        if "tool_use" in kinds:
+            return None  # Anthropic content blocks: no OpenAI item has that type
+        if "function_call" in kinds:
             return read_function_calls(items), function_call_output
         if _is_chat_call_list(items):
             return read_chat_tool_calls(items), tool_message

@@ -83,18 +83,16 @@ class Env:
     can_ask: bool
     wait: float = 0.0  # how long to wait for a call another attempt is running
     lease_token: int | None = None  # the agent's session lease, recorded in intents
+    # Fixed for the batch's life, read on every write: kept rather than looked up each time.
+    session_id: str = field(init=False)
+    worker: str = field(init=False)
+    url: str = field(init=False)
 
-    @property
-    def session_id(self) -> str:
-        return self.ledger.session_id
-
-    @property
-    def worker(self) -> str:
-        return self.ledger.store.worker_id
-
-    @property
-    def url(self) -> str:
-        return self.ledger.store.url
+    def __post_init__(self) -> None:
+        store = self.ledger.store
+        object.__setattr__(self, "session_id", self.ledger.session_id)
+        object.__setattr__(self, "worker", store.worker_id)
+        object.__setattr__(self, "url", store.url)
 
     @property
     def holder(self) -> Holder | None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from typing import Any, assert_never
 
+from .. import _switches as switches
 from ..codec import content_of
 from ..errors import EffectInProgressError, LedgerMismatchError
 from ..ops import Op, PutApproval
@@ -132,7 +133,7 @@ def _one(
     span = telemetry.tool_span(env.session_id, call, effect)
     token = telemetry.enter(span)
     try:
-        common = straight.plan(call, env) if unread and straight.ON else None
+        common = straight.plan(call, env) if unread and switches.STRAIGHT else None
         if common is None:
             outcome = yield from _settle(call, record, env, buf, unread)
         else:  # the common call (``toolledger.engine._straight``)

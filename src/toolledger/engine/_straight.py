@@ -10,13 +10,12 @@ to the general path's own functions (``_attempt.after_intent``, ``_outcomes.flus
 is one meaning of each, not two. ``plan`` says whether a call is the common one without any
 I/O; ``call`` carries it out.
 
-``TOOLLEDGER_GENERAL_PATH=1`` (read at import) or ``ON = False`` sends every call down the
+``toolledger._switches.STRAIGHT`` off (``TOOLLEDGER_GENERAL_PATH=1``) sends every call down the
 general path: the test suites run both (docs/architecture.md).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +30,7 @@ from ._claims import to_claim
 from ._drivers import Commit, Invoke, Request
 from ._outcomes import Buffer, CallOutcome, Env, flush
 
-__all__ = ["ON", "Plan", "call", "plan"]
-
-ON = os.environ.get("TOOLLEDGER_GENERAL_PATH", "") in ("", "0")
+__all__ = ["Plan", "call", "plan"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,14 @@ _PUBLIC_ONLY = _trace is not None and (
     not hasattr(_trace, "_TRACER_PROVIDER") or "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 )
 _cache: dict[str, Any] = {"provider": None, "tracer": None, "counter": None}
+if _trace is not None:
+    from opentelemetry.metrics import _internal as _metrics_internal
+
+    _ProxyMeterProvider: Any = getattr(_metrics_internal, "_ProxyMeterProvider", type(None))
+    _PUBLIC_ONLY_METRICS = (
+        not hasattr(_metrics_internal, "_METER_PROVIDER")
+        or "OTEL_PYTHON_METER_PROVIDER" in os.environ
+    )
 
 
 def _provider() -> Any:
@@ -59,6 +67,13 @@ def _provider() -> Any:
         provider = _trace.get_tracer_provider()
         return None if isinstance(provider, _trace.ProxyTracerProvider) else provider
     return _trace._TRACER_PROVIDER
+
+
+def _metered() -> bool:
+    """Whether a global meter provider is set, read as ``_provider`` reads the tracer's."""
+    if _PUBLIC_ONLY_METRICS:
+        return not isinstance(_metrics.get_meter_provider(), _ProxyMeterProvider)
+    return _metrics_internal._METER_PROVIDER is not None
 
 
 def _tracer() -> Any:
@@ -77,6 +92,10 @@ def _tracer() -> Any:
 
 
 def _counter() -> Any:
+    """The call counter, or ``None`` while no meter provider is set (a count would go nowhere;
+    once one is set, calls are counted from then on)."""
+    if not _metered():
+        return None
     if _cache["counter"] is None:
         _cache["counter"] = _metrics.get_meter(_NAME).create_counter(
             "toolledger.tool.calls",
@@ -199,7 +218,9 @@ def tool_done(span: Any, outcome: CallOutcome | None, effect: str | None, tool: 
         attributes = {"toolledger.disposition": outcome.disposition.value, "gen_ai.tool.name": tool}
         if effect is not None:
             attributes["toolledger.effect"] = effect
-        _counter().add(1, attributes)
+        counter = _counter()
+        if counter is not None:
+            counter.add(1, attributes)
     if span is None:
         return
     if outcome is not None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .. import _switches as switches
 from ..errors import (
     CorruptLedgerError,
     SchemaVersionError,
@@ -145,7 +146,11 @@ class SQLiteBackend:
         """One batch's plan, inside whatever transaction or savepoint the caller opened. A fence
         that only checks rides one of the batch's writes (``writes.apply``): the write lock this
         connection holds from the transaction's first statement (or the autocommit statement)
-        to its commit keeps a take-over out in between."""
+        to its commit keeps a take-over out in between. The common call's intent or outcome
+        alone is its one statement, built straight (``writes.lone_effect``)."""
+        lone = writes.lone_effect(ops) if switches.STRAIGHT else None
+        if lone is not None:
+            return [self._execute(lone).rowcount == 1]
         return plans.drive(writes.apply(session_id, ops, ride=True), self._execute)
 
     def _ask(self, action: str, query: plans.Query[T]) -> T:

@@ -41,7 +41,7 @@ from .plans import (
     session_query,
 )
 
-__all__ = ["apply", "apply_again", "one_statement"]
+__all__ = ["apply", "apply_again", "lone_effect", "one_statement"]
 
 
 # -- writes --------------------------------------------------------------------------------------
@@ -56,6 +56,20 @@ def one_statement(ops: Sequence[Op], ride: bool = False) -> bool:
     if ride and len(ops) == 2 and _carrier(ops) == 1:
         return True
     return len(ops) == 1 and not isinstance(ops[0], AppendMessages | AbandonMessages | DropSession)
+
+
+def lone_effect(ops: Sequence[Op]) -> Step | None:
+    """The statement of a batch that is one effect write alone, with no fence and no guard —
+    the common call's intent, or its outcome — built straight: what ``apply`` plans for it, and
+    its flag is whether it changed a row. ``None`` for any other batch."""
+    if len(ops) != 1:
+        return None
+    op = ops[0]
+    if type(op) is InsertEffect:
+        return Step(q.INSERT_EFFECT, r.insert_params(op))
+    if type(op) is UpdateEffect and not op.guard:
+        return Step(q.update_statement(op), r.update_params(op))
+    return None
 
 
 def _carrier(ops: Sequence[Op]) -> int | None:
