@@ -13,6 +13,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 __all__ = [
@@ -96,7 +97,7 @@ def nesting(value: Any, limit: int = MAX_NESTING) -> int:
             if depth > limit:
                 return deepest
             children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth) for child in children)
+            stack.extend(zip(children, repeat(depth)))
     return deepest
 
 
@@ -126,9 +127,12 @@ def canonical_json(value: Any) -> str:
 
     Raises ``ValueError``/``TypeError`` for values JSON cannot hold (NaN, sets, cycles).
     """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-    )
+    return _CANONICAL.encode(value)
+
+
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+)
 
 
 def input_hash(value: Any) -> str:

@@ -7,6 +7,7 @@ toolledger writes goes (and so through the ``redact`` hook). ``Store`` and ``Led
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 import uuid
@@ -41,6 +42,9 @@ _ROOT_HOPS = 64  # forks of forks written before roots were kept, walked back to
 _ROOTS_KEPT = 4096
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def check_session_id(session_id: object) -> str:
     """Session ids are 1-256 characters with no control characters; anything else (``../``,
     ``/``, quotes, any script) is fine and stored safely by every backend."""
@@ -50,7 +54,7 @@ def check_session_id(session_id: object) -> str:
         raise InvalidSessionIdError(
             f"a session id must be 1-{MAX_SESSION_ID_CHARS} characters, got {len(session_id)}"
         )
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in session_id):
+    if _CONTROL.search(session_id) is not None:
         raise InvalidSessionIdError(
             f"session id {session_id[:40]!r} holds a control character (NUL, newline …)"
         )

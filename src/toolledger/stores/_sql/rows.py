@@ -45,7 +45,7 @@ def effect_values(r: EffectRecord) -> tuple[Any, ...]:
         r.tool_use_id,
         r.tool,
         r.input_hash,
-        r.status.value,
+        r.status._value_,  # the member's text, read without the enum's descriptor
         r.attempt,
         r.result,
         r.error,
@@ -69,7 +69,7 @@ def insert_params(op: InsertEffect) -> tuple[Any, ...]:
 
 def update_params(op: UpdateEffect) -> tuple[Any, ...]:
     v = effect_values(op.record)
-    expect = (op.expect_status.value, op.expect_attempt)
+    expect = (op.expect_status._value_, op.expect_attempt)
     return (*v[2:], *v[:2], *expect, *(() if op.expect_at is None else (op.expect_at,)))
 
 
@@ -104,7 +104,7 @@ def session_values(s: SessionState) -> tuple[Any, ...]:
     """The state in ``SESSION_COLUMNS`` order (the key first)."""
     return (
         s.session_id,
-        s.status.value,
+        s.status._value_,
         s.reason,
         s.version,
         s.turns,
