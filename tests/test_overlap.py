@@ -21,7 +21,7 @@ import pytest
 import toolledger as tl
 from toolledger.codec import input_hash
 from toolledger.errors import StoreUnavailableError
-from toolledger.ops import InsertEffect
+from toolledger.ops import InsertEffect, UpdateEffect
 from toolledger.records import Status
 from toolledger.testing import Counter
 from toolledger.testing.conformance import make_record
@@ -187,6 +187,65 @@ def test_a_running_call_cannot_be_resolved_unless_forced(store: tl.Store, happen
     assert counter["send"] == 1 and not again[0].get("is_error")
 
 
+@pytest.mark.parametrize("store_kind", ["sqlite", "memory"], indirect=True)
+def test_a_late_outcome_whose_record_cannot_be_read_is_alerted(store: tl.Store) -> None:
+    """The call's record moved on while it ran (a person forced it "not happened", then a
+    second attempt replaced it), and when its real outcome arrives the store cannot even be
+    read to find out what the record says now. The effect happened: the model gets the real
+    result and a person is alerted — the run does not die with the read's error, the outcome
+    told to nobody (the simulation's seed 220865)."""
+    counter, entered, release = Counter(), threading.Event(), threading.Event()
+    send = _blocking(counter, entered, release)
+    alerts: list[tl.LedgerWriteError] = []
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    class Unreadable(SpyBackend):
+        down = False
+
+        def read_effects(self, session_id: str, tool_use_ids: Any = None) -> Any:
+            if self.down:
+                raise StoreUnavailableError("injected: the network went away", url=self.url)
+            return super().read_effects(session_id, tool_use_ids)
+
+    cut = Unreadable(store.backend)  # type: ignore[arg-type]
+    worker_store = tl.Store(cut, clock=store.clock, worker_id=store.worker_id)
+    block = tool_use("t", "send", to="a@b")
+
+    def run() -> None:
+        try:
+            results.append(
+                tl.run_tool_uses(
+                    [block], [send], ledger=worker_store.ledger("s"), on_alert=alerts.append
+                )
+            )
+        except BaseException as exc:  # pragma: no cover - what the fix prevents
+            errors.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert entered.wait(30)
+    ledger = store.ledger("s")
+    ledger.resolve("t", happened=False, by="ana", force=True)
+    record = ledger.get("t")
+    assert record is not None and record.status is Status.NOT_HAPPENED
+    # A second attempt, elsewhere, replaced it.
+    second = replace(record, status=Status.STARTED, attempt=2, updated_at=record.updated_at + 1)
+    assert store.backend.apply(
+        "s",
+        [tl_update(second, record)],
+    ) == [True]
+    cut.down = True
+    release.set()
+    worker.join(30)
+    assert errors == []
+    ((result,),) = results
+    assert result["content"] == '{"sent_to": "a@b"}', "the model got the real result"
+    (alert,) = alerts
+    assert alert.tool_use_id == "t" and "could not be read" in alert.message
+    assert counter["send"] == 1
+
+
 def test_an_async_tool_is_cancelled_at_its_deadline_and_left_in_doubt(store: tl.Store) -> None:
     started = Counter()
 
@@ -331,3 +390,10 @@ def test_a_later_call_that_raises_never_drops_an_earlier_calls_outcome(
     results = tl.run_tool_uses([first, second], [send_email], ledger=ledger)
     assert [r["content"] for r in results] == ["sent to a@b", "sent to slow@b"]
     assert counter["send_email a@b"] == 1 and counter["send_email slow@b"] == 1
+
+
+def tl_update(new: Any, old: Any) -> UpdateEffect:
+    """Move ``old`` on to ``new`` as another worker would (compare-and-set)."""
+    return UpdateEffect(
+        new, expect_status=old.status, expect_attempt=old.attempt, expect_at=old.updated_at
+    )

@@ -79,6 +79,17 @@ def test_sibling_branches_replaying_one_id_run_it_once(seed: int) -> None:
     assert sim.violations == []
 
 
+def test_a_late_outcome_whose_record_cannot_be_read_is_alerted() -> None:
+    """220865: a worker paused past its deadline woke and made its effect after a person had
+    settled the call and a second attempt had run it; its outcome's compare-and-set was
+    refused, and the read that would add the outcome to the record's history met a partition.
+    The read's error ended the run: the effect was neither recorded nor alerted. The outcome
+    is now alerted when the record cannot be read (``engine._late``)."""
+    sim = simulate(220_865, EVERYTHING)
+    assert sim.violations == []
+    assert ("LedgerWriteError", "s5", "toolu_s5_0_12") in sim.alerts
+
+
 def test_a_forced_resolution_on_a_branch_excuses_what_it_overrode() -> None:
     """202600: a person forced "not happened" on a branch's copy of its lineage's call while the
     branch's attempt still ran (``resolve --force``), and approved it again; the call ran twice,

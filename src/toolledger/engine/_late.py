@@ -11,7 +11,7 @@ from collections.abc import Generator
 from dataclasses import replace
 from typing import Any
 
-from ..errors import LateOutcomeError, LedgerWriteError
+from ..errors import LateOutcomeError, LedgerWriteError, StoreError
 from ..ops import InsertEffect, UpdateEffect
 from ..records import EffectRecord, PastAttempt, Status
 from ._batch import Buffered, Env
@@ -36,30 +36,25 @@ def late(item: Buffered, env: Env, *, finding: bool = False) -> Generator[Reques
     tid = ours.tool_use_id
     late = "succeeded" if ours.status is Status.SUCCEEDED else f"{ours.status.value}: {ours.error}"
     why = "it kept changing while this worker tried to add the outcome to it"
+    cause: StoreError | None = None
     for _ in range(_LATE_TRIES):
-        found: dict[str, EffectRecord] = yield ReadEffects([tid])
+        try:
+            found: dict[str, EffectRecord] = yield ReadEffects([tid])
+        except StoreError as exc:
+            # What the record says now cannot be learnt: the outcome cannot be added to it,
+            # and the effect must not go untold with the read's error.
+            why = f"the store could not be read to add the outcome to it ({exc})"
+            cause = exc
+            break
         current = found.get(tid)
         if current is None:
-            # The ledger forgot the call (its file deleted, the store replaced): what this
-            # worker knows is all there is. Write it back, so no resume runs it again.
-            answer = yield from commit([InsertEffect(ours)], fenced=False)
-            if answer == [True] and item.outcome is not None:
-                yield from write_failed(
-                    item,
-                    env,
-                    f"{ours.tool!r} ({tid}) in session {env.session_id!r} took effect, but its "
-                    "record was changed by someone else first: it was gone from the ledger "
-                    "(deleted, or the store replaced), and has been written again from this "
-                    "worker's outcome. Whatever else the ledger held may be lost: a person "
-                    "must check the store.",
-                )
+            back = yield from _written_back(item, env, ours)
+            if back is None:
+                continue  # it is there again: read it
+            if back:
                 return
-            if answer == [True]:
-                return
-            if isinstance(answer, Failure):
-                why = "it is gone from the ledger (deleted, or the store replaced)"
-                break
-            continue
+            why = "it is gone from the ledger (deleted, or the store replaced)"
+            break
         if current.attempt == ours.attempt and current.status is Status.SUCCEEDED:
             # Settled as having happened (a person's word, or its check found it) while it ran:
             # this very attempt's effect, vouched for already. Nothing happened twice.
@@ -150,7 +145,31 @@ def late(item: Buffered, env: Env, *, finding: bool = False) -> Generator[Reques
             f"{ours.attempt}) but its record was changed by someone else first: {why}. The "
             "model got the real result; a resume could run it again. A person must check the "
             "world and resolve it.",
+            cause,
         )
+
+
+def _written_back(
+    item: Buffered, env: Env, ours: EffectRecord
+) -> Generator[Request, Any, bool | None]:
+    """The ledger forgot the call (its file deleted, the store replaced): what this worker
+    knows is all there is. Write it back, so no resume runs it again. Whether it was written
+    (``None``: a record is there again after all)."""
+    answer = yield from commit([InsertEffect(ours)], fenced=False)
+    if isinstance(answer, Failure):
+        return False
+    if answer != [True]:
+        return None
+    if item.outcome is not None:
+        yield from write_failed(
+            item,
+            env,
+            f"{ours.tool!r} ({ours.tool_use_id}) in session {env.session_id!r} took effect, but "
+            "its record was changed by someone else first: it was gone from the ledger "
+            "(deleted, or the store replaced), and has been written again from this worker's "
+            "outcome. Whatever else the ledger held may be lost: a person must check the store.",
+        )
+    return True
 
 
 def write_failed(
