@@ -3,11 +3,12 @@
 Every scenario runs twice on a fresh store of each backend, once with the straight path on and
 once with it off, and everything observable is compared: what the caller got back, how many
 times the tool really ran and with which context, every commit the store was sent (the ops,
-their records field by field except the clock's times), and the rows left in the ledger. The
-scenarios are the common call and each way it stops being common: a record already there, a
-failed or unconfirmed intent, a tool that raises or may have taken effect, bad input, an
-approval, a safe tool. The whole suite also runs with the general path forced
-(``TOOLLEDGER_GENERAL_PATH=1``, ``make pytest``), so each guarantee's tests hold on both.
+their records field by field except the clock's times), the crash points reached in order, and
+the rows left in the ledger. The scenarios are the common call and each way it stops being
+common: a record already there, a failed or unconfirmed intent, a tool that raises or may have
+taken effect, bad input, an approval, a safe tool. The whole suite also runs with the general
+path forced (``TOOLLEDGER_GENERAL_PATH=1``, ``make pytest``), so each guarantee's tests hold on
+both.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+import toolledger._crash
 from toolledger import _switches as switches
 from toolledger.engine import _straight as straight
 from toolledger.errors import OutcomeUnknown, StoreUnavailableError
@@ -68,6 +70,7 @@ class World:
     ran: list[dict[str, Any]]
     commits: list[list[tuple[Any, ...]]]
     rows: dict[str, dict[str, Any] | None]
+    points: list[str]
     took_straight: int
 
 
@@ -93,6 +96,8 @@ def _world(
 
     monkeypatch.setattr(straight, "call", counted)
     directory.mkdir()
+    points: list[str] = []  # the crash points reached, in order
+    monkeypatch.setattr(toolledger._crash, "watchers", [points.append])
     ran: list[dict[str, Any]] = []
     with tl.open_store(_url(kind, directory)) as store:
         spied, spy = spy_store(store, fail_when=fail_when)
@@ -105,7 +110,7 @@ def _world(
             answer = (type(exc).__name__, str(exc))
         rows = {r.tool_use_id: _plain(r) for r in store.ledger("s").records()}
         commits = [[_op(op) for op in ops] for ops in spy.commits]
-    return World(answer, ran, commits, rows, len(taken))
+    return World(answer, ran, commits, rows, points, len(taken))
 
 
 def _both(
@@ -122,6 +127,7 @@ def _both(
     assert on.ran == off.ran
     assert on.commits == off.commits
     assert on.rows == off.rows
+    assert on.points == off.points
     return on, off
 
 
@@ -184,6 +190,7 @@ def test_the_common_call_is_the_same_on_both_paths(
     on, _ = _both(kind, tmp_path, _once([TICKET]), monkeypatch)
     assert on.took_straight == 1
     assert [c[0][0] for c in on.commits] == ["insert", "update"]
+    assert on.points == ["after_intent", "before_record", "after_record"]
     row = on.rows["toolu_1"]
     assert row is not None and row["status"] is Status.SUCCEEDED and row["attempt"] == 1
     assert len(on.ran) == 1

@@ -1,6 +1,6 @@
 """Named crash points: ``TOOLLEDGER_CRASH_AT=<point>[:<n>]`` makes this process ``SIGKILL``
-itself the n-th time (default: first) it reaches ``point``. For crash tests; costs one
-comparison when unset.
+itself the n-th time (default: first) it reaches ``point``. For crash tests; costs two
+comparisons when unset.
 
 Points, in the order a turn reaches them:
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 
 POINTS = (
     "after_checkpoint_a",
@@ -32,6 +33,10 @@ BRANCH_POINTS = ("after_claim",)
 
 _armed: list[tuple[str, int]] = []  # zero or one entry
 _hits: dict[str, int] = {}
+watchers: list[Callable[[str], None]] = []
+"""Called with every point reached, in this process (tests that act at a point without killing:
+a network fault armed there). Whichever module reaches the point — the straight path's or the
+general path's — they see it."""
 
 
 def arm(spec: str | None) -> None:
@@ -49,6 +54,9 @@ def arm(spec: str | None) -> None:
 
 
 def hit(point: str) -> None:
+    if watchers:
+        for watch in list(watchers):
+            watch(point)
     if not _armed or _armed[0][0] != point:
         return
     _hits[point] = _hits.get(point, 0) + 1

@@ -349,18 +349,16 @@ def test_a_fault_before_the_intent_runs_nothing_and_says_so(
     new block, a directory that is read-only but a file that is not) — the model is told in so
     many words that the call did not run and is safe to retry. Either way, once the store is back
     the call has run at most once, and if it has not run the model knows."""
-    import toolledger.agent._agent
+    import toolledger._crash
 
     world = World(tmp_path / "tickets", setup.fault)
-    real_point = toolledger.agent._agent.crash_point
 
     def trip(point: str) -> None:
         if point == "after_checkpoint_a" and world.trip_in == "checkpoint_a":
             world.trip_in = None  # once
             world.fault.arm()
-        real_point(point)
 
-    monkeypatch.setattr(toolledger.agent._agent, "crash_point", trip)
+    monkeypatch.setattr(toolledger._crash, "watchers", [trip])
     script = [Reply(tool_uses=[ToolUse("create_ticket", {"title": "Outage"})]), Reply(text="ok")]
     alerts: list[tl.LedgerWriteError] = []
     errors: list[tl.StoreError] = []

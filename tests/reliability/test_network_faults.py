@@ -47,9 +47,7 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-import toolledger.agent._agent
-import toolledger.engine._attempt
-import toolledger.engine._outcomes
+import toolledger._crash
 from toolledger._verify import verify
 from toolledger.records import Status
 from toolledger.testing import elsewhere
@@ -214,18 +212,12 @@ class Aim:
 def aims(monkeypatch: pytest.MonkeyPatch) -> list[Aim]:
     """The named crash points of the agent, an attempt and the outcomes call these aims."""
     found: list[Aim] = []
-    for module in (
-        toolledger.agent._agent,
-        toolledger.engine._attempt,
-        toolledger.engine._outcomes,
-    ):
 
-        def hook(point: str, real: Callable[[str], None] = module.crash_point) -> None:
-            for aim in found:
-                aim.reached(point)
-            real(point)
+    def hook(point: str) -> None:
+        for aim in found:
+            aim.reached(point)
 
-        monkeypatch.setattr(module, "crash_point", hook)
+    monkeypatch.setattr(toolledger._crash, "watchers", [hook])
     return found
 
 

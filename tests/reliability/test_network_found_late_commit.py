@@ -21,8 +21,7 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-import toolledger.agent._agent
-import toolledger.engine._attempt
+import toolledger._crash
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 from ..conftest import with_params
@@ -54,33 +53,25 @@ def _agent(url: str, model: ScriptedModel, tickets: Path) -> tuple[tl.Store, tl.
     return store, agent
 
 
-def _slow_commit_at(
-    proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch, module: Any, point: str
-) -> None:
-    real = module.crash_point
-
+def _slow_commit_at(proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch, point: str) -> None:
     def hook(name: str) -> None:
         if name == point and not proxy.fired:
             proxy.arm(Fault.SLOW_REQUEST, on=COMMIT, latency=LATE_BY)
-        real(name)
 
-    monkeypatch.setattr(module, "crash_point", hook)
+    monkeypatch.setattr(toolledger._crash, "watchers", [hook])
 
 
 SCRIPT = [Reply(tool_uses=[ToolUse("create_ticket", {"title": "Outage"})]), Reply(text="ok")]
 
 
 @pytest.mark.parametrize(
-    ("module", "point"),
+    "point",
     [
-        pytest.param(toolledger.agent._agent, "after_checkpoint_a", id="the intent"),
-        pytest.param(
-            toolledger.engine._attempt, "before_record", id="the outcome with checkpoint B"
-        ),
+        pytest.param("after_checkpoint_a", id="the intent"),
+        pytest.param("before_record", id="the outcome with checkpoint B"),
     ],
 )
 def test_a_late_commit_is_neither_in_doubt_nor_taken_for_another_worker(
-    module: Any,
     point: str,
     proxy: FaultProxy,
     postgres_url: str,
@@ -94,7 +85,7 @@ def test_a_late_commit_is_neither_in_doubt_nor_taken_for_another_worker(
     tickets = tmp_path / "tickets"
     tickets.mkdir()
     url = with_params(proxy.url(postgres_url), schema=postgres_schema, op_timeout="1")
-    _slow_commit_at(proxy, monkeypatch, module, point)
+    _slow_commit_at(proxy, monkeypatch, point)
     with ScriptedModel(SCRIPT) as model:
         store, agent = _agent(url, model, tickets)
         with store:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-import toolledger.agent._agent
+import toolledger._crash
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 from ..conftest import with_params
@@ -54,14 +54,11 @@ def test_a_session_resumes_once_the_partition_heals(
                 client=model.client(), model="m", tools=[create_ticket], store=store, lease_ttl=1.5
             )
 
-        real = toolledger.agent._agent.crash_point
-
         def partition_at_the_intent(point: str) -> None:
             if point == "after_checkpoint_a" and not proxy.fired:
                 proxy.arm(Fault.BLACK_HOLE, on=COMMIT)  # the intent's COMMIT never arrives
-            real(point)
 
-        monkeypatch.setattr(toolledger.agent._agent, "crash_point", partition_at_the_intent)
+        monkeypatch.setattr(toolledger._crash, "watchers", [partition_at_the_intent])
         store = tl.open_store(url)
         with pytest.raises(tl.StoreError):
             agent(store).run(session="s", prompt="Checkout is down.")

@@ -7,6 +7,10 @@ at each step is decided by the pure functions of ``toolledger.engine._decide``; 
 sequences their I/O. Running one attempt is ``toolledger.engine._attempt``; when each write must be
 durable, and what happens when it cannot be written as it stands, ``toolledger.engine._outcomes``.
 
+The common call — one fresh call of a known tool that writes its intent, nothing to ask —
+takes ``toolledger.engine._straight`` instead of ``_settle``: the same records and writes in
+fewer steps, and every other answer handed back here.
+
 A ``started`` record is settled only when its attempt is provably over (``toolledger._liveness``):
 while it may still run — in another thread, process, worker or host — every path says
 ``EffectInProgressError`` and touches nothing. So one non-idempotent call costs two commits
