@@ -48,9 +48,7 @@ __all__ = [
     "Disposition",
     "Env",
     "Flushed",
-    "commit_ops",
     "flush",
-    "landed",
     "release",
     "write",
 ]
@@ -71,7 +69,7 @@ def _moved(error: BaseException | None) -> bool:
     )
 
 
-def commit_ops(items: list[Buffered], extra: list[Op]) -> list[Op]:
+def _commit_ops(items: list[Buffered], extra: list[Op]) -> list[Op]:
     """What commits ``items`` with ``extra``. A checkpoint that reports an outcome never lands
     without it: with one in ``extra``, our attempts' outcomes are guards — if a record moved
     on, nothing of the commit lands."""
@@ -80,7 +78,7 @@ def commit_ops(items: list[Buffered], extra: list[Op]) -> list[Op]:
     return [i.op for i in items] + extra
 
 
-def landed(items: list[Buffered], flags: list[bool], buf: Buffer, env: Env) -> Flushed:
+def _landed(items: list[Buffered], flags: list[bool], buf: Buffer, env: Env) -> Flushed:
     """Every write of ours landed: the attempts they close are over."""
     for item in items:
         if item.closes is not None:
@@ -123,19 +121,19 @@ def flush(
     buf: Buffer, env: Env, extra: list[Op], answered: list[bool] | Failure | None = None
 ) -> Generator[Request, Any, Flushed]:
     """Commit the buffered writes plus ``extra`` in one transaction (``answered``: sent already,
-    as ``commit_ops`` says, by ``toolledger.engine._straight``, and this is its answer).
+    as ``_commit_ops`` says, by ``toolledger.engine._straight``, and this is its answer).
 
     A recorded effect whose write did not land raises an alert (rule 4): it happened, and only a
     person can now say so for sure.
     """
     items, buf.items = buf.items, []
-    sent = commit_ops(items, extra)
+    sent = _commit_ops(items, extra)
     answer = answered if answered is not None else (yield Commit(sent))
     if type(answer) is not list:  # it failed: an unknown outcome is reconciled (rule 16)
         answer = yield from commit(sent, answered=answer)
     error = answer.exc if isinstance(answer, Failure) else None
     if error is None and all(answer[: len(items)]):
-        return landed(items, answer, buf, env)  # the common case
+        return _landed(items, answer, buf, env)  # the common case
     if error is not None and not isinstance(error, StoreError | SessionConflictError):
         raise error
     everything: list[bool] = [False] * (len(items) + len(extra)) if error is not None else answer
