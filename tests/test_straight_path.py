@@ -350,12 +350,6 @@ def test_an_agent_turn_is_the_same_on_both_paths(
     assert len(on.ran) == 1 and on.answer[0] == "done"
 
 
-@pytest.fixture(autouse=True)
-def _no_leftover(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    yield
-    monkeypatch.undo()
-
-
 @pytest.mark.parametrize(("value", "on"), [(None, True), ("0", True), ("1", False)])
 def test_the_general_path_can_be_forced_for_a_whole_process(value: str | None, on: bool) -> None:
     """``make pytest`` runs the guarantees' suites again with ``TOOLLEDGER_GENERAL_PATH=1``."""
