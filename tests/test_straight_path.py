@@ -75,6 +75,7 @@ class World:
 
 
 Scenario = Callable[[tl.Store, list[dict[str, Any]]], Any]
+_STRAIGHT_CALL = straight.call  # counted in each world (``World.took_straight``)
 
 
 def _world(
@@ -88,11 +89,10 @@ def _world(
 ) -> World:
     monkeypatch.setattr(switches, "STRAIGHT", on)
     taken: list[int] = []
-    real = straight.call
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         taken.append(1)
-        return (yield from real(*args, **kwargs))
+        return (yield from _STRAIGHT_CALL(*args, **kwargs))
 
     monkeypatch.setattr(straight, "call", counted)
     directory.mkdir()
