@@ -7,9 +7,8 @@ at each step is decided by the pure functions of ``toolledger.engine._decide``; 
 sequences their I/O. Running one attempt is ``toolledger.engine._attempt``; when each write must be
 durable, and what happens when it cannot be written as it stands, ``toolledger.engine._outcomes``.
 
-The common call — one fresh call of a known tool that writes its intent, nothing to ask —
-takes ``toolledger.engine._straight`` instead of ``_settle``: the same records and writes in
-fewer steps, and every other answer handed back here.
+The common call (fresh, its tool known, writing its intent, nothing to ask) takes
+``toolledger.engine._straight``: the same writes in fewer steps, anything else handed back here.
 
 A ``started`` record is settled only when its attempt is provably over (``toolledger._liveness``):
 while it may still run — in another thread, process, worker or host — every path says
@@ -144,7 +143,7 @@ def _one(
             done = yield from straight.call(common, env, buf)
             if isinstance(done, Again):  # its intent met a record: decided from it
                 _same_call(done.record, call, env)
-                done = yield from _settle(call, done.record, env, buf, False)
+                done = yield from _settle(call, done.record, env, buf, False, tried=1)
             outcome = done
     except BaseException as exc:
         telemetry.tool_failed(span, exc)
@@ -156,9 +155,15 @@ def _one(
 
 
 def _settle(
-    call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer, unread: bool
+    call: ToolCall,
+    record: EffectRecord | None,
+    env: Env,
+    buf: Buffer,
+    unread: bool,
+    *,
+    tried: int = 0,
 ) -> Generator[Request, Any, CallOutcome]:
-    for _ in range(_RESTARTS):
+    for _ in range(_RESTARTS - tried):  # ``tried``: started over already (the straight path)
         done = yield from _decide(call, record, env, buf, unread)
         if not isinstance(done, Again):
             return done
