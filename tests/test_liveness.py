@@ -583,3 +583,38 @@ def test_a_runtime_of_another_host_sees_only_its_own_process_table() -> None:
     assert there.holder.known and there.holder.host == "host-z"
     assert there.evidence(ME.holder) is None
     assert ME.evidence(there.holder) is None
+
+
+def test_an_intent_s_boot_deadline_is_never_before_its_attempt_s_time_is_up() -> None:
+    """The boot-clock deadline an intent records is kept to the millisecond, rounded up: while
+    the attempt's own time is not up, a settler on the same machine finds it running — at
+    every instant up to the deadline, not half a millisecond short of it (the simulation's
+    seed 623018 settled an attempt 0.3 ms early when it was rounded to the nearest)."""
+    proc = FakeProc(booted=1_002.2364461)
+    store = tl.Store(tl.open_store("memory://").backend, runtime=Runtime(proc))
+    seen: list[tuple[EffectRecord | None, object]] = []
+
+    # A settler in another container of the same kernel: it cannot see the worker's process,
+    # and shares its boot clock — 0.4 ms before the attempt's two seconds are up.
+    settler = FakeProc(
+        pid=900, self_link="900", pidns="pid:[4026599999]", entries={900: ("R", 1000)}
+    )
+    settler.booted = 1_004.2364
+
+    @tl.tool(effect="non_idempotent", timeout=2.0)
+    def create_ticket(title: str) -> str:
+        record = store.ledger("s").get("t")
+        judged = None
+        if record is not None:
+            judged = verdict(record, now=store.now(), runtime=Runtime(settler), shared_clock=False)
+        seen.append((record, judged))
+        return "T-1"
+
+    tl.run_tool_uses(
+        [tool_use("t", "create_ticket", title="x")], [create_ticket], ledger=store.ledger("s")
+    )
+    ((intent, judged),) = seen
+    assert intent is not None and intent.boot_deadline == "boot-a/1004.237"
+    assert isinstance(judged, Running), judged
+    record = store.ledger("s").get("t")
+    assert record is not None and record.status is Status.SUCCEEDED

@@ -79,6 +79,14 @@ def test_sibling_branches_replaying_one_id_run_it_once(seed: int) -> None:
     assert sim.violations == []
 
 
+def test_a_boot_clock_deadline_is_never_judged_passed_early() -> None:
+    """623018: an intent's boot-clock deadline was written to the nearest millisecond, 0.3 ms
+    before its attempt's time was up; a person on the same machine judged the attempt over in
+    that gap, while its paused worker could still make its effect. It is rounded up now."""
+    sim = simulate(623_018, EVERYWHERE)
+    assert sim.violations == []
+
+
 def test_a_late_outcome_whose_record_cannot_be_read_is_alerted() -> None:
     """220865: a worker paused past its deadline woke and made its effect after a person had
     settled the call and a second attempt had run it; its outcome's compare-and-set was

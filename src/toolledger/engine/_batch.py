@@ -3,6 +3,7 @@ commit, and what the batch runs against. ``toolledger.engine._outcomes`` commits
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -170,10 +171,14 @@ class Env:
 
     def boot_deadline(self, timeout: float) -> str | None:
         """``timeout`` from now on this machine's boot clock (``EffectRecord.boot_deadline``),
-        where it can be read."""
+        where it can be read. Kept to the millisecond, rounded up: a settler that judges by it
+        never finds it passed before the attempt's own time is up (rounded to the nearest, it
+        could, by up to half a millisecond)."""
         boot = self.ledger.store.runtime.boot
         now = None if boot is None else boot.now()
-        return None if boot is None or now is None else f"{boot.boot}/{now + timeout:.3f}"
+        if boot is None or now is None:
+            return None
+        return f"{boot.boot}/{math.ceil((now + timeout) * 1000) / 1000:.3f}"
 
 
 @dataclass(slots=True)
