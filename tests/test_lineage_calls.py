@@ -66,6 +66,20 @@ def agent(store: tl.Store, model: ScriptedModel, mail: MailServer) -> tl.Agent:
     )
 
 
+def queued_run(
+    store: tl.Store, mail: MailServer, script: list[Step], session: str, prompt: str | None
+) -> tl.Run:
+    """``session`` run on against ``script``, its approvals queued for a person."""
+    with ScriptedModel(script) as model:
+        return tl.Agent(
+            client=model.client(),
+            model="claude-test",
+            tools=mail.tools(),
+            store=store,
+            approve=tl.approvals.queue,
+        ).run(session=session, prompt=prompt)
+
+
 def run_parent(store: tl.Store, mail: MailServer) -> list[Step]:
     """Run the parent to its end; return its answers as recorded, ids included (what a
     model that replays it answers: ``ScriptedModel.from_session``)."""
@@ -154,18 +168,7 @@ def test_a_call_the_parent_had_not_run_yet_runs_there_once(store: tl.Store) -> N
     for it, so it runs there — and stops, naming the parent. The parent is approved and sends it;
     the fork then takes that outcome: one e-mail, one key, one approval for the lineage."""
     mail = MailServer()
-
-    def parent_agent(model: ScriptedModel) -> tl.Agent:
-        return tl.Agent(
-            client=model.client(),
-            model="claude-test",
-            tools=mail.tools(),
-            store=store,
-            approve=tl.approvals.queue,
-        )
-
-    with ScriptedModel(SCRIPT) as model:
-        waiting = parent_agent(model).run(session=PARENT, prompt="Tell Ana and Bo.")
+    waiting = queued_run(store, mail, SCRIPT, PARENT, "Tell Ana and Bo.")
     assert waiting.status is tl.RunStatus.AWAITING_APPROVAL
     recorded = [*ScriptedModel.from_session(store, PARENT).script, *SCRIPT[1:]]
     (request,) = store.approvals(PARENT)
@@ -177,8 +180,7 @@ def test_a_call_the_parent_had_not_run_yet_runs_there_once(store: tl.Store) -> N
     assert f"is the call of session {PARENT!r}" in (stopped.reason or "")
 
     tl.approvals.decide(store, PARENT, request.tool_use_id, approved=True, by="ana")
-    with ScriptedModel(recorded) as model:
-        went_on = parent_agent(model).run(session=PARENT)  # Ana's e-mail, then Bo's asks
+    went_on = queued_run(store, mail, recorded, PARENT, None)  # Ana's e-mail, then Bo's asks
     assert (
         went_on.status is tl.RunStatus.AWAITING_APPROVAL and went_on.final_text == "Writing to Bo."
     )
@@ -195,14 +197,7 @@ def test_a_call_the_parent_will_not_run_runs_on_the_branch_under_the_parent_key(
     the parent asks for it any more. A fork made before the rewind replays it: the fork runs it
     itself — under the parent's key, the lineage's."""
     mail = MailServer()
-    with ScriptedModel(SCRIPT) as model:
-        tl.Agent(
-            client=model.client(),
-            model="claude-test",
-            tools=mail.tools(),
-            store=store,
-            approve=tl.approvals.queue,
-        ).run(session=PARENT, prompt="Tell Ana and Bo.")
+    queued_run(store, mail, SCRIPT, PARENT, "Tell Ana and Bo.")
     recorded = [*ScriptedModel.from_session(store, PARENT).script, *SCRIPT[1:]]
     (request,) = store.approvals(PARENT)
     fork = tl.fork(store, PARENT, at_turn=0)
@@ -443,20 +438,6 @@ def test_a_branch_waits_for_the_call_its_sibling_is_running(store: tl.Store) -> 
     assert opened == ["outage"]
     held = store.ledger(second).get("toolu_same")
     assert held is not None and held.status is tl.Status.SUCCEEDED and held.origin == first
-
-
-def queued_run(
-    store: tl.Store, mail: MailServer, script: list[Step], session: str, prompt: str | None
-) -> tl.Run:
-    """``session`` run on against ``script``, its approvals queued for a person."""
-    with ScriptedModel(script) as model:
-        return tl.Agent(
-            client=model.client(),
-            model="claude-test",
-            tools=mail.tools(),
-            store=store,
-            approve=tl.approvals.queue,
-        ).run(session=session, prompt=prompt)
 
 
 def test_one_approval_for_the_lineage(store: tl.Store) -> None:
