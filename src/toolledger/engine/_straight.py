@@ -48,7 +48,9 @@ def plan(call: ToolCall, env: Env) -> Plan | None:
     written — exactly the facts ``_runner._decide`` looks at for a call whose record is unread,
     and the answers under which it would write the intent first and run."""
     tool = env.tools.get(call.name)
-    if tool is None or call.problem is not None or not tool.needs_intent:
+    # A safe call writes no intent; a high-impact one asks first (``first_step``): neither goes
+    # straight, and neither has its input validated here only to be validated again.
+    if tool is None or call.problem is not None or tool.rerun_safe or tool.high_impact:
         return None
     try:
         kwargs = tool.validate(call.input)

@@ -49,14 +49,16 @@ _PUBLIC_ONLY = _trace is not None and (
     not hasattr(_trace, "_TRACER_PROVIDER") or "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 )
 _cache: dict[str, Any] = {"provider": None, "tracer": None, "counter": None}
+_metrics_internal: Any = None
 if _trace is not None:
-    from opentelemetry.metrics import _internal as _metrics_internal
-
-    _ProxyMeterProvider: Any = getattr(_metrics_internal, "_ProxyMeterProvider", type(None))
-    _PUBLIC_ONLY_METRICS = (
-        not hasattr(_metrics_internal, "_METER_PROVIDER")
-        or "OTEL_PYTHON_METER_PROVIDER" in os.environ
-    )
+    # The API's own module, where its global meter provider lives; laid out otherwise, the
+    # public getter is asked every time (``_metered``).
+    with suppress(ImportError):
+        from opentelemetry.metrics import _internal as _metrics_internal
+_ProxyMeterProvider: Any = getattr(_metrics_internal, "_ProxyMeterProvider", type(None))
+_PUBLIC_ONLY_METRICS = (
+    not hasattr(_metrics_internal, "_METER_PROVIDER") or "OTEL_PYTHON_METER_PROVIDER" in os.environ
+)
 
 
 def _provider() -> Any:
