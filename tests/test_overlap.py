@@ -246,6 +246,71 @@ def test_a_late_outcome_whose_record_cannot_be_read_is_alerted(store: tl.Store) 
     assert counter["send"] == 1
 
 
+def test_a_checkpoint_held_back_for_an_unreadable_late_outcome_says_it_is_not_retried(
+    tmp_path: Any,
+) -> None:
+    """The first of a turn's two calls is settled by a person and run again elsewhere while it
+    runs; when its outcome arrives the store cannot be read. Checkpoint B is held back — and
+    the error says that outcome is not retried and a person must look, not that this process
+    keeps trying to write it (nothing keeps it)."""
+    from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+
+    counter, entered, release = Counter(), threading.Event(), threading.Event()
+    send = _blocking(counter, entered, release)
+
+    class Unreadable(SpyBackend):
+        down = False
+
+        def read_effects(self, session_id: str, tool_use_ids: Any = None) -> Any:
+            if self.down:
+                raise StoreUnavailableError("injected: the network went away", url=self.url)
+            return super().read_effects(session_id, tool_use_ids)
+
+    alerts: list[tl.LedgerWriteError] = []
+    errors: list[BaseException] = []
+    uses = [ToolUse("send", {"to": "a@b"}, id="t1"), ToolUse("send", {"to": "c@d"}, id="t2")]
+    with (
+        tl.open_store(f"sqlite:///{tmp_path}/s.db") as store,
+        ScriptedModel([Reply(tool_uses=uses), Reply(text="done")]) as model,
+    ):
+        cut = Unreadable(store.backend)  # type: ignore[arg-type]
+        worker_store = tl.Store(cut, clock=store.clock, worker_id=store.worker_id)
+        agent = tl.Agent(
+            client=model.client(),
+            model="m",
+            tools=[send],
+            store=worker_store,
+            on_alert=alerts.append,
+        )
+
+        def run() -> None:
+            try:
+                agent.run(session="s", prompt="send both")
+            except BaseException as exc:
+                errors.append(exc)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        assert entered.wait(30)
+        ledger = store.ledger("s")
+        ledger.resolve("t1", happened=False, by="ana", force=True)
+        record = ledger.get("t1")
+        assert record is not None and record.status is Status.NOT_HAPPENED
+        second = replace(record, status=Status.STARTED, attempt=2, updated_at=record.updated_at + 1)
+        assert store.backend.apply("s", [tl_update(second, record)]) == [True]
+        cut.down = True
+        release.set()
+        worker.join(30)
+        assert not worker.is_alive()
+        ((error,),) = [errors]
+        assert isinstance(error, StoreUnavailableError), error
+        assert "t1" in error.message and "is not retried" in error.message
+        assert "keeps trying" not in error.message
+        assert [a.tool_use_id for a in alerts] == ["t1"]
+        assert counter["send"] == 2, "each call ran once"
+        assert len(model.requests) == 1, "the model was not told a result the ledger lacks"
+
+
 def test_an_async_tool_is_cancelled_at_its_deadline_and_left_in_doubt(store: tl.Store) -> None:
     started = Counter()
 

@@ -29,7 +29,7 @@ import toolledger._crash
 from toolledger import _switches as switches
 from toolledger.engine import _straight as straight
 from toolledger.errors import OutcomeUnknown, StoreUnavailableError
-from toolledger.ops import InsertEffect, Op, UpdateEffect
+from toolledger.ops import AppendMessages, InsertEffect, Op, UpdateEffect
 from toolledger.records import EffectRecord, Status
 
 from .conftest import BACKENDS, drop_schema, tool_use, url_for, with_params
@@ -113,19 +113,37 @@ def _world(
     return World(answer, ran, commits, rows, points, len(taken))
 
 
+def _with_checkpoint_a(commits: list[list[tuple[Any, ...]]]) -> list[list[tuple[Any, ...]]]:
+    """The general path's commits as the straight path sends them: an intent committed right
+    after checkpoint A (the assistant message and the session) rides in A's commit."""
+    out: list[list[tuple[Any, ...]]] = []
+    for ops in commits:
+        alone = [op[0] for op in ops[:-1]] == ["HoldLease"] and ops[-1][0] == "insert"
+        if alone and out and [op[0] for op in out[-1][-2:]] == ["AppendMessages", "PutSession"]:
+            out[-1] = [*out[-1], ops[-1]]
+        else:
+            out.append(ops)
+    return out
+
+
 def _both(
     kind: str,
     tmp_path: Path,
     scenario: Scenario,
     monkeypatch: pytest.MonkeyPatch,
+    *,
+    folds: int = 0,
     **kwargs: Any,
 ) -> tuple[World, World]:
+    """Both paths' worlds, the same in everything; ``folds``: how many checkpoints A the
+    straight path wrote with their turn's intent, one commit instead of two."""
     on = _world(kind, tmp_path / "straight", scenario, on=True, monkeypatch=monkeypatch, **kwargs)
     off = _world(kind, tmp_path / "general", scenario, on=False, monkeypatch=monkeypatch, **kwargs)
     assert off.took_straight == 0
     assert on.answer == off.answer
     assert on.ran == off.ran
-    assert on.commits == off.commits
+    assert on.commits == (_with_checkpoint_a(off.commits) if folds else off.commits)
+    assert len(on.commits) == len(off.commits) - folds
     assert on.rows == off.rows
     assert on.points == off.points
     return on, off
@@ -345,9 +363,106 @@ def test_an_agent_turn_is_the_same_on_both_paths(
             result = agent.run(session="s", prompt="open a ticket")
             return result.final_text, [m.content for m in store.messages("s")], model.requests
 
-    on, _ = _both(kind, tmp_path, turn, monkeypatch)
+    on, off = _both(kind, tmp_path, turn, monkeypatch, folds=1)
     assert on.took_straight == 1
     assert len(on.ran) == 1 and on.answer[0] == "done"
+    held = [c for c in on.commits if ("AppendMessages",) in c and c[-1][0] == "insert"]
+    assert len(held) == 1, "checkpoint A and the intent were one commit"
+    assert on.points[:2] == ["after_checkpoint_a", "after_intent"]
+
+
+def _turns(*replies: Any) -> Scenario:
+    """An agent run on the scripted model, answering ``replies``: what it returned (or raised,
+    by ``_world``), the transcript left, and what the model was sent."""
+    from toolledger.testing.scripted import ScriptedModel
+
+    def scenario(store: tl.Store, ran: list[dict[str, Any]]) -> Any:
+        with ScriptedModel(list(replies)) as model:
+            agent = tl.Agent(client=model.client(), model="m", tools=[_ticket(ran)], store=store)
+            try:
+                result: Any = agent.run(session="s", prompt="open a ticket").final_text
+            except tl.ToolLedgerError as exc:
+                result = (type(exc).__name__, str(exc))
+            return result, [m.content for m in store.messages("s")], len(model.requests)
+
+    return scenario
+
+
+def _assistant(ops: Sequence[Op]) -> bool:
+    return any(isinstance(op, AppendMessages) and op.messages[0].role == "assistant" for op in ops)
+
+
+def test_a_checkpoint_a_that_fails_is_the_same_on_both_paths(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoint A cannot be written: on the straight path its commit held the intent too, and
+    the failure is A's — raised, nothing ran, no record, the transcript without the turn."""
+    from toolledger.testing.scripted import Reply, ToolUse
+
+    use = ToolUse("create_ticket", {"title": "outage"}, id="toolu_1")
+    scenario = _turns(Reply(tool_uses=[use]))
+    on, _ = _both(kind, tmp_path, scenario, monkeypatch, fail_when=_assistant)
+    assert on.answer[0][0] == "StoreUnavailableError"
+    assert on.ran == [] and on.rows == {}
+    assert [m[0]["text"] if isinstance(m, list) else m for m in on.answer[1]] == ["open a ticket"]
+    assert on.points == []
+
+
+def test_a_checkpoint_a_whose_answer_was_lost_is_the_same_on_both_paths(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A's commit (with the intent, on the straight path) lands but its answer is lost: the
+    read-back finds it, and the call runs once."""
+    from toolledger.testing.scripted import Reply, ToolUse
+
+    use = ToolUse("create_ticket", {"title": "x"}, id="toolu_1")
+    inner = _turns(Reply(tool_uses=[use]), Reply(text="ok"))
+
+    def lost_answer(store: tl.Store, ran: list[dict[str, Any]]) -> Any:
+        backend = store.backend
+        apply = backend.apply
+        lost: list[int] = []
+
+        def once_lost(session_id: str, ops: Sequence[Op]) -> list[bool]:
+            flags = apply(session_id, ops)
+            if not lost and _assistant(ops):
+                lost.append(1)
+                raise StoreUnavailableError(
+                    "injected: connection lost during COMMIT", url=store.url, outcome_unknown=True
+                )
+            return flags
+
+        backend.apply = once_lost  # type: ignore[method-assign]
+        return inner(store, ran)
+
+    on, _ = _both(kind, tmp_path, lost_answer, monkeypatch, folds=1)
+    assert len(on.ran) == 1 and on.answer[0] == "ok"
+    row = on.rows["toolu_1"]
+    assert row is not None and row["status"] is Status.SUCCEEDED
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["same input", "other input"])
+def test_a_turn_whose_call_id_is_recorded_is_the_same_on_both_paths(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, same: bool
+) -> None:
+    """The model answers with a call id the ledger already holds: A lands with the intent, the
+    intent is refused by the record, and the general path decides from the record — replayed
+    when it is the same call, refused when it is not."""
+    from toolledger.testing.scripted import Reply, ToolUse
+
+    title = "outage" if same else "another"
+    scenario = _turns(
+        Reply(tool_uses=[ToolUse("create_ticket", {"title": "outage"}, id="toolu_7")]),
+        Reply(tool_uses=[ToolUse("create_ticket", {"title": title}, id="toolu_7")]),
+        Reply(text="done"),
+    )
+    on, _ = _both(kind, tmp_path, scenario, monkeypatch, folds=2)
+    assert len(on.ran) == 1, "the call ran once"
+    assert on.took_straight == 2
+    if same:
+        assert on.answer[0] == "done"
+    else:
+        assert on.answer[0][0] == "LedgerMismatchError"
 
 
 @pytest.mark.parametrize(("value", "on"), [(None, True), ("0", True), ("1", False)])

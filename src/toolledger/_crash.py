@@ -5,7 +5,9 @@ comparisons when unset.
 Points, in the order a turn reaches them:
 
 * ``after_checkpoint_a`` — the model's message (with its tool_use blocks) is durable;
-* ``after_intent`` — a call's ``started`` record is durable; the tool has not run;
+* ``after_intent`` — a call's ``started`` record is durable; the tool has not run. A turn's one
+  call on the straight path (``toolledger.engine._straight``) has its intent in checkpoint A's
+  commit: both points are reached at once, in this order;
 * ``before_record`` — the tool returned; its outcome is not yet written;
 * ``after_record`` — a commit holding a call's outcome is durable;
 * ``after_checkpoint_b`` — the tool_result message is durable.

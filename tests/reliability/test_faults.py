@@ -10,8 +10,8 @@
 * a connection dropped mid-transaction — real: ``pg_terminate_backend`` while the write waits on
   a lock the test holds.
 
-Each fault strikes at one of two moments. *Before the intent* (armed at the agent's
-``after_checkpoint_a`` crash point): the unsafe call's intent cannot be written, so nothing runs,
+Each fault strikes at one of two moments. *Before the intent* (armed as the commit holding it
+is sent: its own, or checkpoint A's): the unsafe call's intent cannot be written, so nothing runs,
 and the run ends in a clear ``StoreError`` or tells the model the call did not run and is safe to
 retry; once the fault is gone the call has run at most once. *After the effect*:
 the tool trips it after its effect happened — the outcome cannot be recorded, so the run raises an
@@ -34,7 +34,7 @@ import threading
 import time
 import types
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,11 +43,13 @@ import pytest
 
 import toolledger as tl
 from toolledger._verify import verify
+from toolledger.ops import InsertEffect, Op
 from toolledger.records import Status
 from toolledger.stores.jsonfile import _files
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 from ..conftest import drop_schema, with_params
+from ..helpers import spy_store
 
 # -- faults -------------------------------------------------------------------------------------
 
@@ -284,7 +286,7 @@ class World:
         self.path = path
         path.mkdir()
         self.fault = fault
-        self.trip_in: str | None = None  # "checkpoint_a" or "create_ticket": when to arm
+        self.trip_in: str | None = None  # "intent" or "create_ticket": when to arm
 
     def tickets(self) -> list[str]:
         return sorted(p.read_text() for p in self.path.iterdir())
@@ -318,8 +320,20 @@ SCRIPT = [
 LEASE_TTL = 0.5  # a run that ended in a StoreError could not give its lease back
 
 
-def run_once(model: ScriptedModel, url: str, world: World, alerts: list[Any]) -> tl.Run:
-    with tl.open_store(url) as store:
+def run_once(
+    model: ScriptedModel,
+    url: str,
+    world: World,
+    alerts: list[Any],
+    before_commit: Callable[[Sequence[Op]], None] | None = None,
+) -> tl.Run:
+    """One agent run on the store at ``url`` (``before_commit``: called with each commit's
+    writes before the store is sent them)."""
+    with tl.open_store(url) as opened:
+        store = opened
+        if before_commit is not None:
+            store, spy = spy_store(opened)
+            spy.before_commit = before_commit
         agent = tl.Agent(
             client=model.client(),
             model="claude-test",
@@ -340,33 +354,30 @@ def run_once(model: ScriptedModel, url: str, world: World, alerts: list[Any]) ->
             world.fault.disarm()
 
 
-def test_a_fault_before_the_intent_runs_nothing_and_says_so(
-    setup: Setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The fault strikes right after checkpoint A (the agent's own named crash point), so the
-    unsafe call's intent cannot be written and the call does not run. The run then stops with a
-    StoreError, or — when checkpoint B still gets through (an append on a full disk that needs no
-    new block, a directory that is read-only but a file that is not) — the model is told in so
-    many words that the call did not run and is safe to retry. Either way, once the store is back
-    the call has run at most once, and if it has not run the model knows."""
-    import toolledger._crash
-
+def test_a_fault_before_the_intent_runs_nothing_and_says_so(setup: Setup, tmp_path: Path) -> None:
+    """The fault strikes right before the commit that holds the unsafe call's intent — its own,
+    or checkpoint A's, which carries the intent of a turn's one call — so the intent cannot be
+    written and the call does not run. The run then stops with a StoreError, or — when
+    checkpoint B still gets through (an append on a full disk that needs no new block, a
+    directory that is read-only but a file that is not) — the model is told in so many words
+    that the call did not run and is safe to retry. Either way, once the store is back the call
+    has run at most once, and if it has not run the model knows."""
     world = World(tmp_path / "tickets", setup.fault)
 
-    def trip(point: str) -> None:
-        if point == "after_checkpoint_a" and world.trip_in == "checkpoint_a":
+    def trip(ops: Sequence[Op]) -> None:
+        intent = any(isinstance(op, InsertEffect) for op in ops)
+        if intent and world.trip_in == "intent":
             world.trip_in = None  # once
             world.fault.arm()
 
-    monkeypatch.setattr(toolledger._crash, "watchers", [trip])
     script = [Reply(tool_uses=[ToolUse("create_ticket", {"title": "Outage"})]), Reply(text="ok")]
     alerts: list[tl.LedgerWriteError] = []
     errors: list[tl.StoreError] = []
     with ScriptedModel(script) as model:
-        world.trip_in = "checkpoint_a"
+        world.trip_in = "intent"
         for _ in range(2):
             try:
-                run = run_once(model, setup.url, world, alerts)
+                run = run_once(model, setup.url, world, alerts, before_commit=trip)
                 break
             except tl.StoreError as exc:
                 errors.append(exc)

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-import toolledger._crash
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 from ..conftest import with_params
@@ -28,7 +27,7 @@ pytestmark = pytest.mark.postgres
 
 
 def test_a_session_resumes_once_the_partition_heals(
-    postgres_url: str, postgres_schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    postgres_url: str, postgres_schema: str, tmp_path: Path
 ) -> None:
     tickets = tmp_path / "tickets"
     tickets.mkdir()
@@ -40,7 +39,17 @@ def test_a_session_resumes_once_the_partition_heals(
         return {"ticket": ctx.tool_use_id}
 
     script = [Reply(tool_uses=[ToolUse("create_ticket", {"title": "Outage"})]), Reply(text="ok")]
-    with running_proxy() as proxy, ScriptedModel(script) as model:
+
+    class Partitioning(ScriptedModel):
+        """Cuts the network as it answers with the call: the next COMMIT is checkpoint A's,
+        which carries the call's intent (on the general path, A alone)."""
+
+        def reply(self, path: str, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
+            if reply.tool_uses and not proxy.fired:
+                proxy.arm(Fault.BLACK_HOLE, on=COMMIT)  # that COMMIT never arrives
+            return super().reply(path, reply, body)
+
+    with running_proxy() as proxy, Partitioning(script) as model:
         url = with_params(
             proxy.url(postgres_url),
             schema=postgres_schema,
@@ -54,11 +63,6 @@ def test_a_session_resumes_once_the_partition_heals(
                 client=model.client(), model="m", tools=[create_ticket], store=store, lease_ttl=1.5
             )
 
-        def partition_at_the_intent(point: str) -> None:
-            if point == "after_checkpoint_a" and not proxy.fired:
-                proxy.arm(Fault.BLACK_HOLE, on=COMMIT)  # the intent's COMMIT never arrives
-
-        monkeypatch.setattr(toolledger._crash, "watchers", [partition_at_the_intent])
         store = tl.open_store(url)
         with pytest.raises(tl.StoreError):
             agent(store).run(session="s", prompt="Checkout is down.")

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import pytest
 
+from toolledger import _switches as switches
 from toolledger._harness.simulation import (
     EVERYTHING,
     EVERYWHERE,
@@ -87,17 +88,28 @@ def test_a_boot_clock_deadline_is_never_judged_passed_early() -> None:
     assert sim.violations == []
 
 
+@pytest.fixture
+def general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seeds found before a turn's one call wrote its intent in checkpoint A's commit: with one
+    commit less a turn, the same seed draws its faults elsewhere. They replay on the general
+    path, which writes A alone, as the code they were found on did (``TOOLLEDGER_GENERAL_PATH``;
+    the fixes they pin hold on both paths, and tests of their own check each)."""
+    monkeypatch.setattr(switches, "STRAIGHT", False)
+
+
+@pytest.mark.usefixtures("general_path")
 def test_a_late_outcome_whose_record_cannot_be_read_is_alerted() -> None:
     """220865: a worker paused past its deadline woke and made its effect after a person had
     settled the call and a second attempt had run it; its outcome's compare-and-set was
     refused, and the read that would add the outcome to the record's history met a partition.
     The read's error ended the run: the effect was neither recorded nor alerted. The outcome
-    is now alerted when the record cannot be read (``engine._late``)."""
+    is now alerted when the record cannot be read (``engine._late``; tests/test_overlap.py)."""
     sim = simulate(220_865, EVERYTHING)
     assert sim.violations == []
     assert ("LedgerWriteError", "s5", "toolu_s5_0_12") in sim.alerts
 
 
+@pytest.mark.usefixtures("general_path")
 def test_a_forced_resolution_on_a_branch_excuses_what_it_overrode() -> None:
     """202600: a person forced "not happened" on a branch's copy of its lineage's call while the
     branch's attempt still ran (``resolve --force``), and approved it again; the call ran twice,

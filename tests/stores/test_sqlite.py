@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger import _switches as switches
 from toolledger.ops import (
     AbandonMessages,
     AppendMessages,
@@ -263,9 +264,11 @@ def _rows(db: Path, table: str) -> int:
 
 
 def test_an_agent_turn_carries_its_fence_in_the_writes_it_makes(tmp_path: Path) -> None:
-    """Checkpoint A, the intent and outcome + checkpoint B: ten statements. The fence is a
-    condition of the session's update and of the intent's insert (no UPDATE of the lease while
-    it is young), and the intent, one statement, is a transaction of its own."""
+    """Checkpoint A with the intent, then the outcome with checkpoint B: ten statements in two
+    transactions. The fence is a condition of the session's update (no UPDATE of the lease while
+    it is young), which A's transaction holds the intent's insert behind. On the general path
+    (``TOOLLEDGER_GENERAL_PATH=1``) the intent, one statement with the fence as its condition,
+    is a transaction of its own after A."""
     runs: list[str] = []
 
     with tl.open_store(f"sqlite:///{tmp_path / 'a.db'}") as store:
@@ -285,12 +288,16 @@ def test_an_agent_turn_carries_its_fence_in_the_writes_it_makes(tmp_path: Path) 
     kinds = [_kind(s) for s in seen]
     models = [n for n, k in enumerate(kinds) if k == "model"]
     for start, end in itertools.pairwise(models):
+        a_and_intent = (
+            ["INSERT effects", "COMMIT"]  # the intent, in A's transaction
+            if switches.STRAIGHT
+            else ["COMMIT", "INSERT effects+fence"]  # the intent, in autocommit
+        )
         assert kinds[start + 1 : end] == [
             "BEGIN",  # A
             "INSERT messages",
             "UPDATE sessions+fence",
-            "COMMIT",
-            "INSERT effects+fence",  # the intent, in autocommit
+            *a_and_intent,
             "tool",
             "BEGIN",  # outcome + B
             "UPDATE effects",

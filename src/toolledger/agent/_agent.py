@@ -4,13 +4,16 @@ One turn, and what is durable when:
 
 1. call the model;
 2. **checkpoint A** — the assistant message (and so its tool_use ids, which exist only in this
-   response) and the turn's counters, in one transaction. A crash before it loses nothing that
-   matters: no tool ran, and the model is simply asked again;
+   response) and the turn's counters, in one transaction — with the intent of the turn's call
+   when it is the common one (``toolledger.engine._straight``). A crash before it loses nothing
+   that matters: no tool ran, and the model is simply asked again;
 3. ``run_tool_uses`` — intents before unsafe tools, outcomes the instant they return;
 4. **checkpoint B** — the tool_result message, in the same transaction as the turn's last outcome.
 
-So a turn with one non-idempotent call costs 3 durable writes (A, intent, outcome+B) and a turn
-whose calls are safe to re-run costs 2 (A, outcome+B); the final turn, with no tool call, costs 1.
+So a turn with one call costs 2 durable writes (A with its intent, or A alone for a call safe to
+re-run; then its outcome with B); a turn with several calls, or whose call must be asked about or
+read first, costs one more for A alone, then one per intent; the final turn, with no tool call,
+costs 1. (``TOOLLEDGER_GENERAL_PATH=1``: A is always written alone.)
 
 Resuming reads the transcript: a last assistant message with tool_use blocks is a turn whose tools
 are *pending*. They go through the ledger again — recorded ones answer from it, never-started
@@ -45,7 +48,7 @@ from ..engine._drivers import (
     drive,
     refuse_async_in_loop,
 )
-from ..engine._outcomes import Batch, CallOutcome
+from ..engine._outcomes import Batch, CallOutcome, ahead
 from ..engine._runner import process_batch
 from ..errors import ConfigurationError, LedgerWriteError, ModelCallError, SessionConflictError
 from ..ops import Op, PutSession
@@ -260,16 +263,20 @@ class Agent:
             return self._finish(s, alerts)
 
         calls_left = self.max_turns
+        head: list[Op] = []  # checkpoint A of the model's last answer, while not yet written
         while True:
             last = s.messages[-1]
             if last.role == "assistant":
                 if s.calls is None:
                     s.calls = self.provider.tool_calls(last)
                 if not s.calls:
+                    if head:
+                        yield from ahead(head)
                     if s.state.status is not RunStatus.COMPLETED:
                         s = yield from self._set_status(s, RunStatus.COMPLETED, None)
                     return finish(s)
-                s, stop = yield from self._run_tools(s, alerts, token)
+                s, stop = yield from self._run_tools(s, alerts, token, head)
+                head = []
                 if stop:
                     return finish(s)
                 continue
@@ -278,11 +285,14 @@ class Agent:
                 s = yield from self._set_status(s, RunStatus.MAX_TURNS, reason)
                 return finish(s)
             calls_left -= 1
-            s = yield from self._call_model(s, on_text)
+            s, head = yield from self._call_model(s, on_text)
 
     def _call_model(
         self, s: Session, on_text: Callable[[str], object] | None = None
-    ) -> Generator[Request, Any, Session]:
+    ) -> Generator[Request, Any, tuple[Session, list[Op]]]:
+        """The model's next answer: the session with it, and checkpoint A — the writes that make
+        it durable before any of its calls runs (``_run_tools``: with the first call's intent,
+        when it can carry them)."""
         sent, wire = wire_for(self.provider, s.messages, s.wire)
         kwargs = self.provider.request(
             model=self.model,
@@ -319,16 +329,14 @@ class Agent:
         telemetry.model_done(span, input_tokens=turn.input_tokens, output_tokens=turn.output_tokens)
         # Checkpoint A: the tool_use ids exist only in this response; they are durable before
         # any tool runs.
-        after, ops = turn_start(self.provider, s, turn, self.store.clock(), wire)
-        yield from commit_or_raise(ops)
-        crash_point("after_checkpoint_a")
-        return after
+        return turn_start(self.provider, s, turn, self.store.clock(), wire)
 
     def _run_tools(
-        self, s: Session, alerts: list[LedgerWriteError], token: int
+        self, s: Session, alerts: list[LedgerWriteError], token: int, head: list[Op]
     ) -> Generator[Request, Any, tuple[Session, bool]]:
-        """Run (or reconcile) the pending calls of the last assistant message; commit
-        checkpoint B with the last outcome. Returns the session and whether to stop."""
+        """Run (or reconcile) the pending calls of the last assistant message, after (or with)
+        checkpoint A when ``head`` holds it; commit checkpoint B with the last outcome. Returns
+        the session and whether to stop."""
         last = s.messages[-1]
         calls = s.calls if s.calls is not None else self.provider.tool_calls(last)
         committed: list[Session] = []
@@ -346,6 +354,7 @@ class Agent:
             can_ask=self.approve is not None,
             tail=checkpoint_b,
             lease_token=token,
+            head=head,
         )
         alerts.extend(batch.alerts)
         in_doubt_calls(self.on_in_doubt, s.state.session_id, batch.outcomes)

@@ -44,6 +44,7 @@ __all__ = [
     "intent_of",
     "ran",
     "run",
+    "unsent",
 ]
 
 logger = logging.getLogger("toolledger")
@@ -314,6 +315,35 @@ def intent_of(
     )
 
 
+def unsent(
+    error: BaseException,
+    intent: EffectRecord,
+    *,
+    key: tuple[str, str, str],
+    env: Env,
+    buf: Buffer,
+) -> Generator[Request, Any, None]:
+    """The commit of ``intent`` failed with ``error``, and the tool will not run: the attempt
+    is over here (a corrupt ledger raises at once)."""
+    if isinstance(error, CorruptLedgerError):
+        release(env, key, buf)
+        raise error
+    if isinstance(error, StoreError) and error.outcome_unknown:
+        # The intent may be in the store, and the tool will not run: have it say so (not
+        # happened) once the store answers again — exactly this intent, no other.
+        buf.flights.remove(key)
+        never = replace(
+            intent,
+            status=Status.NOT_HAPPENED,
+            error="its worker did not run it: the commit of its intent went unconfirmed",
+            updated_at=env.clock(),
+        )
+        op = UpdateEffect(never, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
+        yield Remember([op], [key])
+    else:
+        release(env, key, buf)
+
+
 def after_intent(
     flushed: Flushed,
     call: ToolCall,
@@ -327,23 +357,7 @@ def after_intent(
     """The commit of ``intent`` (registered in flight as ``key``) answered ``flushed``: the
     intent, durable, or the call's answer when it must not run."""
     if flushed.error is not None:
-        if isinstance(flushed.error, CorruptLedgerError):
-            release(env, key, buf)
-            raise flushed.error
-        if isinstance(flushed.error, StoreError) and flushed.error.outcome_unknown:
-            # The intent may be in the store, and the tool will not run: have it say so
-            # (not happened) once the store answers again — exactly this intent, no other.
-            buf.flights.remove(key)
-            never = replace(
-                intent,
-                status=Status.NOT_HAPPENED,
-                error="its worker did not run it: the commit of its intent went unconfirmed",
-                updated_at=env.clock(),
-            )
-            op = UpdateEffect(never, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
-            yield Remember([op], [key])
-        else:
-            release(env, key, buf)
+        yield from unsent(flushed.error, intent, key=key, env=env, buf=buf)
         if isinstance(flushed.error, LeaseLostError):
             raise flushed.error  # taken over: this worker goes no further
         if record is None:

@@ -195,6 +195,7 @@ class Buffered:
 class Buffer:
     items: list[Buffered] = field(default_factory=list)
     flights: list[tuple[str, str, str]] = field(default_factory=list)  # registered by us
+    kept: set[str] = field(default_factory=set)  # calls whose outcomes the background writer keeps
 
     @property
     def urgent(self) -> bool:

@@ -53,13 +53,26 @@ def intent_failed_message(tool: str, exc: BaseException) -> str:
     )
 
 
-def held_back(session_id: str, url: str, unwritten: list[str]) -> StoreUnavailableError:
-    """Why a batch's checkpoint was not written: outcomes of it that could not be."""
+def held_back(
+    session_id: str, url: str, unwritten: list[str], kept: set[str]
+) -> StoreUnavailableError:
+    """Why a batch's checkpoint was not written: outcomes of it that could not be (``kept``: the
+    calls whose outcomes this process keeps trying to write)."""
+    trying = [tid for tid in unwritten if tid in kept]
+    told = [tid for tid in unwritten if tid not in kept]
+    why = []
+    if trying:
+        why.append(f"this process keeps trying to write that of {', '.join(trying)}")
+    if told:
+        why.append(
+            f"that of {', '.join(told)} is not retried: its record had moved on and could not "
+            "be read, and a person must look"
+        )
     return StoreUnavailableError(
         f"the outcome of {', '.join(unwritten)} in session {session_id!r} could not be "
-        "written (the store failed; this process keeps trying, and an alert was raised), so the "
-        "checkpoint that would report it to the model was not written either. Run the session "
-        "again: it answers from the ledger once the write lands, or finds the call in doubt.",
+        f"written (the store failed; {'; '.join(why)}; an alert was raised), so the checkpoint "
+        "that would report it to the model was not written either. Run the session again: it "
+        "answers from the ledger once the write lands, or finds the call in doubt.",
         url=url,
         session_id=session_id,
     )

@@ -27,7 +27,7 @@ record needs.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -48,6 +48,7 @@ __all__ = [
     "Disposition",
     "Env",
     "Flushed",
+    "ahead",
     "flush",
     "release",
     "write",
@@ -117,6 +118,15 @@ def _alone(
     return failed
 
 
+def ahead(head: Sequence[Op]) -> Generator[Request, Any, None]:
+    """Commit checkpoint A (``head``) on its own, reconciled: the agent's turn, when its first
+    call cannot carry it (``toolledger.engine._straight``). A failure raises: nothing ran."""
+    answer = yield from commit(list(head))
+    if isinstance(answer, Failure):
+        raise answer.exc
+    crash_point("after_checkpoint_a")
+
+
 def flush(
     buf: Buffer, env: Env, extra: list[Op], answered: list[bool] | Failure | None = None
 ) -> Generator[Request, Any, Flushed]:
@@ -157,6 +167,7 @@ def flush(
             keys = [i.closes for i in held if i.closes is not None]
             for key in keys:
                 buf.flights.remove(key)  # ours no more: the background writer releases them
+                buf.kept.add(key[2])
             yield Remember([i.op for i in held], keys)
     for item, ok in zip(items, applied, strict=True):
         if item.closes is not None and item not in held:

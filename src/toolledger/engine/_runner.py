@@ -23,16 +23,16 @@ from dataclasses import replace
 from typing import Any, assert_never
 
 from .. import _switches as switches
-from ..codec import content_of
 from ..errors import EffectInProgressError, LedgerMismatchError
-from ..ops import Op, PutApproval
-from ..records import ApprovalStatus, EffectRecord, Status, ToolCall
+from ..ops import Op
+from ..records import EffectRecord, Status, ToolCall
 from ..stores.store import Ledger
 from ..tools import InputError, ToolSet
+from . import _answers as answers
 from . import _decide as decide
 from . import _straight as straight
 from . import _telemetry as telemetry
-from ._attempt import Again, attempt_of, context, created_of, encode, run
+from ._attempt import Again, context, run
 from ._claims import before_making, claims, take_over, to_claim
 from ._copies import defer
 from ._drivers import (
@@ -42,9 +42,20 @@ from ._drivers import (
     ReadEffects,
     Request,
 )
-from ._gate import ApprovalRequest, Decision
+from ._gate import Decision
 from ._messages import held_back
-from ._outcomes import Batch, Buffer, Buffered, CallOutcome, Disposition, Env, flush, release, write
+from ._outcomes import (
+    Batch,
+    Buffer,
+    Buffered,
+    CallOutcome,
+    Disposition,
+    Env,
+    ahead,
+    flush,
+    release,
+    write,
+)
 from ._started import settled_or_over
 
 __all__ = ["Disposition", "process_batch"]
@@ -59,11 +70,16 @@ def _process(
     calls: list[ToolCall],
     env: Env,
     tail: Callable[[list[CallOutcome]], Sequence[Op]] | None,
+    head: Sequence[Op],
 ) -> _Gen:
     # One call alone may write first (``_decide``): its insert-if-absent intent is refused by a
     # record already there, which is read then. Several are read together before anything runs,
-    # so that rule 7 holds for the whole message.
+    # so that rule 7 holds for the whole message. Checkpoint A (``head``) rides in the common
+    # call's intent (``_straight``); any other batch commits it first.
     unread = len(calls) == 1
+    common = straight.plan(calls[0], env) if unread and switches.STRAIGHT else None
+    if head and common is None:
+        yield from ahead(head)
     found: dict[str, EffectRecord] = (
         {} if unread else (yield ReadEffects([c.tool_use_id for c in calls]))
     )
@@ -76,9 +92,9 @@ def _process(
         outcomes: list[CallOutcome] = []
         for call in calls:
             try:
-                outcomes.append(
-                    (yield from _one(call, found.get(call.tool_use_id), env, buf, unread))
-                )
+                record = found.get(call.tool_use_id)
+                done = yield from _one(call, record, env, buf, unread, common=common, head=head)
+                outcomes.append(done)
             except Exception:
                 # A later call of the message raised (the store went away while it was being
                 # decided, another attempt holds it): the outcomes of the calls that already
@@ -92,14 +108,15 @@ def _process(
             if o.alert is not None and o.alert.cause is not None
         ]
         if tail is not None and unwritten:
-            # An outcome whose write failed earlier in this batch (the store failed; this process
-            # keeps trying) is not in the ledger yet: a checkpoint reporting it would be a
+            # An outcome whose write failed earlier in this batch (the store failed) is not in
+            # the ledger yet: a checkpoint reporting it would be a
             # transcript claiming a success its ledger lacks, for good if this process dies
             # first. The checkpoint waits; the next run answers from the ledger once the write
             # lands, or finds the call in doubt.
             if buf.items:
                 yield from flush(buf, env, [])
-            return Batch(outcomes, commit_error=held_back(env.session_id, env.url, unwritten))
+            refused = held_back(env.session_id, env.url, unwritten, buf.kept)
+            return Batch(outcomes, commit_error=refused)
         extra = list(tail(outcomes)) if tail is not None else []
         error = None
         if buf.items or extra:
@@ -127,20 +144,27 @@ def _same_call(record: EffectRecord, call: ToolCall, env: Env) -> None:
 
 
 def _one(
-    call: ToolCall, record: EffectRecord | None, env: Env, buf: Buffer, unread: bool
+    call: ToolCall,
+    record: EffectRecord | None,
+    env: Env,
+    buf: Buffer,
+    unread: bool,
+    *,
+    common: straight.Plan | None,
+    head: Sequence[Op],
 ) -> Generator[Request, Any, CallOutcome]:
-    """``unread``: the call's record was not read (it may exist). The call's span (when
-    tracing) is current while it is decided and run."""
+    """``unread``: the call's record was not read (it may exist). ``common``: it takes the
+    straight path, with checkpoint A (``head``). The call's span (when tracing) is current
+    while it is decided and run."""
     tool = env.tools.get(call.name)
     effect = None if tool is None else tool.effect.value
     span = telemetry.tool_span(env.session_id, call, effect)
     token = telemetry.enter(span)
     try:
-        common = straight.plan(call, env) if unread and switches.STRAIGHT else None
         if common is None:
             outcome = yield from _settle(call, record, env, buf, unread)
         else:  # the common call (``toolledger.engine._straight``)
-            done = yield from straight.call(common, env, buf)
+            done = yield from straight.call(common, env, buf, head)
             if isinstance(done, Again):  # its intent met a record: decided from it
                 _same_call(done.record, call, env)
                 done = yield from _settle(call, done.record, env, buf, False, tried=1)
@@ -276,7 +300,7 @@ def _steps(
                     )
                 )
             case decide.Replay():
-                return _replayed(call, action.record)
+                return answers.replayed(call, action.record)
             case decide.Reject():
                 return CallOutcome(call, Disposition.REJECTED, action.message, is_error=True)
             case decide.Unresolved():
@@ -286,19 +310,19 @@ def _steps(
                     call, Disposition.AWAITING_APPROVAL, action.message, is_error=True
                 )
             case decide.Decline():
-                denied = _denied(env, call, record, action.message)
+                denied = answers.denied(env, call, record, action.message)
                 # Recorded so it is not asked again; losing it would only mean asking again.
                 buf.items.append(Buffered(write(denied, record), urgent=False, outcome=None))
                 return CallOutcome(call, Disposition.DECLINED, action.message, is_error=True)
             case decide.Found():
                 assert record is not None
-                return _found(call, answer, record, env, buf)
+                return answers.found(call, answer, record, env, buf)
             case decide.Ask():
                 if buf.urgent:
                     yield from flush(buf, env, [])  # a person may take minutes: nothing waits
-                decision: Decision = yield Ask(_request(call, record, action, env))
+                decision: Decision = yield Ask(answers.request(call, record, action, env))
                 if not decision.pending:
-                    consume = _consume(env, decision)
+                    consume = answers.consume(env, decision)
                 facts = replace(facts, approval=decision)
             case decide.Check():
                 assert tool is not None and record is not None
@@ -319,67 +343,6 @@ def _steps(
 _RESTARTS = 5
 
 
-def _request(
-    call: ToolCall, record: EffectRecord | None, ask: decide.Ask, env: Env
-) -> ApprovalRequest:
-    return ApprovalRequest(
-        session_id=env.session_id,
-        tool_use_id=call.tool_use_id,
-        tool=call.name,
-        input=call.input,
-        in_doubt=ask.in_doubt,
-        reason=ask.reason,
-        input_hash=call.input_hash,
-        attempt=attempt_of(record),
-        ledger=env.ledger,
-    )
-
-
-def _found(call: ToolCall, answer: Any, record: EffectRecord, env: Env, buf: Buffer) -> CallOutcome:
-    """The in-doubt call's check found its effect: it succeeded, with the check's answer."""
-    encoded = encode(answer, env, call)
-    done = replace(
-        record,
-        status=Status.SUCCEEDED,
-        result=encoded.stored,
-        error="in doubt; its check found the effect",
-        updated_at=env.clock(),
-    )
-    outcome = CallOutcome(call, Disposition.EXECUTED, encoded.content, is_error=False)
-    buf.items.append(Buffered(write(done, record), urgent=False, outcome=outcome, must_land=True))
-    return outcome
-
-
-def _consume(env: Env, decision: Decision) -> Op | None:
-    """The write that uses up a persisted approval: it rides in the commit that records what the
-    decision allowed (the intent), so an approval is never used without it, nor twice."""
-    approval = decision.approval
-    if approval is None or approval.status is not ApprovalStatus.APPROVED:
-        return None  # a denial is not used up: it stands (and is recorded with the call)
-    used = approval.consumed(at=env.clock())
-    return PutApproval(used, expect_status=approval.status)
-
-
-def _denied(env: Env, call: ToolCall, record: EffectRecord | None, message: str) -> EffectRecord:
-    return env.record(
-        call,
-        status=Status.DENIED,
-        attempt=attempt_of(record),
-        created_at=created_of(record),
-        error=message,
-        history=record.history if record is not None else (),
-        replaces=record,
-    )
-
-
-def _replayed(call: ToolCall, record: EffectRecord) -> CallOutcome:
-    if record.status is Status.SUCCEEDED and record.result is not None:
-        return CallOutcome(call, Disposition.REPLAYED, content_of(record.result), is_error=False)
-    return CallOutcome(
-        call, Disposition.REPLAYED, record.error or f"{record.status.value}", is_error=True
-    )
-
-
 # -- public entry points -----------------------------------------------------------------------
 
 
@@ -392,9 +355,11 @@ def process_batch(
     tail: Callable[[list[CallOutcome]], Sequence[Op]] | None = None,
     wait: float = 0.0,
     lease_token: int | None = None,
+    head: Sequence[Op] = (),
 ) -> _Gen:
-    """The generator behind ``run_tool_uses``. The agent drives it with a ``tail`` (the
-    checkpoint that commits together with the batch's last outcome) and its ``lease_token`` (so
-    its intents say which lease they ran under)."""
+    """The generator behind ``run_tool_uses``. The agent drives it with a ``head`` and a
+    ``tail`` (its checkpoints A and B, committed with the batch's first intent — or before
+    anything runs — and with its last outcome) and its ``lease_token`` (so its intents say
+    which lease they ran under)."""
     env = Env(tools=tools, ledger=ledger, can_ask=can_ask, wait=wait, lease_token=lease_token)
-    return _process(calls, env, tail)
+    return _process(calls, env, tail, head)

@@ -16,7 +16,7 @@ general path: the test suites run both (docs/architecture.md).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +25,10 @@ from ..ops import InsertEffect, Op
 from ..records import ToolCall
 from ..tools import InputError, Tool
 from . import _decide as decide
-from ._attempt import Again, after_intent, context, intent_of, ran
+from ._attempt import Again, after_intent, context, intent_of, ran, unsent
 from ._claims import to_claim
 from ._drivers import Commit, Invoke, Request
-from ._outcomes import Buffer, CallOutcome, Env, flush
+from ._outcomes import Buffer, CallOutcome, Env, Flushed, flush
 
 __all__ = ["Plan", "call", "plan"]
 
@@ -64,9 +64,16 @@ def plan(call: ToolCall, env: Env) -> Plan | None:
     return Plan(call, tool, kwargs, action)
 
 
-def call(p: Plan, env: Env, buf: Buffer) -> Generator[Request, Any, CallOutcome | Again]:
+def call(
+    p: Plan, env: Env, buf: Buffer, head: Sequence[Op] = ()
+) -> Generator[Request, Any, CallOutcome | Again]:
     """Run the planned call: its outcome (its write buffered), or ``Again`` with the record its
-    intent met — the general path decides from there."""
+    intent met — the general path decides from there.
+
+    ``head``: the agent's checkpoint A, not yet written. The intent rides in its commit — one
+    durable write instead of two, and no instant at which one is durable without the other —
+    and if that commit fails, the error is raised as checkpoint A's (``_outcomes.ahead``):
+    nothing ran, and nothing of the turn is durable."""
     call, tool, action = p.call, p.tool, p.action
     runtime = env.ledger.store.runtime
     approved_by = action.approved_by
@@ -75,12 +82,20 @@ def call(p: Plan, env: Env, buf: Buffer) -> Generator[Request, Any, CallOutcome 
     intent = intent_of(call, tool, None, attempt=1, history=(), approved_by=approved_by, env=env)
     runtime.in_flight.add(key)  # in flight before the intent is durable (``_attempt._intend``)
     buf.flights.append(key)
-    sent: list[Op] = [InsertEffect(intent)]
+    sent: list[Op] = [*head, InsertEffect(intent)]
     answer = yield Commit(sent)
-    if type(answer) is list and answer[0]:
+    if type(answer) is list and answer[-1]:  # a guard (checkpoint A) that fails raises
+        if head:
+            crash_point("after_checkpoint_a")
         crash_point("after_intent")
     else:
         flushed = yield from flush(buf, env, sent, answered=answer)
+        if head:
+            if flushed.error is not None:
+                yield from unsent(flushed.error, intent, key=key, env=env, buf=buf)
+                raise flushed.error
+            crash_point("after_checkpoint_a")
+            flushed = Flushed(None, flushed.extra_applied[len(head) :])
         done = yield from after_intent(
             flushed, call, intent, record=None, key=key, env=env, buf=buf
         )
