@@ -363,7 +363,7 @@ def test_an_agent_turn_is_the_same_on_both_paths(
             result = agent.run(session="s", prompt="open a ticket")
             return result.final_text, [m.content for m in store.messages("s")], model.requests
 
-    on, off = _both(kind, tmp_path, turn, monkeypatch, folds=1)
+    on, _ = _both(kind, tmp_path, turn, monkeypatch, folds=1)
     assert on.took_straight == 1
     assert len(on.ran) == 1 and on.answer[0] == "done"
     held = [c for c in on.commits if ("AppendMessages",) in c and c[-1][0] == "insert"]
