@@ -84,6 +84,9 @@ MAX_NESTING = 200
 tool needs it, and Python's recursive encoders would fail on it with a raw ``RecursionError``."""
 
 
+_CONTAINERS = (dict, list, tuple)  # a tuple: ``dict | list | tuple`` is built at every call
+
+
 def nesting(value: Any, limit: int = MAX_NESTING) -> int:
     """How deeply lists and dicts nest in ``value`` (0 for a scalar), counted without
     recursion; stops counting past ``limit``."""
@@ -91,7 +94,7 @@ def nesting(value: Any, limit: int = MAX_NESTING) -> int:
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict | list | tuple):
+        if isinstance(item, _CONTAINERS):
             depth += 1
             deepest = max(deepest, depth)
             if depth > limit:

@@ -342,3 +342,35 @@ def test_a_rewind_commits_in_one_round_trip(store: tl.Store, wire: Wire) -> None
     assert backend.read_messages("s") == [*messages[:2], again]
     assert backend.read_abandoned("s") == {1: list(messages[2:])}
     assert backend.read_effects("s") == {}
+
+
+def test_an_agent_turn_is_two_round_trips_beyond_the_model_call(
+    store: tl.Store, wire: Wire
+) -> None:
+    """A turn whose one call writes its intent: checkpoint A with the intent, then the outcome
+    with checkpoint B — two round trips, nothing read. Counted over a 10-turn and a 20-turn run
+    in new sessions (what a run opens and closes with cancels out); on the general path
+    (``TOOLLEDGER_GENERAL_PATH=1``) A is written alone, a third."""
+    from toolledger import _switches as switches
+    from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+
+    sent: list[str] = []
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        sent.append(to)
+        return "sent"
+
+    def run(turns: int) -> int:
+        script = [Reply(tool_uses=[ToolUse("send", {"to": str(n)})]) for n in range(turns)]
+        with ScriptedModel([*script, Reply(text="done")]) as model:
+            agent = tl.Agent(
+                client=model.client(), model="m", tools=[send], store=store, max_turns=turns + 1
+            )
+            count, done = wire.run(pg(store), lambda: agent.run(session=f"t{turns}", prompt="go"))
+        assert done.status is tl.RunStatus.COMPLETED and done.turns == turns + 1
+        return count
+
+    ten, twenty = run(10), run(20)
+    assert len(sent) == 30
+    assert (twenty - ten) / 10 == (2 if switches.STRAIGHT else 3)

@@ -109,10 +109,9 @@ def _process(
         ]
         if tail is not None and unwritten:
             # An outcome whose write failed earlier in this batch (the store failed) is not in
-            # the ledger yet: a checkpoint reporting it would be a
-            # transcript claiming a success its ledger lacks, for good if this process dies
-            # first. The checkpoint waits; the next run answers from the ledger once the write
-            # lands, or finds the call in doubt.
+            # the ledger yet: a checkpoint reporting it would be a transcript claiming a success
+            # its ledger lacks, for good if this process dies first. The checkpoint waits; the
+            # next run answers from the ledger once the write lands, or finds the call in doubt.
             if buf.items:
                 yield from flush(buf, env, [])
             refused = held_back(env.session_id, env.url, unwritten, buf.kept)
