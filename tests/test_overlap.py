@@ -311,6 +311,54 @@ def test_a_checkpoint_held_back_for_an_unreadable_late_outcome_says_it_is_not_re
         assert len(model.requests) == 1, "the model was not told a result the ledger lacks"
 
 
+@pytest.mark.parametrize("store_kind", ["sqlite", "memory"], indirect=True)
+def test_a_kept_outcome_refused_because_a_person_settled_the_call_is_kept_in_its_record(
+    store: tl.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The call's outcome could not be written (the store failed): this process keeps it and
+    retries in the background. Meanwhile a person forces the call "not happened". When the store
+    takes writes again, the kept outcome is refused — its record moved on — and it is kept in
+    the record as the run keeps a late outcome: the record says it happened (with the person's
+    word beside it), so no resume runs it again, and a person is alerted."""
+    counter = Counter()
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        counter.hit("send")
+        return f"sent to {to}"
+
+    spy = SpyBackend(store.backend, fail_when=lambda ops: down and _writes_success(ops))  # type: ignore[arg-type]
+    worker_store = tl.Store(spy, clock=store.clock, worker_id=store.worker_id)
+    down = True
+    alerts: list[tl.LedgerWriteError] = []
+    block = tool_use("t", "send", to="a@b")
+    with caplog.at_level(logging.ERROR, logger="toolledger"):
+        (result,) = tl.run_tool_uses(
+            [block], [send], ledger=worker_store.ledger("s"), on_alert=alerts.append
+        )
+        assert result["content"] == "sent to a@b", "the model got the real result"
+        assert [a.tool_use_id for a in alerts] == ["t"]
+        ledger = store.ledger("s")
+        ledger.resolve("t", happened=False, by="ana", force=True)
+        down = False
+        deadline = time.monotonic() + 30  # the writer's first retry is a second after
+        while (record := ledger.get("t")) is not None and record.status is Status.NOT_HAPPENED:
+            assert time.monotonic() < deadline, "the kept outcome never reached its record"
+            time.sleep(0.05)
+    assert record is not None and record.status is Status.SUCCEEDED
+    assert record.result == '"sent to a@b"'
+    assert record.error is not None and "did not happen" in record.error
+    assert "then reported succeeded" in record.error
+    assert counter["send"] == 1
+    again = tl.run_tool_uses([block], [send], ledger=store.ledger("s"))
+    assert again[0]["content"] == "sent to a@b" and counter["send"] == 1, "not run again"
+    assert any("a person resolved it as not happened" in r.getMessage() for r in caplog.records)
+
+
+def _writes_success(ops: Any) -> bool:
+    return any(isinstance(op, UpdateEffect) and op.record.status is Status.SUCCEEDED for op in ops)
+
+
 def test_an_async_tool_is_cancelled_at_its_deadline_and_left_in_doubt(store: tl.Store) -> None:
     started = Counter()
 

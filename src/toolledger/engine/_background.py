@@ -163,6 +163,24 @@ class _Kept:
     keys: list[tuple[str, str, str]]
     due: float
     delay: float
+    moved: Callable[[int], None] | None = None
+
+
+def moved_on(store: Store, session_id: str, ops: list[Op], flags: list[bool]) -> list[int]:
+    """Which of a kept commit's ``ops`` were refused because their record moved on meanwhile:
+    outcomes not written — not a clean-up whose intent never landed, nor one whose first send
+    had landed after all."""
+    found: list[int] = []
+    for n, (op, ok) in enumerate(zip(ops, flags, strict=True)):
+        if ok or not isinstance(op, UpdateEffect) or op.record.status is Status.NOT_HAPPENED:
+            continue  # written; or a clean-up whose intent never landed: nothing to do
+        try:
+            now = store.ledger(session_id).get(op.record.tool_use_id)
+        except StoreError:
+            now = None
+        if not same_write(now, op.record):
+            found.append(n)
+    return found
 
 
 class Keeper:
@@ -174,11 +192,17 @@ class Keeper:
         self._thread: threading.Thread | None = None
 
     def keep(
-        self, store: Store, session_id: str, ops: list[Op], keys: list[tuple[str, str, str]]
+        self,
+        store: Store,
+        session_id: str,
+        ops: list[Op],
+        keys: list[tuple[str, str, str]],
+        moved: Callable[[int], None] | None = None,
     ) -> None:
         """Commit ``ops`` (unfenced) in the background; then release the calls ``keys`` held
-        in flight."""
-        job = _Kept(store, session_id, list(ops), list(keys), time.monotonic() + 1.0, 1.0)
+        in flight. ``moved``: called with the index of each outcome refused because its record
+        moved on meanwhile (``Remember.moved``)."""
+        job = _Kept(store, session_id, list(ops), list(keys), time.monotonic() + 1.0, 1.0, moved)
         store.before_close(partial(self.last_try, store))
         with self._cv:
             self._jobs.append(job)
@@ -240,15 +264,15 @@ class Keeper:
             logger.error("toolledger: a write kept for %r was refused: %s", job.session_id, exc)
         for key in job.keys:
             job.store.runtime.in_flight.discard(key)
-        for op, ok in zip(job.ops, flags, strict=True):
-            if ok or not isinstance(op, UpdateEffect) or op.record.status is Status.NOT_HAPPENED:
-                continue  # written; or a clean-up whose intent never landed: nothing to do
-            try:
-                now = job.store.ledger(job.session_id).get(op.record.tool_use_id)
-            except StoreError:
-                now = None
-            if same_write(now, op.record):
-                continue  # its first send had landed after all
+        for n in moved_on(job.store, job.session_id, job.ops, flags):
+            if job.moved is not None:
+                try:
+                    job.moved(n)  # kept in the record, as the run keeps a late outcome
+                    continue
+                except Exception as exc:
+                    logger.error("toolledger: keeping a late outcome failed: %s", exc)
+            op = job.ops[n]
+            assert isinstance(op, UpdateEffect)
             logger.error(
                 "toolledger: the outcome of %r (%s) in session %r could not be written: its "
                 "record moved on meanwhile. A person must check it.",

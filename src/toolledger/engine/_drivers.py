@@ -250,7 +250,7 @@ def _answer(request: Request, io: IOContext) -> Any:
         time.sleep(request.seconds)
         return None
     if isinstance(request, Remember):
-        keeper.keep(io.store, sid, request.ops, request.keys)
+        keeper.keep(io.store, sid, request.ops, request.keys, request.moved)
         return None
     if isinstance(request, Ask):
         answer = _call_sync(partial(io.approve, request.request))
@@ -337,7 +337,7 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
         await asyncio.sleep(request.seconds)
         return None
     if isinstance(request, Remember):
-        keeper.keep(io.store, sid, request.ops, request.keys)
+        keeper.keep(io.store, sid, request.ops, request.keys, request.moved)
         return None
     if isinstance(request, Ask):
         call = partial(io.approve, request.request)

@@ -15,7 +15,8 @@ from ..errors import LateOutcomeError, LedgerWriteError, StoreError
 from ..ops import InsertEffect, UpdateEffect
 from ..records import EffectRecord, PastAttempt, Status
 from ._batch import Buffered, Env
-from ._drivers import Alert, Failure, ReadEffects, Request
+from ._drivers import Alert, Failure, ReadEffects, Request, drive
+from ._io import IOContext
 from ._reconcile import commit
 
 __all__ = ["late", "write_failed"]
@@ -147,6 +148,15 @@ def late(item: Buffered, env: Env, *, finding: bool = False) -> Generator[Reques
             "world and resolve it.",
             cause,
         )
+
+
+def kept_late(items: list[Buffered], env: Env, n: int) -> None:
+    """The background writer's commit of ``items[n]``'s outcome — kept when the store failed —
+    was refused: its record moved on meanwhile (a person settled it, another attempt ran).
+    ``late`` does now what it does for an outcome refused at once: the record keeps it, and a
+    person is alerted (in the writer's thread, through the ``toolledger`` logger: the run that
+    made it has returned)."""
+    drive(late(items[n], env), IOContext(store=env.ledger.store, session_id=env.session_id))
 
 
 def _written_back(

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from .._crash import hit as crash_point
@@ -37,7 +38,7 @@ from ..ops import AppendMessages, Op, PutSession, UpdateEffect
 from ..records import Status
 from ._batch import Batch, Buffer, Buffered, CallOutcome, Disposition, Env, Flushed, release, write
 from ._drivers import Commit, Failure, Remember, Request
-from ._late import late, write_failed
+from ._late import kept_late, late, write_failed
 from ._reconcile import commit
 
 __all__ = [
@@ -168,7 +169,7 @@ def flush(
             for key in keys:
                 buf.flights.remove(key)  # ours no more: the background writer releases them
                 buf.kept.add(key[2])
-            yield Remember([i.op for i in held], keys)
+            yield Remember([i.op for i in held], keys, moved=partial(kept_late, held, env))
     for item, ok in zip(items, applied, strict=True):
         if item.closes is not None and item not in held:
             release(env, item.closes, buf)  # its outcome is written, or cannot be by us

@@ -110,6 +110,10 @@ class Remember:
 
     ops: list[Op]
     keys: list[tuple[str, str, str]]
+    moved: Callable[[int], None] | None = None
+    """Called in the background with the index of each outcome refused because its record
+    moved on meanwhile (a person settled it, another attempt ran): what the run does with an
+    outcome refused at once (``toolledger.engine._late``), done then."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ import contextlib
 from typing import Any
 
 from ...adapters.anthropic import pairing_errors
+from ...engine._background import moved_on
 from ...engine._drivers import (
     Alert,
     Ask,
@@ -219,18 +220,26 @@ class Requests(Truth):
                 return
             self._current = w
             try:
-                p.store.apply(sid, request.ops)
+                flags = p.store.apply(sid, request.ops)
             except StoreError:
+                self._current = None
                 self._keep(w, sid, request, min(delay * 2, 30.0))
                 return
             except SessionConflictError:
-                pass
+                flags = [False] * len(request.ops)
+            try:
+                p.kept -= 1
+                self.stats["kept_writes"] += 1
+                for key in request.keys:
+                    p.runtime.in_flight.discard(key)
+                # As the real writer does: an outcome refused because its record moved on is
+                # kept in the record (``Remember.moved``), its reads and writes the worker's own.
+                if request.moved is not None:
+                    for n in moved_on(p.store, sid, request.ops, flags):
+                        with contextlib.suppress(ToolLedgerError):
+                            request.moved(n)
             finally:
                 self._current = None
-            p.kept -= 1
-            self.stats["kept_writes"] += 1
-            for key in request.keys:
-                p.runtime.in_flight.discard(key)
 
         self._at(delay, again)
 
