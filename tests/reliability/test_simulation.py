@@ -122,6 +122,26 @@ def test_a_forced_resolution_on_a_branch_excuses_what_it_overrode() -> None:
     assert [e.attempt for e in sim.world.effects_of("s3/t2c0")] == [2, 3]
 
 
+@pytest.fixture
+def straight_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seed found with a turn's one call writing its intent in checkpoint A's commit: it
+    replays so whichever path the suite runs on."""
+    monkeypatch.setattr(switches, "STRAIGHT", True)
+
+
+@pytest.mark.usefixtures("straight_path")
+def test_a_forced_resolution_on_a_branch_excuses_a_high_impact_call_run_twice() -> None:
+    """313181: as 202600, for a high-impact call: a person forced "not happened" on a branch's
+    copy of its lineage's call while the branch's approved attempt still ran, and approved it
+    again; it ran twice, the late outcome alerted. The high-impact check looked for the force
+    only in the lineage's first session, where the call's key puts its effects, and called the
+    second run one without an approval."""
+    sim = simulate(313_181, EVERYTHING)
+    assert sim.violations == []
+    assert ("s5~f6", "toolu_s5_0_4") in sim.forced
+    assert [e.attempt for e in sim.world.effects_of("s5/t0c1")] == [1, 2]
+
+
 @pytest.mark.parametrize("seed", [90_032, 91_864])
 def test_branches_that_take_a_given_up_call_over_run_it_once(seed: int) -> None:
     """90032: a branch asked a person about a call, and two forks of it were made before it

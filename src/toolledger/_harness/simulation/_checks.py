@@ -13,6 +13,7 @@ from ...records import RunStatus, Status
 
 if TYPE_CHECKING:
     from ._engine import Simulation
+    from ._world import Effect
 
 __all__ = ["final_checks"]
 
@@ -94,12 +95,22 @@ def final_checks(sim: Simulation) -> None:
                 f"{effect.title}: attempt {effect.attempt}'s effect is neither recorded nor "
                 f"alerted ({found})"
             )
-    high_impact = Counter(
-        (e.title.split("/")[0], e.tool_use_id) for e in sim.world.effects if e.kind == "high_impact"
-    )
-    for key, n in high_impact.items():
-        if n > max(1, sim.approved[key]) and key not in sim.limit_cases and key not in sim.forced:
-            sim.violation(f"{key[0]}/{key[1]}: ran {n} times on {sim.approved[key]} approval(s)")
+    high_impact: dict[tuple[str, str], list[Effect]] = {}
+    for e in sim.world.effects:
+        if e.kind == "high_impact":
+            high_impact.setdefault((e.title.split("/")[0], e.tool_use_id), []).append(e)
+    for key, made in high_impact.items():
+        # A branch's copy of its lineage's call is resolved on the branch where its attempts
+        # ran: a force there (or a limit case) excuses a second run as one on the call's first
+        # session does (``Truth.forced_on``). Approvals still count on the first session only:
+        # two branches' approvals are not two runs' worth for one lineage's call.
+        tid = key[1]
+        sessions = {key[0]} | {sim.made_in.get(id(e), key[0]) for e in made}
+        overridden = any((where, tid) in sim.limit_cases | sim.forced for where in sessions)
+        if len(made) > max(1, sim.approved[key]) and not overridden:
+            sim.violation(
+                f"{key[0]}/{tid}: ran {len(made)} times on {sim.approved[key]} approval(s)"
+            )
     store = sim.operator.store
     excused = {k[1] for k in sim.limit_cases | sim.forced}
     for problem in verify(store):
