@@ -45,6 +45,9 @@ class ModelTurn:
     input_tokens: int
     output_tokens: int
     calls: list[ToolCall]
+    stored_as_is: bool = False
+    """The adapter made ``content`` storable itself (no lone surrogate, nothing nested too deep:
+    ``codec.valid_unicode``, ``codec.shallow``), so checkpoint A need not check it again."""
 
 
 @dataclass(frozen=True, slots=True)

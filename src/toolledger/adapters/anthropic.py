@@ -191,6 +191,7 @@ class AnthropicProvider:
             input_tokens=int(field(usage, "input_tokens") or 0) if usage is not None else 0,
             output_tokens=int(field(usage, "output_tokens") or 0) if usage is not None else 0,
             calls=read_tool_uses(content),
+            stored_as_is=True,
         )
 
     def wire(

@@ -189,6 +189,7 @@ class OpenAIChat(OpenAIBase):
             input_tokens=int(field(usage, "prompt_tokens") or 0),
             output_tokens=int(field(usage, "completion_tokens") or 0),
             calls=read_chat_tool_calls(message.get("tool_calls")),
+            stored_as_is=True,
         )
 
     def wire(

@@ -158,6 +158,7 @@ class OpenAIResponses(OpenAIBase):
             input_tokens=int(field(usage, "input_tokens") or 0),
             output_tokens=int(field(usage, "output_tokens") or 0),
             calls=calls,
+            stored_as_is=True,
         )
 
     def wire(

@@ -116,8 +116,9 @@ def turn_start(
     that asked for it, kept for the next one), and the writes that commit it (the assistant
     message, the turn's counters) before any of its calls runs."""
     # Content the API can take back: no lone surrogate (escaped in its JSON), no input nested
-    # deeper than anything can store (a call with one is then answered with an error).
-    content = valid_unicode(shallow(turn.content))
+    # deeper than anything can store (a call with one is then answered with an error). Our own
+    # adapters made it so while reading the response (``stored_as_is``).
+    content = turn.content if turn.stored_as_is else valid_unicode(shallow(turn.content))
     message = StoredMessage(seq=len(s.messages), role="assistant", content=content, created_at=now)
     if content is not turn.content:
         # Text the API cannot take back (a lone surrogate, escaped in its JSON): stored and run
