@@ -19,7 +19,7 @@ from ._drivers import Alert, Failure, ReadEffects, Request, drive
 from ._io import IOContext
 from ._reconcile import commit
 
-__all__ = ["late", "write_failed"]
+__all__ = ["kept_late", "late", "write_failed"]
 
 logger = logging.getLogger("toolledger")
 
