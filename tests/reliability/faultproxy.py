@@ -23,7 +23,9 @@ are remembered per connection. Transaction commands (``BEGIN``, ``COMMIT``) are 
 
 A black hole is a network partition: the server does not see the client go away either, so a
 transaction cut off before its ``COMMIT`` stays open on the server, holding its row locks, until
-``heal()``. ``heal(server_notices=False)`` leaves those server connections open, as a real
+``heal()``. Struck at a request, it loses that request and everything after it, but not what the
+client sent before it in the same write: a pipelined transaction — ``BEGIN``, its statements and
+``COMMIT`` sent at once — reaches the server up to its ``COMMIT``. ``heal(server_notices=False)`` leaves those server connections open, as a real
 partition does until the server's own TCP keepalive gives up (two hours by default).
 """
 
@@ -79,6 +81,9 @@ class Request:
 
     sql: str
     in_transaction: bool
+    start: int = 0
+    """Where its first message begins in the client's byte stream (a pipelined transaction sends
+    several requests in one write: a black hole keeps what came before this one)."""
 
     @property
     def verb(self) -> str:
@@ -117,7 +122,14 @@ class _Frontend:
         self.started = False
         self.prepared: dict[str, str] = {}
         self.group: str | None = None  # SQL of the extended-protocol group under way
+        self.group_start: int | None = None  # where that group's first message began
         self.in_transaction = False
+        self.offset = 0  # bytes of the stream read into messages so far
+
+    @property
+    def received(self) -> int:
+        """Bytes of the stream received so far (read into messages, or waiting to be)."""
+        return self.offset + len(self.buffer)
 
     def feed(self, data: bytes) -> list[Request]:
         self.buffer += data
@@ -131,6 +143,7 @@ class _Frontend:
                     return out
                 (code,) = struct.unpack("!i", self.buffer[4:8])
                 del self.buffer[:length]
+                self.offset += length
                 if code not in (_SSL_REQUEST, _GSSENC_REQUEST, _CANCEL_REQUEST):
                     self.started = True  # the startup message; typed messages follow
                 continue
@@ -142,14 +155,15 @@ class _Frontend:
                 return out
             body = bytes(self.buffer[5 : 1 + length])
             del self.buffer[: 1 + length]
-            request = self._message(kind, body)
+            start, self.offset = self.offset, self.offset + 1 + length
+            request = self._message(kind, body, start)
             if request is not None:
                 out.append(request)
 
-    def _message(self, kind: str, body: bytes) -> Request | None:
+    def _message(self, kind: str, body: bytes, start: int) -> Request | None:
         if kind == "Q":
             sql = _cstring(body, 0)[0]
-            request = Request(sql, self.in_transaction)
+            request = Request(sql, self.in_transaction, start)
             verb = request.verb
             if verb in ("BEGIN", "START"):
                 self.in_transaction = True
@@ -162,15 +176,17 @@ class _Frontend:
             if name:
                 self.prepared[name] = sql
             if self.group is None:
-                self.group = sql
+                self.group, self.group_start = sql, start
         elif kind == "B":
             _, at = _cstring(body, 0)  # the portal
             name, _ = _cstring(body, at)
             if self.group is None:
                 self.group = self.prepared.get(name, f"<prepared {name}>") if name else ""
+                self.group_start = start
         elif kind == "S":
             sql, self.group = self.group or "", None
-            return Request(sql, self.in_transaction)
+            began, self.group_start = self.group_start, None
+            return Request(sql, self.in_transaction, start if began is None else began)
         return None
 
 
@@ -374,9 +390,9 @@ class FaultProxy:
                 data = await reader.read(65536)
                 if not data:
                     break
-                due = self._route(link, direction, data)
-                if due is not None:
-                    queue.put_nowait((due, data))
+                routed = self._route(link, direction, data)
+                if routed is not None:
+                    queue.put_nowait(routed)
         except (ConnectionError, OSError):
             pass
         if direction == "up":
@@ -390,10 +406,12 @@ class FaultProxy:
     def _partitioned(self) -> bool:
         return BLACK_HOLE in self._modes.values()
 
-    def _route(self, link: _Link, direction: str, data: bytes) -> float | None:
-        """When to deliver ``data`` (monotonic time), or ``None`` to swallow it."""
+    def _route(self, link: _Link, direction: str, data: bytes) -> tuple[float, bytes] | None:
+        """When to deliver what of ``data`` (monotonic time, bytes), or ``None`` to swallow it."""
         now = time.monotonic()
         strike: _Armed | None = None
+        struck: Request | None = None
+        begins = link.frontend.received  # where ``data`` begins in the client's stream
         with self._lock:
             if direction == "down" and link.reset_on_reply:
                 link.reset_on_reply = False
@@ -405,21 +423,26 @@ class FaultProxy:
                     for armed in self._armed:
                         if armed.on(request):
                             self._armed.remove(armed)
-                            strike = armed
+                            strike, struck = armed, request
                             self.fired[armed.fault.value] += 1
                             self.struck.append((armed.fault, request.sql))
                             break
             if strike is not None:
-                return self._strike(link, strike, now)
+                assert struck is not None
+                due = self._strike(link, strike, now)
+                if due is None:  # lost from the struck request on; what came before it goes
+                    before = data[: max(0, struck.start - begins)]
+                    return (now, before) if before else None
+                return due, data
             if link.silent:
                 return None
             if link.delay is not None:
-                return now + link.delay
+                return now + link.delay, data
             mode = self._modes[direction]
             if mode == BLACK_HOLE:
                 self._tainted.add(link)
                 return None
-            return now + (float(mode) if mode != PASS else 0.0)
+            return now + (float(mode) if mode != PASS else 0.0), data
 
     def _strike(self, link: _Link, armed: _Armed, now: float) -> float | None:
         """Called under the lock with the chunk that carries the request ``armed`` waited for."""

@@ -6,7 +6,8 @@ among them — until the server ends it. toolledger asked the server for no dead
 so that took the server's TCP keepalive: two hours by default, during which every resume of the
 session waited on the lease row, was cut at ``op_timeout`` and failed. Our connections now set
 ``idle_in_transaction_session_timeout`` to the operation deadline: no transaction of ours is idle
-longer unless its client is gone.
+longer unless its client is gone. (Without that setting this test fails: the cut transaction is
+sent whole but for its ``COMMIT``, one pipelined write that the relay cuts at the ``COMMIT``.)
 """
 
 from __future__ import annotations
