@@ -25,8 +25,9 @@ A black hole is a network partition: the server does not see the client go away 
 transaction cut off before its ``COMMIT`` stays open on the server, holding its row locks, until
 ``heal()``. Struck at a request, it loses that request and everything after it, but not what the
 client sent before it in the same write: a pipelined transaction — ``BEGIN``, its statements and
-``COMMIT`` sent at once — reaches the server up to its ``COMMIT``. ``heal(server_notices=False)`` leaves those server connections open, as a real
-partition does until the server's own TCP keepalive gives up (two hours by default).
+``COMMIT`` sent at once — reaches the server up to its ``COMMIT``.
+``heal(server_notices=False)`` leaves those server connections open, as a real partition does
+until the server's own TCP keepalive gives up (two hours by default).
 """
 
 from __future__ import annotations
