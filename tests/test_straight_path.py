@@ -270,10 +270,9 @@ def test_a_failed_intent_is_the_same_on_both_paths(
     assert "not executed" in on.answer[0]["content"].lower()
 
 
-def test_an_intent_whose_commit_went_unconfirmed_is_the_same_on_both_paths(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The intent lands but its answer is lost: the read-back finds it, and the call runs."""
+def _answer_lost(scenario: Scenario, which: Callable[[Sequence[Op]], bool]) -> Scenario:
+    """``scenario``, with the answer to the first commit ``which`` picks lost: the commit lands,
+    and the store says the connection went during COMMIT (the outcome unknown)."""
 
     def lost_answer(store: tl.Store, ran: list[dict[str, Any]]) -> Any:
         backend = store.backend
@@ -282,7 +281,7 @@ def test_an_intent_whose_commit_went_unconfirmed_is_the_same_on_both_paths(
 
         def once_lost(session_id: str, ops: Sequence[Op]) -> list[bool]:
             flags = apply(session_id, ops)
-            if not lost and any(isinstance(op, InsertEffect) for op in ops):
+            if not lost and which(ops):
                 lost.append(1)
                 raise StoreUnavailableError(
                     "injected: connection lost during COMMIT", url=store.url, outcome_unknown=True
@@ -290,9 +289,20 @@ def test_an_intent_whose_commit_went_unconfirmed_is_the_same_on_both_paths(
             return flags
 
         backend.apply = once_lost  # type: ignore[method-assign]
-        return _once([TICKET])(store, ran)
+        return scenario(store, ran)
 
-    on, _ = _both(kind, tmp_path, lost_answer, monkeypatch)
+    return lost_answer
+
+
+def test_an_intent_whose_commit_went_unconfirmed_is_the_same_on_both_paths(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The intent lands but its answer is lost: the read-back finds it, and the call runs."""
+
+    def intent(ops: Sequence[Op]) -> bool:
+        return any(isinstance(op, InsertEffect) for op in ops)
+
+    on, _ = _both(kind, tmp_path, _answer_lost(_once([TICKET]), intent), monkeypatch)
     assert len(on.ran) == 1
     row = on.rows["toolu_1"]
     assert row is not None and row["status"] is Status.SUCCEEDED
@@ -347,30 +357,6 @@ def test_a_call_that_is_not_the_common_one_takes_the_general_path(
     assert {"mail": "a@b.c"} in on.ran and {"read": "/etc/motd"} in on.ran
 
 
-def test_an_agent_turn_is_the_same_on_both_paths(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The turn's call goes straight; its checkpoint rides the outcome's commit, as before."""
-    from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
-
-    def turn(store: tl.Store, ran: list[dict[str, Any]]) -> Any:
-        script = [
-            Reply(tool_uses=[ToolUse("create_ticket", {"title": "outage"}, id="toolu_9")]),
-            Reply(text="done"),
-        ]
-        with ScriptedModel(script) as model:
-            agent = tl.Agent(client=model.client(), model="m", tools=[_ticket(ran)], store=store)
-            result = agent.run(session="s", prompt="open a ticket")
-            return result.final_text, [m.content for m in store.messages("s")], model.requests
-
-    on, _ = _both(kind, tmp_path, turn, monkeypatch, folds=1)
-    assert on.took_straight == 1
-    assert len(on.ran) == 1 and on.answer[0] == "done"
-    held = [c for c in on.commits if ("AppendMessages",) in c and c[-1][0] == "insert"]
-    assert len(held) == 1, "checkpoint A and the intent were one commit"
-    assert on.points[:2] == ["after_checkpoint_a", "after_intent"]
-
-
 def _turns(*replies: Any) -> Scenario:
     """An agent run on the scripted model, answering ``replies``: what it returned (or raised,
     by ``_world``), the transcript left, and what the model was sent."""
@@ -383,9 +369,26 @@ def _turns(*replies: Any) -> Scenario:
                 result: Any = agent.run(session="s", prompt="open a ticket").final_text
             except tl.ToolLedgerError as exc:
                 result = (type(exc).__name__, str(exc))
-            return result, [m.content for m in store.messages("s")], len(model.requests)
+            return result, [m.content for m in store.messages("s")], model.requests
 
     return scenario
+
+
+def test_an_agent_turn_is_the_same_on_both_paths(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn's call goes straight; its checkpoint rides the outcome's commit, as before."""
+    from toolledger.testing.scripted import Reply, ToolUse
+
+    use = ToolUse("create_ticket", {"title": "outage"}, id="toolu_9")
+    on, _ = _both(
+        kind, tmp_path, _turns(Reply(tool_uses=[use]), Reply(text="done")), monkeypatch, folds=1
+    )
+    assert on.took_straight == 1
+    assert len(on.ran) == 1 and on.answer[0] == "done"
+    held = [c for c in on.commits if ("AppendMessages",) in c and c[-1][0] == "insert"]
+    assert len(held) == 1, "checkpoint A and the intent were one commit"
+    assert on.points[:2] == ["after_checkpoint_a", "after_intent"]
 
 
 def _assistant(ops: Sequence[Op]) -> bool:
@@ -416,26 +419,8 @@ def test_a_checkpoint_a_whose_answer_was_lost_is_the_same_on_both_paths(
     from toolledger.testing.scripted import Reply, ToolUse
 
     use = ToolUse("create_ticket", {"title": "x"}, id="toolu_1")
-    inner = _turns(Reply(tool_uses=[use]), Reply(text="ok"))
-
-    def lost_answer(store: tl.Store, ran: list[dict[str, Any]]) -> Any:
-        backend = store.backend
-        apply = backend.apply
-        lost: list[int] = []
-
-        def once_lost(session_id: str, ops: Sequence[Op]) -> list[bool]:
-            flags = apply(session_id, ops)
-            if not lost and _assistant(ops):
-                lost.append(1)
-                raise StoreUnavailableError(
-                    "injected: connection lost during COMMIT", url=store.url, outcome_unknown=True
-                )
-            return flags
-
-        backend.apply = once_lost  # type: ignore[method-assign]
-        return inner(store, ran)
-
-    on, _ = _both(kind, tmp_path, lost_answer, monkeypatch, folds=1)
+    scenario = _answer_lost(_turns(Reply(tool_uses=[use]), Reply(text="ok")), _assistant)
+    on, _ = _both(kind, tmp_path, scenario, monkeypatch, folds=1)
     assert len(on.ran) == 1 and on.answer[0] == "ok"
     row = on.rows["toolu_1"]
     assert row is not None and row["status"] is Status.SUCCEEDED
