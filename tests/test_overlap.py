@@ -187,6 +187,28 @@ def test_a_running_call_cannot_be_resolved_unless_forced(store: tl.Store, happen
     assert counter["send"] == 1 and not again[0].get("is_error")
 
 
+class _Unreadable(SpyBackend):
+    """A store whose records cannot be read once ``down`` (a partition, for reads)."""
+
+    down = False
+
+    def read_effects(self, session_id: str, tool_use_ids: Any = None) -> Any:
+        if self.down:
+            raise StoreUnavailableError("injected: the network went away", url=self.url)
+        return super().read_effects(session_id, tool_use_ids)
+
+
+def _forced_then_run_again(store: tl.Store, tool_use_id: str) -> None:
+    """While its attempt runs, a person forces ``tool_use_id`` "not happened", then a second
+    attempt, elsewhere, replaces it."""
+    ledger = store.ledger("s")
+    ledger.resolve(tool_use_id, happened=False, by="ana", force=True)
+    record = ledger.get(tool_use_id)
+    assert record is not None and record.status is Status.NOT_HAPPENED
+    second = replace(record, status=Status.STARTED, attempt=2, updated_at=record.updated_at + 1)
+    assert store.backend.apply("s", [tl_update(second, record)]) == [True]
+
+
 @pytest.mark.parametrize("store_kind", ["sqlite", "memory"], indirect=True)
 def test_a_late_outcome_whose_record_cannot_be_read_is_alerted(store: tl.Store) -> None:
     """The call's record moved on while it ran (a person forced it "not happened", then a
@@ -200,15 +222,7 @@ def test_a_late_outcome_whose_record_cannot_be_read_is_alerted(store: tl.Store) 
     results: list[Any] = []
     errors: list[BaseException] = []
 
-    class Unreadable(SpyBackend):
-        down = False
-
-        def read_effects(self, session_id: str, tool_use_ids: Any = None) -> Any:
-            if self.down:
-                raise StoreUnavailableError("injected: the network went away", url=self.url)
-            return super().read_effects(session_id, tool_use_ids)
-
-    cut = Unreadable(store.backend)  # type: ignore[arg-type]
+    cut = _Unreadable(store.backend)  # type: ignore[arg-type]
     worker_store = tl.Store(cut, clock=store.clock, worker_id=store.worker_id)
     block = tool_use("t", "send", to="a@b")
 
@@ -225,16 +239,7 @@ def test_a_late_outcome_whose_record_cannot_be_read_is_alerted(store: tl.Store) 
     worker = threading.Thread(target=run)
     worker.start()
     assert entered.wait(30)
-    ledger = store.ledger("s")
-    ledger.resolve("t", happened=False, by="ana", force=True)
-    record = ledger.get("t")
-    assert record is not None and record.status is Status.NOT_HAPPENED
-    # A second attempt, elsewhere, replaced it.
-    second = replace(record, status=Status.STARTED, attempt=2, updated_at=record.updated_at + 1)
-    assert store.backend.apply(
-        "s",
-        [tl_update(second, record)],
-    ) == [True]
+    _forced_then_run_again(store, "t")
     cut.down = True
     release.set()
     worker.join(30)
@@ -258,14 +263,6 @@ def test_a_checkpoint_held_back_for_an_unreadable_late_outcome_says_it_is_not_re
     counter, entered, release = Counter(), threading.Event(), threading.Event()
     send = _blocking(counter, entered, release)
 
-    class Unreadable(SpyBackend):
-        down = False
-
-        def read_effects(self, session_id: str, tool_use_ids: Any = None) -> Any:
-            if self.down:
-                raise StoreUnavailableError("injected: the network went away", url=self.url)
-            return super().read_effects(session_id, tool_use_ids)
-
     alerts: list[tl.LedgerWriteError] = []
     errors: list[BaseException] = []
     uses = [ToolUse("send", {"to": "a@b"}, id="t1"), ToolUse("send", {"to": "c@d"}, id="t2")]
@@ -273,7 +270,7 @@ def test_a_checkpoint_held_back_for_an_unreadable_late_outcome_says_it_is_not_re
         tl.open_store(f"sqlite:///{tmp_path}/s.db") as store,
         ScriptedModel([Reply(tool_uses=uses), Reply(text="done")]) as model,
     ):
-        cut = Unreadable(store.backend)  # type: ignore[arg-type]
+        cut = _Unreadable(store.backend)  # type: ignore[arg-type]
         worker_store = tl.Store(cut, clock=store.clock, worker_id=store.worker_id)
         agent = tl.Agent(
             client=model.client(),
@@ -292,12 +289,7 @@ def test_a_checkpoint_held_back_for_an_unreadable_late_outcome_says_it_is_not_re
         worker = threading.Thread(target=run)
         worker.start()
         assert entered.wait(30)
-        ledger = store.ledger("s")
-        ledger.resolve("t1", happened=False, by="ana", force=True)
-        record = ledger.get("t1")
-        assert record is not None and record.status is Status.NOT_HAPPENED
-        second = replace(record, status=Status.STARTED, attempt=2, updated_at=record.updated_at + 1)
-        assert store.backend.apply("s", [tl_update(second, record)]) == [True]
+        _forced_then_run_again(store, "t1")
         cut.down = True
         release.set()
         worker.join(30)
