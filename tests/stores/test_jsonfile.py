@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolledger as tl
-from toolledger.ops import InsertEffect, PutSession
+from toolledger.ops import InsertEffect, PutSession, UpdateEffect
 from toolledger.records import Status
 from toolledger.stores.jsonfile import file_stem, legacy_stem
 from toolledger.stores.store import check_session_id
@@ -321,29 +321,88 @@ def test_a_session_created_with_records_killed_before_its_log_line_leaves_nothin
         assert store.sessions() == []
 
 
-def test_other_commits_still_write_the_ledger_first(tmp_path: Path) -> None:
-    """Records written into a session that exists go to the ledger file before the log line,
-    and the log line does not carry them."""
+def _order_of_writes(store: tl.Store) -> list[str]:
+    """The names of the files ``store`` writes from now on, in order; a log line must never
+    carry records (only a batch that creates a session does)."""
+    order: list[str] = []
+    files = store.backend._files  # type: ignore[attr-defined]
+    replace, append = files.replace, files.append
+
+    def replacing(path: Path, data: bytes) -> os.stat_result:
+        order.append(path.name)
+        return replace(path, data)
+
+    def appending(path: Path, line: bytes, **kwargs: Any) -> None:
+        order.append(path.name)
+        assert b'"records"' not in line
+        append(path, line, **kwargs)
+
+    files.replace, files.append = replacing, appending
+    return order
+
+
+def test_outcomes_are_written_to_the_ledger_before_the_checkpoint_reporting_them(
+    tmp_path: Path,
+) -> None:
+    """Killed between the two files, the records answer the calls; a transcript never reports
+    a result its ledger lacks."""
     url = f"json:///{tmp_path / 'ledger'}"
     with tl.open_store(url) as store:
         store.apply("s", [PutSession(make_state(version=1), None)])
-        order: list[str] = []
-        files = store.backend._files  # type: ignore[attr-defined]
-        replace, append = files.replace, files.append
-
-        def replacing(path: Path, data: bytes) -> os.stat_result:
-            order.append(path.name)
-            return replace(path, data)
-
-        def appending(path: Path, line: bytes, **kwargs: Any) -> None:
-            order.append(path.name)
-            assert b'"records"' not in line
-            append(path, line, **kwargs)
-
-        files.replace, files.append = replacing, appending
-        batch = [InsertEffect(make_record()), PutSession(make_state(version=2), expect_version=1)]
-        assert store.apply("s", batch) == [True, True]
+        assert store.apply("s", [InsertEffect(make_record())]) == [True]
+        order = _order_of_writes(store)
+        done = make_record(status=Status.SUCCEEDED, result="T-1", at=1_700_000_001.0)
+        batch = [
+            UpdateEffect(done, Status.STARTED, 1),
+            InsertEffect(make_record(tool_use_id="toolu_2", status=Status.SUCCEEDED)),
+            PutSession(make_state(version=2), expect_version=1),
+        ]
+        assert store.apply("s", batch) == [True, True, True]
     assert order == ["s.effects.json", "s.session.jsonl"]
+
+
+def test_intents_are_written_after_the_checkpoint_naming_their_calls(tmp_path: Path) -> None:
+    """Checkpoint A with its call's intent: killed between the two files, the call is in the
+    transcript with no record — it never ran — and never a record the transcript does not
+    hold (which a resume must refuse: ``is behind its ledger``)."""
+    url = f"json:///{tmp_path / 'ledger'}"
+    with tl.open_store(url) as store:
+        store.apply("s", [PutSession(make_state(version=1), None)])
+        order = _order_of_writes(store)
+        batch = [PutSession(make_state(version=2), expect_version=1), InsertEffect(make_record())]
+        assert store.apply("s", batch) == [True, True]
+    assert order == ["s.session.jsonl", "s.effects.json"]
+
+
+def test_intents_whose_ledger_cannot_be_written_take_their_checkpoint_back(
+    tmp_path: Path,
+) -> None:
+    """A commit lands whole or not at all: the log line written first is cut off again when
+    the ledger write after it fails (a full disk), and the next commit finds the store as it
+    was."""
+    url = f"json:///{tmp_path / 'ledger'}"
+    log = tmp_path / "ledger" / "s.session.jsonl"
+    with tl.open_store(url) as store:
+        store.apply("s", [PutSession(make_state(version=1), None)])
+        before = log.read_bytes()
+        files = store.backend._files  # type: ignore[attr-defined]
+        replace = files.replace
+
+        def full(path: Path, data: bytes) -> os.stat_result:
+            raise OSError(28, "No space left on device")
+
+        files.replace = full
+        batch = [PutSession(make_state(version=2), expect_version=1), InsertEffect(make_record())]
+        with pytest.raises(tl.StoreUnavailableError, match="No space left"):
+            store.apply("s", batch)
+        assert log.read_bytes() == before, "the checkpoint was taken back"
+        assert store.session("s") == make_state(version=1)
+        assert store.ledger("s").records() == []
+        files.replace = replace
+        assert store.apply("s", batch) == [True, True]
+    with tl.open_store(url) as store:
+        assert store.session("s") == make_state(version=2)
+        assert [r.tool_use_id for r in store.ledger("s").records()] == ["toolu_1"]
 
 
 def test_a_damaged_lineage_is_a_corrupt_log(tmp_path: Path) -> None:

@@ -1,10 +1,17 @@
 """``JSONBackend``: a session's ledger and log read (and cached) from its files, a batch of
 operations evaluated by ``_document.apply_ops`` on a draft, and what changed written back under
-the directory's lock — the ledger first, then the log line; but for a batch that creates the
-session together with records, the log line first, carrying the records."""
+the directory's lock, in the order that leaves a state a resume reads right if the process dies
+between the two files:
+
+* outcomes: the ledger first, then the log line (the checkpoint that reports them);
+* intents alone: the log line first (the checkpoint that names their calls), then the ledger —
+  and the line is cut off again if the ledger cannot be written;
+* a batch that creates the session together with records: the log line first, carrying the
+  records (it is the commit point), then the ledger."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import time
@@ -220,7 +227,19 @@ class JSONBackend:
                     self._log(session_id, log, ops, out, draft, records=draft.effects)
                     self._write(session_id, draft.effects)
                     return out
+                if records and _intents(ops, out):
+                    # Intents, and the checkpoint that names their calls (a turn's one call
+                    # rides in checkpoint A): the log line first. Killed between the two, the
+                    # calls are in the transcript with no record — they never ran, and run on
+                    # resume — never records of calls the transcript does not hold.
+                    if self._log(session_id, log, ops, out, draft):
+                        self._write_after(session_id, log, draft.effects)
+                    else:
+                        self._write(session_id, draft.effects)
+                    return out
                 if records:
+                    # Outcomes first, then the checkpoint that reports them: killed between
+                    # the two, the records answer the calls on resume.
                     self._write(session_id, draft.effects)
                 self._log(session_id, log, ops, out, draft)
         except OSError as exc:
@@ -249,8 +268,8 @@ class JSONBackend:
         draft: SessionData,
         *,
         records: dict[str, EffectRecord] | None = None,
-    ) -> None:
-        """Append the batch's log line, if it changed anything the log holds."""
+    ) -> bool:
+        """Append the batch's log line, if it changed anything the log holds (``True``)."""
         entry = log_entry(
             session_id,
             ops,
@@ -265,6 +284,21 @@ class JSONBackend:
             line = log_line(entry)
             self._files.append(path, line, offset=log.offset, torn_tail=log.torn_tail)
             self._load_log(session_id)  # advance the parsed view past our own line
+            return True
+        return False
+
+    def _write_after(self, session_id: str, log: Log, records: dict[str, EffectRecord]) -> None:
+        """Write the ledger after the log line just appended past ``log``; if it cannot be
+        written, take the line back: a commit lands whole or not at all. (If even that fails,
+        the line stays: calls in the transcript with no record, which never ran.)"""
+        try:
+            self._write(session_id, records)
+        except BaseException:
+            path = self.log_path_of(session_id)
+            self._logs.pop(path, None)
+            with contextlib.suppress(OSError):
+                self._files.cut(path, log.offset)
+            raise
 
     def _drop(self, session_id: str) -> None:
         """Remove a session's two files: the log first, so that a crash between the two leaves
@@ -301,3 +335,12 @@ class JSONBackend:
 
 def _is_effect(op: Op) -> bool:
     return isinstance(op, (InsertEffect, UpdateEffect))
+
+
+def _intents(ops: Sequence[Op], out: list[bool]) -> bool:
+    """Whether every record the batch wrote is a new intent (``started``): no outcome."""
+    return all(
+        isinstance(op, InsertEffect) and op.record.status is Status.STARTED
+        for op, ok in zip(ops, out, strict=True)
+        if ok and _is_effect(op)
+    )

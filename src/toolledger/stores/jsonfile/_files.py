@@ -198,6 +198,19 @@ class Directory:
         finally:
             os.close(fd)
 
+    def cut(self, path: Path, offset: int) -> None:
+        """Cut ``path`` back to its first ``offset`` bytes, durably; a file that had none is
+        removed (``append`` made it whole). Call under ``locked()``."""
+        if offset == 0:
+            self.remove(path)
+            return
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, offset)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
     def fsync(self) -> None:
         """Make the directory's entries (a rename, a new file) durable."""
         dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
