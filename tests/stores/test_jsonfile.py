@@ -17,12 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolledger as tl
-from toolledger.ops import InsertEffect, PutSession, UpdateEffect
+from toolledger.ops import AppendMessages, InsertEffect, PutApproval, PutSession, UpdateEffect
 from toolledger.records import Status
 from toolledger.stores.jsonfile import file_stem, legacy_stem
 from toolledger.stores.store import check_session_id
 from toolledger.testing import Counter
-from toolledger.testing.conformance import make_message, make_record, make_state
+from toolledger.testing.conformance import make_approval, make_message, make_record, make_state
 
 from ..conftest import tool_use
 
@@ -237,7 +237,7 @@ from toolledger import open_store
 from toolledger.ops import AppendMessages, InsertEffect, PutSession
 from toolledger.records import Status
 from toolledger.stores.jsonfile import _files
-from toolledger.testing.conformance import make_message, make_record, make_state
+from toolledger.testing.conformance import make_approval, make_message, make_record, make_state
 
 url, point = sys.argv[1], sys.argv[2]
 def die(*args, **kwargs):
@@ -369,9 +369,28 @@ def test_intents_are_written_after_the_checkpoint_naming_their_calls(tmp_path: P
     with tl.open_store(url) as store:
         store.apply("s", [PutSession(make_state(version=1), None)])
         order = _order_of_writes(store)
-        batch = [PutSession(make_state(version=2), expect_version=1), InsertEffect(make_record())]
-        assert store.apply("s", batch) == [True, True]
+        batch = [
+            PutSession(make_state(version=2, messages=1), expect_version=1),
+            AppendMessages((make_message(0, "assistant"),)),
+            InsertEffect(make_record()),
+        ]
+        assert store.apply("s", batch) == [True, True, True]
     assert order == ["s.session.jsonl", "s.effects.json"]
+
+
+def test_an_intent_using_up_an_approval_is_written_before_it(tmp_path: Path) -> None:
+    """Killed between the two files, the call is in doubt and its approval unused — never an
+    approval used up by an intent that is not there."""
+    url = f"json:///{tmp_path / 'ledger'}"
+    with tl.open_store(url) as store:
+        store.apply("s", [PutSession(make_state(version=1), None)])
+        approval = make_approval(status=tl.ApprovalStatus.APPROVED)
+        store.apply("s", [PutApproval(approval, expect_status=None)])
+        order = _order_of_writes(store)
+        used = approval.consumed(at=1_700_000_002.0)
+        batch = [InsertEffect(make_record()), PutApproval(used, expect_status=approval.status)]
+        assert store.apply("s", batch) == [True, True]
+    assert order == ["s.effects.json", "s.session.jsonl"]
 
 
 def test_intents_whose_ledger_cannot_be_written_take_their_checkpoint_back(
@@ -392,16 +411,20 @@ def test_intents_whose_ledger_cannot_be_written_take_their_checkpoint_back(
             raise OSError(28, "No space left on device")
 
         files.replace = full
-        batch = [PutSession(make_state(version=2), expect_version=1), InsertEffect(make_record())]
+        batch = [
+            PutSession(make_state(version=2, messages=1), expect_version=1),
+            AppendMessages((make_message(0, "assistant"),)),
+            InsertEffect(make_record()),
+        ]
         with pytest.raises(tl.StoreUnavailableError, match="No space left"):
             store.apply("s", batch)
         assert log.read_bytes() == before, "the checkpoint was taken back"
         assert store.session("s") == make_state(version=1)
         assert store.ledger("s").records() == []
         files.replace = replace
-        assert store.apply("s", batch) == [True, True]
+        assert store.apply("s", batch) == [True, True, True]
     with tl.open_store(url) as store:
-        assert store.session("s") == make_state(version=2)
+        assert store.session("s") == make_state(version=2, messages=1)
         assert [r.tool_use_id for r in store.ledger("s").records()] == ["toolu_1"]
 
 

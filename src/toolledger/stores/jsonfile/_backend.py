@@ -4,8 +4,10 @@ the directory's lock, in the order that leaves a state a resume reads right if t
 between the two files:
 
 * outcomes: the ledger first, then the log line (the checkpoint that reports them);
-* intents alone: the log line first (the checkpoint that names their calls), then the ledger —
-  and the line is cut off again if the ledger cannot be written;
+* a checkpoint with the intents of the calls it names (checkpoint A with its one call's): the
+  log line first, then the ledger — and the line is cut off again if the ledger cannot be
+  written; any other intent goes to the ledger first (an approval is never used without the
+  intent that uses it up);
 * a batch that creates the session together with records: the log line first, carrying the
   records (it is the commit point), then the ledger."""
 
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...errors import CorruptLedgerError, StoreError, StoreUnavailableError
-from ...ops import DropSession, InsertEffect, Op, PutSession, UpdateEffect
+from ...ops import AppendMessages, DropSession, InsertEffect, Op, PutSession, UpdateEffect
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, Status, StoredMessage
 from .._document import SessionData, apply_ops
 from ._codec import (
@@ -338,8 +340,11 @@ def _is_effect(op: Op) -> bool:
 
 
 def _intents(ops: Sequence[Op], out: list[bool]) -> bool:
-    """Whether every record the batch wrote is a new intent (``started``): no outcome."""
-    return all(
+    """Whether the batch is a checkpoint with the intents of calls it names: it appends
+    messages, and every record it wrote is a new intent (``started``), no outcome. (An intent
+    without messages keeps the ledger first: the approval it uses up, say, is never used without
+    it.)"""
+    return any(isinstance(op, AppendMessages) for op in ops) and all(
         isinstance(op, InsertEffect) and op.record.status is Status.STARTED
         for op, ok in zip(ops, out, strict=True)
         if ok and _is_effect(op)
