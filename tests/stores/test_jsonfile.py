@@ -396,19 +396,24 @@ def test_an_intent_using_up_an_approval_is_written_before_it(tmp_path: Path) -> 
 def test_intents_whose_ledger_cannot_be_written_take_their_checkpoint_back(
     tmp_path: Path,
 ) -> None:
-    """A commit lands whole or not at all: the log line written first is cut off again when
-    the ledger write after it fails (a full disk), and the next commit finds the store as it
-    was."""
+    """A commit lands whole or not at all: the log line written first is taken back when the
+    ledger write after it fails (a full disk), and the next commit finds the store as it was —
+    and so does another reader that had already read the line taken back."""
     url = f"json:///{tmp_path / 'ledger'}"
     log = tmp_path / "ledger" / "s.session.jsonl"
-    with tl.open_store(url) as store:
+    with tl.open_store(url) as store, tl.open_store(url) as reader:
         store.apply("s", [PutSession(make_state(version=1), None)])
+        assert reader.session("s") == make_state(version=1)
         before = log.read_bytes()
         files = store.backend._files  # type: ignore[attr-defined]
         replace = files.replace
+        seen: list[tl.SessionState | None] = []
 
         def full(path: Path, data: bytes) -> os.stat_result:
-            raise OSError(28, "No space left on device")
+            if path.name == "s.effects.json":
+                seen.append(reader.session("s"))  # the line is there, and read
+                raise OSError(28, "No space left on device")
+            return replace(path, data)
 
         files.replace = full
         batch = [
@@ -418,13 +423,24 @@ def test_intents_whose_ledger_cannot_be_written_take_their_checkpoint_back(
         ]
         with pytest.raises(tl.StoreUnavailableError, match="No space left"):
             store.apply("s", batch)
+        assert seen == [make_state(version=2, messages=1)]
         assert log.read_bytes() == before, "the checkpoint was taken back"
         assert store.session("s") == make_state(version=1)
+        assert store.messages("s") == []
         assert store.ledger("s").records() == []
         files.replace = replace
-        assert store.apply("s", batch) == [True, True, True]
+        # A longer line than the one taken back, before the reader looks again: a reader still
+        # at its old offset would read from the middle of it.
+        longer = [
+            PutSession(make_state(version=2, messages=3), expect_version=1),
+            AppendMessages(tuple(make_message(n, "assistant") for n in range(3))),
+            InsertEffect(make_record()),
+        ]
+        assert store.apply("s", longer) == [True, True, True]
+        assert reader.session("s") == make_state(version=2, messages=3)
+        assert len(reader.messages("s")) == 3
     with tl.open_store(url) as store:
-        assert store.session("s") == make_state(version=2, messages=1)
+        assert store.session("s") == make_state(version=2, messages=3)
         assert [r.tool_use_id for r in store.ledger("s").records()] == ["toolu_1"]
 
 

@@ -199,17 +199,18 @@ class Directory:
             os.close(fd)
 
     def cut(self, path: Path, offset: int) -> None:
-        """Cut ``path`` back to its first ``offset`` bytes, durably; a file that had none is
-        removed (``append`` made it whole). Call under ``locked()``."""
+        """Make ``path`` its first ``offset`` bytes again, durably; a file that had none is
+        removed (``append`` made it whole). Call under ``locked()``.
+
+        Written whole as a new file, not truncated in place: a reader that parsed the bytes
+        being taken back knows the file by its inode, and must read it again from the start —
+        past its old offset it would find the middle of a later line."""
         if offset == 0:
             self.remove(path)
             return
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            os.ftruncate(fd, offset)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with open(path, "rb") as fh:
+            kept = fh.read(offset)
+        self.replace(path, kept)
 
     def fsync(self) -> None:
         """Make the directory's entries (a rename, a new file) durable."""
