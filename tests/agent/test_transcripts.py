@@ -290,6 +290,49 @@ def test_run_messages_are_the_callers_own(store: tl.Store) -> None:
     assert agents.recorder.snapshots == agents.expected(one.provider)
 
 
+def _containers(value: Any, out: list[int]) -> list[int]:
+    """The ids of every dict, list and tuple reachable from ``value``, each time it is reached."""
+    if isinstance(value, dict | list | tuple):
+        out.append(id(value))
+        for item in value.values() if isinstance(value, dict) else value:
+            _containers(item, out)
+    return out
+
+
+@pytest.mark.parametrize("kind", PROVIDERS)
+def test_run_messages_share_no_container_with_what_the_agent_keeps(
+    kind: str, store: tl.Store
+) -> None:
+    agents = Agents(kind, store)
+    one = agents.agent()
+    run = agents.run(one, ["call", "call", "text"], "first")
+    handed = _containers(run.messages, [])
+    assert len(handed) == len(set(handed)), "no container is reached twice in what is handed"
+    kept = one._transcripts.get("s")
+    assert kept is not None and kept.messages
+    held = _containers([m.content for m in kept.messages], [])
+    if kept.wire is not None:
+        held = _containers(kept.wire.items, held)
+    assert not set(handed) & set(held)
+    assert json.loads(json.dumps(run.messages)) == run.messages
+
+
+def test_a_copy_is_equal_and_made_of_new_containers() -> None:
+    from toolledger.agent._transcripts import copied
+
+    class Own:  # an object of a provider of one's own: marshal cannot write it
+        pass
+
+    own = Own()
+    content = [{"type": "text", "text": "hi", "n": [1, 2.5, None, True]}, ("a", {"b": []})]
+    for value in (content, [*content, own]):
+        copy_ = copied(value)
+        assert copy_ == value
+        assert type(copy_[1]) is tuple and type(copy_[1][1]["b"]) is list
+        assert not set(_containers(copy_, [])) & set(_containers(value, []))
+    assert copied([own])[0] is own
+
+
 def test_a_kept_transcript_is_used_only_for_the_session_it_continues() -> None:
     from toolledger.agent._transcripts import Kept, Transcripts
 
