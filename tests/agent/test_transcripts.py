@@ -318,19 +318,25 @@ def test_run_messages_share_no_container_with_what_the_agent_keeps(
 
 
 def test_a_copy_is_equal_and_made_of_new_containers() -> None:
+    from collections import OrderedDict
+
     from toolledger.agent._transcripts import copied
 
-    class Own:  # an object of a provider of one's own: marshal cannot write it
+    class Own:  # an object of a provider of one's own: shared, as any value that is no container
         pass
 
     own = Own()
-    content = [{"type": "text", "text": "hi", "n": [1, 2.5, None, True]}, ("a", {"b": []})]
-    for value in (content, [*content, own]):
-        copy_ = copied(value)
-        assert copy_ == value
-        assert type(copy_[1]) is tuple and type(copy_[1][1]["b"]) is list
-        assert not set(_containers(copy_, [])) & set(_containers(value, []))
-    assert copied([own])[0] is own
+    content = [
+        {"type": "text", "text": "hi", "n": [1, 2.5, None, True]},
+        ("a", {"b": []}),
+        OrderedDict(c=[{"d": 1}]),
+        own,
+    ]
+    copy_ = copied(content)
+    assert copy_ == [*content[:1], ["a", {"b": []}], {"c": [{"d": 1}]}, own]
+    assert type(copy_[1]) is list and type(copy_[2]) is dict, "plain JSON's own containers"
+    assert not set(_containers(copy_, [])) & set(_containers(content, []))
+    assert copy_[3] is own
 
 
 def test_a_kept_transcript_is_used_only_for_the_session_it_continues() -> None:

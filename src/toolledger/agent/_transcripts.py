@@ -21,7 +21,6 @@ another one, and the whole transcript is read.
 
 from __future__ import annotations
 
-import marshal
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -128,27 +127,22 @@ class Transcripts:
         )
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
 def copied(value: Any) -> Any:
-    """A copy of a transcript, so what a caller is handed shares nothing mutable with what a
-    ``Transcripts`` keeps: written and read back by ``marshal``, in C — about six times faster
-    than walking it in Python (a 1,000-turn transcript: about 1 ms instead of 6). Every container
-    is a new one, as it is in ``value`` (a container reached twice in ``value`` is reached twice
-    in the copy too; the transcripts we build reach none twice). A value ``marshal`` cannot
-    write — an object of a provider of one's own — is copied by walking it instead."""
-    try:
-        return marshal.loads(marshal.dumps(value))  # noqa: S302 - bytes it just wrote itself
-    except ValueError:
-        return _walked(value)
-
-
-def _walked(value: Any) -> Any:
-    """``copied`` in Python: dicts, lists and tuples copied all the way down, each as its own
-    kind (as ``marshal`` does); anything else shared. Content is stored nested no deeper than
-    ``codec.MAX_NESTING``: the recursion is bounded far below Python's limit."""
-    if isinstance(value, dict):
-        return {k: _walked(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_walked(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_walked(v) for v in value)
+    """A copy of plain JSON (dicts and lists copied all the way down, tuples made lists), so what
+    a caller is handed shares nothing mutable with what a ``Transcripts`` keeps. A value of a
+    plain JSON type is placed as it is, without a call for it: most of a transcript is strings,
+    and this takes a 1,000-turn transcript from 3.5 ms to 2.2 ms. Content is stored nested no
+    deeper than ``codec.MAX_NESTING``: the recursion is bounded far below Python's limit."""
+    kind = type(value)
+    if kind is dict:
+        return {k: v if type(v) in _ATOMS else copied(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [v if type(v) in _ATOMS else copied(v) for v in value]
+    if isinstance(value, dict):  # a subclass: copied as a plain one
+        return {k: copied(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [copied(v) for v in value]
     return value
