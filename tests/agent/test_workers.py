@@ -6,6 +6,7 @@ in a file each execution appends to, never in the ledger.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -187,3 +188,61 @@ def test_ten_processes_consuming_one_approval_execute_once(shared_url: str, tmp_
         assert tl.approvals.pending(store) == []
         record = store.ledger("race").get("toolu_wire")
         assert record is not None and record.approved_by == "ana"
+
+
+def _wire_alone(url: str, log: str, out: str) -> None:
+    _race_approval(url, log, out, 1, multiprocessing.get_context("fork").Barrier(1))
+
+
+def test_an_approval_used_by_an_attempt_that_finished_as_it_was_judged_is_not_asked_again(
+    shared_url: str, tmp_path: Path
+) -> None:
+    """The race behind a rare failure of the ten-process test: a worker reads the call's record
+    as started, by a process that then writes its outcome and exits before the worker judges it.
+    Judged now, that stale record's process has ended — but the attempt is over because it
+    finished, not in doubt. The approval it used up answers this worker too (the stored
+    result), and is never queued again for a person."""
+    block = {"type": "tool_use", "id": "toolu_wire", "name": "wire", "input": {"amount": 5}}
+
+    @tl.tool(high_impact=True)
+    def wire(amount: int) -> str:
+        raise AssertionError("not in this process")
+
+    with tl.open_store(shared_url) as store:
+        tl.run_tool_uses([block], [wire], ledger=store.ledger("race"), approve=tl.approvals.queue)
+        tl.approvals.decide(store, "race", "toolu_wire", approved=True, by="ana")
+    log, out = tmp_path / "executions.log", tmp_path / "out.json"
+    assert _start_all(_wire_alone, [(shared_url, str(log), str(out))]) == [0]
+    assert json.loads(out.read_text()) == {"content": "wired by 1", "is_error": False}
+    with tl.open_store(shared_url) as store:
+        done = store.ledger("race").get("toolu_wire")
+        assert done is not None and done.status is tl.Status.SUCCEEDED
+        # As this worker would have read it between the other's intent and its outcome.
+        stale = dataclasses.replace(done, status=tl.Status.STARTED, result=None)
+        backend = store.backend
+        real = backend.read_effects
+        reads: list[int] = []
+
+        def read_effects(session_id: str, ids: Any = None) -> dict[str, tl.EffectRecord]:
+            reads.append(1)
+            if len(reads) == 1:
+                return {}  # the runner's read: before the other's intent
+            if len(reads) == 2:
+                return {"toolu_wire": stale}  # the approver's: between intent and outcome
+            return real(session_id, ids)
+
+        backend.read_effects = read_effects  # type: ignore[method-assign]
+        (result,) = tl.run_tool_uses(
+            [block], [wire], ledger=store.ledger("race"), approve=tl.approvals.queue
+        )
+        backend.read_effects = real  # type: ignore[method-assign]
+        assert len(reads) >= 2, "the approver read the stale record"
+        assert result == {
+            "type": "tool_result",
+            "tool_use_id": "toolu_wire",
+            "content": "wired by 1",
+        }
+        assert tl.approvals.pending(store) == []
+        (approval,) = store.backend.read_approvals("race")
+        assert approval.status is tl.ApprovalStatus.USED
+    assert log.read_text().split() == ["1"]

@@ -126,14 +126,24 @@ class ApprovalQueue:
 def _progressed(request: ApprovalRequest) -> bool:
     """Whether a racing worker's attempt, allowed by this (used) approval, is in the ledger:
     running, or finished. An attempt that is over without an outcome (in doubt), or one a
-    person resolved as not having happened, used it up: a new question needs a new answer."""
+    person resolved as not having happened, used it up: a new question needs a new answer.
+
+    A record read as ``started`` whose process is then found ended is read again: that process
+    may have written its outcome and exited between the read and the look at it — an attempt
+    that finished, not one in doubt."""
     assert request.ledger is not None
-    record = request.ledger.get(request.tool_use_id)
-    if record is None or record.status is Status.NOT_HAPPENED:
-        return False
-    if record.status is Status.STARTED:
-        return isinstance(request.ledger.store.judge(record), Running)
-    return True
+    ledger = request.ledger
+    record = ledger.get(request.tool_use_id)
+    if record is not None and record.status is Status.STARTED:
+        if isinstance(ledger.store.judge(record), Running):
+            return True
+        again = ledger.get(request.tool_use_id)
+        if again == record:
+            return False  # still as it was, and over: in doubt
+        record = again
+        if record is not None and record.status is Status.STARTED:
+            return isinstance(ledger.store.judge(record), Running)
+    return record is not None and record.status is not Status.NOT_HAPPENED
 
 
 queue = ApprovalQueue()
