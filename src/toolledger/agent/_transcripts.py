@@ -133,9 +133,9 @@ _ATOMS = frozenset({str, int, float, bool, type(None)})
 def copied(value: Any) -> Any:
     """A copy of plain JSON (dicts and lists copied all the way down, tuples made lists), so what
     a caller is handed shares nothing mutable with what a ``Transcripts`` keeps. A value of a
-    plain JSON type is placed as it is, without a call for it: most of a transcript is strings,
-    and this takes a 1,000-turn transcript from 3.5 ms to 2.2 ms. Content is stored nested no
-    deeper than ``codec.MAX_NESTING``: the recursion is bounded far below Python's limit."""
+    plain JSON type is placed as it is, without a call for it: most of a transcript is strings
+    (docs/performance.md has what that saves). Content is stored nested no deeper than
+    ``codec.MAX_NESTING``: the recursion is bounded far below Python's limit."""
     kind = type(value)
     if kind is dict:
         return {k: v if type(v) in _ATOMS else copied(v) for k, v in value.items()}
