@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger._verify import verify
 from toolledger.stores.jsonfile import _files
 from toolledger.testing import world as worlds
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
@@ -97,8 +98,6 @@ def test_a_kill_at_any_file_write_of_a_run_loses_and_repeats_nothing(tmp_path: P
             tickets = sorted(t["title"] for t in world.tickets())
             assert tickets == TITLES, f"killed at file write {nth}: one ticket per call, {tickets}"
             with tl.open_store(url) as store:
-                from toolledger._verify import verify
-
                 assert verify(store) == [], nth
         else:
             raise AssertionError("the run never finished within 99 file writes")
