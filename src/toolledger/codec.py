@@ -177,18 +177,39 @@ def _sized_json(
     default: Callable[[Any], Any] | None,
 ) -> tuple[str, int, bool]:
     """``json_text``'s text, its size in UTF-8 bytes, and whether it had to be ASCII-escaped."""
-    text = json.dumps(
-        value, ensure_ascii=False, separators=separators, allow_nan=allow_nan, default=default
-    )
+    text = _encoder(False, separators, allow_nan, default).encode(value)
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         # Lone surrogates cannot be stored as UTF-8; the escaped form is still the same value.
-        text = json.dumps(
-            value, ensure_ascii=True, separators=separators, allow_nan=allow_nan, default=default
-        )
+        text = _encoder(True, separators, allow_nan, default).encode(value)
         return text, len(text), True
     return text, size, False
+
+
+_ENCODERS: dict[tuple[bool, tuple[str, str] | None, bool], json.JSONEncoder] = {}
+
+
+def _encoder(
+    ascii_only: bool,
+    separators: tuple[str, str] | None,
+    allow_nan: bool,
+    default: Callable[[Any], Any] | None,
+) -> json.JSONEncoder:
+    """The encoder ``json.dumps`` would build for these options, built once per set of options
+    (``json.dumps`` builds one at every call unless every option is its default). An encoder
+    keeps no state between calls; one with a ``default`` is built each time, as before."""
+    if default is not None:
+        return json.JSONEncoder(
+            ensure_ascii=ascii_only, separators=separators, allow_nan=allow_nan, default=default
+        )
+    options = (ascii_only, separators, allow_nan)
+    found = _ENCODERS.get(options)
+    if found is None:
+        found = _ENCODERS[options] = json.JSONEncoder(
+            ensure_ascii=ascii_only, separators=separators, allow_nan=allow_nan
+        )
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,11 +147,55 @@ class SQLiteBackend:
         that only checks rides one of the batch's writes (``writes.apply``): the write lock this
         connection holds from the transaction's first statement (or the autocommit statement)
         to its commit keeps a take-over out in between. The common call's intent or outcome
-        alone is its one statement, built straight (``writes.lone_effect``)."""
-        lone = writes.lone_effect(ops) if switches.STRAIGHT else None
-        if lone is not None:
-            return [self._execute(lone).rowcount == 1]
+        alone is its one statement, built straight (``writes.lone_effect``); so are a common
+        checkpoint's statements (``writes.straight``)."""
+        if switches.STRAIGHT:
+            lone = writes.lone_effect(ops)
+            if lone is not None:
+                return [self._execute(lone).rowcount == 1]
+            steps = writes.straight(session_id, ops)
+            if steps is not None:
+                return self._straight(session_id, ops, steps)
         return plans.drive(writes.apply(session_id, ops, ride=True), self._execute)
+
+    def _straight(self, session_id: str, ops: Sequence[Op], steps: list[Step]) -> list[bool]:
+        """A checkpoint's statements, built straight (``writes.straight``), run in order on the
+        connection (as ``_execute`` would, without an ``Outcome`` each). The first that fails
+        or changes no row hands the batch to its plan, told what ran (``_replay``)."""
+        c = self._conn
+        for n, step in enumerate(steps):
+            try:
+                if step.many:
+                    c.executemany(step.sql, step.params)
+                    continue
+                changed = c.execute(step.sql, step.params).rowcount
+            except Exception as exc:
+                error: Exception = exc
+                if isinstance(exc, sqlite3.IntegrityError) and step.duplicate is not None:
+                    error = step.duplicate()
+                return self._replay(session_id, ops, steps[:n], error=error)
+            if changed != 1:
+                return self._replay(session_id, ops, steps[: n + 1], last=changed)
+        return [True] * len(ops)
+
+    def _replay(
+        self,
+        session_id: str,
+        ops: Sequence[Op],
+        ran: list[Step],
+        *,
+        last: int | None = None,
+        error: Exception | None = None,
+    ) -> list[bool]:
+        """``_straight`` met something other than the common case: the batch's plan decides
+        (``plans.replay``), told that the statements of ``ran`` each changed their row (an
+        ``executemany`` one row a set) — the last of them ``last`` rows instead, if given —
+        and then that the next one failed with ``error``, if given."""
+        outcomes = [Outcome(len(s.params) if s.many else 1, []) for s in ran]
+        if last is not None:
+            outcomes[-1] = Outcome(last, [])
+        plan = writes.apply(session_id, ops, ride=True)
+        return plans.replay(plan, list(zip(ran, outcomes, strict=True)), self._execute, error)
 
     def _ask(self, action: str, query: plans.Query[T]) -> T:
         """A read's statement on the connection, its rows turned into its answer."""

@@ -62,6 +62,46 @@ def drive(plan: Plan[T], execute: Callable[[Step], Outcome]) -> T:
         return value
 
 
+def replay(
+    plan: Plan[T],
+    ran: Sequence[tuple[Step, Outcome]],
+    execute: Callable[[Step], Outcome],
+    error: Exception | None = None,
+) -> T:
+    """Carry ``plan`` out when its first statements have already run (a backend's straight
+    path ran them, ``.writes.straight``): each statement the plan yields is checked against
+    the next one of ``ran`` and answered with that outcome instead of being run again; then
+    ``error``, if the next statement failed with it; then ``drive`` as usual. So the plan makes
+    every decision the run statements lead to, as if it had run them itself."""
+    try:
+        step = next(plan)
+        for known, outcome in ran:
+            _same(step, known)
+            step = plan.send(outcome)
+        if error is not None:
+            step = plan.throw(error)
+        while True:
+            try:
+                outcome = execute(step)
+            except Exception as exc:
+                step = plan.throw(exc)
+            else:
+                step = plan.send(outcome)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+def _same(step: Step, known: Step) -> None:
+    """A statement the plan yields is the one a straight path ran in its place."""
+    same = step.sql == known.sql and step.many == known.many
+    if not same or tuple(step.params) != tuple(known.params):
+        raise AssertionError(
+            f"a straight path ran {known.sql!r} where its plan yields {step.sql!r}: the two "
+            "disagree, which is a bug in toolledger"
+        )
+
+
 async def adrive(plan: Plan[T], execute: Callable[[Step], Awaitable[Outcome]]) -> T:
     """``drive`` with an awaited ``execute``."""
     try:

@@ -41,7 +41,7 @@ from .plans import (
     session_query,
 )
 
-__all__ = ["apply", "apply_again", "lone_effect", "one_statement"]
+__all__ = ["apply", "apply_again", "lone_effect", "one_statement", "straight"]
 
 
 # -- writes --------------------------------------------------------------------------------------
@@ -70,6 +70,54 @@ def lone_effect(ops: Sequence[Op]) -> Step | None:
     if type(op) is UpdateEffect and not op.guard:
         return Step(q.update_statement(op), r.update_params(op))
     return None
+
+
+def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
+    """The statements of a checkpoint — a fence that only checks, then messages appended, the
+    session moved on and effects written without a guard, the common turn's A and B — built
+    straight: what ``apply(session_id, ops, ride=True)`` yields for it while each write
+    changes its one row (the fence rides the session's update). ``None`` for any other batch.
+
+    A backend runs them in order; at the first that fails or does not change exactly one row
+    (``executemany`` aside) it hands the batch to ``apply``, told what ran (``.plans.replay``),
+    so every other outcome — a seq taken, a version moved, the lease lost, a record already
+    there — has its one meaning there. When all change their row, every op's flag is true."""
+    if len(ops) < 3:
+        return None
+    fence = ops[0]
+    if not isinstance(fence, HoldLease) or fence.expires_at is not None:
+        return None
+    steps: list[Step] = []
+    appended = moved = False
+    for op in ops[1:]:
+        if type(op) is AppendMessages and not appended and op.messages:
+            first = op.messages[0].seq
+            if any(m.seq != first + i for i, m in enumerate(op.messages)):
+                return None
+            values = [r.message_params(session_id, m) for m in op.messages]
+            seq_taken = partial(conflict, session_id, "a message with that seq exists")
+            steps.append(
+                Step(
+                    q.INSERT_NEXT_MESSAGE,
+                    (*values[0], first, session_id),
+                    duplicate=seq_taken,
+                    guard=True,
+                )
+            )
+            if len(values) > 1:
+                steps.append(Step(q.INSERT_MESSAGE, values[1:], many=True, duplicate=seq_taken))
+            appended = True
+        elif type(op) is PutSession and not moved and op.expect_version is not None:
+            params = (*r.update_session_params(op), session_id, fence.token)
+            steps.append(Step(q.UPDATE_SESSION_FENCED, params, guard=True))
+            moved = True
+        elif type(op) is InsertEffect:
+            steps.append(Step(q.INSERT_EFFECT, r.insert_params(op)))
+        elif type(op) is UpdateEffect and not op.guard:
+            steps.append(Step(q.update_statement(op), r.update_params(op)))
+        else:
+            return None  # another kind of op, or one the fence would not ride as here
+    return steps if moved else None
 
 
 def _carrier(ops: Sequence[Op]) -> int | None:

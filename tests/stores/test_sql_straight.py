@@ -1,0 +1,279 @@
+"""A checkpoint's statements built straight (``writes.straight``) are the ones its plan yields,
+and every outcome but the common one is decided by the plan (``plans.replay``).
+
+The statements are compared with the plan's for each shape of checkpoint a turn commits. Then
+each way a checkpoint stops being common — a version moved, the lease taken over, a seq taken,
+a record already there or moved on, a statement that fails — is committed on two identical
+SQLite stores, once straight and once on the general path, and everything is compared: the
+flags or the error, every statement SQLite ran, and every row left behind.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import toolledger as tl
+from toolledger import _switches as switches
+from toolledger.ops import (
+    AppendMessages,
+    HoldLease,
+    InsertEffect,
+    Op,
+    PutApproval,
+    PutSession,
+    TakeLease,
+    UpdateEffect,
+)
+from toolledger.records import Lease, Status
+from toolledger.stores._sql import plans, writes
+from toolledger.stores._sql.plans import Outcome, Step
+from toolledger.testing._samples import make_approval, make_message, make_record, make_state
+
+TOKEN = 1
+
+
+def _a(*calls: str) -> list[Op]:
+    """Checkpoint A: the model's message, the session moved on, one intent per call."""
+    return [
+        HoldLease("s", TOKEN, None),
+        AppendMessages((make_message(2, "assistant", [{"type": "text", "text": "a"}]),)),
+        PutSession(make_state(version=2, messages=3), expect_version=1),
+        *(InsertEffect(make_record("s", c)) for c in calls),
+    ]
+
+
+def _b(*results: str, messages: int = 1) -> list[Op]:
+    """Checkpoint B: the outcomes, the results' message(s), the session moved on."""
+    done = [
+        UpdateEffect(
+            make_record("s", c, status=Status.SUCCEEDED, result="ok"),
+            expect_status=Status.STARTED,
+            expect_attempt=1,
+        )
+        for c in results
+    ]
+    return [
+        HoldLease("s", TOKEN, None),
+        *done,
+        AppendMessages(tuple(make_message(2 + i) for i in range(messages))),
+        PutSession(make_state(version=2, messages=2 + messages), expect_version=1),
+    ]
+
+
+SHAPES: dict[str, Callable[[], list[Op]]] = {
+    "A, one call": lambda: _a("toolu_1"),
+    "A, two calls": lambda: _a("toolu_1", "toolu_2"),
+    "A, no call": _a,
+    "B, one result": lambda: _b("toolu_0"),
+    "B, three messages": lambda: _b("toolu_0", messages=3),
+}
+
+
+def _planned(ops: Sequence[Op]) -> list[Step]:
+    """What the plan yields for ``ops`` when every write changes its row."""
+    seen: list[Step] = []
+
+    def execute(step: Step) -> Outcome:
+        seen.append(step)
+        return Outcome(len(step.params) if step.many else 1, [])
+
+    flags = plans.drive(writes.apply("s", ops, ride=True), execute)
+    assert flags == [True] * len(ops)
+    return seen
+
+
+def _shape(step: Step) -> tuple[Any, ...]:
+    return (step.sql, tuple(step.params), step.many, step.guard, step.duplicate is None)
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_checkpoint_s_straight_statements_are_the_ones_its_plan_yields(shape: str) -> None:
+    ops = SHAPES[shape]()
+    built = writes.straight("s", ops)
+    assert built is not None
+    assert [_shape(s) for s in built] == [_shape(s) for s in _planned(ops)]
+
+
+def _not_common() -> dict[str, list[Op]]:
+    a = _a("toolu_1")
+    hold, append, put, intent = a
+    guarded = UpdateEffect(
+        make_record("s", "toolu_0", status=Status.SUCCEEDED),
+        expect_status=Status.STARTED,
+        expect_attempt=1,
+        guard=True,
+    )
+    gap = AppendMessages((make_message(2), make_message(4)))
+    return {
+        "a fence that renews": [HoldLease("s", TOKEN, 99.0), append, put, intent],
+        "no fence": [append, put, intent],
+        "no session moved on": [hold, append, intent],
+        "a session created": [hold, append, PutSession(make_state(), None), intent],
+        "a guarded update": [hold, guarded, append, put],
+        "seqs with a gap": [hold, gap, put],
+        "two appends": [hold, append, append, put],
+        "an approval": [hold, append, put, PutApproval(make_approval(), None)],
+        "too short": [hold, put],
+    }
+
+
+@pytest.mark.parametrize("case", list(_not_common()))
+def test_a_batch_that_is_not_a_common_checkpoint_is_not_built_straight(case: str) -> None:
+    assert writes.straight("s", _not_common()[case]) is None
+
+
+# -- the two paths on real stores ---------------------------------------------------------------
+
+
+def _open(path: Path) -> tl.Store:
+    """A store holding session ``s`` at version 1 with two messages, leased with ``TOKEN``, and
+    call ``toolu_0`` started."""
+    store = tl.open_store(f"sqlite:///{path}")
+    lease = Lease(session_id="s", owner="me", token=TOKEN, expires_at=4_000_000_000.0)
+    store.backend.apply("s", [TakeLease(lease, expect_token=0)])
+    store.backend.apply(
+        "s",
+        [
+            PutSession(make_state(version=1, messages=2), None),
+            AppendMessages((make_message(0), make_message(1, "assistant"))),
+            InsertEffect(make_record("s", "toolu_0", holder=None, deadline=None)),
+        ],
+    )
+    return store
+
+
+def _rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    conn = sqlite3.connect(path)
+    try:
+        tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: sorted(map(tuple, conn.execute(f'SELECT * FROM "{t}"'))) for t in tables}
+    finally:
+        conn.close()
+
+
+def _run(
+    path: Path,
+    straight: bool,
+    ops: Sequence[Op],
+    before: Callable[[sqlite3.Connection], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Any, list[str], dict[str, list[tuple[Any, ...]]]]:
+    """Commit ``ops`` after ``before`` changed the store: the flags (or the error), every
+    statement the write connection ran, and the rows."""
+    with _open(path) as store:
+        conn = store.backend._conn  # type: ignore[attr-defined]
+        before(conn)
+        ran: list[str] = []
+        conn.set_trace_callback(ran.append)
+        monkeypatch.setattr(switches, "STRAIGHT", straight)
+        try:
+            answer: Any = store.backend.apply("s", ops)
+        except Exception as exc:  # compared whole: type and message
+            answer = (type(exc).__name__, str(exc).replace(str(path), "<path>"))
+        finally:
+            monkeypatch.setattr(switches, "STRAIGHT", True)
+            conn.set_trace_callback(None)
+    return answer, ran, _rows(path)
+
+
+def _nothing(conn: sqlite3.Connection) -> None:
+    pass
+
+
+def _sql(statement: str) -> Callable[[sqlite3.Connection], None]:
+    return lambda conn: conn.executescript(statement)
+
+
+CASES: dict[str, tuple[Callable[[], list[Op]], Callable[[sqlite3.Connection], None]]] = {
+    "A, common": (lambda: _a("toolu_1"), _nothing),
+    "B, common": (lambda: _b("toolu_0", messages=3), _nothing),
+    "A, the version moved": (
+        lambda: _a("toolu_1"),
+        _sql("UPDATE sessions SET version = 5"),
+    ),
+    "A, the lease taken over": (
+        lambda: _a("toolu_1"),
+        _sql("UPDATE leases SET token = 2, owner = 'them'"),
+    ),
+    "A, the lease given back": (
+        lambda: _a("toolu_1"),
+        _sql("UPDATE leases SET expires_at = 0"),
+    ),
+    "B, the version moved and the lease taken over": (
+        lambda: _b("toolu_0"),
+        _sql("UPDATE sessions SET version = 5; UPDATE leases SET token = 2"),
+    ),
+    "A, the seq taken": (
+        lambda: _a("toolu_1"),
+        _sql(
+            "INSERT INTO messages (session_id, seq, role, content, created_at) "
+            "VALUES ('s', 2, 'user', '\"x\"', 1.0)"
+        ),
+    ),
+    "A, the call's record already there": (
+        lambda: _a("toolu_0"),
+        _nothing,
+    ),
+    "A, the second call's record already there": (
+        lambda: _a("toolu_1", "toolu_0"),
+        _nothing,
+    ),
+    "B, the record moved on": (
+        lambda: _b("toolu_0"),
+        _sql("UPDATE effects SET attempt = 2"),
+    ),
+    "B, the second message's seq refused": (
+        lambda: _b("toolu_0", messages=3),
+        _sql(
+            "CREATE TRIGGER refuse AFTER INSERT ON messages WHEN NEW.seq = 3 "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        ),
+    ),
+    "A, the intent's statement fails": (
+        lambda: _a("toolu_1"),
+        _sql(
+            "CREATE TRIGGER refuse BEFORE INSERT ON effects "
+            "BEGIN SELECT RAISE(FAIL, 'no room'); END"
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_outcome_of_a_checkpoint_is_the_same_straight_and_on_its_plan(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ops, before = CASES[case]
+    straight = _run(tmp_path / "straight.db", True, ops(), before, monkeypatch)
+    general = _run(tmp_path / "general.db", False, ops(), before, monkeypatch)
+    assert straight[0] == general[0]
+    assert straight[1] == general[1], "the same statements, in the same order"
+    assert straight[2] == general[2]
+    untouched = _run(tmp_path / "untouched.db", True, [], before, monkeypatch)[2]
+    if isinstance(straight[0], tuple):  # refused: nothing of the batch landed
+        assert straight[2] == untouched
+    else:
+        assert straight[2] != untouched
+        expected = [True] * len(ops())
+        if "already there" in case:
+            expected[-1] = False  # that call's intent, and only it, was not written
+        if "moved on" in case:
+            expected[1] = False  # the outcome did not match the record
+        assert straight[0] == expected
+
+
+def test_a_replay_told_of_a_statement_its_plan_does_not_yield_is_a_bug_said_loudly() -> None:
+    ops = _a("toolu_1")
+    wrong = Step("DELETE FROM effects", ())
+
+    def execute(step: Step) -> Outcome:
+        raise AssertionError("nothing is run")
+
+    plan = writes.apply("s", ops, ride=True)
+    with pytest.raises(AssertionError, match="disagree, which is a bug in toolledger"):
+        plans.replay(plan, [(wrong, Outcome(1, []))], execute)
