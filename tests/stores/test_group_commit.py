@@ -76,7 +76,7 @@ def test_a_failing_commit_fails_every_batch_of_its_group(
     assert isinstance(backend, SQLiteBackend)
     original = backend._apply_batch
 
-    def full_disk(session_id: str, ops: object) -> list[bool]:
+    def full_disk(session_id: str, ops: object, form: object) -> list[bool]:
         import sqlite3
 
         raise sqlite3.OperationalError("database or disk is full")

@@ -10,6 +10,7 @@ flags or the error, every statement SQLite ran, and every row left behind.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -47,13 +48,15 @@ def _a(*calls: str) -> list[Op]:
     ]
 
 
-def _b(*results: str, messages: int = 1) -> list[Op]:
-    """Checkpoint B: the outcomes, the results' message(s), the session moved on."""
+def _b(*results: str, messages: int = 1, guard: bool = True) -> list[Op]:
+    """Checkpoint B: the outcomes (guards, as the engine writes them), the results'
+    message(s), the session moved on."""
     done = [
         UpdateEffect(
             make_record("s", c, status=Status.SUCCEEDED, result="ok"),
             expect_status=Status.STARTED,
             expect_attempt=1,
+            guard=guard,
         )
         for c in results
     ]
@@ -71,6 +74,7 @@ SHAPES: dict[str, Callable[[], list[Op]]] = {
     "A, no call": _a,
     "B, one result": lambda: _b("toolu_0"),
     "B, three messages": lambda: _b("toolu_0", messages=3),
+    "B, an outcome that is not a guard": lambda: _b("toolu_0", guard=False),
 }
 
 
@@ -114,7 +118,7 @@ def _not_common() -> dict[str, list[Op]]:
         "no fence": [append, put, intent],
         "no session moved on": [hold, append, intent],
         "a session created": [hold, append, PutSession(make_state(), None), intent],
-        "a guarded update": [hold, guarded, append, put],
+        "a guarded update after the session's": [hold, append, put, guarded],
         "seqs with a gap": [hold, gap, put],
         "two appends": [hold, append, append, put],
         "an approval": [hold, append, put, PutApproval(make_approval(), None)],
@@ -169,7 +173,7 @@ def _run(
         conn = store.backend._conn  # type: ignore[attr-defined]
         before(conn)
         ran: list[str] = []
-        conn.set_trace_callback(ran.append)
+        conn.set_trace_callback(lambda statement: ran.append(_unchecked(statement)))
         monkeypatch.setattr(switches, "STRAIGHT", straight)
         try:
             answer: Any = store.backend.apply("s", ops)
@@ -179,6 +183,18 @@ def _run(
             monkeypatch.setattr(switches, "STRAIGHT", True)
             conn.set_trace_callback(None)
     return answer, ran, _rows(path)
+
+
+_CHECK = re.compile(r" AND \(SELECT version FROM schema_version\) = \d+")
+_CHECKED_INSERT = re.compile(
+    r" SELECT (.*) WHERE \(SELECT version FROM schema_version\) = \d+ ON CONFLICT"
+)
+
+
+def _unchecked(statement: str) -> str:
+    """A statement as the plan writes it: without the schema check a straight commit's first
+    statement carries (``sqlite.CHECKED``)."""
+    return _CHECKED_INSERT.sub(r" VALUES (\1) ON CONFLICT", _CHECK.sub("", statement))
 
 
 def _nothing(conn: sqlite3.Connection) -> None:
@@ -225,6 +241,10 @@ CASES: dict[str, tuple[Callable[[], list[Op]], Callable[[sqlite3.Connection], No
     ),
     "B, the record moved on": (
         lambda: _b("toolu_0"),
+        _sql("UPDATE effects SET attempt = 2"),
+    ),
+    "B, the record moved on, its outcome no guard": (
+        lambda: _b("toolu_0", guard=False),
         _sql("UPDATE effects SET attempt = 2"),
     ),
     "B, the second message's seq refused": (

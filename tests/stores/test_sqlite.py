@@ -22,6 +22,7 @@ from toolledger.ops import (
 )
 from toolledger.records import Lease
 from toolledger.stores._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
+from toolledger.stores._sql.schema import sqlite_versioned
 from toolledger.testing.conformance import make_message, make_record, make_state
 
 from ..conftest import tool_use
@@ -68,6 +69,60 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     raw.close()
     with pytest.raises(tl.SchemaVersionError, match="written by a newer toolledger — upgrade"):
         tl.open_store(f"sqlite:///{db}")
+
+
+def _upgrade(db: Path, version: int) -> None:
+    """What a newer release's migration runner leaves: both records of the version."""
+    with sqlite3.connect(db) as conn:
+        for statement in sqlite_versioned(version):
+            conn.execute(statement)
+
+
+def test_a_new_store_records_its_schema_version_twice(tmp_path: Path) -> None:
+    with tl.open_store(f"sqlite:///{tmp_path / 'l.db'}"):
+        pass
+    raw = sqlite3.connect(tmp_path / "l.db")
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    assert raw.execute("SELECT one, version FROM schema_version").fetchall() == [
+        (1, len(MIGRATIONS))
+    ]
+
+
+def test_a_straight_write_checks_the_schema_itself_and_a_migration_cannot_slip_in_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No separate read comes before a straight commit's write: the write checks the version
+    row in its own statement. A newer release's migration that lands after the store was last
+    checked refuses the write — the intent is not written and the tool never runs — and the
+    error says why; a write in the common case costs no check of its own."""
+    db = tmp_path / "l.db"
+    runs: list[str] = []
+    probes: list[int] = []
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        runs.append(to)
+        return "sent"
+
+    with tl.open_store(f"sqlite:///{db}") as store:
+        backend: Any = store.backend
+        checked = backend._check_schema
+        monkeypatch.setattr(backend, "_check_schema", lambda: probes.append(1) or checked())
+        ledger = store.ledger("s")
+        tl.run_tool_uses([tool_use("toolu_1", "send", to="a")], [send], ledger=ledger)
+        assert runs == ["a"]
+        assert len(probes) == (0 if switches.STRAIGHT else 2)  # the intent, the outcome
+        probes.clear()
+        _upgrade(db, len(MIGRATIONS) + 1)
+        out = tl.run_tool_uses([tool_use("toolu_2", "send", to="b")], [send], ledger=ledger)
+        assert out[0]["is_error"] and out[0]["content"].startswith("not executed")
+        assert "SchemaVersionError" in out[0]["content"]
+        assert "written by a newer toolledger" in out[0]["content"]
+        # Straight, the one read of the version comes after the refused write, to say why.
+        assert len(probes) == 1
+    assert runs == ["a"]
+    rows = sqlite3.connect(db).execute("SELECT tool_use_id FROM effects").fetchall()
+    assert rows == [("toolu_1",)]
 
 
 def test_a_file_that_is_not_a_database_is_corrupt_not_empty(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import toolledger as tl
-from toolledger.stores._sql.schema import VERSION
+from toolledger.stores._sql.schema import VERSION, sqlite_versioned
 from toolledger.stores.jsonfile._format import FORMAT, FORMAT_FILE
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
@@ -24,8 +24,9 @@ def upgrade(kind: str, where: Path) -> None:
     if kind == "json":
         (where / FORMAT_FILE).write_text(json.dumps({"format": FORMAT + 1}))
     else:
-        with sqlite3.connect(where / "l.db") as conn:
-            conn.execute(f"PRAGMA user_version = {VERSION + 1}")
+        with sqlite3.connect(where / "l.db") as conn:  # as its migration runner does
+            for statement in sqlite_versioned(VERSION + 1):
+                conn.execute(statement)
 
 
 def url_of(kind: str, where: Path) -> str:

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from ..errors import CorruptLedgerError, StoreError, StoreUnavailableError
 from ._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
-from ._sql.schema import too_new
+from ._sql.schema import sqlite_versioned, too_new
 
 __all__ = ["BUSY_TIMEOUT_S", "create_owner_only", "identity", "open_read_only", "translate"]
 
@@ -94,9 +94,10 @@ def open_read_only(path: str, url: str, *, busy_timeout_ms: int) -> sqlite3.Conn
         copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         try:
             conn.backup(copy)
-            for migration in MIGRATIONS[version:]:
+            for done, migration in enumerate(MIGRATIONS[version:], start=version + 1):
                 copy.executescript(migration)
-            copy.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+                for statement in sqlite_versioned(done):
+                    copy.execute(statement)
         except sqlite3.Error as exc:
             copy.close()
             raise translate(exc, url, "reading an older store") from exc

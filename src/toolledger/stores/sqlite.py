@@ -26,9 +26,10 @@ from ..errors import (
 from ..ops import Op
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from ._sql import plans, writes
+from ._sql import statements as q
 from ._sql.plans import Outcome, Step
 from ._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
-from ._sql.schema import too_new
+from ._sql.schema import sqlite_versioned, too_new
 from ._sqlite_files import BUSY_TIMEOUT_S, create_owner_only, identity, open_read_only, translate
 from .contract import Pending
 
@@ -38,6 +39,29 @@ T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = BUSY_TIMEOUT_S * 1000
 WAL_AUTOCHECKPOINT_PAGES = 100
+
+
+def _checked(version: int) -> dict[str, str]:
+    """The statements a straight commit can open with (``writes.lone_effect``,
+    ``writes.straight``), each changing its row only while the file's schema is still
+    ``version``: the check rides the write, under the write lock it takes, so no migration can
+    land between the two. It reads the ``schema_version`` row (schema 8), which costs about
+    0.3 µs — ``pragma_user_version`` would run a statement of its own each time. (SQLite only.)"""
+    ours = f"(SELECT version FROM schema_version) = {version}"
+    marks = ", ".join("?" * len(q.EFFECT_COLUMNS.split(",")))
+    return {
+        q.INSERT_EFFECT: (
+            f"INSERT INTO effects ({q.EFFECT_COLUMNS}) SELECT {marks} WHERE {ours} "
+            "ON CONFLICT (session_id, tool_use_id) DO NOTHING"
+        ),
+        q.UPDATE_EFFECT: f"{q.UPDATE_EFFECT} AND {ours}",
+        q.UPDATE_EFFECT_AT: f"{q.UPDATE_EFFECT_AT} AND {ours}",
+        q.INSERT_NEXT_MESSAGE: f"{q.INSERT_NEXT_MESSAGE} AND {ours}",
+        q.UPDATE_SESSION_FENCED: f"{q.UPDATE_SESSION_FENCED} AND {ours}",
+    }
+
+
+CHECKED = _checked(len(MIGRATIONS))
 
 
 class SQLiteBackend:
@@ -123,7 +147,8 @@ class SQLiteBackend:
                         if statement.strip():
                             c.execute(statement)
                     version += 1
-                    c.execute(f"PRAGMA user_version = {version}")
+                    for statement in sqlite_versioned(version):
+                        c.execute(statement)
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
@@ -142,39 +167,55 @@ class SQLiteBackend:
             raise step.duplicate() from None
         return Outcome(cur.rowcount, cur.fetchall() if cur.description is not None else [])
 
-    def _apply_batch(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
-        """One batch's plan, inside whatever transaction or savepoint the caller opened. A fence
-        that only checks rides one of the batch's writes (``writes.apply``): the write lock this
-        connection holds from the transaction's first statement (or the autocommit statement)
-        to its commit keeps a take-over out in between. The common call's intent or outcome
-        alone is its one statement, built straight (``writes.lone_effect``); so are a common
-        checkpoint's statements (``writes.straight``)."""
-        if switches.STRAIGHT:
-            lone = writes.lone_effect(ops)
-            if lone is not None:
-                return [self._execute(lone).rowcount == 1]
-            steps = writes.straight(session_id, ops)
-            if steps is not None:
-                return self._straight(session_id, ops, steps)
-        return plans.drive(writes.apply(session_id, ops, ride=True), self._execute)
+    def _form(self, session_id: str, ops: Sequence[Op]) -> Step | list[Step] | None:
+        """How a batch is carried out: the one statement of an effect write alone
+        (``writes.lone_effect``), a common checkpoint's statements (``writes.straight``) —
+        both built straight, their first statement checking the schema as it writes
+        (``CHECKED``) — or ``None``: its plan."""
+        if not switches.STRAIGHT:
+            return None
+        lone = writes.lone_effect(ops)
+        if lone is not None:
+            return lone
+        return writes.straight(session_id, ops)
+
+    def _apply_batch(
+        self, session_id: str, ops: Sequence[Op], form: Step | list[Step] | None
+    ) -> list[bool]:
+        """One batch, inside whatever transaction or savepoint the caller opened, as ``form``
+        says (``_form``). A fence that only checks rides one of the batch's writes
+        (``writes.apply``): the write lock this connection holds from the transaction's first
+        statement (or the autocommit statement) to its commit keeps a take-over out in
+        between."""
+        if form is None:
+            return plans.drive(writes.apply(session_id, ops, ride=True), self._execute)
+        if isinstance(form, list):
+            return self._straight(session_id, ops, form)
+        changed = self._conn.execute(CHECKED[form.sql], form.params).rowcount
+        if changed != 1:
+            self._check_schema()  # the record moved on, or the schema did: say which
+        return [changed == 1]
 
     def _straight(self, session_id: str, ops: Sequence[Op], steps: list[Step]) -> list[bool]:
         """A checkpoint's statements, built straight (``writes.straight``), run in order on the
-        connection (as ``_execute`` would, without an ``Outcome`` each). The first that fails
-        or changes no row hands the batch to its plan, told what ran (``_replay``)."""
+        connection (as ``_execute`` would, without an ``Outcome`` each; the first checks the
+        schema as it writes). The first that fails or changes no row hands the batch to its
+        plan, told what ran (``_replay``)."""
         c = self._conn
         for n, step in enumerate(steps):
             try:
                 if step.many:
                     c.executemany(step.sql, step.params)
                     continue
-                changed = c.execute(step.sql, step.params).rowcount
+                changed = c.execute(CHECKED[step.sql] if n == 0 else step.sql, step.params).rowcount
             except Exception as exc:
                 error: Exception = exc
                 if isinstance(exc, sqlite3.IntegrityError) and step.duplicate is not None:
                     error = step.duplicate()
                 return self._replay(session_id, ops, steps[:n], error=error)
             if changed != 1:
+                if n == 0:
+                    self._check_schema()  # its row was not there, or the schema moved on
                 return self._replay(session_id, ops, steps[: n + 1], last=changed)
         return [True] * len(ops)
 
@@ -299,25 +340,27 @@ class SQLiteBackend:
             with self._lock:
                 c = self._conn
                 self._check_identity()
-                self._check_schema()
+                forms = [self._form(p.session_id, p.ops) for p in group]
+                if any(form is None for form in forms):
+                    self._check_schema()  # a plan's statements do not check it themselves
                 if len(group) == 1 and writes.one_statement(group[0].ops, ride=True):
                     # One conditional statement is a transaction of its own (autocommit): one
                     # call into SQLite instead of BEGIN, statement, COMMIT. A guard that fails
                     # in it has written nothing (its statement matched no row).
                     p = group[0]
                     try:
-                        p.flags = self._apply_batch(p.session_id, p.ops)
+                        p.flags = self._apply_batch(p.session_id, p.ops, forms[0])
                     except SessionConflictError as exc:
                         p.flags, p.error = None, exc
                     self.commits += 1
                     return
                 try:
                     c.execute("BEGIN IMMEDIATE")
-                    for p in group:
+                    for p, form in zip(group, forms, strict=True):
                         if len(group) > 1:
                             c.execute("SAVEPOINT batch")
                         try:
-                            p.flags = self._apply_batch(p.session_id, p.ops)
+                            p.flags = self._apply_batch(p.session_id, p.ops, form)
                         except SessionConflictError as exc:
                             if len(group) == 1:
                                 raise
@@ -332,7 +375,8 @@ class SQLiteBackend:
                         c.execute("ROLLBACK")
                     raise
         except sqlite3.Error as exc:
-            error = translate(exc, self.url, "writing the ledger")
+            # A statement that checks the schema as it writes meets a newer one's tables first.
+            error = self._newer() or translate(exc, self.url, "writing the ledger")
             error.__cause__ = exc
             for p in group:
                 p.flags, p.error = None, error
@@ -349,8 +393,10 @@ class SQLiteBackend:
         """A newer release may have migrated the file since it was opened (a long-lived worker
         meeting an upgrade): stop, typed, before writing rows of a schema this code does not
         know. Read on a connection of its own (about 2 µs: page 1 is cached), so the write
-        connection's transaction stays the plan's statements alone. A migration committed
-        between this read and the write is met by the next write."""
+        connection's transaction stays the plan's statements alone — before a plan, whose
+        statements do not check it, and after a straight commit's first statement, which does
+        (``CHECKED``), changed no row, to tell why. A migration committed between this read
+        and a plan's write is met by the next write; a straight commit leaves no such gap."""
         if self.path == ":memory:":
             return
         if self._probe is None:

@@ -125,7 +125,33 @@ SQLITE_MIGRATIONS: list[str] = [
     ALTER TABLE effects ADD COLUMN made_in TEXT;
     ALTER TABLE effects ADD COLUMN origin TEXT;
     """,
+    # 8: the schema version as a row, beside PRAGMA user_version: a write checks it in its own
+    # statement, for the cost of reading one row (toolledger.stores.sqlite.CHECKED), so no
+    # migration can land between the check and the write. The migration runner writes the row
+    # with user_version, in the same transaction, from this version on (``sqlite_versioned``).
+    """
+    CREATE TABLE schema_version (
+        one     INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
+        version INTEGER NOT NULL
+    );
+    """,
 ]
+
+SQLITE_VERSION_ROW = 8
+"""The SQLite schema version from which the version is also the row of ``schema_version``."""
+
+
+def sqlite_versioned(version: int) -> list[str]:
+    """The statements that record SQLite schema ``version`` once its migration has run: PRAGMA
+    user_version and, from ``SQLITE_VERSION_ROW`` on, the ``schema_version`` row. (Our own
+    constants only: ``version`` is an int.)"""
+    statements = [f"PRAGMA user_version = {int(version)}"]
+    if version >= SQLITE_VERSION_ROW:
+        statements.append(
+            "INSERT INTO schema_version (one, version) VALUES (1, "
+            f"{int(version)}) ON CONFLICT (one) DO UPDATE SET version = excluded.version"
+        )
+    return statements
 
 
 # -- PostgreSQL --------------------------------------------------------------------------------
@@ -244,6 +270,11 @@ POSTGRES_MIGRATIONS: list[str] = [
     """
     ALTER TABLE effects ADD COLUMN made_in TEXT COLLATE "C";
     ALTER TABLE effects ADD COLUMN origin TEXT COLLATE "C"
+    """,
+    # 8: SQLite's schema_version row. PostgreSQL has kept its version as rows of
+    # toolledger_schema since 1, written with each migration: nothing to change.
+    """
+    SELECT 1
     """,
 ]
 

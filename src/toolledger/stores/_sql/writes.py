@@ -74,7 +74,8 @@ def lone_effect(ops: Sequence[Op]) -> Step | None:
 
 def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
     """The statements of a checkpoint — a fence that only checks, then messages appended, the
-    session moved on and effects written without a guard, the common turn's A and B — built
+    session moved on and effects written (an outcome that is a guard before the session's
+    update), the common turn's A and B — built
     straight: what ``apply(session_id, ops, ride=True)`` yields for it while each write
     changes its one row (the fence rides the session's update). ``None`` for any other batch.
 
@@ -113,8 +114,9 @@ def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
             moved = True
         elif type(op) is InsertEffect:
             steps.append(Step(q.INSERT_EFFECT, r.insert_params(op)))
-        elif type(op) is UpdateEffect and not op.guard:
-            steps.append(Step(q.update_statement(op), r.update_params(op)))
+        elif type(op) is UpdateEffect and not (op.guard and moved):
+            # (A guard after the session's update would carry the fence instead: ``_carrier``.)
+            steps.append(Step(q.update_statement(op), r.update_params(op), guard=op.guard))
         else:
             return None  # another kind of op, or one the fence would not ride as here
     return steps if moved else None
