@@ -78,17 +78,21 @@ def advance(
     input_tokens: int = 0,
     output_tokens: int = 0,
 ) -> SessionState:
-    """The next version of ``state``: counters added, ``updated_at`` at ``now``."""
-    return replace(
-        state,
+    """The next version of ``state``: counters added, ``updated_at`` at ``now``. (Built field
+    by field, every field named: ``dataclasses.replace`` walks the class's fields at each call,
+    twice a turn.)"""
+    return SessionState(
+        session_id=state.session_id,
         status=status,
         reason=reason,
         version=state.version + 1,
-        messages=state.messages + messages,
         turns=state.turns + turns,
         input_tokens=state.input_tokens + input_tokens,
         output_tokens=state.output_tokens + output_tokens,
+        messages=state.messages + messages,
+        created_at=state.created_at,
         updated_at=now,
+        lineage=state.lineage,
     )
 
 

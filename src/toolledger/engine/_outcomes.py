@@ -28,7 +28,6 @@ record needs.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -57,9 +56,10 @@ __all__ = [
 
 
 def _guarded(item: Buffered) -> Op:
-    if item.closes is not None and isinstance(item.op, UpdateEffect):
-        return replace(item.op, guard=True)
-    return item.op
+    op = item.op
+    if item.closes is not None and isinstance(op, UpdateEffect):
+        return UpdateEffect(op.record, op.expect_status, op.expect_attempt, op.expect_at, True)
+    return op
 
 
 def _moved(error: BaseException | None) -> bool:

@@ -341,7 +341,7 @@ class SQLiteBackend:
                 c = self._conn
                 self._check_identity()
                 forms = [self._form(p.session_id, p.ops) for p in group]
-                if any(form is None for form in forms):
+                if None in forms:
                     self._check_schema()  # a plan's statements do not check it themselves
                 if len(group) == 1 and writes.one_statement(group[0].ops, ride=True):
                     # One conditional statement is a transaction of its own (autocommit): one

@@ -93,7 +93,7 @@ def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
     for op in ops[1:]:
         if type(op) is AppendMessages and not appended and op.messages:
             first = op.messages[0].seq
-            if any(m.seq != first + i for i, m in enumerate(op.messages)):
+            if len(op.messages) > 1 and any(m.seq != first + i for i, m in enumerate(op.messages)):
                 return None
             values = [r.message_params(session_id, m) for m in op.messages]
             seq_taken = partial(conflict, session_id, "a message with that seq exists")
