@@ -79,7 +79,7 @@ class SerialSQLiteBackend(SQLiteBackend):
                 c = self._conn
                 c.execute("BEGIN IMMEDIATE")
                 try:
-                    out = self._apply_batch(session_id, ops)
+                    out = self._apply_batch(session_id, ops, self._form(session_id, ops))
                     c.execute("COMMIT")
                     self.commits += 1
                 except BaseException:
