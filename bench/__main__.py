@@ -326,6 +326,7 @@ def run_postgres(results: Results, plan: Plan, d: Path, stack: ExitStack) -> Non
         rounds=plan.proc_rounds,
     )
     results.pg_round_trips = pg.round_trips(url, stack, plan.n_pg)
+    results.pg_cpu = pg.cpu_rows(url, stack, plan.n_pg)
 
 
 def run_cli(results: Results, plan: Plan, d: Path, stack: ExitStack) -> None:

@@ -1,7 +1,8 @@
 """PostgreSQL: toolledger's durable record next to a bare ``INSERT … ON CONFLICT DO NOTHING``
 autocommit round trip on the same server, throughput with 1, 4 and 16 worker processes (and
 against a bare loop of the same commits: ``procs``), and the round trips of one call, counted on
-the wire (``wire``).
+the wire (``wire``), and the client's CPU per call beside a minimal PostgreSQL ledger's
+(``cpu_rows``).
 
 The bare insert is the floor here: one statement, one round trip, one commit (the server's WAL
 flush) — what a durable record cannot be cheaper than on PostgreSQL. The server comes from
@@ -11,10 +12,12 @@ default); everything runs in a schema of its own, dropped at the end.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +95,71 @@ def rows(url: str, stack: ExitStack, n: int) -> list[Sample]:
         core.per_call(store(), "postgres", "noop_read", key="pg_call_read"),
     ]
     contenders.insert(0, bare_insert(url, schema, stack))
+    return interleaved(contenders, n)
+
+
+class MinimalPgLedger:
+    """The smallest correct ledger on PostgreSQL, for the client's CPU: per call, insert the
+    intent if absent (autocommit: durable before the effect); if it was there, read it and
+    answer from it (or refuse: in doubt); else run the tool and update the outcome (autocommit).
+    Two round trips for a fresh call, as toolledger's; no schema checks, leases, liveness,
+    approvals or alerts."""
+
+    def __init__(self, url: str, schema: str, stack: ExitStack) -> None:
+        import psycopg
+        from psycopg import sql
+
+        self.conn = stack.enter_context(psycopg.connect(url, autocommit=True))
+        self.conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        self.conn.execute(
+            "CREATE TABLE minimal (session TEXT, id TEXT, status TEXT, result TEXT, "
+            "PRIMARY KEY (session, id))"
+        )
+
+    def call(self, session: str, call_id: str, tool: Callable[[], Any]) -> Any:
+        intent = self.conn.execute(
+            "INSERT INTO minimal VALUES (%s, %s, 'started', NULL) ON CONFLICT DO NOTHING",
+            (session, call_id),
+        )
+        if intent.rowcount != 1:
+            row = self.conn.execute(
+                "SELECT status, result FROM minimal WHERE session = %s AND id = %s",
+                (session, call_id),
+            ).fetchone()
+            if row is not None and row[0] == "succeeded":
+                return json.loads(row[1])
+            raise RuntimeError(f"{call_id} is in doubt: it may have run")
+        result = tool()
+        self.conn.execute(
+            "UPDATE minimal SET status = 'succeeded', result = %s WHERE session = %s AND id = %s",
+            (json.dumps(result), session, call_id),
+        )
+        return result
+
+
+def cpu_rows(url: str, stack: ExitStack, n: int) -> list[Sample]:
+    """The client's CPU per non-idempotent call, interleaved: the minimal PostgreSQL ledger
+    (the reference, first) and toolledger's ``run_tool_uses``, each on its own connection to
+    the same server (the server's CPU is another process's, not counted)."""
+    schema = new_schema(url, stack)
+    store = stack.enter_context(tl.open_store(_with_schema(url, schema)))  # makes the schema
+    ledger = MinimalPgLedger(url, schema, stack)
+
+    def minimal_step(i: int) -> Any:
+        return ledger.call("bench", core.next_id(), lambda: "ok")
+
+    ours = core.per_call(store, "PostgreSQL, client CPU", "noop_effect", key="pg_cpu_call")
+    contenders = [
+        Contender(
+            "PostgreSQL, client CPU: minimal correct ledger: one non-idempotent call",
+            minimal_step,
+            writes=2,
+            key="pg_cpu_minimal_call",
+        ),
+        ours,
+    ]
+    for c in contenders:
+        c.cpu_time = True
     return interleaved(contenders, n)
 
 

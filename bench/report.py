@@ -17,6 +17,7 @@ from .tables import (
     cpu_table,
     lookup_table,
     micro_table,
+    pg_cpu_table,
     procs_table,
     sample_table,
     size_table,
@@ -137,6 +138,8 @@ def all_tables(results: Results) -> list[Tab]:
                 ["- the floor here is the bare insert: one statement, one commit (WAL flush)."],
             )
         )
+    if results.pg_cpu:
+        tabs.append(pg_cpu_table(results))
     if results.pg_throughput:
         one = results.pg_throughput[0].per_s
         tabs.append(

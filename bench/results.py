@@ -94,6 +94,7 @@ class Results:
     pg_throughput: list[Throughput] = field(default_factory=list)
     pg_procs: list[Rate] = field(default_factory=list)
     pg_round_trips: RoundTrips | None = None
+    pg_cpu: list[Sample] = field(default_factory=list)  # client CPU beside a minimal ledger
     cli_reads: str = ""  # the markdown of bench/cli_reads.py
     instructions: Counted | None = None  # bench/instructions.py
 

@@ -132,7 +132,26 @@ def concurrency_table(results: Results) -> Tab:
 
 
 def cpu_table(results: Results) -> Tab:
-    base = by_key(results.cpu).get("cpu_minimal_call")
+    return _cpu_table(
+        f"CPU only: the same code on synchronous=OFF stores in {results.cpu_where}, interleaved",
+        results.cpu,
+        "cpu_minimal_call",
+    )
+
+
+def pg_cpu_table(results: Results) -> Tab:
+    return _cpu_table(
+        "PostgreSQL, the client's CPU: toolledger next to a minimal correct ledger, interleaved",
+        results.pg_cpu,
+        "pg_cpu_minimal_call",
+        ["- the server's CPU is another process's and is not counted."],
+    )
+
+
+def _cpu_table(
+    title: str, samples: list[Sample], base_key: str, notes: list[str] | None = None
+) -> Tab:
+    base = by_key(samples).get(base_key)
     rows = [
         [
             s.name,
@@ -143,10 +162,10 @@ def cpu_table(results: Results) -> Tab:
             f"{s.writes:.3g}",
             f"{s.median_us / base.median_us:.2f}x" if base else "",
         ]
-        for s in results.cpu
+        for s in samples
     ]
     return Tab(
-        f"CPU only: the same code on synchronous=OFF stores in {results.cpu_where}, interleaved",
+        title,
         [
             "measurement",
             "N",
@@ -160,7 +179,8 @@ def cpu_table(results: Results) -> Tab:
         [
             "- CPU: the process's CPU time per operation (every thread of it); wall: the same "
             "operations on the wall clock, which also holds waits for a core or for another "
-            "thread."
+            "thread.",
+            *(notes or []),
         ],
     )
 

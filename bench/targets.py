@@ -230,6 +230,20 @@ def _throughput(results: Results) -> list[Target]:
             f"statements were pipelined before it); over {rt.calls if rt else 0} calls.",
         )
     )
+    pg_cpu = by_key(results.pg_cpu)
+    out.append(
+        _versus(
+            "PostgreSQL non-idempotent call, client CPU ÷ minimal correct ledger",
+            "≤ 1.3x",
+            1.3,
+            ours=pg_cpu.get("pg_cpu_call"),
+            base=pg_cpu.get("pg_cpu_minimal_call"),
+            note="run_tool_uses against a minimal psycopg ledger (insert-if-absent intent, then "
+            "the outcome, each in autocommit: two round trips, as toolledger's) on the same "
+            "server, interleaved; ratio of the medians of the client process's CPU time per "
+            "call.",
+        )
+    )
     return out
 
 

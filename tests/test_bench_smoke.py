@@ -38,6 +38,10 @@ POSTGRES_TARGETS = [
         r"\d+% \(",
     ),
     (r"PostgreSQL round trips per non-idempotent call", rf"{NUMBER} \({NUMBER} statements"),
+    (
+        r"PostgreSQL non-idempotent call, client CPU ÷ minimal correct ledger",
+        rf"{NUMBER}x \({NUMBER} µs vs",
+    ),
 ]
 
 
