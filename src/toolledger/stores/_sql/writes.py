@@ -74,10 +74,11 @@ def lone_effect(ops: Sequence[Op]) -> Step | None:
 
 def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
     """The statements of a checkpoint — a fence that only checks, then messages appended, the
-    session moved on and effects written (an outcome that is a guard before the session's
-    update), the common turn's A and B — built
-    straight: what ``apply(session_id, ops, ride=True)`` yields for it while each write
-    changes its one row (the fence rides the session's update). ``None`` for any other batch.
+    session moved on and effects written (an outcome that is a guard only before the session's
+    update), the common turn's A and B — built straight: what ``apply(session_id, ops,
+    ride=True)`` yields for it while each write changes its one row (the fence rides the
+    session's update). ``None`` for any other batch. The first statement is never an
+    ``executemany`` (a backend checks the schema in it: ``sqlite.CHECKED``).
 
     A backend runs them in order; at the first that fails or does not change exactly one row
     (``executemany`` aside) it hands the batch to ``apply``, told what ran (``.plans.replay``),
