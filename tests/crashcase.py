@@ -22,20 +22,27 @@ def needs_intent(kind: str) -> bool:
     return kind in ("plain", "checked")
 
 
-def script(kind: str, calls: int) -> list[Reply]:
-    uses = [ToolUse(TOOL_OF_KIND[kind], {"title": f"outage {i}"}) for i in range(calls)]
-    return [Reply(text="Opening tickets.", tool_uses=uses), Reply(text="All tickets are open.")]
+def script(kind: str, calls: int, turns: int = 1) -> list[Reply]:
+    """``turns`` turns of ``calls`` calls each (every call its own ticket), then the answer."""
+    replies = []
+    for turn in range(turns):
+        uses = [
+            ToolUse(TOOL_OF_KIND[kind], {"title": f"outage {turn * calls + i}"})
+            for i in range(calls)
+        ]
+        replies.append(Reply(text="Opening tickets.", tool_uses=uses))
+    return [*replies, Reply(text="All tickets are open.")]
 
 
 def crash_and_recover(
-    run: RunAgent, store_url: str, *, point: str, kind: str, calls: int
+    run: RunAgent, store_url: str, *, point: str, kind: str, calls: int, turns: int = 1
 ) -> dict[str, Any]:
-    """Kill a run at ``point`` (on the last call of the turn where the point is per call), resume
-    it; a plain call left in doubt must stop for a person, who says whether it happened. Returns
-    what the final run returned (``completed``)."""
+    """Kill a run at ``point`` in its last tool turn (on that turn's last call where the point
+    is per call), resume it; a plain call left in doubt must stop for a person, who says whether
+    it happened. Returns what the final run returned (``completed``)."""
     # Safe calls' outcomes share one commit (the last, with checkpoint B): one after_record.
     per_call = ("after_intent", "before_record") + (("after_record",) if needs_intent(kind) else ())
-    nth = calls if point in per_call else 1
+    nth = calls * turns if point in per_call else turns
     code, _ = run(f"{point}:{nth}")
     reachable = point != "after_intent" or needs_intent(kind)
     assert code == (KILLED if reachable else 0)
