@@ -1,5 +1,5 @@
 """A checkpoint's statements built straight (``writes.straight``) are the ones its plan yields,
-and every outcome but the common one is decided by the plan (``plans.replay``).
+and every outcome but the common one is decided by the plan (``plans.drive``, told what ran).
 
 The statements are compared with the plan's for each shape of checkpoint a turn commits. Then
 each way a checkpoint stops being common — a version moved, the lease taken over, a seq taken,
@@ -180,7 +180,6 @@ def _run(
         except Exception as exc:  # compared whole: type and message
             answer = (type(exc).__name__, str(exc).replace(str(path), "<path>"))
         finally:
-            monkeypatch.setattr(switches, "STRAIGHT", True)
             conn.set_trace_callback(None)
     return answer, ran, _rows(path)
 
@@ -287,7 +286,7 @@ def test_each_outcome_of_a_checkpoint_is_the_same_straight_and_on_its_plan(
         assert straight[0] == expected
 
 
-def test_a_replay_told_of_a_statement_its_plan_does_not_yield_is_a_bug_said_loudly() -> None:
+def test_a_plan_told_of_a_statement_it_does_not_yield_is_a_bug_said_loudly() -> None:
     ops = _a("toolu_1")
     wrong = Step("DELETE FROM effects", ())
 
@@ -296,4 +295,4 @@ def test_a_replay_told_of_a_statement_its_plan_does_not_yield_is_a_bug_said_loud
 
     plan = writes.apply("s", ops, ride=True)
     with pytest.raises(AssertionError, match="disagree, which is a bug in toolledger"):
-        plans.replay(plan, [(wrong, Outcome(1, []))], execute)
+        plans.drive(plan, execute, [(wrong, Outcome(1, []))])

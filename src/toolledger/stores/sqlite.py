@@ -229,14 +229,14 @@ class SQLiteBackend:
         error: Exception | None = None,
     ) -> list[bool]:
         """``_straight`` met something other than the common case: the batch's plan decides
-        (``plans.replay``), told that the statements of ``ran`` each changed their row (an
+        (``plans.drive``), told that the statements of ``ran`` each changed their row (an
         ``executemany`` one row a set) — the last of them ``last`` rows instead, if given —
         and then that the next one failed with ``error``, if given."""
         outcomes = [Outcome(len(s.params) if s.many else 1, []) for s in ran]
         if last is not None:
             outcomes[-1] = Outcome(last, [])
         plan = writes.apply(session_id, ops, ride=True)
-        return plans.replay(plan, list(zip(ran, outcomes, strict=True)), self._execute, error)
+        return plans.drive(plan, self._execute, list(zip(ran, outcomes, strict=True)), error)
 
     def _ask(self, action: str, query: plans.Query[T]) -> T:
         """A read's statement on the connection, its rows turned into its answer."""

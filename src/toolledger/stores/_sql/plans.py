@@ -44,35 +44,21 @@ T = TypeVar("T")
 Plan: TypeAlias = Generator[Step, Outcome, T]
 
 
-def drive(plan: Plan[T], execute: Callable[[Step], Outcome]) -> T:
-    """Carry ``plan`` out: each statement it yields is executed and its outcome sent back; a
-    statement that fails raises inside the plan, which may handle it (or not: then it raises
-    here)."""
-    try:
-        step = next(plan)
-        while True:
-            try:
-                outcome = execute(step)
-            except Exception as exc:
-                step = plan.throw(exc)
-            else:
-                step = plan.send(outcome)
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
-
-
-def replay(
+def drive(
     plan: Plan[T],
-    ran: Sequence[tuple[Step, Outcome]],
     execute: Callable[[Step], Outcome],
+    ran: Sequence[tuple[Step, Outcome]] = (),
     error: Exception | None = None,
 ) -> T:
-    """Carry ``plan`` out when its first statements have already run (a backend's straight
-    path ran them, ``.writes.straight``): each statement the plan yields is checked against
-    the next one of ``ran`` and answered with that outcome instead of being run again; then
-    ``error``, if the next statement failed with it; then ``drive`` as usual. So the plan makes
-    every decision the run statements lead to, as if it had run them itself."""
+    """Carry ``plan`` out: each statement it yields is executed and its outcome sent back; a
+    statement that fails raises inside the plan, which may handle it (or not: then it raises
+    here).
+
+    ``ran``: its first statements have already run (a backend's straight path ran them,
+    ``.writes.straight``). Each statement the plan yields is checked against the next of them
+    and answered with its outcome instead of being run again; then ``error`` is raised inside
+    the plan, if the next statement failed with it. So the plan makes every decision those
+    statements lead to, as if it had run them itself."""
     try:
         step = next(plan)
         for known, outcome in ran:

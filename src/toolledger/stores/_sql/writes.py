@@ -81,7 +81,7 @@ def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
     ``executemany`` (a backend checks the schema in it: ``sqlite.CHECKED``).
 
     A backend runs them in order; at the first that fails or does not change exactly one row
-    (``executemany`` aside) it hands the batch to ``apply``, told what ran (``.plans.replay``),
+    (``executemany`` aside) it hands the batch to ``apply``, told what ran (``.plans.drive``),
     so every other outcome — a seq taken, a version moved, the lease lost, a record already
     there — has its one meaning there. When all change their row, every op's flag is true."""
     if len(ops) < 3:
