@@ -120,6 +120,35 @@ def test_settling_calls_that_still_run_is_caught(tmp_path: Path) -> None:
     assert caught, report.summary()
 
 
+def _see_every_other_process_ended() -> None:
+    """In each worker: this host's process table is misread, and every other process of it is
+    taken for ended — a paused worker (or a running one) with it."""
+    from toolledger._liveness import this_process
+
+    runtime = this_process()
+    runtime.evidence = lambda holder: runtime.is_me(holder)  # type: ignore[method-assign]
+
+
+def test_judging_a_live_process_of_the_same_host_ended_is_caught(tmp_path: Path) -> None:
+    """The workers log each judgement that an attempt is over, and the checks hold it against
+    the moment the harness killed the process it named: one that looked while it lived is
+    caught, whether or not its next attempt started after the kill (up to three runs, as
+    above)."""
+    reports: list[ConcurrentReport] = []
+    for attempt in range(3):
+        report = run_concurrent_torture(
+            seconds=8.0,
+            seed=seed() + attempt,
+            directory=tmp_path / f"run{attempt}",
+            worker_setup=_see_every_other_process_ended,
+        )
+        reports.append(report)
+        if any("(pid" in v and "the same host) lived until" in v for v in report.violations):
+            break
+    caught = [v for v in report.violations if "the same host) lived until" in v]
+    assert caught, "\n\n".join(r.summary() for r in reports)
+
+
 def test_the_command_line_prints_the_figures(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--seconds", "3", "--seed", "3", "--sessions", "4"]) == 0
     out = capsys.readouterr().out

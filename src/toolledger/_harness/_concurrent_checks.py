@@ -17,7 +17,7 @@ from typing import Any
 
 from ..adapters.anthropic import merged, pairing_errors
 from ..records import PastAttempt, RunStatus, Status
-from ._concurrent_evidence import Evidence, Findings
+from ._concurrent_evidence import Evidence, Findings, WorkerInfo
 from ._concurrent_world import TOOL_OF_KIND, UNSAFE_TOOLS
 from ._invariants import calls_and_results
 
@@ -48,12 +48,14 @@ class _Exec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Settle:
-    """A moment an attempt was treated as over: a resolve, a check, the next attempt's start."""
+    """A moment an attempt was treated as over: a resolve, a check, a worker's judgement that it
+    was over, the next attempt's start (where its worker logged no judgement before it)."""
 
     what: str
     host: str
     t0: float
     t1: float
+    judged: bool = False  # a worker's own judgement: t0 is when it began to look
 
 
 class _Run:
@@ -81,6 +83,10 @@ class _Run:
             self.execs[(ex.tid, ex.attempt)].append(ex)
         f.executions = len(starts)
         self.checks = [ev for ev in e.events if ev["ev"] == "check"]
+        self.judged: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        for ev in e.events:
+            if ev["ev"] == "judged":
+                self.judged[(ev["tid"], ev["attempt"])].append(ev)
         self.late_alerts = {
             (ev["tid"], ev["attempt"])
             for ev in e.events
@@ -95,9 +101,10 @@ class _Run:
     # -- the moments an attempt was treated as over ------------------------------------------------
 
     def settles(self, tid: str, attempt: int) -> list[_Settle]:
-        """Who treated ``attempt`` as over, and when: a person's resolve, a check, or — unless a
-        person had said it did not happen, which needs no judgement after it — the worker that
-        started the next attempt."""
+        """Who treated ``attempt`` as over, and when: a person's resolve, a check, a worker's
+        judgement, or — unless a person had said it did not happen, which needs no judgement
+        after it — the worker that started the next attempt, when it logged no judgement of its
+        own before (a judgement it logged says better when it looked)."""
         out = [
             _Settle(what="a person resolved it", host=self.e.this_host, t0=a.t0, t1=a.t1)
             for a in self.e.actions
@@ -109,6 +116,17 @@ class _Run:
             for ev in self.checks
             if ev["tid"] == tid and ev["attempt"] == attempt
         ]
+        judged = self.judged.get((tid, attempt), [])
+        out += [
+            _Settle(
+                what=f"{ev['w']} judged it over ({ev['why']})",
+                host=ev["host"],
+                t0=ev["t0"],
+                t1=ev["t"],
+                judged=True,
+            )
+            for ev in judged
+        ]
         out += [
             _Settle(
                 what=f"{ex.worker} ran attempt {attempt + 1}",
@@ -118,8 +136,38 @@ class _Run:
             )
             for ex in self.execs.get((tid, attempt + 1), [])
             if ex.start < said
+            and not any(ev["w"] == ex.worker and ev["t"] <= ex.start for ev in judged)
         ]
         return out
+
+    def died(self, ex: _Exec) -> float:
+        """When the process that ran ``ex`` was killed (``inf``: never)."""
+        w = self.e.workers.get(ex.worker)
+        return w.ended if w is not None and w.killed and w.ended is not None else float("inf")
+
+    def judgements(self) -> None:
+        """Rule 12 as the workers applied it: a worker that judged an attempt over because its
+        process, on the same host, had ended looked once that process was killed — never while
+        it lived (paused or not), whatever tool it ran."""
+        by_pid: dict[int, list[WorkerInfo]] = defaultdict(list)
+        for w in self.e.workers.values():
+            by_pid[w.pid].append(w)
+        for evs in self.judged.values():
+            for ev in evs:
+                if ev["host"] != ev["of_host"] or ev["of_pid"] is None:
+                    continue
+                lived = [w for w in by_pid.get(ev["of_pid"], []) if w.started <= ev["t"]]
+                if not lived:
+                    continue  # not a worker's pid (its identity is judged apart)
+                w = max(lived, key=lambda w: w.started)
+                if w.ended is not None and not w.killed:
+                    continue  # it exited by itself: the harness saw that only when it reaped it
+                self.c.expect(
+                    w.ended is not None and w.ended <= ev["t"],
+                    f"{ev['w']} judged {ev['tid']} attempt {ev['attempt']} over ({ev['why']}) "
+                    f"at {ev['t']:.3f}, while {w.serial} (pid {w.pid}, the same host) lived "
+                    f"until {w.ended if w.ended is not None else 'the end'}",
+                )
 
     def deadline(self, tid: str, attempt: int) -> float | None:
         record = self.records.get(tid)
@@ -171,6 +219,12 @@ class _Run:
         settles = self.settles(tid, attempt)
         if not settles:
             return f"nothing settled attempt {attempt} while it ran"
+        # A worker of its own host that looked only once its process was gone judged right; it
+        # is no reason, and no excuse either: another host must have settled it past deadline.
+        died = self.died(ex)
+        settles = [s for s in settles if not (s.host == ex.host and s.judged and s.t0 >= died)]
+        if not settles:
+            return f"only workers of its own host judged attempt {attempt} over, once it was gone"
         for s in settles:
             if s.host == ex.host:
                 return f"{s.what}, on the host of {ex.worker}"
@@ -323,6 +377,7 @@ def check_run(e: Evidence) -> Findings:
             f"ticket {t.get('id')} ({t.get('title')!r}, {tid}) belongs to no call of a transcript",
         )
     run.overlaps()
+    run.judgements()
     for problem in e.verify_errors:  # invariant 5: verify finds only the late effects above
         c.expect(
             "Both may have taken effect" in problem

@@ -10,6 +10,7 @@ import contextlib
 import os
 import random
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -29,6 +30,7 @@ from ..errors import (
     SessionConflictError,
     StoreError,
 )
+from ..records import EffectRecord, Status
 from ..stores import Store, open_store
 from ..tools import ToolSet
 from ._concurrent_world import SharedWorld, prompt_of
@@ -90,6 +92,7 @@ def _worker(spec: WorkerSpec, shared: Shared) -> None:
     shared.world.join(spec.serial, spec.seed)
     if shared.setup is not None:
         shared.setup()
+    _log_judgements(shared.world)
     offset = spec.offset
     with open_store(
         shared.store_url,
@@ -109,6 +112,43 @@ def _worker(spec: WorkerSpec, shared: Shared) -> None:
             t.start()
         for t in threads:
             t.join()
+
+
+def _log_judgements(world: SharedWorld) -> None:
+    """Log every judgement of this process that an attempt is over (``judged``), with when it
+    began (``t0``) and ended: the checks compare the moment a worker judged a same-host attempt
+    over with the moment its process died, which the next attempt's start does not tell. Wraps
+    whatever ``judge`` the toolledger modules hold now (a broken build's too)."""
+    from .. import _liveness as liveness
+
+    held = {
+        name: module.judge
+        for name, module in list(sys.modules.items())
+        if name.startswith("toolledger") and callable(getattr(module, "judge", None))
+    }
+
+    def wrap(inner: Callable[..., liveness.Verdict]) -> Callable[..., liveness.Verdict]:
+        def judged(record: EffectRecord, **kwargs: Any) -> liveness.Verdict:
+            t0 = time.time()
+            verdict = inner(record, **kwargs)
+            if isinstance(verdict, liveness.Over) and record.status is Status.STARTED:
+                holder = record.holder
+                world.log(
+                    "judged",
+                    tid=record.tool_use_id,
+                    attempt=record.attempt,
+                    t0=t0,
+                    of_pid=holder.pid if holder else None,
+                    of_host=holder.host if holder else None,
+                    why=verdict.why[:200],
+                    thread=threading.current_thread().name,
+                )
+            return verdict
+
+        return judged
+
+    for name, inner in held.items():
+        sys.modules[name].judge = wrap(inner)  # type: ignore[attr-defined]
 
 
 def alert_hook(world: SharedWorld) -> Callable[[LedgerWriteError], None]:

@@ -55,8 +55,12 @@ harness drives each session to its end (resume, settle in-doubt calls from the w
    ledger, so that duplicate is silent — counted apart (*killed before they could report*) when
    the world shows the same as for 2;
 4. no attempt was settled while it ran in a live process of this host's identity — by the
-   operator's ``resolve``, a worker's ``check`` or its next attempt; on another host, only past its
-   deadline (counted);
+   operator's ``resolve``, a worker's ``check``, a worker's judgement that it was over (each
+   worker logs every such judgement, with when it began to look) or its next attempt; on another
+   host, only past its deadline (counted). And no worker judged an attempt over because its
+   process, of the same host, had ended before the harness had killed that process — a paused
+   one included. A worker of the same host that judged only once the process was gone explains
+   no late effect in 2: another host must still have settled it past its deadline;
 5. every tool_use of every final transcript is answered exactly once, the script was played
    once, the model never rejected a request, every session ended ``completed``, and ``verify``
    finds no error but the late effects of 2;
