@@ -9,13 +9,14 @@ The in-doubt state is set up exactly as a crash leaves it: a ``started`` record 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 import toolledger as tl
 from toolledger.codec import idempotency_key, input_hash
-from toolledger.ops import InsertEffect
+from toolledger.ops import InsertEffect, UpdateEffect
 from toolledger.records import EffectRecord, Status
 from toolledger.testing import Counter
 
@@ -307,3 +308,71 @@ def test_in_doubt_call_whose_tool_disappeared_stays_in_doubt(
     (result,) = run([tool_use("toolu_1", "send_email", to="a@b")], [], ledger=ledger)
     assert result["is_error"] and "may already have happened" in result["content"]
     assert "not in this toolset" in result["content"]
+
+
+# -- a listing reads again before it calls a call in doubt ----------------------------------------
+
+
+def _finishes_when_judged(store: tl.Store, then: EffectRecord) -> list[str]:
+    """Make the attempt behind the stale record finish — ``then`` written — in the instant
+    between a listing's read and its judgement, as a worker that commits its outcome and exits
+    does; returns the ids judged."""
+    judged: list[str] = []
+    real = store.judge
+
+    def judge(record: EffectRecord, lease: Any = None) -> Any:
+        if not judged:
+            update = UpdateEffect(then, expect_status=record.status, expect_attempt=record.attempt)
+            assert store.backend.apply(record.session_id, [update]) == [True]
+        judged.append(record.tool_use_id)
+        return real(record, lease)  # the stale record, judged as it was read: over
+
+    store.judge = judge  # type: ignore[method-assign]
+    return judged
+
+
+def _as_done(ledger: tl.Ledger, tool_use_id: str) -> EffectRecord:
+    record = ledger.get(tool_use_id)
+    assert record is not None
+    return replace(record, status=Status.SUCCEEDED, result='{"id": 1}', error=None, updated_at=2.0)
+
+
+@pytest.mark.parametrize("listing", ["ledger", "store"])
+def test_a_call_that_finishes_while_it_is_listed_is_not_listed_in_doubt(
+    store: tl.Store, listing: str
+) -> None:
+    ledger = store.ledger("session-1")
+    crash_left_started(ledger, "send_email", "toolu_race", to="a@example.com")
+    list_it = ledger.in_doubt if listing == "ledger" else store.in_doubt
+    assert [r.tool_use_id for r in list_it()] == ["toolu_race"]  # without the race: in doubt
+    judged = _finishes_when_judged(store, _as_done(ledger, "toolu_race"))
+    assert list_it() == []
+    assert judged == ["toolu_race"]  # judged over from the stale read, then read again
+    assert [(r.status, r.attempt) for r in store.ledger("session-1").records()] == [
+        (Status.SUCCEEDED, 1)
+    ]
+    assert [r for r, _ in store.started()] == []
+
+
+def test_a_call_that_moved_to_a_live_attempt_while_listed_is_in_progress(store: tl.Store) -> None:
+    """The stale attempt was settled and a second one began, the instant after the listing
+    read it: it is listed as running, with the record as it is now, and not as in doubt."""
+    ledger = store.ledger("session-1")
+    crash_left_started(ledger, "send_email", "toolu_again", to="a@example.com")
+    stale = ledger.get("toolu_again")
+    assert stale is not None
+    # Written as toolledger 0.1 wrote an intent: in progress for 5 minutes after its time.
+    second = replace(stale, attempt=2, updated_at=store.clock())
+    judged = _finishes_when_judged(store, second)
+    assert store.in_doubt() == []
+    listed = store.started()
+    assert [(r.attempt, type(v).__name__) for r, v in listed] == [(2, "Running")]
+    assert judged[:2] == ["toolu_again", "toolu_again"]  # the stale one, then the one now
+
+
+def test_verify_reads_a_call_again_before_it_calls_it_in_doubt(store: tl.Store) -> None:
+    ledger = store.ledger("session-1")
+    crash_left_started(ledger, "send_email", "toolu_verified", to="a@example.com")
+    assert any("in doubt" in p.message for p in tl.verify(store))  # without the race
+    _finishes_when_judged(store, _as_done(ledger, "toolu_verified"))
+    assert [p.message for p in tl.verify(store) if "toolu_verified" in p.message] == []

@@ -188,7 +188,11 @@ def _attempts(store: Store, sid: str, r: EffectRecord, lease: Lease | None) -> l
         )
 
     if r.status is Status.STARTED and not store.listed_elsewhere(r):
-        verdict = store.judge(r, lease)
+        # An attempt judged over is read again first: one that finished meanwhile is no problem.
+        now = store.confirmed([(r, store.judge(r, lease))])
+        if not now:
+            return out
+        r, verdict = now[0]
         who = f"attempt {r.attempt} by {r.worker or 'an unknown worker'}"
         if isinstance(verdict, Running):
             out.append(

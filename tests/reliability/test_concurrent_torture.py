@@ -126,7 +126,7 @@ def _see_every_other_process_ended() -> None:
     from toolledger._liveness import this_process
 
     runtime = this_process()
-    runtime.evidence = lambda holder: runtime.is_me(holder)  # type: ignore[method-assign]
+    runtime.evidence = runtime.is_me  # type: ignore[method-assign]
 
 
 def test_judging_a_live_process_of_the_same_host_ended_is_caught(tmp_path: Path) -> None:

@@ -69,7 +69,10 @@ def effects_left_behind(
         if r.status is Status.SUCCEEDED:
             state = Status.SUCCEEDED.value
         elif r.status is Status.STARTED:
-            state = "in_progress" if isinstance(store.judge(r, lease), Running) else "in_doubt"
+            verdict = store.judge(r, lease)
+            now = store.confirmed([(r, verdict)])  # an "over" read again, as a run does
+            moved = not now or now[0][0] != r  # it moved on as it was read: it was still going
+            state = "in_progress" if moved or isinstance(verdict, Running) else "in_doubt"
         else:
             continue  # failed, declined, did not happen: nothing took effect
         out[r.tool_use_id] = ForkedEffect(

@@ -89,7 +89,8 @@ class Ledger:
         if not started:
             return []
         lease = self.store.backend.read_lease(self.session_id)
-        return [r for r in started if isinstance(self.store.judge(r, lease), Over)]
+        judged = self.store.confirmed([(r, self.store.judge(r, lease)) for r in started])
+        return [r for r, verdict in judged if isinstance(verdict, Over)]
 
     def resolve(
         self,
