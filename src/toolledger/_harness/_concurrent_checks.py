@@ -154,7 +154,11 @@ class _Run:
             by_pid[w.pid].append(w)
         for evs in self.judged.values():
             for ev in evs:
-                if ev["host"] != ev["of_host"] or ev["of_pid"] is None:
+                # Only what the process table said: "its process (pid … on this host) has
+                # ended" — not a worker's word on its own attempt, nor a lease or a deadline.
+                if ev["host"] != ev["of_host"] or ev["of_pid"] in (None, ev["pid"]):
+                    continue
+                if not (ev["why"].startswith("its process (") and "has ended" in ev["why"]):
                     continue
                 lived = [w for w in by_pid.get(ev["of_pid"], []) if w.started <= ev["t"]]
                 if not lived:
