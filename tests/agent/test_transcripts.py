@@ -290,6 +290,33 @@ def test_run_messages_are_the_callers_own(store: tl.Store) -> None:
     assert agents.recorder.snapshots == agents.expected(one.provider)
 
 
+def test_run_messages_are_copied_when_first_read_and_show_that_run(
+    store: tl.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose caller never reads ``messages`` copies no transcript; one that reads them
+    later — after the session's next run — gets the transcript as that run left it, once."""
+    from toolledger.agent import _state
+
+    made: list[int] = []
+    real = _state.copied
+
+    def counting(value: Any) -> Any:
+        made.append(len(value))
+        return real(value)
+
+    monkeypatch.setattr(_state, "copied", counting)
+    agents = Agents("anthropic", store)
+    one = agents.agent()
+    first = agents.run(one, ["call", "text"], "first")
+    second = agents.run(one, ["text"], "second")
+    assert made == [], "nothing read, nothing copied"
+    late = first.messages
+    assert made == [4] and first.messages is late  # copied once, when first read
+    assert [m["role"] for m in late] == ["user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in second.messages] == [*(m["role"] for m in late), "user", "assistant"]
+    assert second.messages[: len(late)] == late and made == [4, 6]
+
+
 def _containers(value: Any, out: list[int]) -> list[int]:
     """The ids of every dict, list and tuple reachable from ``value``, each time it is reached."""
     if isinstance(value, dict | list | tuple):

@@ -4,8 +4,9 @@ steps every turn takes (commit or raise; make sure the lease is still this run's
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from .._lineage import ForkedEffect, effects_of
@@ -35,8 +36,9 @@ class Run:
 
     ``status`` says whether it finished (``completed``), needs a person (``needs_attention``,
     ``awaiting_approval``) or stopped (``max_turns``); ``reason`` says why in words.
-    ``messages`` is the whole transcript in the API's own message shape; ``alerts`` the ledger
-    alerts raised during this run. ``effects_after_fork`` lists, for a session made by a fork
+    ``messages`` is the whole transcript in the API's own message shape, the caller's own copy
+    — made when first read, so a run whose caller never reads it (a worker) does not copy a long
+    transcript; ``alerts`` the ledger alerts raised during this run. ``effects_after_fork`` lists, for a session made by a fork
     or a rewind, every call the world saw on the paths it left behind that took effect or may
     have (``toolledger.branches._branching``): they are not undone, and unless the branch was made
     with
@@ -48,10 +50,22 @@ class Run:
     reason: str | None
     turns: int
     usage: Usage
-    messages: list[dict[str, Any]]
     final_text: str = ""
     alerts: tuple[LedgerWriteError, ...] = field(default=())
     effects_after_fork: tuple[ForkedEffect, ...] = field(default=())
+    _transcript: Callable[[], list[dict[str, Any]]] = field(repr=False, compare=False)
+    """Makes ``messages``: a new copy of the transcript at each call (toolledger's own)."""
+    _messages: list[dict[str, Any]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        made = self._messages
+        if made is None:
+            made = self._transcript()
+            object.__setattr__(self, "_messages", made)  # frozen: set once, on first read
+        return made
 
 
 @dataclass(slots=True)
@@ -164,6 +178,13 @@ def turn_end(
     return after, [AppendMessages(results), PutSession(new, s.state.version)]
 
 
+def _copied_transcript(
+    provider: Provider, messages: tuple[StoredMessage, ...]
+) -> list[dict[str, Any]]:
+    made: list[dict[str, Any]] = copied(provider.transcript(list(messages)))
+    return made
+
+
 def run_of(provider: Provider, s: Session, alerts: list[LedgerWriteError]) -> Run:
     """What a run returns: the session as it stands, its last answer, its alerts."""
     state = s.state
@@ -177,7 +198,7 @@ def run_of(provider: Provider, s: Session, alerts: list[LedgerWriteError]) -> Ru
         turns=state.turns,
         usage=Usage(input_tokens=state.input_tokens, output_tokens=state.output_tokens),
         # Copied: the messages are kept for the session's next run, and are the caller's.
-        messages=copied(provider.transcript(s.messages)),
+        _transcript=partial(_copied_transcript, provider, tuple(s.messages)),
         final_text=final,
         alerts=tuple(alerts),
         effects_after_fork=effects_of(state.lineage),
