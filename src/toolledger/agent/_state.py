@@ -38,11 +38,11 @@ class Run:
     ``awaiting_approval``) or stopped (``max_turns``); ``reason`` says why in words.
     ``messages`` is the whole transcript in the API's own message shape, the caller's own copy
     — made when first read, so a run whose caller never reads it (a worker) does not copy a long
-    transcript; ``alerts`` the ledger alerts raised during this run. ``effects_after_fork`` lists, for a session made by a fork
-    or a rewind, every call the world saw on the paths it left behind that took effect or may
-    have (``toolledger.branches._branching``): they are not undone, and unless the branch was made
-    with
-    ``effects_after_fork="ignore"`` the model was told of them.
+    transcript. ``alerts``: the ledger alerts raised during this run. ``effects_after_fork``
+    lists, for a session made by a fork or a rewind, every call the world saw on the paths it
+    left behind that took effect or may have (``toolledger.branches._branching``): they are not
+    undone, and unless the branch was made with ``effects_after_fork="ignore"`` the model was
+    told of them.
     """
 
     session_id: str
