@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger._liveness import Over, Running
 from toolledger.codec import idempotency_key, input_hash
 from toolledger.ops import InsertEffect, UpdateEffect
 from toolledger.records import EffectRecord, Status
@@ -376,3 +377,19 @@ def test_verify_reads_a_call_again_before_it_calls_it_in_doubt(store: tl.Store) 
     assert any("in doubt" in p.message for p in tl.verify(store))  # without the race
     _finishes_when_judged(store, _as_done(ledger, "toolu_verified"))
     assert [p.message for p in tl.verify(store) if "toolu_verified" in p.message] == []
+
+
+def test_a_view_of_a_call_that_finished_as_it_was_read_shows_it_still_going(
+    store: tl.Store,
+) -> None:
+    """``Store.shown`` (history, timelines, the console's call view, a fork's effects left
+    behind): the record as it was read, over by its judgement, is read once more; one that moved
+    on was still going when it was read, and is not shown in doubt."""
+    ledger = store.ledger("session-1")
+    crash_left_started(ledger, "send_email", "toolu_shown", to="a@example.com")
+    stale = ledger.get("toolu_shown")
+    assert stale is not None
+    assert isinstance(store.shown(stale), Over)  # unchanged: in doubt
+    _finishes_when_judged(store, _as_done(ledger, "toolu_shown"))
+    verdict = store.shown(stale)
+    assert isinstance(verdict, Running) and "moved on" in verdict.why

@@ -90,7 +90,7 @@ def _timeline(
                 Event(r.created_at, 1, f"ledger: {r.tool} intent", r.tool_use_id, "started", "dim")
             )
         if r.status is Status.STARTED:
-            verdict = store.judge(r)
+            verdict = store.shown(r)
             running = isinstance(verdict, Running)
             deadline = f", deadline {when(r.deadline)}" if r.deadline is not None else ""
             events.append(

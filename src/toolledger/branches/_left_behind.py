@@ -69,10 +69,8 @@ def effects_left_behind(
         if r.status is Status.SUCCEEDED:
             state = Status.SUCCEEDED.value
         elif r.status is Status.STARTED:
-            verdict = store.judge(r, lease)
-            now = store.confirmed([(r, verdict)])  # an "over" read again, as a run does
-            moved = not now or now[0][0] != r  # it moved on as it was read: it was still going
-            state = "in_progress" if moved or isinstance(verdict, Running) else "in_doubt"
+            running = isinstance(store.shown(r, lease), Running)  # an "over" read again
+            state = "in_progress" if running else "in_doubt"
         else:
             continue  # failed, declined, did not happen: nothing took effect
         out[r.tool_use_id] = ForkedEffect(

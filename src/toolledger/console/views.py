@@ -242,7 +242,7 @@ def session_view(store: Store, session_id: str) -> dict[str, Any]:
         tool, given = asked.get(tid, (known, None))
         if given is None and approval is not None:
             given = approval.input
-        verdict = store.judge(record) if record and record.status is Status.STARTED else None
+        verdict = store.shown(record) if record and record.status is Status.STARTED else None
         disposition, style = _disposition(record, verdict, approval)
         intent = ""
         if record is not None:

@@ -388,6 +388,15 @@ class StoreCore:
                 return out
         return [(r, v) for r, v in out if not isinstance(v, Over) or self._same(r)]
 
+    def shown(self, record: EffectRecord, lease: Lease | None = None) -> Verdict:
+        """``judge`` for a view of ``record`` as it was read: an ``Over`` verdict is confirmed
+        (``confirmed``); a record that moved on meanwhile was still going when it was read."""
+        verdict = self.judge(record, lease)
+        now = self.confirmed([(record, verdict)])
+        if not now or now[0][0] != record:
+            return Running("it moved on as it was read; look again")
+        return verdict
+
     def _same(self, record: EffectRecord) -> bool:
         found = self.backend.read_effects(record.session_id, [record.tool_use_id])
         return found.get(record.tool_use_id) == record

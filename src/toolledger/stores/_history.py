@@ -193,10 +193,6 @@ def _disposition(
         return (CallState.FAILED if failed else CallState.NOT_RECORDED), ""
     if record.status is not Status.STARTED:
         return _BY_STATUS[record.status], ""
-    verdict = store.judge(record, lease)
-    now = store.confirmed([(record, verdict)])  # an "over" read again
-    if not now or now[0][0] != record:
-        # It moved on as it was read: at that moment its attempt was still going.
-        return CallState.IN_PROGRESS, "it moved on while it was read; look again"
+    verdict = store.shown(record, lease)  # an "over" read again
     running = isinstance(verdict, Running)
     return (CallState.IN_PROGRESS if running else CallState.IN_DOUBT), verdict.why
