@@ -18,7 +18,7 @@ import toolledger as tl
 from toolledger._liveness import Over, Running
 from toolledger.codec import idempotency_key, input_hash
 from toolledger.ops import InsertEffect, UpdateEffect
-from toolledger.records import EffectRecord, Status
+from toolledger.records import EffectRecord, PastAttempt, Status
 from toolledger.testing import Counter
 
 from .conftest import Runner, tool_use
@@ -379,6 +379,33 @@ def test_verify_reads_a_call_again_before_it_calls_it_in_doubt(store: tl.Store) 
     assert [p.message for p in tl.verify(store) if "toolu_verified" in p.message] == []
 
 
+def test_verify_still_reports_a_late_effect_of_a_call_that_finished_as_it_was_read(
+    store: tl.Store,
+) -> None:
+    """The record read again is the one reported on: its attempt 1, replaced and then
+    reporting success late, is still an error once attempt 2 finishes between the two reads."""
+    ledger = store.ledger("session-1")
+    crash_left_started(ledger, "send_email", "toolu_late", to="a@example.com")
+    first = ledger.get("toolu_late")
+    assert first is not None
+    late = PastAttempt(
+        attempt=1,
+        worker="dead-worker",
+        holder=None,
+        at=1.0,
+        deadline=None,
+        settled="an approver allowed a re-run",
+        late="succeeded",
+    )
+    second = replace(first, attempt=2, history=(late,))
+    update = UpdateEffect(second, expect_status=Status.STARTED, expect_attempt=1)
+    assert store.backend.apply("session-1", [update]) == [True]
+    _finishes_when_judged(store, _as_done(ledger, "toolu_late"))
+    problems = [p for p in tl.verify(store) if "toolu_late" in p.message]
+    assert [p.severity for p in problems] == [tl.Severity.ERROR], problems
+    assert "Both may have taken effect" in problems[0].message
+
+
 def test_a_view_of_a_call_that_finished_as_it_was_read_shows_it_still_going(
     store: tl.Store,
 ) -> None:
@@ -393,3 +420,36 @@ def test_a_view_of_a_call_that_finished_as_it_was_read_shows_it_still_going(
     _finishes_when_judged(store, _as_done(ledger, "toolu_shown"))
     verdict = store.shown(stale)
     assert isinstance(verdict, Running) and "moved on" in verdict.why
+
+
+def test_current_gives_the_record_as_it_is_now(store: tl.Store) -> None:
+    """``Store.current`` (verify, history, a fork's effects left behind): a record judged over
+    and unchanged is in doubt; one that finished meanwhile comes back finished, unjudged."""
+    ledger = store.ledger("session-1")
+    crash_left_started(ledger, "send_email", "toolu_now", to="a@example.com")
+    stale = ledger.get("toolu_now")
+    assert stale is not None
+    same, verdict = store.current(stale)
+    assert same == stale and isinstance(verdict, Over)
+    _finishes_when_judged(store, _as_done(ledger, "toolu_now"))
+    now, verdict = store.current(stale)
+    assert (now.status, now.result, verdict) == (Status.SUCCEEDED, '{"id": 1}', None)
+
+
+def test_a_call_that_keeps_moving_as_it_is_read_is_listed_running(store: tl.Store) -> None:
+    """Each read finds another attempt, each judged over as it was read: after three rounds the
+    listing stops reading and lists it running — never in doubt, and never left out."""
+    ledger = store.ledger("session-1")
+    crash_left_started(ledger, "send_email", "toolu_moving", to="a@example.com")
+    real = store.judge
+
+    def judge(record: EffectRecord, lease: Any = None) -> Any:
+        moved = replace(record, attempt=record.attempt + 1)
+        update = UpdateEffect(moved, expect_status=Status.STARTED, expect_attempt=record.attempt)
+        assert store.backend.apply(record.session_id, [update]) == [True]
+        return real(record, lease)
+
+    store.judge = judge  # type: ignore[method-assign]
+    assert store.in_doubt() == []
+    listed = store.started()
+    assert [(type(v).__name__, "kept moving" in v.why) for _, v in listed] == [("Running", True)]

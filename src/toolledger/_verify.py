@@ -187,12 +187,11 @@ def _attempts(store: Store, sid: str, r: EffectRecord, lease: Lease | None) -> l
             "resolve", sid, r.tool_use_id, how, url=store.url, default_url=DEFAULT_STORE_URL
         )
 
+    verdict = None
     if r.status is Status.STARTED and not store.listed_elsewhere(r):
-        # An attempt judged over is read again first: one that finished meanwhile is no problem.
-        now = store.confirmed([(r, store.judge(r, lease))])
-        if not now:
-            return out
-        r, verdict = now[0]
+        # Judged over, it is read again first: what it is now is what is reported.
+        r, verdict = store.current(r, lease)
+    if verdict is not None:
         who = f"attempt {r.attempt} by {r.worker or 'an unknown worker'}"
         if isinstance(verdict, Running):
             out.append(

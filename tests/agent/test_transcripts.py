@@ -10,8 +10,10 @@ caller changes afterwards.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -315,6 +317,31 @@ def test_run_messages_are_copied_when_first_read_and_show_that_run(
     assert [m["role"] for m in late] == ["user", "assistant", "user", "assistant"]
     assert [m["role"] for m in second.messages] == [*(m["role"] for m in late), "user", "assistant"]
     assert second.messages[: len(late)] == late and made == [4, 6]
+
+
+def test_run_messages_copied_when_read_survive_pickle_asdict_and_replace(store: tl.Store) -> None:
+    """``messages`` stays a field: a run not read yet pickles, deep-copies, turns into a dict
+    and is replaced with its transcript, and ``Run(messages=...)`` still gives it."""
+    agents = Agents("anthropic", store)
+    run = agents.run(agents.agent(), ["call", "text"], "first")
+    roles = ["user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in pickle.loads(pickle.dumps(run)).messages] == roles
+    fresh = agents.run(agents.agent(), [], "first")  # the same session, nothing read yet
+    assert [m["role"] for m in copy.deepcopy(fresh).messages] == roles
+    assert [m["role"] for m in dataclasses.asdict(fresh)["messages"]] == roles
+    moved = dataclasses.replace(
+        agents.run(agents.agent(), [], "first"), status=tl.RunStatus.MAX_TURNS
+    )
+    assert [m["role"] for m in moved.messages] == roles
+    given = tl.Run(
+        session_id="s",
+        status=tl.RunStatus.COMPLETED,
+        reason=None,
+        turns=0,
+        usage=tl.Usage(),
+        messages=[{"role": "user", "content": "hi"}],
+    )
+    assert given.messages == [{"role": "user", "content": "hi"}]
 
 
 def _containers(value: Any, out: list[int]) -> list[int]:

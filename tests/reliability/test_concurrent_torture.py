@@ -131,9 +131,8 @@ def _see_every_other_process_ended() -> None:
 
 def test_judging_a_live_process_of_the_same_host_ended_is_caught(tmp_path: Path) -> None:
     """The workers log each judgement that an attempt is over, and the checks hold it against
-    the moment the harness killed the process it named: one that looked while it lived is
-    caught, whether or not its next attempt started after the kill (up to three runs, as
-    above)."""
+    the moment the harness killed the process it named: a build that reads every other process
+    of the host as ended is caught by that check itself (up to three runs, as above)."""
     reports: list[ConcurrentReport] = []
     for attempt in range(3):
         report = run_concurrent_torture(

@@ -58,6 +58,11 @@ class _Settle:
     judged: bool = False  # a worker's own judgement: t0 is when it began to look
 
 
+def _process_ended(why: str) -> bool:
+    """A judgement by the process table: "its process (pid … on this host) has ended"."""
+    return "its process (" in why and "has ended" in why
+
+
 class _Run:
     def __init__(self, e: Evidence, f: Findings) -> None:
         self.e = e
@@ -152,25 +157,34 @@ class _Run:
         by_pid: dict[int, list[WorkerInfo]] = defaultdict(list)
         for w in self.e.workers.values():
             by_pid[w.pid].append(w)
-        for evs in self.judged.values():
+        for (tid, attempt), evs in self.judged.items():
+            # The process that ran the attempt, when the world saw it run; else the last one
+            # started with that pid (a pid is reused only after its process was reaped).
+            ran = {
+                self.e.workers[x.worker].pid: self.e.workers[x.worker]
+                for x in self.execs.get((tid, attempt), [])
+                if x.worker in self.e.workers
+            }
             for ev in evs:
                 # Only what the process table said: "its process (pid … on this host) has
                 # ended" — not a worker's word on its own attempt, nor a lease or a deadline.
                 if ev["host"] != ev["of_host"] or ev["of_pid"] in (None, ev["pid"]):
                     continue
-                if not (ev["why"].startswith("its process (") and "has ended" in ev["why"]):
+                if not _process_ended(ev["why"]):
                     continue
                 lived = [w for w in by_pid.get(ev["of_pid"], []) if w.started <= ev["t"]]
-                if not lived:
+                proc = ran.get(ev["of_pid"]) or (
+                    max(lived, key=lambda w: w.started) if lived else None
+                )
+                if proc is None:
                     continue  # not a worker's pid (its identity is judged apart)
-                w = max(lived, key=lambda w: w.started)
-                if w.ended is not None and not w.killed:
+                if proc.ended is not None and not proc.killed:
                     continue  # it exited by itself: the harness saw that only when it reaped it
                 self.c.expect(
-                    w.ended is not None and w.ended <= ev["t"],
+                    proc.ended is not None and proc.ended <= ev["t"],
                     f"{ev['w']} judged {ev['tid']} attempt {ev['attempt']} over ({ev['why']}) "
-                    f"at {ev['t']:.3f}, while {w.serial} (pid {w.pid}, the same host) lived "
-                    f"until {w.ended if w.ended is not None else 'the end'}",
+                    f"at {ev['t']:.3f}, while {proc.serial} (pid {proc.pid}, the same host) "
+                    f"lived until {proc.ended if proc.ended is not None else 'the end'}",
                 )
 
     def deadline(self, tid: str, attempt: int) -> float | None:
@@ -225,8 +239,18 @@ class _Run:
             return f"nothing settled attempt {attempt} while it ran"
         # A worker of its own host that looked only once its process was gone judged right; it
         # is no reason, and no excuse either: another host must have settled it past deadline.
+        # One that read the process table as it died (began before, ended after) and found it
+        # ended read it after: ``judgements`` holds every such reading against the kill.
         died = self.died(ex)
-        settles = [s for s in settles if not (s.host == ex.host and s.judged and s.t0 >= died)]
+        settles = [
+            s
+            for s in settles
+            if not (
+                s.host == ex.host
+                and s.judged
+                and (s.t0 >= died or (s.t1 >= died and _process_ended(s.what)))
+            )
+        ]
         if not settles:
             return f"only workers of its own host judged attempt {attempt} over, once it was gone"
         for s in settles:

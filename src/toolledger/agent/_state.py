@@ -4,9 +4,9 @@ steps every turn takes (commit or raise; make sure the lease is still this run's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+import threading
+from collections.abc import Generator
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any
 
 from .._lineage import ForkedEffect, effects_of
@@ -24,25 +24,34 @@ from ._transcripts import Wire, copied
 __all__ = ["Run", "Session", "Usage", "advance", "commit_or_raise", "still_ours"]
 
 
+class _Unread:
+    def __repr__(self) -> str:
+        return "<copied when first read>"
+
+
+_UNREAD: Any = _Unread()
+"""``Run(messages=)`` not given: made from ``Run._transcript`` when first read."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Run:
     """Where a session stands after ``Agent.run``.
 
     ``status`` says whether it finished (``completed``), needs a person (``needs_attention``,
     ``awaiting_approval``) or stopped (``max_turns``); ``reason`` says why in words.
     ``messages`` is the whole transcript in the API's own message shape, the caller's own copy
-    — made when first read, so a run whose caller never reads it (a worker) does not copy a long
-    transcript. ``alerts``: the ledger alerts raised during this run. ``effects_after_fork``
-    lists, for a session made by a fork or a rewind, every call the world saw on the paths it
-    left behind that took effect or may have (``toolledger.branches._branching``): they are not
-    undone, and unless the branch was made with ``effects_after_fork="ignore"`` the model was
-    told of them.
+    — made when first read, then kept, so a run whose caller never reads it (a worker) does not
+    copy a long transcript. ``alerts``: the ledger alerts raised during this run.
+    ``effects_after_fork`` lists, for a session made by a fork or a rewind, every call the world
+    saw on the paths it left behind that took effect or may have
+    (``toolledger.branches._branching``): they are not undone, and unless the branch was made
+    with ``effects_after_fork="ignore"`` the model was told of them.
     """
 
     session_id: str
@@ -50,22 +59,45 @@ class Run:
     reason: str | None
     turns: int
     usage: Usage
+    messages: list[dict[str, Any]] = field(default=_UNREAD)
     final_text: str = ""
     alerts: tuple[LedgerWriteError, ...] = field(default=())
     effects_after_fork: tuple[ForkedEffect, ...] = field(default=())
-    _transcript: Callable[[], list[dict[str, Any]]] = field(repr=False, compare=False)
-    """Makes ``messages``: a new copy of the transcript at each call (toolledger's own)."""
-    _messages: list[dict[str, Any]] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
 
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        made = self._messages
-        if made is None:
-            made = self._transcript()
-            object.__setattr__(self, "_messages", made)  # frozen: set once, on first read
-        return made
+    def __post_init__(self) -> None:
+        if self.__dict__.get("messages") is _UNREAD:
+            del self.__dict__["messages"]  # read through ``_CopiedWhenRead``
+
+    @classmethod
+    def _copied_when_read(cls, transcript: tuple[dict[str, Any], ...], **fields: Any) -> Run:
+        """A run whose ``messages`` are ``transcript``, copied when first read (toolledger's
+        own: ``transcript`` is not a field, so ``asdict`` and ``replace`` see ``messages``)."""
+        run = cls(**fields)
+        run.__dict__["_transcript"] = transcript
+        return run
+
+
+class _CopiedWhenRead:
+    """``Run.messages`` when a run did not give it: ``Run._transcript`` copied the first time it
+    is read, then kept in the instance (this descriptor defines no ``__set__``: what the instance
+    holds is read before it). The transcript's contents are shared with what the agent keeps
+    for the session's next run, so the caller gets a deep copy (``copied``), once."""
+
+    _lock = threading.Lock()
+
+    def __get__(self, run: Run | None, owner: type[Run] | None = None) -> Any:
+        if run is None:
+            return _UNREAD
+        with self._lock:  # two threads reading it first get one copy
+            held = run.__dict__
+            made = held.get("messages")
+            if made is None:
+                made = copied(list(held.pop("_transcript", ())))
+                held["messages"] = made  # frozen: the instance's own dict, once
+            return made
+
+
+setattr(Run, "messages", _CopiedWhenRead())  # noqa: B010 - after the dataclass took its default
 
 
 @dataclass(slots=True)
@@ -178,27 +210,20 @@ def turn_end(
     return after, [AppendMessages(results), PutSession(new, s.state.version)]
 
 
-def _copied_transcript(
-    provider: Provider, messages: tuple[StoredMessage, ...]
-) -> list[dict[str, Any]]:
-    made: list[dict[str, Any]] = copied(provider.transcript(list(messages)))
-    return made
-
-
 def run_of(provider: Provider, s: Session, alerts: list[LedgerWriteError]) -> Run:
     """What a run returns: the session as it stands, its last answer, its alerts."""
     state = s.state
     final = next(
         (provider.final_text(m) for m in reversed(s.messages) if m.role == "assistant"), ""
     )
-    return Run(
+    return Run._copied_when_read(
+        # Copied when read: the messages are kept for the session's next run, and the caller's.
+        tuple(provider.transcript(s.messages)),
         session_id=state.session_id,
         status=state.status,
         reason=state.reason,
         turns=state.turns,
         usage=Usage(input_tokens=state.input_tokens, output_tokens=state.output_tokens),
-        # Copied: the messages are kept for the session's next run, and are the caller's.
-        _transcript=partial(_copied_transcript, provider, tuple(s.messages)),
         final_text=final,
         alerts=tuple(alerts),
         effects_after_fork=effects_of(state.lineage),

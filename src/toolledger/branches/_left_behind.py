@@ -63,14 +63,16 @@ def effects_left_behind(
     )
     out: dict[str, ForkedEffect] = {}
     lease = store.lease(sid) if any(snap.records[i].in_doubt for i in left) else None
-    for r in sorted(snap.records.values(), key=lambda r: (r.created_at, r.tool_use_id)):
-        if r.tool_use_id not in left or _harmless(r.tool, tools):
+    for read in sorted(snap.records.values(), key=lambda r: (r.created_at, r.tool_use_id)):
+        if read.tool_use_id not in left or _harmless(read.tool, tools):
             continue
-        if r.status is Status.SUCCEEDED:
+        r, verdict = read, None
+        if r.status is Status.STARTED:
+            r, verdict = store.current(r, lease)  # an "over" read again: what it is now
+        if verdict is not None:
+            state = "in_progress" if isinstance(verdict, Running) else "in_doubt"
+        elif r.status is Status.SUCCEEDED:
             state = Status.SUCCEEDED.value
-        elif r.status is Status.STARTED:
-            running = isinstance(store.shown(r, lease), Running)  # an "over" read again
-            state = "in_progress" if running else "in_doubt"
         else:
             continue  # failed, declined, did not happen: nothing took effect
         out[r.tool_use_id] = ForkedEffect(

@@ -30,6 +30,7 @@ from ..records import (
     Status,
     StoredMessage,
 )
+from . import _again as again
 from . import _copies as copies
 from .contract import AsyncBackend, Backend, InlineAsync, Inspectable
 
@@ -352,54 +353,20 @@ class StoreCore:
     def confirmed(
         self, judged: list[tuple[EffectRecord, Verdict]]
     ) -> list[tuple[EffectRecord, Verdict]]:
-        """``judged`` with every ``Over`` verdict confirmed by reading its record again, as a run
-        does before it settles one (``toolledger.engine._started``): an attempt leaves flight,
-        and its process exits, only after its outcome committed, so a record still the same is
-        truly over; one that finished meanwhile is left out, and one that moved on to another
-        attempt is judged again (three rounds at most: a call that keeps moving is running)."""
-        out = list(judged)
-        for _ in range(3):
-            over = [k for k, (_, v) in enumerate(out) if isinstance(v, Over)]
-            if not over:
-                return out
-            again: dict[tuple[str, str], EffectRecord | None] = {}
-            by_session: dict[str, list[str]] = {}
-            for k in over:
-                r = out[k][0]
-                by_session.setdefault(r.session_id, []).append(r.tool_use_id)
-            for sid, ids in by_session.items():
-                found = self.backend.read_effects(sid, ids)
-                for tid in ids:
-                    again[(sid, tid)] = found.get(tid)
-            moved = False
-            drop: set[int] = set()
-            for k in over:
-                r = out[k][0]
-                now = again[(r.session_id, r.tool_use_id)]
-                if now == r:
-                    continue
-                if now is None or now.status is not Status.STARTED:
-                    drop.add(k)  # it finished (or was settled) meanwhile
-                else:
-                    out[k] = (now, self.judge(now))
-                    moved = True
-            out = [pair for k, pair in enumerate(out) if k not in drop]
-            if not moved:
-                return out
-        return [(r, v) for r, v in out if not isinstance(v, Over) or self._same(r)]
+        """``judged`` with each ``Over`` verdict confirmed by reading its record again
+        (``toolledger.stores._again``)."""
+        return again.confirmed(self, judged)
+
+    def current(
+        self, record: EffectRecord, lease: Lease | None = None
+    ) -> tuple[EffectRecord, Verdict | None]:
+        """A ``started`` record as it is now, judged (``None``: it finished) — read again when
+        judged over (``toolledger.stores._again``)."""
+        return again.current(self, record, lease)
 
     def shown(self, record: EffectRecord, lease: Lease | None = None) -> Verdict:
-        """``judge`` for a view of ``record`` as it was read: an ``Over`` verdict is confirmed
-        (``confirmed``); a record that moved on meanwhile was still going when it was read."""
-        verdict = self.judge(record, lease)
-        now = self.confirmed([(record, verdict)])
-        if not now or now[0][0] != record:
-            return Running("it moved on as it was read; look again")
-        return verdict
-
-    def _same(self, record: EffectRecord) -> bool:
-        found = self.backend.read_effects(record.session_id, [record.tool_use_id])
-        return found.get(record.tool_use_id) == record
+        """The verdict for a view of ``record`` as it was read (``toolledger.stores._again``)."""
+        return again.shown(self, record, lease)
 
     def in_doubt(self, *, watch: float = 0.0) -> list[EffectRecord]:
         """Every in-doubt call of every session — started, and its attempt provably over —

@@ -193,6 +193,8 @@ def _disposition(
         return (CallState.FAILED if failed else CallState.NOT_RECORDED), ""
     if record.status is not Status.STARTED:
         return _BY_STATUS[record.status], ""
-    verdict = store.shown(record, lease)  # an "over" read again
+    now, verdict = store.current(record, lease)  # an "over" read again: what it is now
+    if verdict is None:
+        return _BY_STATUS[now.status], ""
     running = isinstance(verdict, Running)
     return (CallState.IN_PROGRESS if running else CallState.IN_DOUBT), verdict.why
