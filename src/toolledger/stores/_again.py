@@ -7,21 +7,29 @@ effects left behind all judge through here."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .._liveness import Over, Running, Verdict
 from ..records import EffectRecord, Lease, Status
-
-if TYPE_CHECKING:
-    from ._core import StoreCore
+from .contract import Backend
 
 __all__ = ["confirmed", "current", "shown"]
+
+
+class Judging(Protocol):
+    """What a re-read needs of a store (``StoreCore``): its backend, and its judgement."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    def judge(self, record: EffectRecord, lease: Lease | None = None) -> Verdict: ...
+
 
 ROUNDS = 3
 
 
 def confirmed(
-    store: StoreCore, judged: list[tuple[EffectRecord, Verdict]]
+    store: Judging, judged: list[tuple[EffectRecord, Verdict]]
 ) -> list[tuple[EffectRecord, Verdict]]:
     """``judged`` (``started`` records with their verdicts) with every ``Over`` verdict
     confirmed: a record unchanged when read again stays; one that finished is left out; one that
@@ -54,7 +62,7 @@ def confirmed(
 
 
 def current(
-    store: StoreCore, record: EffectRecord, lease: Lease | None = None
+    store: Judging, record: EffectRecord, lease: Lease | None = None
 ) -> tuple[EffectRecord, Verdict | None]:
     """``record`` (``started``) as it is now, with its verdict — ``None`` when it finished: a
     verdict ``Over`` is confirmed first (``confirmed``)."""
@@ -65,7 +73,7 @@ def current(
     return (found if found is not None else record), None
 
 
-def shown(store: StoreCore, record: EffectRecord, lease: Lease | None = None) -> Verdict:
+def shown(store: Judging, record: EffectRecord, lease: Lease | None = None) -> Verdict:
     """The verdict for a view that shows ``record`` as it was read: a record that changed once
     judged over was still going when it was read."""
     now, verdict = current(store, record, lease)
@@ -74,7 +82,7 @@ def shown(store: StoreCore, record: EffectRecord, lease: Lease | None = None) ->
     return verdict
 
 
-def _read(store: StoreCore, records: list[EffectRecord]) -> dict[tuple[str, str], EffectRecord]:
+def _read(store: Judging, records: list[EffectRecord]) -> dict[tuple[str, str], EffectRecord]:
     """``records`` read again: one read a session."""
     by_session: dict[str, list[str]] = {}
     for r in records:

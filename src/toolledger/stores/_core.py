@@ -348,14 +348,7 @@ class StoreCore:
             if r.session_id not in leases:
                 leases[r.session_id] = self.backend.read_lease(r.session_id)
             out.append((r, self.judge(r, leases[r.session_id])))
-        return self.confirmed(out)
-
-    def confirmed(
-        self, judged: list[tuple[EffectRecord, Verdict]]
-    ) -> list[tuple[EffectRecord, Verdict]]:
-        """``judged`` with each ``Over`` verdict confirmed by reading its record again
-        (``toolledger.stores._again``)."""
-        return again.confirmed(self, judged)
+        return again.confirmed(self, out)
 
     def current(
         self, record: EffectRecord, lease: Lease | None = None

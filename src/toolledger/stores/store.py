@@ -15,6 +15,7 @@ from ..codec import encode_result
 from ..errors import NotInDoubtError, SessionConflictError
 from ..ops import UpdateEffect
 from ..records import EffectRecord, RunStatus, Status
+from . import _again as again
 from . import _copies as copies
 from . import _history, retention
 from ._core import StoreCore, check_session_id, in_progress_error, undecided
@@ -89,7 +90,7 @@ class Ledger:
         if not started:
             return []
         lease = self.store.backend.read_lease(self.session_id)
-        judged = self.store.confirmed([(r, self.store.judge(r, lease)) for r in started])
+        judged = again.confirmed(self.store, [(r, self.store.judge(r, lease)) for r in started])
         return [r for r, verdict in judged if isinstance(verdict, Over)]
 
     def resolve(
