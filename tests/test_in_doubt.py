@@ -17,7 +17,7 @@ import pytest
 import toolledger as tl
 from toolledger._liveness import Over, Running
 from toolledger.codec import idempotency_key, input_hash
-from toolledger.ops import InsertEffect, UpdateEffect
+from toolledger.ops import DropSession, InsertEffect, UpdateEffect
 from toolledger.records import EffectRecord, PastAttempt, Status
 from toolledger.testing import Counter
 
@@ -453,3 +453,29 @@ def test_a_call_that_keeps_moving_as_it_is_read_is_listed_running(store: tl.Stor
     assert store.in_doubt() == []
     listed = store.started()
     assert [(type(v).__name__, "kept moving" in v.why) for _, v in listed] == [("Running", True)]
+
+
+def test_a_call_removed_as_it_is_read_is_not_called_in_doubt(store: tl.Store) -> None:
+    """Its attempt finished and a prune removed its session in the instant after the read:
+    neither listed in doubt nor shown finished — it is gone, and a view says to look again."""
+    ledger = store.ledger("session-1")
+    crash_left_started(ledger, "send_email", "toolu_gone", to="a@example.com")
+    stale = ledger.get("toolu_gone")
+    assert stale is not None
+    real = store.judge
+    done = _as_done(ledger, "toolu_gone")
+
+    def judge(record: EffectRecord, lease: Any = None) -> Any:
+        if store.backend.read_effects("session-1", ["toolu_gone"]):
+            update = UpdateEffect(done, expect_status=Status.STARTED, expect_attempt=1)
+            assert store.backend.apply("session-1", [update]) == [True]
+            drop = DropSession("session-1", expect_version=None, now=store.clock())
+            store.backend.apply("session-1", [drop])
+        return real(record, lease)
+
+    store.judge = judge  # type: ignore[method-assign]
+    now, verdict = store.current(stale)
+    assert now == stale and isinstance(verdict, Running) and "removed" in verdict.why
+    assert store.backend.read_effects("session-1") == {}
+    crash_left_started(ledger, "send_email", "toolu_gone", to="a@example.com")
+    assert store.in_doubt() == [] and ledger.in_doubt() == []

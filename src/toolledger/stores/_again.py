@@ -64,13 +64,16 @@ def confirmed(
 def current(
     store: Judging, record: EffectRecord, lease: Lease | None = None
 ) -> tuple[EffectRecord, Verdict | None]:
-    """``record`` (``started``) as it is now, with its verdict — ``None`` when it finished: a
-    verdict ``Over`` is confirmed first (``confirmed``)."""
+    """``record`` (``started``) as it is now, with its verdict — ``None`` when it finished (the
+    record returned is then not ``started``): a verdict ``Over`` is confirmed first
+    (``confirmed``). A record removed meanwhile (a prune) is not called in doubt."""
     kept = confirmed(store, [(record, store.judge(record, lease))])
     if kept:
         return kept[0]
     found = _read(store, [record]).get((record.session_id, record.tool_use_id))
-    return (found if found is not None else record), None
+    if found is None or found.status is Status.STARTED:
+        return record, Running("it was removed, or moved on, as it was read; look again")
+    return found, None
 
 
 def shown(store: Judging, record: EffectRecord, lease: Lease | None = None) -> Verdict:
