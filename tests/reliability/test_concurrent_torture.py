@@ -152,6 +152,7 @@ def test_the_command_line_prints_the_figures(capsys: pytest.CaptureFixture[str])
     assert main(["--seconds", "3", "--seed", "3", "--sessions", "4"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("toolledger concurrency torture: OK"), out
-    for figure in ("workers", "clock offsets", "pauses", "kills", "operator", "late effects"):
+    figures = ("workers", "clock offsets", "pauses", "kills", "operator", "late effects")
+    for figure in (*figures, "judged ended"):
         assert f"  {figure} " in out, figure
     assert "violations             0" in out, out

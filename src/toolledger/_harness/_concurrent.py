@@ -215,6 +215,7 @@ def _check(
     report.late_outcomes = found.late_outcomes
     report.cut_off = found.cut_off
     report.settled_elsewhere_past_deadline = found.settled_elsewhere_past_deadline
+    report.judged_ended = found.judged_ended
     report.not_executed = found.not_executed
     report.invariants_checked = found.checks.count
     report.violations += found.checks.failed

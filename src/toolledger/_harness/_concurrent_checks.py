@@ -180,6 +180,7 @@ class _Run:
                     continue  # not a worker's pid (its identity is judged apart)
                 if proc.ended is not None and not proc.killed:
                     continue  # it exited by itself: the harness saw that only when it reaped it
+                self.f.judged_ended += 1
                 self.c.expect(
                     proc.ended is not None and proc.ended <= ev["t"],
                     f"{ev['w']} judged {ev['tid']} attempt {ev['attempt']} over ({ev['why']}) "

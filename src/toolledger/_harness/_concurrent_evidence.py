@@ -79,4 +79,5 @@ class Findings:
     late_outcomes: int = 0  # such an attempt's outcome, that added no ticket
     cut_off: int = 0  # such an attempt killed between its effect and its report: silent
     settled_elsewhere_past_deadline: int = 0  # settled while alive on another host, past deadline
+    judged_ended: int = 0  # same-host "its process has ended" judgements, each held to the kill
     not_executed: list[str] = field(default_factory=list)  # calls answered "not executed"

@@ -20,7 +20,8 @@ class ConcurrentReport:
     and alerted; ``late_outcomes``, such late successes that added nothing to the world;
     ``cut_off``, such attempts killed between their effect and their report, which no ledger can
     learn of (silent). ``settled_elsewhere_past_deadline``: attempts another host settled past
-    their deadline while their process was alive.
+    their deadline while their process was alive. ``judged_ended``: judgements by a worker that
+    a process of its own host had ended, each checked to come after that process was killed.
     """
 
     backend: str
@@ -49,6 +50,7 @@ class ConcurrentReport:
     late_outcomes: int = 0
     cut_off: int = 0
     settled_elsewhere_past_deadline: int = 0
+    judged_ended: int = 0
     not_executed: list[str] = field(default_factory=list)
     store_errors: int = 0
     invariants_checked: int = 0
@@ -107,6 +109,11 @@ class ConcurrentReport:
                 "settled elsewhere",
                 f"{self.settled_elsewhere_past_deadline:,} attempts settled past their deadline "
                 "while alive on another host",
+            ),
+            (
+                "judged ended",
+                f"{self.judged_ended:,} times a worker found a process of its host ended "
+                "(each after the kill)",
             ),
             ("answered not executed", f"{len(self.not_executed):,}"),
             ("store errors", f"{self.store_errors:,} (a paused worker held the store's lock)"),
