@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from toolledger._harness._concurrent_checks import _Run
 from toolledger._harness._concurrent_evidence import Evidence, Findings, WorkerInfo
 from toolledger.records import PastAttempt
@@ -132,10 +130,10 @@ def test_without_a_logged_judgement_the_next_attempt_start_is_the_settle() -> No
     assert why == "w0002 ran attempt 2, on the host of w0015"
 
 
-@pytest.mark.parametrize("why", ["its worker's lease is gone and its deadline has passed"])
-def test_a_same_host_judgement_not_by_the_process_table_is_held_to_its_time(why: str) -> None:
+def test_a_same_host_judgement_not_by_the_process_table_is_held_to_its_time() -> None:
     """Only a reading of the process table may straddle the kill: any other same-host
     judgement explains nothing unless it began after the process was gone."""
+    why = "its worker's lease is gone and its deadline has passed"
     run = _run([(KILLED - 0.002, KILLED + 0.002, why)])
     found = run.limit(TID, 1, PAST)
     assert found is not None and "on the host of w0015" in found

@@ -94,24 +94,36 @@ def _judge_everything_over() -> None:
             module.judge = over  # type: ignore[attr-defined]
 
 
-def test_settling_calls_that_still_run_is_caught(tmp_path: Path) -> None:
-    """The harness is a random search: on an idle machine one 8 s run catches the broken build
-    with 20-110 violations, on a starved one (the suite's other workers busy) with as few as 3,
-    and now and then with none. So it searches up to three runs, each on a schedule of its own,
-    and the broken build must be caught — one run that catches it is the proof."""
+def _search(tmp_path: Path, setup: Any, found: Any, **options: Any) -> tuple[ConcurrentReport, str]:
+    """A broken build (``setup`` in each worker) run up to three times, each on a schedule of
+    its own, until ``found(report)``: the last report, and every run's summary."""
     reports: list[ConcurrentReport] = []
     for attempt in range(3):
         report = run_concurrent_torture(
             seconds=8.0,
             seed=seed() + attempt,
             directory=tmp_path / f"run{attempt}",
-            duplicate_fraction=0.4,  # second deliveries meet calls that are running
-            worker_setup=_judge_everything_over,
+            worker_setup=setup,
+            **options,
         )
         reports.append(report)
-        if not report.ok:
+        if found(report):
             break
-    assert not report.ok, "\n\n".join(r.summary() for r in reports)
+    return report, "\n\n".join(r.summary() for r in reports)
+
+
+def test_settling_calls_that_still_run_is_caught(tmp_path: Path) -> None:
+    """The harness is a random search: on an idle machine one 8 s run catches the broken build
+    with 20-110 violations, on a starved one (the suite's other workers busy) with as few as 3,
+    and now and then with none. So it searches up to three runs, each on a schedule of its own,
+    and the broken build must be caught — one run that catches it is the proof."""
+    report, runs = _search(
+        tmp_path,
+        _judge_everything_over,
+        lambda r: not r.ok,
+        duplicate_fraction=0.4,  # second deliveries meet calls that are running
+    )
+    assert not report.ok, runs
     caught = [
         v
         for v in report.violations
@@ -129,23 +141,19 @@ def _see_every_other_process_ended() -> None:
     runtime.evidence = runtime.is_me  # type: ignore[method-assign]
 
 
+LIVED = "the same host) lived until"
+
+
 def test_judging_a_live_process_of_the_same_host_ended_is_caught(tmp_path: Path) -> None:
     """The workers log each judgement that an attempt is over, and the checks hold it against
     the moment the harness killed the process it named: a build that reads every other process
     of the host as ended is caught by that check itself (up to three runs, as above)."""
-    reports: list[ConcurrentReport] = []
-    for attempt in range(3):
-        report = run_concurrent_torture(
-            seconds=8.0,
-            seed=seed() + attempt,
-            directory=tmp_path / f"run{attempt}",
-            worker_setup=_see_every_other_process_ended,
-        )
-        reports.append(report)
-        if any("(pid" in v and "the same host) lived until" in v for v in report.violations):
-            break
-    caught = [v for v in report.violations if "the same host) lived until" in v]
-    assert caught, "\n\n".join(r.summary() for r in reports)
+    report, runs = _search(
+        tmp_path,
+        _see_every_other_process_ended,
+        lambda r: any(LIVED in v for v in r.violations),
+    )
+    assert [v for v in report.violations if LIVED in v], runs
 
 
 def test_the_command_line_prints_the_figures(capsys: pytest.CaptureFixture[str]) -> None:
