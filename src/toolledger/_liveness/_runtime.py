@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Hashable
 
 from ..records import Holder
@@ -26,17 +25,20 @@ class InFlight:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._calls: Counter[tuple[str, str, str]] = Counter()
+        # A plain dict: a ``Counter`` runs Python code for a missing key and for a removal.
+        self._calls: dict[tuple[str, str, str], int] = {}
 
     def add(self, key: tuple[str, str, str]) -> None:
         with self._lock:
-            self._calls[key] += 1
+            self._calls[key] = self._calls.get(key, 0) + 1
 
     def discard(self, key: tuple[str, str, str]) -> None:
         with self._lock:
-            self._calls[key] -= 1
-            if self._calls[key] <= 0:
-                del self._calls[key]
+            left = self._calls.get(key, 0) - 1
+            if left > 0:
+                self._calls[key] = left
+            else:
+                self._calls.pop(key, None)
 
     def __contains__(self, key: object) -> bool:
         with self._lock:

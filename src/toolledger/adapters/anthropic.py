@@ -37,7 +37,9 @@ def read_tool_uses(content: Any) -> list[ToolCall]:
         content = content["content"]
     elif not isinstance(content, (list, tuple, dict, str)) and hasattr(content, "content"):
         content = content.content
-    if isinstance(content, (str, bytes, dict)) or not isinstance(content, Iterable):
+    if type(content) is not list and (  # the common case skips the ABC check
+        isinstance(content, (str, bytes, dict)) or not isinstance(content, Iterable)
+    ):
         raise MalformedContentError(
             f"expected a list of content blocks, got {type(content).__name__}"
         )

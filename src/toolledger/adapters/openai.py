@@ -77,7 +77,9 @@ def read_openai(content: Any) -> tuple[list[ToolCall], ResultShape] | None:
     """
     if isinstance(content, (str, bytes)):
         return None
-    if field(content, "choices") is not None and field(content, "object") != "response":
+    if not isinstance(content, (list, tuple)) and (  # a list has no choices: no lookup
+        field(content, "choices") is not None and field(content, "object") != "response"
+    ):
         choices = field(content, "choices")
         if not choices:
             raise MalformedContentError("the ChatCompletion has no choices")

@@ -341,9 +341,11 @@ class SQLiteBackend:
                 c = self._conn
                 self._check_identity()
                 forms = [self._form(p.session_id, p.ops) for p in group]
-                if None in forms:
-                    self._check_schema()  # a plan's statements do not check it themselves
-                if len(group) == 1 and writes.one_statement(group[0].ops, ride=True):
+                if not all(forms):  # a plan (``None``; a form is never empty) does not check
+                    self._check_schema()  # the schema in its statements itself
+                if len(group) == 1 and (
+                    type(forms[0]) is Step or writes.one_statement(group[0].ops, ride=True)
+                ):
                     # One conditional statement is a transaction of its own (autocommit): one
                     # call into SQLite instead of BEGIN, statement, COMMIT. A guard that fails
                     # in it has written nothing (its statement matched no row).

@@ -62,6 +62,8 @@ class Tool(Generic[P, R]):
         self._check: Callable[..., Any] | None = None
         self._check_context_param: str | None = None
         self._params, self._context_param, self._model = input_model(fn, self.name)
+        # Each parameter with the model field that holds it (``input_model`` names them p0, p1…).
+        self._fields = [(param, f"p{i}") for i, param in enumerate(self._params)]
         self.input_schema: dict[str, Any] = clean_schema(
             self._model.model_json_schema(by_alias=True)
         )
@@ -120,7 +122,7 @@ class Tool(Generic[P, R]):
             raise InputError(
                 f"input does not match the schema of {self.name!r}: {problems}"
             ) from None
-        return {param: getattr(model, f"p{i}") for i, param in enumerate(self._params)}
+        return {param: getattr(model, name) for param, name in self._fields}
 
     def invocation(self, kwargs: dict[str, Any], ctx: ToolContext) -> Callable[[], Any]:
         """A zero-argument callable running the tool for one call (``ctx`` injected if asked)."""
