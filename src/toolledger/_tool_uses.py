@@ -18,6 +18,8 @@ from .tools import ToolSet
 
 __all__ = ["arun_tool_uses", "run_tool_uses"]
 
+_NUMBERS = (int, float)  # a tuple: ``int | float`` is built at every call
+
 
 def _start(
     content: Any,
@@ -35,7 +37,7 @@ def _start(
             f"ledger= must be a toolledger Ledger (store.ledger(session_id)), not "
             f"{type(ledger).__name__}"
         )
-    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait < 1e9:
+    if isinstance(wait, bool) or not isinstance(wait, _NUMBERS) or not 0 <= wait < 1e9:
         raise ConfigurationError(f"wait= must be a number of seconds >= 0, not {wait!r}")
     toolset = tools if isinstance(tools, ToolSet) else ToolSet(tools)
     calls, shape = read_calls(content)

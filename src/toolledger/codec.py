@@ -13,7 +13,6 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 __all__ = [
@@ -84,24 +83,34 @@ MAX_NESTING = 200
 tool needs it, and Python's recursive encoders would fail on it with a raw ``RecursionError``."""
 
 
-_CONTAINERS = (dict, list, tuple)  # a tuple: ``dict | list | tuple`` is built at every call
+_SEQUENCES = (list, tuple)  # a tuple: ``list | tuple`` is built at every call
 
 
 def nesting(value: Any, limit: int = MAX_NESTING) -> int:
     """How deeply lists and dicts nest in ``value`` (0 for a scalar), counted without
-    recursion; stops counting past ``limit``."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, _CONTAINERS):
-            depth += 1
-            deepest = max(deepest, depth)
-            if depth > limit:
-                return deepest
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend(zip(children, repeat(depth)))
-    return deepest
+    recursion; stops counting past ``limit``.
+
+    Walked a level at a time: the depth is the number of levels that hold a container (half
+    the cost of a walk that carries each item's depth with it)."""
+    depth = 0
+    level: list[Any] = [value]
+    while level:
+        below: list[Any] = []
+        found = False
+        for item in level:
+            if isinstance(item, dict):
+                below.extend(item.values())
+                found = True
+            elif isinstance(item, _SEQUENCES):
+                below.extend(item)
+                found = True
+        if not found:
+            return depth
+        depth += 1
+        if depth > limit:
+            return depth
+        level = below
+    return depth
 
 
 def shallow(value: Any, limit: int = MAX_NESTING) -> Any:

@@ -243,6 +243,8 @@ def _answer(request: Request, io: IOContext) -> Any:
         return backend.read_effects(request.session or sid, request.tool_use_ids)
     if isinstance(request, Commit):
         try:
+            if io.fence is None:  # no lease (``run_tool_uses``): nothing to put first or renew
+                return io.store.apply(request.session or sid, request.ops)
             ops = io.fenced(request.ops, request.fenced)
             flags = io.store.apply(request.session or sid, ops)
             io.landed(ops)
@@ -330,6 +332,8 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
         return await backend.read_effects(request.session or sid, request.tool_use_ids)
     if isinstance(request, Commit):
         try:
+            if io.fence is None:
+                return await io.store.aapply(request.session or sid, request.ops)
             ops = io.fenced(request.ops, request.fenced)
             flags = await io.store.aapply(request.session or sid, ops)
             io.landed(ops)
