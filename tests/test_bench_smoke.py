@@ -74,7 +74,7 @@ def test_the_bench_runs_every_section(tmp_path: Path) -> None:
     for section in ("main", "sizes", "lookups", "long", "group", "postgres", "instructions"):
         assert f"bench: {section} done" in done.stdout + done.stderr, section
     # How much of the call is SQLite running toolledger's own statements, measured beside it.
-    assert re.search(rf"CPU only: toolledger's SQL alone \(a call's 2 writes, replayed\)", report)
+    assert re.search(r"CPU only: toolledger's SQL alone \(a call's 2 writes, replayed\)", report)
     assert re.search(rf"own SQL replayed alone takes {NUMBER} µs \({NUMBER}x", report), report
     rows = target_rows(report)
     no_server = any(m.startswith("PostgreSQL rows skipped") for m in results["missing"])

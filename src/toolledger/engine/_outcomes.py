@@ -71,11 +71,14 @@ def _moved(error: BaseException | None) -> bool:
     )
 
 
+_CHECKPOINT = (PutSession, AppendMessages)  # a tuple: ``X | Y`` is built at every test
+
+
 def _commit_ops(items: list[Buffered], extra: list[Op]) -> list[Op]:
     """What commits ``items`` with ``extra``. A checkpoint that reports an outcome never lands
     without it: with one in ``extra``, our attempts' outcomes are guards — if a record moved
     on, nothing of the commit lands."""
-    if any(isinstance(op, PutSession | AppendMessages) for op in extra):
+    if extra and any(isinstance(op, _CHECKPOINT) for op in extra):
         return [_guarded(i) for i in items] + extra
     return [i.op for i in items] + extra
 
