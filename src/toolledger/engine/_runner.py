@@ -156,7 +156,7 @@ def _one(
     straight path, with checkpoint A (``head``). The call's span (when tracing) is current
     while it is decided and run."""
     tool = env.tools.get(call.name)
-    effect = None if tool is None else tool.effect.value
+    effect = None if tool is None else tool.effect._value_  # (``.value`` is a Python property)
     span = telemetry.tool_span(env.session_id, call, effect)
     token = telemetry.enter(span)
     try:

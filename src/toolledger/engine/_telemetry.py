@@ -216,13 +216,13 @@ def tool_done(span: Any, outcome: CallOutcome | None, effect: str | None, tool: 
     call raised (``tool_failed`` ends the span then)."""
     if _trace is None:
         return
-    if outcome is not None:
+    counter = _counter() if outcome is not None else None
+    if counter is not None:  # (the attributes are built only when a count goes somewhere)
+        assert outcome is not None
         attributes = {"toolledger.disposition": outcome.disposition.value, "gen_ai.tool.name": tool}
         if effect is not None:
             attributes["toolledger.effect"] = effect
-        counter = _counter()
-        if counter is not None:
-            counter.add(1, attributes)
+        counter.add(1, attributes)
     if span is None:
         return
     if outcome is not None:
