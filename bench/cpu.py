@@ -91,7 +91,7 @@ def sql_alone(store: tl.Store) -> Contender:
     """toolledger's own SQL for one non-idempotent call, with nothing around it: the statements
     a real ``run_tool_uses`` call runs on ``store`` (recorded, with their parameters), run again
     for a fresh call id each time. Beside the minimal ledger's whole call, it is how much of
-    toolledger's CPU is SQLite's; the rest is toolledger's Python."""
+    toolledger's CPU is SQLite's; the rest is everything else it does."""
     backend = store.backend
     recorded = _Recording(backend._conn)  # type: ignore[attr-defined]
     ledger = store.ledger("bench")

@@ -9,7 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolledger.codec import canonical_json, content_of, encode_result, input_hash, valid_unicode
+from toolledger.adapters.anthropic import read_tool_uses
+from toolledger.codec import (
+    MAX_NESTING,
+    canonical_json,
+    content_of,
+    encode_result,
+    input_hash,
+    nesting,
+    valid_unicode,
+)
 
 json_values = st.recursive(
     st.none()
@@ -117,3 +126,48 @@ def test_valid_unicode_replaces_every_lone_surrogate_and_keeps_what_has_none(val
         assert out is value  # nothing to replace: the very same object, not a copy
     else:
         assert out is not value
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists, tuples and dicts nest, by recursion (the definition ``nesting`` must
+    agree with on a tree)."""
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list | tuple):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(max_size=3),
+        lambda children: (
+            st.lists(children, max_size=4)
+            | st.tuples(children, children)
+            | st.dictionaries(st.text(max_size=3), children, max_size=4)
+        ),
+        max_leaves=40,
+    ),
+    st.integers(min_value=0, max_value=8),
+)
+def test_nesting_counts_the_deepest_path_and_stops_past_the_limit(value: Any, limit: int) -> None:
+    depth = _depth(value)
+    assert nesting(value, limit) == (depth if depth <= limit else limit + 1)
+
+
+def test_nesting_of_containers_reached_twice_stops_past_the_limit() -> None:
+    """A container held by several parents, or by itself, is reached again at every level: the
+    count still stops one past the limit (not after walking every path), and a tool input that
+    holds itself is answered as too deep, not read for ever."""
+    itself: list[Any] = []
+    itself.extend([itself, itself])
+    assert nesting(itself) == MAX_NESTING + 1
+    shared: list[Any] = []
+    for _ in range(MAX_NESTING + 50):
+        shared = [shared, shared]  # 2^250 paths, 251 containers
+    assert nesting(shared) == MAX_NESTING + 1
+    cyclic: dict[str, Any] = {}
+    cyclic["a"] = cyclic["b"] = cyclic
+    block = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": cyclic}
+    [call] = read_tool_uses([block])
+    assert call.problem is not None and "nested more than" in call.problem

@@ -13,6 +13,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 __all__ = [
@@ -83,7 +84,11 @@ MAX_NESTING = 200
 tool needs it, and Python's recursive encoders would fail on it with a raw ``RecursionError``."""
 
 
-_SEQUENCES = (list, tuple)  # a tuple: ``list | tuple`` is built at every call
+_SEQUENCES = (list, tuple)  # tuples: ``list | tuple`` is built at every call
+_CONTAINERS = (dict, list, tuple)
+
+
+_LEVEL_MAX = 4096  # items in one level of ``nesting``'s walk before it goes depth first
 
 
 def nesting(value: Any, limit: int = MAX_NESTING) -> int:
@@ -91,7 +96,10 @@ def nesting(value: Any, limit: int = MAX_NESTING) -> int:
     recursion; stops counting past ``limit``.
 
     Walked a level at a time: the depth is the number of levels that hold a container (half
-    the cost of a walk that carries each item's depth with it)."""
+    the cost of a walk that carries each item's depth with it). A level grows with every
+    container that is reached twice — one shared by several parents, or one that holds itself —
+    so past ``_LEVEL_MAX`` items the count is made depth first instead (``_deepest``), which
+    goes down one path at a time and stops as soon as one is too deep."""
     depth = 0
     level: list[Any] = [value]
     while level:
@@ -109,8 +117,26 @@ def nesting(value: Any, limit: int = MAX_NESTING) -> int:
         depth += 1
         if depth > limit:
             return depth
+        if len(below) > _LEVEL_MAX:
+            return _deepest(value, limit)
         level = below
     return depth
+
+
+def _deepest(value: Any, limit: int) -> int:
+    """``nesting`` walked depth first: each item with its depth, the deepest path first."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, _CONTAINERS):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth > limit:
+                return deepest
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend(zip(children, repeat(depth)))
+    return deepest
 
 
 def shallow(value: Any, limit: int = MAX_NESTING) -> Any:

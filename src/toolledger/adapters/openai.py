@@ -77,7 +77,7 @@ def read_openai(content: Any) -> tuple[list[ToolCall], ResultShape] | None:
     """
     if isinstance(content, (str, bytes)):
         return None
-    if not isinstance(content, (list, tuple)) and (  # a list has no choices: no lookup
+    if type(content) not in (list, tuple) and (  # a plain list has no choices: no lookup
         field(content, "choices") is not None and field(content, "object") != "response"
     ):
         choices = field(content, "choices")
