@@ -432,8 +432,17 @@ def test_current_gives_the_record_as_it_is_now(store: tl.Store) -> None:
     same, verdict = store.current(stale)
     assert same == stale and isinstance(verdict, Over)
     _finishes_when_judged(store, _as_done(ledger, "toolu_now"))
+    reads: list[list[str]] = []
+    read_effects = store.backend.read_effects
+
+    def counted(session_id: str, ids: Any = None) -> Any:
+        reads.append(list(ids or []))
+        return read_effects(session_id, ids)
+
+    store.backend.read_effects = counted  # type: ignore[method-assign]
     now, verdict = store.current(stale)
     assert (now.status, now.result, verdict) == (Status.SUCCEEDED, '{"id": 1}', None)
+    assert reads == [["toolu_now"]], "what it is now comes from the one read again"
 
 
 def test_a_call_that_keeps_moving_as_it_is_read_is_listed_running(store: tl.Store) -> None:

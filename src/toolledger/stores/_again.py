@@ -29,12 +29,15 @@ ROUNDS = 3
 
 
 def confirmed(
-    store: Judging, judged: list[tuple[EffectRecord, Verdict]]
+    store: Judging,
+    judged: list[tuple[EffectRecord, Verdict]],
+    left: dict[tuple[str, str], EffectRecord | None] | None = None,
 ) -> list[tuple[EffectRecord, Verdict]]:
     """``judged`` (``started`` records with their verdicts) with every ``Over`` verdict
-    confirmed: a record unchanged when read again stays; one that finished is left out; one that
-    moved to another attempt is judged again, for ``ROUNDS`` rounds at most — a call still moving
-    after them is listed running. The order is kept."""
+    confirmed: a record unchanged when read again stays; one that finished is left out (into
+    ``left``, if given, as it was read: ``None`` if it was removed); one that moved to another
+    attempt is judged again, for ``ROUNDS`` rounds at most — a call still moving after them is
+    listed running. The order is kept."""
     out = list(judged)
     for _ in range(ROUNDS):
         over = [k for k, (_, v) in enumerate(out) if isinstance(v, Over)]
@@ -50,6 +53,8 @@ def confirmed(
                 continue
             if found is None or found.status is not Status.STARTED:
                 gone.add(k)  # it finished (or was settled) meanwhile
+                if left is not None:
+                    left[(r.session_id, r.tool_use_id)] = found
             else:
                 out[k] = (found, store.judge(found))
                 moved = True
@@ -67,10 +72,11 @@ def current(
     """``record`` (``started``) as it is now, with its verdict — ``None`` when it finished (the
     record returned is then not ``started``): a verdict ``Over`` is confirmed first
     (``confirmed``). A record removed meanwhile (a prune) is not called in doubt."""
-    kept = confirmed(store, [(record, store.judge(record, lease))])
+    left: dict[tuple[str, str], EffectRecord | None] = {}
+    kept = confirmed(store, [(record, store.judge(record, lease))], left)
     if kept:
         return kept[0]
-    found = _read(store, [record]).get((record.session_id, record.tool_use_id))
+    found = left.get((record.session_id, record.tool_use_id))  # as the re-read found it
     if found is None or found.status is Status.STARTED:
         return record, Running("it was removed, or moved on, as it was read; look again")
     return found, None
