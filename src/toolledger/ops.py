@@ -82,6 +82,12 @@ class PutSession:
 
     state: SessionState
     expect_version: int | None
+    counters_only: bool = False
+    """Only the counters move: ``state`` is the session's as it was, with its version, turns,
+    tokens and ``updated_at`` moved on and the one message the batch appends — created at
+    ``state.updated_at`` — counted. A store may then keep the new counters in that message's
+    row instead of rewriting the session's (SQLite: ``toolledger.stores._sql.writes``); reads
+    give the same state either way. The agent's checkpoints A and B of a turn that goes on."""
 
 
 @dataclass(frozen=True, slots=True)

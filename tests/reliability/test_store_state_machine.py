@@ -1,7 +1,8 @@
 """The store contract as a state machine (hypothesis ``RuleBasedStateMachine``).
 
 Hypothesis interleaves intents, outcomes, resolutions, approvals, checkpoints (some with a stale
-version, which must roll back their whole batch), rewinds (some refused: a stale version, a seq
+version, which must roll back their whole batch; some moving only the session's counters, which
+SQLite keeps in the message's row), rewinds (some refused: a stale version, a seq
 past the transcript's end, a branch number taken) and reopenings, each through one of two
 handles open on the same store at once. After every step, both handles must read back exactly
 what a plain-Python model of the contract says: every record, every in-doubt call, every
@@ -213,6 +214,35 @@ def machine_for(open_url: Callable[[], tuple[str, Callable[[], None]]]) -> type[
                 self.effects[(sid, tid)] = record
             self.states[sid] = new_state
             self.messages[sid] = [*seen, *appended]
+
+        @precondition(lambda self: bool(self.states))
+        @rule(h=HANDLES, data=st.data(), behind=st.sampled_from([0, 0, 1, 2, -7]))
+        def counted(self, h: int, data: st.DataObject, behind: int) -> None:
+            """A checkpoint that moves only the session's counters, as the agent's of a turn
+            that goes on (``PutSession.counters_only``: SQLite keeps them in the message's
+            row); one that expects the version ``behind`` the session's (an older one, or one
+            it never had) is refused whole."""
+            sid = data.draw(st.sampled_from(sorted(self.states)))
+            state = self.states[sid]
+            seen = self.messages[sid]
+            message = replace(make_message(len(seen), "assistant"), created_at=self.clock())
+            new_state = replace(
+                state,
+                version=state.version + 1,
+                turns=state.turns + 1,
+                input_tokens=state.input_tokens + 3,
+                messages=len(seen) + 1,
+                updated_at=message.created_at,
+            )
+            put = PutSession(new_state, state.version - behind, counters_only=True)
+            ops: list[Op] = [AppendMessages((message,)), put]
+            if behind:
+                with pytest.raises(tl.SessionConflictError):
+                    self.handles[h].apply(sid, ops)
+                return
+            assert self.handles[h].apply(sid, ops) == [True, True]
+            self.states[sid] = new_state
+            self.messages[sid] = [*seen, message]
 
         @precondition(lambda self: bool(self.states))
         @rule(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from toolledger.ops import (
     TakeLease,
     UpdateEffect,
 )
-from toolledger.records import Lease, Status
+from toolledger.records import Lease, Status, StoredMessage
 from toolledger.stores._sql import plans, writes
 from toolledger.stores._sql.plans import Outcome, Step
 from toolledger.testing._samples import make_approval, make_message, make_record, make_state
@@ -38,17 +39,28 @@ from toolledger.testing._samples import make_approval, make_message, make_record
 TOKEN = 1
 
 
-def _a(*calls: str) -> list[Op]:
+def _moved(messages: tuple[StoredMessage, ...], counted: bool) -> PutSession:
+    """The session moved from version 1 (two messages) on by ``messages``: only its counters
+    (``counted``: the new state's ``updated_at`` is its one message's time, as the agent
+    writes it) or not."""
+    state = make_state(version=2, messages=2 + len(messages))
+    if counted:
+        state = replace(state, updated_at=messages[-1].created_at)
+    return PutSession(state, expect_version=1, counters_only=counted)
+
+
+def _a(*calls: str, counted: bool = False) -> list[Op]:
     """Checkpoint A: the model's message, the session moved on, one intent per call."""
+    message = (make_message(2, "assistant", [{"type": "text", "text": "a"}]),)
     return [
         HoldLease("s", TOKEN, None),
-        AppendMessages((make_message(2, "assistant", [{"type": "text", "text": "a"}]),)),
-        PutSession(make_state(version=2, messages=3), expect_version=1),
+        AppendMessages(message),
+        _moved(message, counted),
         *(InsertEffect(make_record("s", c)) for c in calls),
     ]
 
 
-def _b(*results: str, messages: int = 1, guard: bool = True) -> list[Op]:
+def _b(*results: str, messages: int = 1, guard: bool = True, counted: bool = False) -> list[Op]:
     """Checkpoint B: the outcomes (guards, as the engine writes them), the results'
     message(s), the session moved on."""
     done = [
@@ -60,12 +72,8 @@ def _b(*results: str, messages: int = 1, guard: bool = True) -> list[Op]:
         )
         for c in results
     ]
-    return [
-        HoldLease("s", TOKEN, None),
-        *done,
-        AppendMessages(tuple(make_message(2 + i) for i in range(messages))),
-        PutSession(make_state(version=2, messages=2 + messages), expect_version=1),
-    ]
+    appended = tuple(make_message(2 + i) for i in range(messages))
+    return [HoldLease("s", TOKEN, None), *done, AppendMessages(appended), _moved(appended, counted)]
 
 
 SHAPES: dict[str, Callable[[], list[Op]]] = {
@@ -75,7 +83,31 @@ SHAPES: dict[str, Callable[[], list[Op]]] = {
     "B, one result": lambda: _b("toolu_0"),
     "B, three messages": lambda: _b("toolu_0", messages=3),
     "B, an outcome that is not a guard": lambda: _b("toolu_0", guard=False),
+    "A that moves only counters, one call": lambda: _a("toolu_1", counted=True),
+    "A that moves only counters, no call": lambda: _a(counted=True),
+    "B that moves only counters": lambda: _b("toolu_0", counted=True),
+    "B that moves only counters, its outcome no guard": lambda: _b(
+        "toolu_0", guard=False, counted=True
+    ),
 }
+
+
+def test_only_a_checkpoint_that_moves_only_counters_and_counts_its_one_message_rides_it() -> None:
+    """The session's counters ride the message's insert — no UPDATE of the session's row —
+    only when the ``PutSession`` says so and counts exactly the one message appended at its
+    time; any other says how the session's row is written."""
+    for name, ops in SHAPES.items():
+        counted = "only counters" in name
+        planned = [s.sql for s in _planned(ops())]
+        inserts = [sql for sql in planned if sql.startswith("INSERT INTO messages")]
+        assert ("version, turns" in inserts[0]) == counted
+        assert any(sql.startswith("UPDATE sessions") for sql in planned) != counted
+    b = _b("toolu_0", messages=2, counted=True)  # two messages: only the last would carry them
+    assert any("UPDATE sessions" in s.sql for s in _planned(b))
+    put = _a(counted=True)[2]
+    assert isinstance(put, PutSession)
+    late = replace(put, state=replace(put.state, updated_at=put.state.updated_at + 1))
+    assert any("UPDATE sessions" in s.sql for s in _planned([*_a()[:2], late]))
 
 
 def _planned(ops: Sequence[Op]) -> list[Step]:
@@ -204,8 +236,65 @@ def _sql(statement: str) -> Callable[[sqlite3.Connection], None]:
     return lambda conn: conn.executescript(statement)
 
 
+# The session's row lags behind its last message, which carries its counters: at version 1
+# (the version the checkpoints expect), or at version 5.
+_LAGGING_AT_1 = _sql(
+    "UPDATE sessions SET version = 0, messages = 1; UPDATE messages SET version = 1, turns = 0, "
+    "input_tokens = 10, output_tokens = 1 WHERE seq = 1"
+)
+_LAGGING_AT_5 = _sql(
+    "UPDATE sessions SET version = 1, messages = 1; UPDATE messages SET version = 5, turns = 4, "
+    "input_tokens = 50, output_tokens = 5 WHERE seq = 1"
+)
+
 CASES: dict[str, tuple[Callable[[], list[Op]], Callable[[sqlite3.Connection], None]]] = {
     "A, common": (lambda: _a("toolu_1"), _nothing),
+    "A that moves only counters, common": (lambda: _a("toolu_1", counted=True), _nothing),
+    "B that moves only counters, common": (lambda: _b("toolu_0", counted=True), _nothing),
+    "A, the row lagging at the version expected": (lambda: _a("toolu_1"), _LAGGING_AT_1),
+    "A that moves only counters, the row lagging at the version expected": (
+        lambda: _a("toolu_1", counted=True),
+        _LAGGING_AT_1,
+    ),
+    "A, the version moved in the message the row lags behind": (
+        lambda: _a("toolu_1"),
+        _LAGGING_AT_5,
+    ),
+    "A that moves only counters, the version moved in the message the row lags behind": (
+        lambda: _a("toolu_1", counted=True),
+        _LAGGING_AT_5,
+    ),
+    "A that moves only counters, the version moved": (
+        lambda: _a("toolu_1", counted=True),
+        _sql("UPDATE sessions SET version = 5"),
+    ),
+    "A that moves only counters, the lease taken over": (
+        lambda: _a("toolu_1", counted=True),
+        _sql("UPDATE leases SET token = 2, owner = 'them'"),
+    ),
+    "A that moves only counters, the seq taken": (
+        lambda: _a("toolu_1", counted=True),
+        _sql(
+            "INSERT INTO messages (session_id, seq, role, content, created_at) "
+            "VALUES ('s', 2, 'user', '\"x\"', 1.0)"
+        ),
+    ),
+    "A that moves only counters, the call's record already there": (
+        lambda: _a("toolu_0", counted=True),
+        _nothing,
+    ),
+    "B that moves only counters, the record moved on": (
+        lambda: _b("toolu_0", counted=True),
+        _sql("UPDATE effects SET attempt = 2"),
+    ),
+    "B that moves only counters, the version moved and the lease taken over": (
+        lambda: _b("toolu_0", counted=True),
+        _sql("UPDATE sessions SET version = 5; UPDATE leases SET token = 2"),
+    ),
+    "B that moves only counters, the session gone": (
+        lambda: _b("toolu_0", counted=True),
+        _sql("DELETE FROM sessions"),
+    ),
     "B, common": (lambda: _b("toolu_0", messages=3), _nothing),
     "A, the version moved": (
         lambda: _a("toolu_1"),

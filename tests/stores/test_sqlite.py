@@ -23,6 +23,7 @@ from toolledger.ops import (
 from toolledger.records import Lease
 from toolledger.stores._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
 from toolledger.stores._sql.schema import sqlite_versioned
+from toolledger.testing._contract_sessions import counted_checkpoint
 from toolledger.testing.conformance import make_message, make_record, make_state
 
 from ..conftest import tool_use
@@ -319,11 +320,13 @@ def _rows(db: Path, table: str) -> int:
 
 
 def test_an_agent_turn_carries_its_fence_in_the_writes_it_makes(tmp_path: Path) -> None:
-    """Checkpoint A with the intent, then the outcome with checkpoint B: ten statements in two
-    transactions. The fence is a condition of the session's update (no UPDATE of the lease while
-    it is young), which A's transaction holds the intent's insert behind. On the general path
-    (``TOOLLEDGER_GENERAL_PATH=1``) the intent, one statement with the fence as its condition,
-    is a transaction of its own after A."""
+    """Checkpoint A with the intent, then the outcome with checkpoint B: eight statements in two
+    transactions. The session's row is not written: each checkpoint's message carries the
+    session's counters, and its insert is the session's compare-and-set, with the fence as a
+    condition (no UPDATE of the lease while it is young); A's transaction holds the intent's
+    insert behind it. On the general path (``TOOLLEDGER_GENERAL_PATH=1``) the intent, one
+    statement with the fence as its condition, is a transaction of its own after A. The last
+    turn, which ends the run, writes the session's row."""
     runs: list[str] = []
 
     with tl.open_store(f"sqlite:///{tmp_path / 'a.db'}") as store:
@@ -350,17 +353,98 @@ def test_an_agent_turn_carries_its_fence_in_the_writes_it_makes(tmp_path: Path) 
         )
         assert kinds[start + 1 : end] == [
             "BEGIN",  # A
-            "INSERT messages",
-            "UPDATE sessions+fence",
+            "INSERT messages+fence",
             *a_and_intent,
             "tool",
             "BEGIN",  # outcome + B
             "UPDATE effects",
-            "INSERT messages",
-            "UPDATE sessions+fence",
+            "INSERT messages+fence",
             "COMMIT",
         ]
+    assert kinds[models[-1] + 1 :][:4] == [
+        "BEGIN",  # the last turn's A: the run is over, the session's row written
+        "INSERT messages",
+        "UPDATE sessions+fence",
+        "COMMIT",
+    ]
     assert "UPDATE leases" not in kinds[models[0] :][:-1], "only the give-back touches the lease"
+
+
+def test_a_turn_that_goes_on_keeps_the_session_s_counters_in_its_messages(
+    tmp_path: Path,
+) -> None:
+    """On disk, mid-run: the session's row stays as the run's start wrote it, while each
+    checkpoint's message holds the session's version, turns and tokens after it; the store
+    reads the state the agent holds. The last turn ends the run and writes the row whole."""
+    db = tmp_path / "n.db"
+    seen_then: list[tuple[Any, ...]] = []
+    with tl.open_store(f"sqlite:///{db}") as store:
+
+        @tl.tool(effect="non_idempotent")
+        def send(to: str) -> str:
+            return "sent"
+
+        def before(n: int) -> None:
+            with sqlite3.connect(db) as raw:
+                row = raw.execute(
+                    "SELECT version, turns, input_tokens, messages FROM sessions"
+                ).fetchone()
+                counted = raw.execute(
+                    "SELECT seq, version, turns, input_tokens, output_tokens FROM messages "
+                    "WHERE version IS NOT NULL ORDER BY seq"
+                ).fetchall()
+            state = store.session("s")
+            assert state is not None
+            seen_then.append((row, counted, (state.version, state.turns, state.messages)))
+
+        agent = tl.Agent(client=_Model([], turns=2, before=before), model="m", tools=[send],
+                         store=store)  # fmt: skip
+        run = agent.run(session="s", prompt="go")
+        assert run.status is tl.RunStatus.COMPLETED
+        final = store.session("s")
+    start = (1, 0, 0, 1)  # the prompt: version 1, one message
+    assert seen_then == [
+        (start, [], (1, 0, 1)),
+        (start, [(1, 2, 1, 10, 5), (2, 3, 1, 10, 5)], (3, 1, 3)),  # turn 0's A and B
+        (start, [(1, 2, 1, 10, 5), (2, 3, 1, 10, 5), (3, 4, 2, 20, 10), (4, 5, 2, 20, 10)],
+         (5, 2, 5)),
+    ]  # fmt: skip
+    with sqlite3.connect(db) as raw:
+        row = raw.execute("SELECT status, version, turns, input_tokens, messages FROM sessions")
+        assert row.fetchone() == ("completed", 6, 3, 30, 6)  # written whole at the run's end
+    assert final is not None and (final.version, final.turns, final.messages) == (6, 3, 6)
+
+
+def test_a_session_kept_by_an_older_release_reads_and_goes_on(tmp_path: Path) -> None:
+    """A file of schema 8 (no counters in its messages) opens migrated; its sessions read as
+    they were, and the next checkpoints keep their counters in their messages."""
+    db = tmp_path / "old.db"
+    raw = sqlite3.connect(db, isolation_level=None)
+    for version, migration in enumerate(MIGRATIONS[:8], 1):
+        raw.executescript(migration)
+        for statement in sqlite_versioned(version):
+            raw.execute(statement)
+    state = make_state(version=1, messages=1)
+    raw.execute(
+        "INSERT INTO sessions (session_id, status, reason, version, turns, input_tokens, "
+        "output_tokens, messages, created_at, updated_at, lineage) "
+        "VALUES ('s', 'running', NULL, 1, 0, 10, 1, 1, ?, ?, NULL)",
+        (state.created_at, state.updated_at),
+    )
+    raw.execute(
+        "INSERT INTO messages VALUES ('s', 0, 'user', '\"message 0\"', ?)",
+        (make_message(0).created_at,),
+    )
+    raw.close()
+    with tl.open_store(f"sqlite:///{db}") as store:
+        assert store.session("s") == state
+        after, ops = counted_checkpoint(state, 1)
+        assert store.apply("s", ops) == [True, True]
+        assert store.session("s") == after
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert raw.execute("SELECT version, messages FROM sessions").fetchone() == (1, 1)
+        assert raw.execute("SELECT version FROM messages WHERE seq = 1").fetchone() == (2,)
 
 
 def test_a_taken_over_run_s_intent_is_refused_and_its_tool_never_runs(tmp_path: Path) -> None:
@@ -426,10 +510,9 @@ def test_a_taken_over_run_s_checkpoint_is_refused_whole(tmp_path: Path) -> None:
         )
         with pytest.raises(tl.LeaseLostError):
             agent.run(session="s", prompt="go")
-        assert [_kind(s) for s in seen][:5] == [
+        assert [_kind(s) for s in seen][:4] == [
             "BEGIN",
-            "INSERT messages",
-            "UPDATE sessions+fence",
+            "INSERT messages+fence",  # the message carries the session's counters and the fence
             "SELECT leases",
             "ROLLBACK",
         ]
@@ -468,8 +551,9 @@ def test_a_fence_that_only_checks_rides_one_statement(tmp_path: Path) -> None:
 
 
 def test_a_rewind_is_its_three_statements_in_one_transaction(tmp_path: Path) -> None:
-    """The guard (the branch's row), the tail copied, the tail taken out — then the transcript
-    goes on at the seq it was taken back to; a refused guard writes nothing."""
+    """The session's row made current (the tail may hold its counters: here it does not, and
+    nothing changes), the guard (the branch's row), the tail copied, the tail taken out — then
+    the transcript goes on at the seq it was taken back to; a refused guard writes nothing."""
     db = tmp_path / "r.db"
     with tl.open_store(f"sqlite:///{db}") as store:
         messages = tuple(make_message(i) for i in range(4))
@@ -483,6 +567,7 @@ def test_a_rewind_is_its_three_statements_in_one_transaction(tmp_path: Path) -> 
         assert store.apply("s", rewind) == [True, True, True]
         assert [_kind(s) for s in seen] == [
             "BEGIN",
+            "UPDATE sessions",  # the fold
             "INSERT abandoned_branches",
             "INSERT abandoned_messages",
             "DELETE messages",
@@ -495,6 +580,7 @@ def test_a_rewind_is_its_three_statements_in_one_transaction(tmp_path: Path) -> 
             store.apply("s", [AbandonMessages(from_seq=2, branch=1)])
         assert [_kind(s) for s in seen] == [
             "BEGIN",
+            "UPDATE sessions",
             "INSERT abandoned_branches",
             "SELECT messages",
             "ROLLBACK",

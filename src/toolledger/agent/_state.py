@@ -185,7 +185,8 @@ def turn_start(
         output_tokens=turn.output_tokens,
     )
     after = Session(new, [*s.messages, message], calls=turn.calls, wire=wire)
-    return after, [AppendMessages((message,)), PutSession(new, s.state.version)]
+    put = PutSession(new, s.state.version, counters_only=_goes_on(s.state, new))
+    return after, [AppendMessages((message,)), put]
 
 
 def turn_end(
@@ -207,7 +208,19 @@ def turn_end(
     )
     new = advance(s.state, now, status=RunStatus.RUNNING, reason=None, messages=len(results))
     after = Session(new, [*s.messages, *results], wire=s.wire)
-    return after, [AppendMessages(results), PutSession(new, s.state.version)]
+    counted = len(results) == 1 and _goes_on(s.state, new)
+    return after, [AppendMessages(results), PutSession(new, s.state.version, counters_only=counted)]
+
+
+def _goes_on(old: SessionState, new: SessionState) -> bool:
+    """Whether a checkpoint from ``old`` to ``new`` moves only the session's counters
+    (``PutSession.counters_only``): a running session that stays running, nothing said."""
+    return (
+        old.status is RunStatus.RUNNING
+        and new.status is RunStatus.RUNNING
+        and old.reason is None
+        and new.reason is None
+    )
 
 
 def run_of(provider: Provider, s: Session, alerts: list[LedgerWriteError]) -> Run:

@@ -57,7 +57,8 @@ def _checked(version: int) -> dict[str, str]:
         q.UPDATE_EFFECT: f"{q.UPDATE_EFFECT} AND {ours}",
         q.UPDATE_EFFECT_AT: f"{q.UPDATE_EFFECT_AT} AND {ours}",
         q.INSERT_NEXT_MESSAGE: f"{q.INSERT_NEXT_MESSAGE} AND {ours}",
-        q.UPDATE_SESSION_FENCED: f"{q.UPDATE_SESSION_FENCED} AND {ours}",
+        q.INSERT_COUNTED_MESSAGE_FENCED: f"{q.INSERT_COUNTED_MESSAGE_FENCED} AND {ours}",
+        q.UPDATE_SESSION_NOW_FENCED: f"{q.UPDATE_SESSION_NOW_FENCED} AND {ours}",
     }
 
 
@@ -425,7 +426,7 @@ class SQLiteBackend:
             )
 
     def read_session(self, session_id: str) -> SessionState | None:
-        return self._ask("reading a session", plans.session_query(session_id))
+        return self._ask("reading a session", plans.session_query(session_id, now=True))
 
     def read_messages(self, session_id: str, since: int = 0) -> list[StoredMessage]:
         return self._ask("reading a transcript", plans.messages_query(session_id, since))
@@ -444,7 +445,7 @@ class SQLiteBackend:
         return time.time()
 
     def list_sessions(self) -> list[SessionState]:
-        return self._ask("listing", plans.sessions_query())
+        return self._ask("listing", plans.sessions_query(now=True))
 
     def in_doubt(self) -> list[EffectRecord]:
         return self._ask("listing in-doubt calls", plans.in_doubt_query())

@@ -14,6 +14,7 @@ from ..errors import SessionConflictError
 from ..ops import AbandonMessages, AppendMessages, DropSession, InsertEffect, Op, PutSession
 from ..records import RunStatus, SessionState, Status
 from ..stores import Store, open_store
+from ._contract_sessions import counted_checkpoint
 from ._samples import make_message, make_record, make_state
 
 __all__ = ["BranchContract"]
@@ -126,6 +127,42 @@ class BranchContract:
             with open_store(store_url) as again:
                 assert again.messages("s") == original[:1]
                 assert again.abandoned("s") == store.abandoned("s")
+
+    @pytest.mark.parametrize("back_to", [1, 2, 3, 4])
+    def test_a_rewind_after_checkpoints_that_moved_only_counters(
+        self, store: Store, back_to: int
+    ) -> None:
+        """The tail a rewind takes out may hold the messages that carry the session's counters
+        (``PutSession.counters_only``): the rewind still compares the version as it stood, and
+        the session reads as the rewind wrote it; a rewind by a worker that read an older
+        version changes nothing."""
+        state = _messages(store, "s", 1)
+        for seq in range(1, 5):
+            state, ops = counted_checkpoint(state, seq)
+            store.apply("s", ops)
+        original = store.messages("s")
+        before = _whole(store, "s")
+        note = make_message(back_to, "user", "after the rewind")
+        rewound = replace(state, version=6, messages=back_to + 1, updated_at=2e9)
+        for stale in (1, 4):
+            batch: list[Op] = [
+                AbandonMessages(from_seq=back_to, branch=1),
+                AppendMessages((note,)),
+                PutSession(rewound, expect_version=stale),
+            ]
+            with pytest.raises(SessionConflictError, match="changed since it was read"):
+                store.apply("s", batch)
+            assert _whole(store, "s") == before
+        rewind = [*batch[:2], PutSession(rewound, expect_version=5)]
+        assert store.apply("s", rewind) == [True, True, True]
+        assert store.session("s") == rewound
+        assert store.messages("s") == [*original[:back_to], note]
+        assert store.abandoned("s") == {1: original[back_to:]}
+        # The transcript goes on from the rewind, counters only again.
+        after, ops = counted_checkpoint(rewound, back_to + 1)
+        assert store.apply("s", ops) == [True, True]
+        assert store.session("s") == after
+        assert store.session_states() == [after]
 
     def test_a_rewind_to_the_end_keeps_an_empty_branch(self, store: Store) -> None:
         _messages(store, "s", 2)

@@ -4,6 +4,8 @@ through ``StoreConformance``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ..errors import LeaseLostError, SessionBusyError, SessionConflictError
@@ -18,11 +20,29 @@ from ..ops import (
     TakeLease,
     UpdateEffect,
 )
-from ..records import ApprovalStatus, Lease, Status
+from ..records import ApprovalStatus, Lease, RunStatus, SessionState, Status
 from ..stores import Store, open_store
 from ._samples import make_approval, make_message, make_record, make_state
 
-__all__ = ["SessionContract"]
+__all__ = ["SessionContract", "counted_checkpoint"]
+
+
+def counted_checkpoint(state: SessionState, seq: int) -> tuple[SessionState, list[Op]]:
+    """The session after one message (``seq``) appended to ``state``, a turn counted, and the
+    batch that writes it as the agent's checkpoints of a turn that goes on do: only the
+    counters move (``PutSession.counters_only``)."""
+    message = make_message(seq, "assistant" if seq % 2 else "user")
+    new = replace(
+        state,
+        version=state.version + 1,
+        turns=state.turns + 1,
+        input_tokens=state.input_tokens + 7,
+        output_tokens=state.output_tokens + 3,
+        messages=seq + 1,
+        updated_at=message.created_at,
+    )
+    put = PutSession(new, expect_version=state.version, counters_only=True)
+    return new, [AppendMessages((message,)), put]
 
 
 class SessionContract:
@@ -65,6 +85,47 @@ class SessionContract:
         assert store.apply("s", fresh) == [True, True, True]
         assert store.session("s") == make_state(version=2, messages=2)
         assert store.ledger("s").get("toolu_1") == effect
+
+    def test_checkpoints_that_move_only_counters_read_as_the_states_they_wrote(
+        self, store: Store, store_url: str
+    ) -> None:
+        """``PutSession(counters_only=True)``, as the agent's checkpoints of a turn that goes on
+        write it: every read gives the state written — the session, every session's, after a
+        reopen — and every compare-and-set compares the version as it stands, however the
+        store keeps it (SQLite keeps it in the message's row)."""
+        state = make_state(version=1, messages=1)
+        store.apply("s", [PutSession(state, None), AppendMessages((make_message(0),))])
+        for seq in range(1, 5):
+            state, ops = counted_checkpoint(state, seq)
+            assert store.apply("s", ops) == [True, True]
+            assert store.session("s") == state
+            assert store.session_states() == [state]
+        assert [m.seq for m in store.messages("s")] == [0, 1, 2, 3, 4]
+        # A worker that read an older version is refused, whichever way it writes.
+        _, stale = counted_checkpoint(make_state(version=3, messages=5), 5)
+        with pytest.raises(SessionConflictError, match="changed since it was read"):
+            store.apply("s", stale)
+        older = replace(state, status=RunStatus.NEEDS_ATTENTION, version=9)
+        for version in (1, 2, 4):
+            with pytest.raises(SessionConflictError, match="changed since it was read"):
+                store.apply("s", [PutSession(older, expect_version=version)])
+        _, taken = counted_checkpoint(state, 4)  # seq 4 is taken
+        with pytest.raises(SessionConflictError, match="changed since it was read"):
+            store.apply("s", taken)
+        assert store.session("s") == state
+        assert len(store.messages("s")) == 5, "nothing of a refused checkpoint landed"
+        if self.durable:
+            store.close()
+            with open_store(store_url) as again:
+                assert again.session("s") == state
+                assert again.session_states() == [state]
+                ended = replace(state, status=RunStatus.COMPLETED, version=6, updated_at=2e9)
+                assert again.apply("s", [PutSession(ended, expect_version=5)]) == [True]
+                assert again.session("s") == ended
+                # Moved on whole: a counters-only checkpoint from the state before is refused.
+                with pytest.raises(SessionConflictError, match="changed since it was read"):
+                    again.apply("s", counted_checkpoint(state, 5)[1])
+                assert again.session("s") == ended
 
     def test_transcripts_are_append_only_and_ordered(self, store: Store, store_url: str) -> None:
         content = [

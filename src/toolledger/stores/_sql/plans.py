@@ -187,8 +187,10 @@ def effect_query(session_id: str, tool_use_id: str) -> Query[dict[str, EffectRec
     return Query(q.SELECT_EFFECT, (session_id, tool_use_id), records_by_id)
 
 
-def session_query(session_id: str) -> Query[SessionState | None]:
-    return Query(q.SELECT_SESSION, (session_id,), _session)
+def session_query(session_id: str, now: bool = False) -> Query[SessionState | None]:
+    """A session's state; ``now`` (SQLite): its row overlaid with the counters of the latest
+    message it lags behind (``statements.SELECT_SESSION_NOW``)."""
+    return Query(q.SELECT_SESSION_NOW if now else q.SELECT_SESSION, (session_id,), _session)
 
 
 def messages_query(session_id: str, since: int) -> Query[list[StoredMessage]]:
@@ -209,8 +211,9 @@ def lease_query(session_id: str) -> Query[Lease | None]:
     return Query(q.SELECT_LEASE, (session_id,), _lease)
 
 
-def sessions_query() -> Query[list[SessionState]]:
-    return Query(q.SELECT_SESSIONS, (), _sessions)
+def sessions_query(now: bool = False) -> Query[list[SessionState]]:
+    """Every session's state (``now``: as ``session_query``'s)."""
+    return Query(q.SELECT_SESSIONS_NOW if now else q.SELECT_SESSIONS, (), _sessions)
 
 
 def session_ids_query() -> Query[list[str]]:

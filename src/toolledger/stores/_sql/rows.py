@@ -156,6 +156,25 @@ def message_params(session_id: str, m: StoredMessage) -> tuple[Any, ...]:
     return (session_id, m.seq, m.role, sql_json(m.content), m.created_at)
 
 
+def counted_message_params(session_id: str, m: StoredMessage, op: PutSession) -> tuple[Any, ...]:
+    """``INSERT_COUNTED_MESSAGE``'s: the message carrying ``op``'s counters (SQLite)."""
+    st = op.state
+    return (
+        session_id,
+        m.seq,
+        m.role,
+        sql_json(m.content),
+        m.created_at,
+        st.version,
+        st.turns,
+        st.input_tokens,
+        st.output_tokens,
+        session_id,
+        m.seq,
+        op.expect_version,
+    )
+
+
 # The decoder's C scanner (one value from a position); typeshed does not list the attribute.
 _scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 

@@ -135,6 +135,19 @@ SQLITE_MIGRATIONS: list[str] = [
         version INTEGER NOT NULL
     );
     """,
+    # 9: a checkpoint that only moves a session's counters (``PutSession.counters_only``)
+    # keeps the session's new version, turns and tokens in the row of the message it appends,
+    # instead of rewriting the session's row: one statement less a checkpoint. The session's
+    # row then lags behind its transcript until the next write that changes anything else
+    # folds it in (``statements.FOLD_SESSION``); every read of a session overlays it with its
+    # latest message (``statements.SELECT_SESSION_NOW``). Rows written before, and every
+    # message written otherwise, hold NULL: nothing to overlay.
+    """
+    ALTER TABLE messages ADD COLUMN version INTEGER;
+    ALTER TABLE messages ADD COLUMN turns INTEGER;
+    ALTER TABLE messages ADD COLUMN input_tokens INTEGER;
+    ALTER TABLE messages ADD COLUMN output_tokens INTEGER;
+    """,
 ]
 
 SQLITE_VERSION_ROW = 8
@@ -273,6 +286,12 @@ POSTGRES_MIGRATIONS: list[str] = [
     """,
     # 8: SQLite's schema_version row. PostgreSQL has kept its version as rows of
     # toolledger_schema since 1, written with each migration: nothing to change.
+    """
+    SELECT 1
+    """,
+    # 9: SQLite's counters in a message's row. PostgreSQL rewrites the session's row at every
+    # checkpoint still: under its row locks, that update is what makes two writers of one
+    # session meet (SQLite's write lock serialises every writer of the file). Nothing to change.
     """
     SELECT 1
     """,

@@ -173,7 +173,72 @@ INSERT_EFFECT_FENCED = (
 )
 UPDATE_EFFECT_FENCED = f"{UPDATE_EFFECT} AND {LEASE_HELD}"
 UPDATE_EFFECT_AT_FENCED = f"{UPDATE_EFFECT_AT} AND {LEASE_HELD}"
-UPDATE_SESSION_FENCED = f"{UPDATE_SESSION} AND {LEASE_HELD}"
+
+
+# -- a session's counters in its latest message (SQLite) -----------------------------------------
+#
+# A checkpoint that only moves a session's counters (``PutSession.counters_only``) appends its
+# message with the session's new version, turns and tokens in the message's row, and leaves the
+# session's row as it was: the row lags behind its transcript. Reads overlay the row with its
+# latest message while the row lags (``SELECT_SESSION_NOW``); every compare-and-set on the
+# session's version compares the version as it stands (``_version_now``), and a write of the
+# session's row writes every counter whole, so the row is current again after it. The message's
+# insert is the compare-and-set the session's update would have been: only if its seq is the
+# transcript's next and the session is at the version expected. SQLite's write lock serialises
+# every writer of the file, so a check and the write it guards are one step. Not for
+# PostgreSQL: a subquery there reads a snapshot and locks no row, and two writers of one session
+# would not meet — its checkpoints update the session's row, which never lags.
+
+
+def _lags(row: str) -> str:
+    """The latest message (``t``) that carries the session's counters, when the session's row
+    (``row``) lags behind it. (A message appended otherwise after it, in the transaction that
+    then writes the row, leaves it the one to compare with.)"""
+    return (
+        f"t.session_id = {row}.session_id AND t.seq = (SELECT seq FROM messages "
+        f"WHERE session_id = {row}.session_id AND seq >= {row}.messages "
+        "AND version IS NOT NULL ORDER BY seq DESC LIMIT 1)"
+    )
+
+
+def _version_now(row: str) -> str:
+    return f"coalesce((SELECT t.version FROM messages AS t WHERE {_lags(row)}), {row}.version)"
+
+
+INSERT_COUNTED_MESSAGE = (
+    "INSERT INTO messages (session_id, seq, role, content, created_at, version, turns, "
+    "input_tokens, output_tokens) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? FROM sessions AS s "
+    "WHERE s.session_id = ? "
+    "AND ? = coalesce((SELECT max(seq) + 1 FROM messages WHERE session_id = s.session_id), 0) "
+    f"AND ? = {_version_now('s')}"
+)
+"""The message's values and the session's new counters, then the session id, the message's seq
+and the version expected."""
+INSERT_COUNTED_MESSAGE_FENCED = f"{INSERT_COUNTED_MESSAGE} AND {LEASE_HELD}"
+UPDATE_SESSION_NOW = (
+    "UPDATE sessions SET status = ?, reason = ?, version = ?, turns = ?, input_tokens = ?, "
+    "output_tokens = ?, messages = ?, created_at = ?, updated_at = ?, lineage = ? "
+    f"WHERE session_id = ? AND ? = {_version_now('sessions')}"
+)
+"""``UPDATE_SESSION`` (the same parameters), compared with the version as it stands."""
+UPDATE_SESSION_NOW_FENCED = f"{UPDATE_SESSION_NOW} AND {LEASE_HELD}"
+# Before a rewind takes the transcript's tail out: the row made current from the message that
+# carries its counters, which the tail may hold. (Nothing a read sees changes.)
+FOLD_SESSION = (
+    "UPDATE sessions SET (version, turns, input_tokens, output_tokens, messages, "
+    "updated_at) = (SELECT t.version, t.turns, t.input_tokens, t.output_tokens, t.seq + 1, "
+    f"t.created_at FROM messages AS t WHERE {_lags('sessions')}) "
+    f"WHERE session_id = ? AND EXISTS (SELECT 1 FROM messages AS t WHERE {_lags('sessions')})"
+)
+_SESSION_NOW = (
+    "SELECT s.session_id, s.status, s.reason, coalesce(t.version, s.version), "
+    "coalesce(t.turns, s.turns), coalesce(t.input_tokens, s.input_tokens), "
+    "coalesce(t.output_tokens, s.output_tokens), coalesce(t.seq + 1, s.messages), "
+    "s.created_at, coalesce(t.created_at, s.updated_at), s.lineage "
+    f"FROM sessions AS s LEFT JOIN messages AS t ON {_lags('s')}"
+)
+SELECT_SESSION_NOW = f"{_SESSION_NOW} WHERE s.session_id = ?"
+SELECT_SESSIONS_NOW = _SESSION_NOW
 
 
 def fenced_update_statement(op: UpdateEffect) -> str:

@@ -77,8 +77,9 @@ def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
     session moved on and effects written (an outcome that is a guard only before the session's
     update), the common turn's A and B — built straight: what ``apply(session_id, ops,
     ride=True)`` yields for it while each write changes its one row (the fence rides the
-    session's update). ``None`` for any other batch. The first statement is never an
-    ``executemany`` (a backend checks the schema in it: ``sqlite.CHECKED``).
+    session's update, or — when the batch moves only the session's counters — the insert of the
+    message that carries them: ``_counted``). ``None`` for any other batch. The first statement
+    is never an ``executemany`` (a backend checks the schema in it: ``sqlite.CHECKED``).
 
     A backend runs them in order; at the first that fails or does not change exactly one row
     (``executemany`` aside) it hands the batch to ``apply``, told what ran (``.plans.drive``),
@@ -89,10 +90,25 @@ def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
     fence = ops[0]
     if not isinstance(fence, HoldLease) or fence.expires_at is not None:
         return None
+    counted = _counted(ops)
     steps: list[Step] = []
     appended = moved = False
-    for op in ops[1:]:
-        if type(op) is AppendMessages and not appended and op.messages:
+    for n, op in enumerate(ops[1:], 1):
+        if counted is not None and n == counted[0]:
+            assert type(op) is AppendMessages
+            params = r.counted_message_params(session_id, op.messages[0], counted[1])
+            steps.append(
+                Step(
+                    q.INSERT_COUNTED_MESSAGE_FENCED,
+                    (*params, session_id, fence.token),
+                    duplicate=partial(conflict, session_id, "a message with that seq exists"),
+                    guard=True,
+                )
+            )
+            appended = moved = True
+        elif counted is not None and op is counted[1]:
+            continue  # it rides the message's insert
+        elif type(op) is AppendMessages and not appended and op.messages:
             first = op.messages[0].seq
             if len(op.messages) > 1 and any(m.seq != first + i for i, m in enumerate(op.messages)):
                 return None
@@ -111,7 +127,7 @@ def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
             appended = True
         elif type(op) is PutSession and not moved and op.expect_version is not None:
             params = (*r.update_session_params(op), session_id, fence.token)
-            steps.append(Step(q.UPDATE_SESSION_FENCED, params, guard=True))
+            steps.append(Step(q.UPDATE_SESSION_NOW_FENCED, params, guard=True))
             moved = True
         elif type(op) is InsertEffect:
             steps.append(Step(q.INSERT_EFFECT, r.insert_params(op)))
@@ -123,13 +139,48 @@ def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
     return steps if moved else None
 
 
-def _carrier(ops: Sequence[Op]) -> int | None:
+def _counted(ops: Sequence[Op]) -> tuple[int, PutSession] | None:
+    """(SQLite: ``apply(ride=True)``) Where the batch's one ``PutSession`` moves only the
+    session's counters (``counters_only``) and counts exactly the one message the batch
+    appends: that ``AppendMessages``' index and the ``PutSession``. Its message's row carries the
+    new counters, and its insert is the session's compare-and-set (``INSERT_COUNTED_MESSAGE``);
+    the session's row is not written. ``None``: the batch writes the session's row, if any."""
+    put: PutSession | None = None
+    appended: AppendMessages | None = None
+    at = 0
+    for n, op in enumerate(ops):
+        if isinstance(op, PutSession):
+            if put is not None:
+                return None
+            put = op
+        elif isinstance(op, AppendMessages):
+            if appended is not None:
+                return None
+            appended, at = op, n
+        elif isinstance(op, AbandonMessages | DropSession):
+            return None
+    if put is None or appended is None or not put.counters_only or put.expect_version is None:
+        return None
+    messages = appended.messages
+    if (
+        len(messages) != 1
+        or messages[0].seq + 1 != put.state.messages
+        or messages[0].created_at != put.state.updated_at
+    ):
+        return None
+    return at, put
+
+
+def _carrier(ops: Sequence[Op], counted: tuple[int, PutSession] | None = None) -> int | None:
     """Where the batch's fence can ride (``apply(ride=True)``): the index of a write that can
     carry the lease check, preferring one that is a guard (its refusal rolls the batch back
-    anyway) — or ``None``: the batch does not open with a fence that only checks, or nothing
-    in it can carry one."""
+    anyway) — the message that carries the session's counters (``counted``), if any — or
+    ``None``: the batch does not open with a fence that only checks, or nothing in it can carry
+    one."""
     if not ops or not isinstance(ops[0], HoldLease) or ops[0].expires_at is not None:
         return None
+    if counted is not None:
+        return counted[0]
     found: int | None = None
     for n in range(len(ops) - 1, 0, -1):
         op = ops[n]
@@ -150,14 +201,18 @@ def apply(session_id: str, ops: Sequence[Op], ride: bool = False) -> Plan[list[b
     that only checks (``HoldLease`` without an expiry) is not a statement of its own but a
     condition of one of the batch's writes. When that write matches no row, the lease is read
     to tell a lost lease from the op's own refusal; and a batch refused for any reason says
-    the lease was lost if it was (as it would have had the fence gone first)."""
-    at = _carrier(ops) if ride else None
+    the lease was lost if it was (as it would have had the fence gone first).
+
+    With ``ride``, too, a ``PutSession`` that moves only counters rides the message it counts
+    (``_counted``), and a session's version is compared as it stands (``UPDATE_SESSION_NOW``)."""
+    counted = _counted(ops) if ride else None
+    at = _carrier(ops, counted) if ride else None
     if at is None:
-        return (yield from _apply(session_id, ops, None))
+        return (yield from _apply(session_id, ops, None, ride, counted))
     fence = ops[0]
     assert isinstance(fence, HoldLease)
     try:
-        return (yield from _apply(session_id, ops, (at, fence.token)))
+        return (yield from _apply(session_id, ops, (at, fence.token), ride, counted))
     except SessionConflictError as exc:
         if isinstance(exc, LeaseLostError) or (yield from _lease_held(session_id, fence.token)):
             raise
@@ -175,8 +230,15 @@ def _refused(session_id: str, token: int | None) -> Plan[None]:
         raise lost(session_id, token)
 
 
-def _apply(session_id: str, ops: Sequence[Op], rider: tuple[int, int] | None) -> Plan[list[bool]]:
-    """``apply``'s ops, the fence riding the write at ``rider``'s index (with its token)."""
+def _apply(
+    session_id: str,
+    ops: Sequence[Op],
+    rider: tuple[int, int] | None,
+    ride: bool = False,
+    counted: tuple[int, PutSession] | None = None,
+) -> Plan[list[bool]]:
+    """``apply``'s ops, the fence riding the write at ``rider``'s index (with its token), the
+    session's counters the message at ``counted``'s."""
     out: list[bool] = []
     for n, op in enumerate(ops):
         fence = rider[1] if rider is not None and rider[0] == n else None
@@ -184,11 +246,19 @@ def _apply(session_id: str, ops: Sequence[Op], rider: tuple[int, int] | None) ->
             case InsertEffect() | UpdateEffect():
                 done = yield from _effect(session_id, op, fence)
             case PutSession():
-                done = yield from _put_session(session_id, op, fence)
+                if counted is not None and op is counted[1]:
+                    done = Outcome(rowcount=1, rows=[])  # it rode its message's insert
+                else:
+                    done = yield from _put_session(session_id, op, fence, ride)
             case AppendMessages():
-                yield from _append(session_id, op)
+                if counted is not None and n == counted[0]:
+                    yield from _append_counted(session_id, op, counted[1], fence)
+                else:
+                    yield from _append(session_id, op)
                 done = Outcome(rowcount=1, rows=[])
             case AbandonMessages():
+                if ride:  # the tail it takes out may hold the session's counters
+                    yield Step(q.FOLD_SESSION, (session_id,))
                 yield from _abandon(session_id, op)
                 done = Outcome(rowcount=1, rows=[])
             case DropSession():
@@ -233,17 +303,23 @@ def _effect(session_id: str, op: InsertEffect | UpdateEffect, fence: int | None)
     return done
 
 
-def _put_session(session_id: str, op: PutSession, fence: int | None) -> Plan[Outcome]:
+def _put_session(
+    session_id: str, op: PutSession, fence: int | None, ride: bool = False
+) -> Plan[Outcome]:
+    """A session created, or moved on by compare-and-set on its version — on SQLite (``ride``)
+    the version as it stands, which the row may lag behind (``_counted``); with ``fence``, only
+    if the lease still carries it."""
     if op.expect_version is None:
         done = yield Step(q.INSERT_SESSION, r.session_values(op.state), guard=True)
         if done.rowcount != 1:
             raise conflict(session_id, "it already exists")
         return done
-    if fence is None:
-        done = yield Step(q.UPDATE_SESSION, r.update_session_params(op), guard=True)
-    else:
+    if fence is not None:
         params = (*r.update_session_params(op), session_id, fence)
-        done = yield Step(q.UPDATE_SESSION_FENCED, params, guard=True)
+        done = yield Step(q.UPDATE_SESSION_NOW_FENCED, params, guard=True)
+    else:
+        update = q.UPDATE_SESSION_NOW if ride else q.UPDATE_SESSION
+        done = yield Step(update, r.update_session_params(op), guard=True)
     if done.rowcount != 1:
         yield from _refused(session_id, fence)
         raise conflict(session_id, f"it is not at version {op.expect_version}")
@@ -293,6 +369,31 @@ def _append(session_id: str, op: AppendMessages) -> Plan[None]:
             return
     last = (yield Step(q.SELECT_LAST_SEQ, (session_id,))).rows[0][0]
     raise conflict(session_id, f"the next message is {0 if last is None else int(last) + 1}")
+
+
+def _append_counted(
+    session_id: str, op: AppendMessages, put: PutSession, fence: int | None
+) -> Plan[None]:
+    """The one message of ``op`` with the session's counters (``_counted``): in only if its seq
+    is the transcript's next and the session is at ``put``'s expected version (and, with
+    ``fence``, the lease still carries it) — else the conflict ``_append``, or ``put``'s own
+    compare-and-set, would have raised."""
+    params = r.counted_message_params(session_id, op.messages[0], put)
+    seq_taken = partial(conflict, session_id, "a message with that seq exists")
+    if fence is None:
+        step = Step(q.INSERT_COUNTED_MESSAGE, params, duplicate=seq_taken, guard=True)
+    else:
+        sql, params = q.INSERT_COUNTED_MESSAGE_FENCED, (*params, session_id, fence)
+        step = Step(sql, params, duplicate=seq_taken, guard=True)
+    done = yield step
+    if done.rowcount == 1:
+        return
+    yield from _refused(session_id, fence)
+    last = (yield Step(q.SELECT_LAST_SEQ, (session_id,))).rows[0][0]
+    following = 0 if last is None else int(last) + 1
+    if following != op.messages[0].seq:
+        raise conflict(session_id, f"the next message is {following}")
+    raise conflict(session_id, f"it is not at version {put.expect_version}")
 
 
 def _abandon(session_id: str, op: AbandonMessages) -> Plan[None]:
