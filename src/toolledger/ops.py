@@ -86,7 +86,8 @@ class PutSession:
     """Only the counters move: ``state`` is the session's as it was, with its version, turns,
     tokens and ``updated_at`` moved on and the one message the batch appends — created at
     ``state.updated_at`` — counted. A store may then keep the new counters in that message's
-    row instead of rewriting the session's (SQLite: ``toolledger.stores._sql.writes``); reads
+    row instead of rewriting the session's (SQLite: ``toolledger.stores._sql.writes``, which
+    checks, in the insert, that the session's row agrees, and writes the row otherwise); reads
     give the same state either way. The agent's checkpoints A and B of a turn that goes on."""
 
 

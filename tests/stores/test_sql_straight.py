@@ -291,6 +291,14 @@ CASES: dict[str, tuple[Callable[[], list[Op]], Callable[[sqlite3.Connection], No
         lambda: _b("toolu_0", counted=True),
         _sql("UPDATE sessions SET version = 5; UPDATE leases SET token = 2"),
     ),
+    "A that moves only counters, the row's status another: written the other way": (
+        lambda: _a("toolu_1", counted=True),
+        _sql("UPDATE sessions SET status = 'needs_attention', reason = 'x'"),
+    ),
+    "B that moves only counters, the row counting more messages: written the other way": (
+        lambda: _b("toolu_0", counted=True),
+        _sql("UPDATE sessions SET messages = 7"),
+    ),
     "B that moves only counters, the session gone": (
         lambda: _b("toolu_0", counted=True),
         _sql("DELETE FROM sessions"),

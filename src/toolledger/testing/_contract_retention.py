@@ -12,6 +12,7 @@ from ..errors import ConfigurationError, SessionConflictError
 from ..ops import AppendMessages, DropSession, InsertEffect, Op, PutApproval, PutSession, TakeLease
 from ..records import ApprovalStatus, Lease, RunStatus, Status
 from ..stores import Store, open_store
+from ._contract_sessions import counted_checkpoint
 from ._samples import make_approval, make_message, make_record, make_state
 
 __all__ = ["RetentionContract"]
@@ -54,6 +55,24 @@ class RetentionContract:
     """The retention third of ``StoreConformance``."""
 
     durable: bool
+
+    def test_a_session_moved_on_by_its_counters_is_removed_by_the_version_it_is_at(
+        self, store: Store
+    ) -> None:
+        """A ready session whose last checkpoint moved only its counters
+        (``PutSession.counters_only``): a removal that read it before that checkpoint is
+        refused, one that read it after removes it whole."""
+        state = replace(make_state(version=1, messages=1), status=RunStatus.READY)
+        store.apply("s", [PutSession(state, None), AppendMessages((make_message(0),))])
+        read_before = 1
+        state, ops = counted_checkpoint(state, 1)
+        assert store.apply("s", ops) == [True, True]
+        with pytest.raises(SessionConflictError):
+            store.apply("s", [DropSession("s", expect_version=read_before, now=2e9)])
+        assert store.session("s") == state and len(store.messages("s")) == 2
+        drop = DropSession("s", expect_version=state.version, now=2e9)
+        assert store.apply("s", [drop]) == [True]
+        _gone(store, "s")
 
     def test_a_removed_session_is_gone_whole_and_others_stay(
         self, store: Store, store_url: str

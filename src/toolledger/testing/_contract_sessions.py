@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from .._lineage import Branch, BranchKind
 from ..errors import LeaseLostError, SessionBusyError, SessionConflictError
 from ..ops import (
     AppendMessages,
@@ -25,6 +26,11 @@ from ..stores import Store, open_store
 from ._samples import make_approval, make_message, make_record, make_state
 
 __all__ = ["SessionContract", "counted_checkpoint"]
+
+
+_LINEAGE = (
+    Branch(kind=BranchKind.FORK, source="parent", turn=1, at=1_700_000_001.0, cut=1, note_seq=None),
+)
 
 
 def counted_checkpoint(state: SessionState, seq: int) -> tuple[SessionState, list[Op]]:
@@ -47,6 +53,8 @@ def counted_checkpoint(state: SessionState, seq: int) -> tuple[SessionState, lis
 
 class SessionContract:
     """The agent-session half of ``StoreConformance``."""
+
+    durable: bool
 
     # -- agent sessions: state, transcript, approvals -------------------------------------------
 
@@ -126,6 +134,44 @@ class SessionContract:
                 with pytest.raises(SessionConflictError, match="changed since it was read"):
                     again.apply("s", counted_checkpoint(state, 5)[1])
                 assert again.session("s") == ended
+
+    @pytest.mark.parametrize("case", ["fewer messages", "more messages", "not only counters"])
+    def test_a_state_that_does_not_follow_its_transcript_reads_as_written(
+        self, store: Store, case: str
+    ) -> None:
+        """The store keeps whatever state it is given, however it keeps a session's counters:
+        a state that counts fewer messages than its transcript holds (written after
+        checkpoints that moved only counters), or more, and a ``counters_only`` write whose
+        state changes more than the counters — each reads back exactly as written, and a
+        writer that read an older version is refused."""
+        state = make_state(version=1, messages=1)
+        store.apply("s", [PutSession(state, None), AppendMessages((make_message(0),))])
+        state, ops = counted_checkpoint(state, 1)
+        store.apply("s", ops)
+        if case == "fewer messages":
+            new = make_state(version=3, messages=0, status=RunStatus.NEEDS_ATTENTION)
+            assert store.apply("s", [PutSession(new, expect_version=2)]) == [True]
+        elif case == "more messages":
+            new = replace(state, version=3, messages=9, updated_at=2e9)
+            assert store.apply("s", [PutSession(new, expect_version=2)]) == [True]
+            # The next counters-only checkpoint appends message 2 to a state counting 9.
+            new, ops = counted_checkpoint(new, 2)
+            assert store.apply("s", ops) == [True, True]
+        else:
+            new, ops = counted_checkpoint(state, 2)
+            new = replace(new, status=RunStatus.COMPLETED, reason="done", lineage=_LINEAGE)
+            put = PutSession(new, expect_version=state.version, counters_only=True)
+            assert store.apply("s", [ops[0], put]) == [True, True]
+        assert store.session("s") == new
+        assert store.session_states() == [new]
+        for version in (2, 3):
+            if version != new.version:
+                with pytest.raises(SessionConflictError, match="changed since it was read"):
+                    store.apply("s", [PutSession(replace(new, version=9), version)])
+        assert store.session("s") == new
+        moved = replace(new, version=new.version + 1, updated_at=3e9)
+        assert store.apply("s", [PutSession(moved, new.version)]) == [True]
+        assert store.session("s") == moved
 
     def test_transcripts_are_append_only_and_ordered(self, store: Store, store_url: str) -> None:
         content = [

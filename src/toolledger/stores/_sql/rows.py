@@ -172,6 +172,12 @@ def counted_message_params(session_id: str, m: StoredMessage, op: PutSession) ->
         session_id,
         m.seq,
         op.expect_version,
+        m.seq,
+        st.status._value_,
+        st.reason,
+        st.created_at,
+        lineage_json(st.lineage),
+        st.version,
     )
 
 

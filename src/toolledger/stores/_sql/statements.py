@@ -181,10 +181,12 @@ UPDATE_EFFECT_AT_FENCED = f"{UPDATE_EFFECT_AT} AND {LEASE_HELD}"
 # message with the session's new version, turns and tokens in the message's row, and leaves the
 # session's row as it was: the row lags behind its transcript. Reads overlay the row with its
 # latest message while the row lags (``SELECT_SESSION_NOW``); every compare-and-set on the
-# session's version compares the version as it stands (``_version_now``), and a write of the
-# session's row writes every counter whole, so the row is current again after it. The message's
-# insert is the compare-and-set the session's update would have been: only if its seq is the
-# transcript's next and the session is at the version expected. SQLite's write lock serialises
+# session's version compares the version as it stands (``_now``), and a write of the
+# session's row writes every counter whole, and a version past every message's (a session's
+# version only grows), so the row is current again after it. The message's insert is the
+# compare-and-set the session's update would have been: only if its seq is the transcript's
+# next, the session is at the version expected and counts the messages before it, and nothing
+# but its counters moves; a checkpoint that is not so writes the row. SQLite's write lock serialises
 # every writer of the file, so a check and the write it guards are one step. Not for
 # PostgreSQL: a subquery there reads a snapshot and locks no row, and two writers of one session
 # would not meet — its checkpoints update the session's row, which never lags.
@@ -192,17 +194,19 @@ UPDATE_EFFECT_AT_FENCED = f"{UPDATE_EFFECT_AT} AND {LEASE_HELD}"
 
 def _lags(row: str) -> str:
     """The latest message (``t``) that carries the session's counters, when the session's row
-    (``row``) lags behind it. (A message appended otherwise after it, in the transaction that
-    then writes the row, leaves it the one to compare with.)"""
+    (``row``) lags behind it: past the row's messages and its version. (A message appended
+    otherwise after it, in the transaction that then writes the row, leaves it the one to
+    compare with; once the row is written, no message is past its version.)"""
     return (
         f"t.session_id = {row}.session_id AND t.seq = (SELECT seq FROM messages "
         f"WHERE session_id = {row}.session_id AND seq >= {row}.messages "
-        "AND version IS NOT NULL ORDER BY seq DESC LIMIT 1)"
+        f"AND version > {row}.version ORDER BY seq DESC LIMIT 1)"
     )
 
 
-def _version_now(row: str) -> str:
-    return f"coalesce((SELECT t.version FROM messages AS t WHERE {_lags(row)}), {row}.version)"
+def _now(row: str, column: str, counted: str) -> str:
+    """``row``'s ``column`` as it stands: ``counted`` of the message it lags behind, if any."""
+    return f"coalesce((SELECT {counted} FROM messages AS t WHERE {_lags(row)}), {row}.{column})"
 
 
 INSERT_COUNTED_MESSAGE = (
@@ -210,15 +214,21 @@ INSERT_COUNTED_MESSAGE = (
     "input_tokens, output_tokens) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? FROM sessions AS s "
     "WHERE s.session_id = ? "
     "AND ? = coalesce((SELECT max(seq) + 1 FROM messages WHERE session_id = s.session_id), 0) "
-    f"AND ? = {_version_now('s')}"
+    f"AND ? = {_now('s', 'version', 't.version')} "
+    f"AND ? = {_now('s', 'messages', 't.seq + 1')} "
+    "AND s.status = ? AND s.reason IS ? AND s.created_at = ? AND s.lineage IS ? "
+    "AND ? > s.version"
 )
-"""The message's values and the session's new counters, then the session id, the message's seq
-and the version expected."""
+"""The message's values and the session's new counters; then the session id, the message's seq,
+the version expected and the seq again (the session counts the messages before it); then the
+new state's status, reason, ``created_at`` and lineage, which must be the session's already —
+only its counters move — and its version, past the row's. A checkpoint that is not so is
+written the other way (``writes``)."""
 INSERT_COUNTED_MESSAGE_FENCED = f"{INSERT_COUNTED_MESSAGE} AND {LEASE_HELD}"
 UPDATE_SESSION_NOW = (
     "UPDATE sessions SET status = ?, reason = ?, version = ?, turns = ?, input_tokens = ?, "
     "output_tokens = ?, messages = ?, created_at = ?, updated_at = ?, lineage = ? "
-    f"WHERE session_id = ? AND ? = {_version_now('sessions')}"
+    f"WHERE session_id = ? AND ? = {_now('sessions', 'version', 't.version')}"
 )
 """``UPDATE_SESSION`` (the same parameters), compared with the version as it stands."""
 UPDATE_SESSION_NOW_FENCED = f"{UPDATE_SESSION_NOW} AND {LEASE_HELD}"
@@ -262,6 +272,11 @@ _NOTHING_PENDING = (
 DROP_SESSION = (
     f"DELETE FROM sessions WHERE session_id = ? AND version = ? AND status IN ({_ENDED}) "
     f"AND {_NOTHING_PENDING}"
+)
+# (SQLite) The same, compared with the version as it stands: the row may lag behind its
+# messages (``INSERT_COUNTED_MESSAGE``).
+DROP_SESSION_NOW = DROP_SESSION.replace(
+    "AND version = ?", f"AND ? = {_now('sessions', 'version', 't.version')}", 1
 )
 # A session with records and no state (run_tool_uses alone): 1 when it may go.
 LEDGER_ONLY_DROPPABLE = (

@@ -263,7 +263,7 @@ def _apply(
                 done = Outcome(rowcount=1, rows=[])
             case DropSession():
                 alone(ops)
-                yield from _drop(session_id, op)
+                yield from _drop(session_id, op, ride)
                 done = Outcome(rowcount=1, rows=[])
             case PutApproval():
                 if op.expect_status is None:
@@ -375,9 +375,11 @@ def _append_counted(
     session_id: str, op: AppendMessages, put: PutSession, fence: int | None
 ) -> Plan[None]:
     """The one message of ``op`` with the session's counters (``_counted``): in only if its seq
-    is the transcript's next and the session is at ``put``'s expected version (and, with
-    ``fence``, the lease still carries it) — else the conflict ``_append``, or ``put``'s own
-    compare-and-set, would have raised."""
+    is the transcript's next, the session is at ``put``'s expected version and counts the
+    messages before it, only its counters move, and (with ``fence``) the lease still carries
+    it. Otherwise — the lease lost, the seq taken — the error ``_append`` would have raised; or
+    the message and ``put`` are written the other way, the session's row with them (``put``'s
+    own compare-and-set says whether the version moved)."""
     params = r.counted_message_params(session_id, op.messages[0], put)
     seq_taken = partial(conflict, session_id, "a message with that seq exists")
     if fence is None:
@@ -389,11 +391,8 @@ def _append_counted(
     if done.rowcount == 1:
         return
     yield from _refused(session_id, fence)
-    last = (yield Step(q.SELECT_LAST_SEQ, (session_id,))).rows[0][0]
-    following = 0 if last is None else int(last) + 1
-    if following != op.messages[0].seq:
-        raise conflict(session_id, f"the next message is {following}")
-    raise conflict(session_id, f"it is not at version {put.expect_version}")
+    yield from _append(session_id, op)
+    yield from _put_session(session_id, put, fence, ride=True)
 
 
 def _abandon(session_id: str, op: AbandonMessages) -> Plan[None]:
@@ -413,12 +412,14 @@ def _abandon(session_id: str, op: AbandonMessages) -> Plan[None]:
     yield Step(q.DELETE_MESSAGES_FROM, (session_id, op.from_seq))
 
 
-def _drop(session_id: str, op: DropSession) -> Plan[None]:
+def _drop(session_id: str, op: DropSession, ride: bool = False) -> Plan[None]:
     """The guard first (the session's own DELETE, or a count for a session without state),
-    then everything else of the session that is not in progress or pending."""
+    then everything else of the session that is not in progress or pending. On SQLite
+    (``ride``) the version compared is the session's as it stands (``_counted``)."""
     pending = (session_id, session_id, session_id, op.now)
     if op.expect_version is not None:
-        done = yield Step(q.DROP_SESSION, (session_id, op.expect_version, *pending), guard=True)
+        drop = q.DROP_SESSION_NOW if ride else q.DROP_SESSION
+        done = yield Step(drop, (session_id, op.expect_version, *pending), guard=True)
         if done.rowcount != 1:
             raise still_there(session_id)
     else:
