@@ -173,11 +173,11 @@ def counted_message_params(session_id: str, m: StoredMessage, op: PutSession) ->
         m.seq,
         op.expect_version,
         m.seq,
+        st.version,
         st.status._value_,
         st.reason,
         st.created_at,
         lineage_json(st.lineage),
-        st.version,
     )
 
 

@@ -180,13 +180,13 @@ UPDATE_EFFECT_AT_FENCED = f"{UPDATE_EFFECT_AT} AND {LEASE_HELD}"
 # A checkpoint that only moves a session's counters (``PutSession.counters_only``) appends its
 # message with the session's new version, turns and tokens in the message's row, and leaves the
 # session's row as it was: the row lags behind its transcript. Reads overlay the row with its
-# latest message while the row lags (``SELECT_SESSION_NOW``); every compare-and-set on the
-# session's version compares the version as it stands (``_now``), and a write of the
-# session's row writes every counter whole, and a version past every message's (a session's
-# version only grows), so the row is current again after it. The message's insert is the
-# compare-and-set the session's update would have been: only if its seq is the transcript's
-# next, the session is at the version expected and counts the messages before it, and nothing
-# but its counters moves; a checkpoint that is not so writes the row. SQLite's write lock serialises
+# latest such message (``SELECT_SESSION_NOW``), and every compare-and-set on the session's
+# version compares the version as it stands (``_now``). A write of the session's row writes
+# every counter whole, with a version past every message's (a session's version only grows), so
+# the row is current again after it. The message's insert is the compare-and-set the session's
+# update would have been — only if its seq is the transcript's next and the session is at the
+# version expected — and goes in only if the row then lags behind it and nothing but the
+# counters moves; a checkpoint that is not so writes the row. SQLite's write lock serialises
 # every writer of the file, so a check and the write it guards are one step. Not for
 # PostgreSQL: a subquery there reads a snapshot and locks no row, and two writers of one session
 # would not meet — its checkpoints update the session's row, which never lags.
@@ -215,15 +215,14 @@ INSERT_COUNTED_MESSAGE = (
     "WHERE s.session_id = ? "
     "AND ? = coalesce((SELECT max(seq) + 1 FROM messages WHERE session_id = s.session_id), 0) "
     f"AND ? = {_now('s', 'version', 't.version')} "
-    f"AND ? = {_now('s', 'messages', 't.seq + 1')} "
-    "AND s.status = ? AND s.reason IS ? AND s.created_at = ? AND s.lineage IS ? "
-    "AND ? > s.version"
+    "AND ? >= s.messages AND ? > s.version "
+    "AND s.status = ? AND s.reason IS ? AND s.created_at = ? AND s.lineage IS ?"
 )
 """The message's values and the session's new counters; then the session id, the message's seq,
-the version expected and the seq again (the session counts the messages before it); then the
-new state's status, reason, ``created_at`` and lineage, which must be the session's already —
-only its counters move — and its version, past the row's. A checkpoint that is not so is
-written the other way (``writes``)."""
+the version expected; the seq and the new version again, past the row's (so the message is the
+one the row lags behind); then the new state's status, reason, ``created_at`` and lineage, which
+must be the session's already — only its counters move. A checkpoint that is not so is written
+the other way (``writes``)."""
 INSERT_COUNTED_MESSAGE_FENCED = f"{INSERT_COUNTED_MESSAGE} AND {LEASE_HELD}"
 UPDATE_SESSION_NOW = (
     "UPDATE sessions SET status = ?, reason = ?, version = ?, turns = ?, input_tokens = ?, "

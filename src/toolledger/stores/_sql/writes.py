@@ -375,8 +375,8 @@ def _append_counted(
     session_id: str, op: AppendMessages, put: PutSession, fence: int | None
 ) -> Plan[None]:
     """The one message of ``op`` with the session's counters (``_counted``): in only if its seq
-    is the transcript's next, the session is at ``put``'s expected version and counts the
-    messages before it, only its counters move, and (with ``fence``) the lease still carries
+    is the transcript's next, the session is at ``put``'s expected version, the row would lag
+    behind the message, only the counters move, and (with ``fence``) the lease still carries
     it. Otherwise — the lease lost, the seq taken — the error ``_append`` would have raised; or
     the message and ``put`` are written the other way, the session's row with them (``put``'s
     own compare-and-set says whether the version moved)."""
