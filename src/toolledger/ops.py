@@ -82,6 +82,8 @@ class PutSession:
 
     state: SessionState
     expect_version: int | None
+    """``None``: create it. Otherwise the version it must be at; ``state.version`` is past it (a
+    session's version only grows, ``SessionState``: a store may rely on that)."""
     counters_only: bool = False
     """Only the counters move: ``state`` is the session's as it was, with its version, turns,
     tokens and ``updated_at`` moved on and the one message the batch appends — created at
