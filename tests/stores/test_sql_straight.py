@@ -247,135 +247,107 @@ _LAGGING_AT_5 = _sql(
     "input_tokens = 50, output_tokens = 5 WHERE seq = 1"
 )
 
-CASES: dict[str, tuple[Callable[[], list[Op]], Callable[[sqlite3.Connection], None]]] = {
-    "A, common": (lambda: _a("toolu_1"), _nothing),
-    "A that moves only counters, common": (lambda: _a("toolu_1", counted=True), _nothing),
-    "B that moves only counters, common": (lambda: _b("toolu_0", counted=True), _nothing),
-    "A, the row lagging at the version expected": (lambda: _a("toolu_1"), _LAGGING_AT_1),
-    "A that moves only counters, the row lagging at the version expected": (
-        lambda: _a("toolu_1", counted=True),
+_SEQ_2_TAKEN = _sql(
+    "INSERT INTO messages (session_id, seq, role, content, created_at) "
+    "VALUES ('s', 2, 'user', '\"x\"', 1.0)"
+)
+
+# Each case's batch is built both ways: as written before a checkpoint could move only the
+# session's counters, and as the agent now writes a turn that goes on (``counted``).
+CASES: dict[str, tuple[Callable[[bool], list[Op]], Callable[[sqlite3.Connection], None]]] = {
+    "A, common": (lambda c: _a("toolu_1", counted=c), _nothing),
+    "B, common": (lambda c: _b("toolu_0", counted=c), _nothing),
+    "B with three messages, common": (lambda c: _b("toolu_0", messages=3, counted=c), _nothing),
+    "A, the row lagging at the version expected": (
+        lambda c: _a("toolu_1", counted=c),
         _LAGGING_AT_1,
     ),
     "A, the version moved in the message the row lags behind": (
-        lambda: _a("toolu_1"),
+        lambda c: _a("toolu_1", counted=c),
         _LAGGING_AT_5,
     ),
-    "A that moves only counters, the version moved in the message the row lags behind": (
-        lambda: _a("toolu_1", counted=True),
-        _LAGGING_AT_5,
-    ),
-    "A that moves only counters, the version moved": (
-        lambda: _a("toolu_1", counted=True),
-        _sql("UPDATE sessions SET version = 5"),
-    ),
-    "A that moves only counters, the lease taken over": (
-        lambda: _a("toolu_1", counted=True),
-        _sql("UPDATE leases SET token = 2, owner = 'them'"),
-    ),
-    "A that moves only counters, the seq taken": (
-        lambda: _a("toolu_1", counted=True),
-        _sql(
-            "INSERT INTO messages (session_id, seq, role, content, created_at) "
-            "VALUES ('s', 2, 'user', '\"x\"', 1.0)"
-        ),
-    ),
-    "A that moves only counters, the call's record already there": (
-        lambda: _a("toolu_0", counted=True),
-        _nothing,
-    ),
-    "B that moves only counters, the record moved on": (
-        lambda: _b("toolu_0", counted=True),
-        _sql("UPDATE effects SET attempt = 2"),
-    ),
-    "B that moves only counters, the version moved and the lease taken over": (
-        lambda: _b("toolu_0", counted=True),
-        _sql("UPDATE sessions SET version = 5; UPDATE leases SET token = 2"),
-    ),
-    "A that moves only counters, the row's status another: written the other way": (
-        lambda: _a("toolu_1", counted=True),
-        _sql("UPDATE sessions SET status = 'needs_attention', reason = 'x'"),
-    ),
-    "B that moves only counters, the row counting more messages: written the other way": (
-        lambda: _b("toolu_0", counted=True),
-        _sql("UPDATE sessions SET messages = 7"),
-    ),
-    "B that moves only counters, the session gone": (
-        lambda: _b("toolu_0", counted=True),
-        _sql("DELETE FROM sessions"),
-    ),
-    "B, common": (lambda: _b("toolu_0", messages=3), _nothing),
     "A, the version moved": (
-        lambda: _a("toolu_1"),
+        lambda c: _a("toolu_1", counted=c),
         _sql("UPDATE sessions SET version = 5"),
     ),
     "A, the lease taken over": (
-        lambda: _a("toolu_1"),
+        lambda c: _a("toolu_1", counted=c),
         _sql("UPDATE leases SET token = 2, owner = 'them'"),
     ),
     "A, the lease given back": (
-        lambda: _a("toolu_1"),
+        lambda c: _a("toolu_1", counted=c),
         _sql("UPDATE leases SET expires_at = 0"),
     ),
     "B, the version moved and the lease taken over": (
-        lambda: _b("toolu_0"),
+        lambda c: _b("toolu_0", counted=c),
         _sql("UPDATE sessions SET version = 5; UPDATE leases SET token = 2"),
     ),
-    "A, the seq taken": (
-        lambda: _a("toolu_1"),
-        _sql(
-            "INSERT INTO messages (session_id, seq, role, content, created_at) "
-            "VALUES ('s', 2, 'user', '\"x\"', 1.0)"
-        ),
-    ),
-    "A, the call's record already there": (
-        lambda: _a("toolu_0"),
-        _nothing,
-    ),
+    "A, the seq taken": (lambda c: _a("toolu_1", counted=c), _SEQ_2_TAKEN),
+    "A, the call's record already there": (lambda c: _a("toolu_0", counted=c), _nothing),
     "A, the second call's record already there": (
-        lambda: _a("toolu_1", "toolu_0"),
+        lambda c: _a("toolu_1", "toolu_0", counted=c),
         _nothing,
     ),
     "B, the record moved on": (
-        lambda: _b("toolu_0"),
+        lambda c: _b("toolu_0", counted=c),
         _sql("UPDATE effects SET attempt = 2"),
     ),
     "B, the record moved on, its outcome no guard": (
-        lambda: _b("toolu_0", guard=False),
+        lambda c: _b("toolu_0", guard=False, counted=c),
         _sql("UPDATE effects SET attempt = 2"),
     ),
     "B, the second message's seq refused": (
-        lambda: _b("toolu_0", messages=3),
+        lambda c: _b("toolu_0", messages=3, counted=c),
         _sql(
             "CREATE TRIGGER refuse AFTER INSERT ON messages WHEN NEW.seq = 3 "
             "BEGIN SELECT RAISE(ABORT, 'refused'); END"
         ),
     ),
     "A, the intent's statement fails": (
-        lambda: _a("toolu_1"),
+        lambda c: _a("toolu_1", counted=c),
         _sql(
             "CREATE TRIGGER refuse BEFORE INSERT ON effects "
             "BEGIN SELECT RAISE(FAIL, 'no room'); END"
         ),
     ),
+    "A, the row's status another": (
+        lambda c: _a("toolu_1", counted=c),
+        _sql("UPDATE sessions SET status = 'needs_attention', reason = 'x'"),
+    ),
+    "B, the row counting more messages": (
+        lambda c: _b("toolu_0", counted=c),
+        _sql("UPDATE sessions SET messages = 7"),
+    ),
+    "B, the session gone": (lambda c: _b("toolu_0", counted=c), _sql("DELETE FROM sessions")),
 }
 
 
+@pytest.mark.parametrize("counted", [False, True], ids=["row written", "only counters"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_each_outcome_of_a_checkpoint_is_the_same_straight_and_on_its_plan(
-    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    case: str, counted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ops, before = CASES[case]
-    straight = _run(tmp_path / "straight.db", True, ops(), before, monkeypatch)
-    general = _run(tmp_path / "general.db", False, ops(), before, monkeypatch)
+    build, before = CASES[case]
+    ops = build(counted)
+    straight = _run(tmp_path / "straight.db", True, ops, before, monkeypatch)
+    general = _run(tmp_path / "general.db", False, ops, before, monkeypatch)
     assert straight[0] == general[0]
     assert straight[1] == general[1], "the same statements, in the same order"
     assert straight[2] == general[2]
+    # The message carries the session's counters only when the batch moves only them and
+    # appends one message (``writes._counted``), and a batch that lands with it has tried it.
+    rides = writes._counted(ops) is not None
+    assert rides == (counted and "three messages" not in case and "second message" not in case)
+    tried = any("version, turns" in sql for sql in straight[1])
+    assert tried <= rides
+    if not isinstance(straight[0], tuple):
+        assert tried == rides
     untouched = _run(tmp_path / "untouched.db", True, [], before, monkeypatch)[2]
     if isinstance(straight[0], tuple):  # refused: nothing of the batch landed
         assert straight[2] == untouched
     else:
         assert straight[2] != untouched
-        expected = [True] * len(ops())
+        expected = [True] * len(ops)
         if "already there" in case:
             expected[-1] = False  # that call's intent, and only it, was not written
         if "moved on" in case:

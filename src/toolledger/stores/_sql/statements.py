@@ -181,7 +181,7 @@ UPDATE_EFFECT_AT_FENCED = f"{UPDATE_EFFECT_AT} AND {LEASE_HELD}"
 # message with the session's new version, turns and tokens in the message's row, and leaves the
 # session's row as it was: the row lags behind its transcript. Reads overlay the row with its
 # latest such message (``SELECT_SESSION_NOW``), and every compare-and-set on the session's
-# version compares the version as it stands (``_now``). A write of the session's row writes
+# version compares the version as it stands (``_version_now``). A write of the session's row writes
 # every counter whole, with a version past every message's (a session's version only grows), so
 # the row is current again after it. The message's insert is the compare-and-set the session's
 # update would have been — only if its seq is the transcript's next and the session is at the
@@ -204,9 +204,9 @@ def _lags(row: str) -> str:
     )
 
 
-def _now(row: str, column: str, counted: str) -> str:
-    """``row``'s ``column`` as it stands: ``counted`` of the message it lags behind, if any."""
-    return f"coalesce((SELECT {counted} FROM messages AS t WHERE {_lags(row)}), {row}.{column})"
+def _version_now(row: str) -> str:
+    """The session's version as it stands: that of the message ``row`` lags behind, if any."""
+    return f"coalesce((SELECT t.version FROM messages AS t WHERE {_lags(row)}), {row}.version)"
 
 
 INSERT_COUNTED_MESSAGE = (
@@ -214,7 +214,7 @@ INSERT_COUNTED_MESSAGE = (
     "input_tokens, output_tokens) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? FROM sessions AS s "
     "WHERE s.session_id = ? "
     "AND ? = coalesce((SELECT max(seq) + 1 FROM messages WHERE session_id = s.session_id), 0) "
-    f"AND ? = {_now('s', 'version', 't.version')} "
+    f"AND ? = {_version_now('s')} "
     "AND ? >= s.messages AND ? > s.version "
     "AND s.status = ? AND s.reason IS ? AND s.created_at = ? AND s.lineage IS ?"
 )
@@ -227,7 +227,7 @@ INSERT_COUNTED_MESSAGE_FENCED = f"{INSERT_COUNTED_MESSAGE} AND {LEASE_HELD}"
 UPDATE_SESSION_NOW = (
     "UPDATE sessions SET status = ?, reason = ?, version = ?, turns = ?, input_tokens = ?, "
     "output_tokens = ?, messages = ?, created_at = ?, updated_at = ?, lineage = ? "
-    f"WHERE session_id = ? AND ? = {_now('sessions', 'version', 't.version')}"
+    f"WHERE session_id = ? AND ? = {_version_now('sessions')}"
 )
 """``UPDATE_SESSION`` (the same parameters), compared with the version as it stands."""
 UPDATE_SESSION_NOW_FENCED = f"{UPDATE_SESSION_NOW} AND {LEASE_HELD}"
@@ -274,9 +274,7 @@ DROP_SESSION = (
 )
 # (SQLite) The same, compared with the version as it stands: the row may lag behind its
 # messages (``INSERT_COUNTED_MESSAGE``).
-DROP_SESSION_NOW = DROP_SESSION.replace(
-    "AND version = ?", f"AND ? = {_now('sessions', 'version', 't.version')}", 1
-)
+DROP_SESSION_NOW = DROP_SESSION.replace("AND version = ?", f"AND ? = {_version_now('sessions')}", 1)
 # A session with records and no state (run_tool_uses alone): 1 when it may go.
 LEDGER_ONLY_DROPPABLE = (
     "SELECT count(*) FROM (SELECT 1) AS one WHERE NOT EXISTS "

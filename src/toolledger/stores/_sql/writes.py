@@ -4,7 +4,7 @@ again after a lost connection (``apply_again``), and which batches are one state
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import assert_never
 
@@ -101,7 +101,7 @@ def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
                 Step(
                     q.INSERT_COUNTED_MESSAGE_FENCED,
                     (*params, session_id, fence.token),
-                    duplicate=partial(conflict, session_id, "a message with that seq exists"),
+                    duplicate=_seq_taken(session_id),
                     guard=True,
                 )
             )
@@ -113,7 +113,7 @@ def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
             if len(op.messages) > 1 and any(m.seq != first + i for i, m in enumerate(op.messages)):
                 return None
             values = [r.message_params(session_id, m) for m in op.messages]
-            seq_taken = partial(conflict, session_id, "a message with that seq exists")
+            seq_taken = _seq_taken(session_id)
             steps.append(
                 Step(
                     q.INSERT_NEXT_MESSAGE,
@@ -137,6 +137,11 @@ def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
         else:
             return None  # another kind of op, or one the fence would not ride as here
     return steps if moved else None
+
+
+def _seq_taken(session_id: str) -> Callable[[], SessionConflictError]:
+    """What a duplicate key in a message's insert means: another writer appended first."""
+    return partial(conflict, session_id, "a message with that seq exists")
 
 
 def _counted(ops: Sequence[Op]) -> tuple[int, PutSession] | None:
@@ -358,7 +363,7 @@ def _append(session_id: str, op: AppendMessages) -> Plan[None]:
         return
     first = op.messages[0].seq
     values = [r.message_params(session_id, m) for m in op.messages]
-    seq_taken = partial(conflict, session_id, "a message with that seq exists")
+    seq_taken = _seq_taken(session_id)
     if all(m.seq == first + i for i, m in enumerate(op.messages)):
         done = yield Step(
             q.INSERT_NEXT_MESSAGE, (*values[0], first, session_id), duplicate=seq_taken, guard=True
@@ -381,7 +386,7 @@ def _append_counted(
     the message and ``put`` are written the other way, the session's row with them (``put``'s
     own compare-and-set says whether the version moved)."""
     params = r.counted_message_params(session_id, op.messages[0], put)
-    seq_taken = partial(conflict, session_id, "a message with that seq exists")
+    seq_taken = _seq_taken(session_id)
     if fence is None:
         step = Step(q.INSERT_COUNTED_MESSAGE, params, duplicate=seq_taken, guard=True)
     else:
