@@ -176,17 +176,25 @@ TURNS_PER_RUN = 20
 
 
 def agent_turn(
-    store: tl.Store, label: str, *, tool: str = "noop_effect", calls: int = 1, key: str = ""
+    store: tl.Store,
+    label: str,
+    *,
+    tool: str = "noop_effect",
+    calls: int = 1,
+    key: str = "",
+    lease_ttl: float = 30.0,
 ) -> Contender:
     """One agent turn: model call, checkpoint A, intents, tools, outcomes, checkpoint B. A step
     is a run of 20 such turns in a new session (the prompt's commit and the final status
-    amortised over them), reported per turn."""
+    amortised over them), reported per turn. ``lease_ttl``: the run's lease, renewed by a
+    thread every third of it (the default is the agent's own)."""
     agent = tl.Agent(
         client=FakeAnthropic(tool, calls),
         model="bench",
         tools=TOOLS,
         store=store,
         max_turns=TURNS_PER_RUN,
+        lease_ttl=lease_ttl,
     )
 
     def step(i: int) -> Any:
