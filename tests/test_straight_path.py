@@ -75,7 +75,10 @@ class World:
 
 
 Scenario = Callable[[tl.Store, list[dict[str, Any]]], Any]
-_STRAIGHT_CALL = straight.call  # counted in each world (``World.took_straight``)
+# Counted in each world (``World.took_straight``): the agent's generator, ``run_tool_uses``'
+# synchronous twin.
+_STRAIGHT_CALL = straight.call
+_STRAIGHT_RUN = straight.run
 
 
 def _world(
@@ -94,7 +97,12 @@ def _world(
         taken.append(1)
         return (yield from _STRAIGHT_CALL(*args, **kwargs))
 
+    def counted_now(*args: Any, **kwargs: Any) -> Any:
+        taken.append(1)
+        return _STRAIGHT_RUN(*args, **kwargs)
+
     monkeypatch.setattr(straight, "call", counted)
+    monkeypatch.setattr(straight, "run", counted_now)
     directory.mkdir()
     points: list[str] = []  # the crash points reached, in order
     monkeypatch.setattr(toolledger._crash, "watchers", [points.append])
@@ -306,6 +314,37 @@ def test_an_intent_whose_commit_went_unconfirmed_is_the_same_on_both_paths(
     assert len(on.ran) == 1
     row = on.rows["toolu_1"]
     assert row is not None and row["status"] is Status.SUCCEEDED
+
+
+def _outcome(ops: Sequence[Op]) -> bool:
+    return any(isinstance(op, UpdateEffect) and op.record.status is Status.SUCCEEDED for op in ops)
+
+
+def test_an_outcome_whose_commit_failed_is_the_same_on_both_paths(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool took effect and its outcome cannot be written: the real result, an alert, and
+    the intent left on disk — the same whichever path ran it (the straight path hands the
+    failed commit to the general path's ``flush``)."""
+    alerts: list[tl.LedgerWriteError] = []
+    on, _ = _both(
+        kind, tmp_path, _once([TICKET], on_alert=alerts.append), monkeypatch, fail_when=_outcome
+    )
+    assert len(on.ran) == 1 and "is_error" not in on.answer[0]
+    row = on.rows["toolu_1"]
+    assert row is not None and row["status"] is Status.STARTED
+    assert [a.tool_use_id for a in alerts] == ["toolu_1", "toolu_1"], "one alert on each path"
+
+
+def test_an_outcome_whose_commit_went_unconfirmed_is_the_same_on_both_paths(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outcome lands but its answer is lost: the read-back finds it written, no alert."""
+    on, _ = _both(kind, tmp_path, _answer_lost(_once([TICKET]), _outcome), monkeypatch)
+    assert len(on.ran) == 1 and "is_error" not in on.answer[0]
+    row = on.rows["toolu_1"]
+    assert row is not None and row["status"] is Status.SUCCEEDED
+    assert on.points == ["after_intent", "before_record", "after_record"]
 
 
 def _yes(request: tl.ApprovalRequest) -> tl.Decision:

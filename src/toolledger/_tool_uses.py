@@ -9,10 +9,11 @@ from typing import Any
 
 from .adapters import ResultShape, read_calls
 from .approvals._notify import Notifier, Target, in_doubt_calls, notifier
-from .engine._drivers import AlertHook, IOContext, adrive, drive, refuse_async_in_loop
+from .engine._drivers import AlertHook, IOContext, adrive, refuse_async_in_loop
 from .engine._outcomes import Batch
-from .engine._runner import _Gen, process_batch
+from .engine._runner import process_batch, run_batch
 from .errors import ConfigurationError
+from .records import ToolCall
 from .stores.store import Ledger
 from .tools import ToolSet
 
@@ -30,8 +31,9 @@ def _start(
     on_alert: AlertHook | None,
     wait: float,
     sync: bool,
-) -> tuple[_Gen, IOContext, ResultShape]:
-    """What both entry points do before driving the batch: check the arguments, read the calls."""
+) -> tuple[list[ToolCall], ToolSet, IOContext, ResultShape]:
+    """What both entry points do before running the batch: check the arguments, read the
+    calls."""
     if not isinstance(ledger, Ledger):
         raise ConfigurationError(
             f"ledger= must be a toolledger Ledger (store.ledger(session_id)), not "
@@ -44,11 +46,10 @@ def _start(
     if sync:
         named = [toolset.get(name) for name in {c.name for c in calls}]
         refuse_async_in_loop([t for t in named if t is not None], "run_tool_uses")
-    gen = process_batch(calls, toolset, ledger, can_ask=approve is not None, wait=wait)
     io = IOContext(
         store=ledger.store, session_id=ledger.session_id, approve=approve, on_alert=on_alert
     )
-    return gen, io, shape
+    return calls, toolset, io, shape
 
 
 def _results(batch: Batch, shape: ResultShape, raise_alerts: bool) -> list[dict[str, Any]]:
@@ -93,10 +94,10 @@ def run_tool_uses(
     every call so that a call is told once; see ``toolledger.notify``).
     """
     notify = notifier(on_in_doubt)
-    gen, io, shape = _start(
+    calls, toolset, io, shape = _start(
         content, tools, ledger, approve=approve, on_alert=on_alert, wait=wait, sync=True
     )
-    batch = drive(gen, io)
+    batch = run_batch(calls, toolset, ledger, io, can_ask=approve is not None, wait=wait)
     in_doubt_calls(notify, ledger.session_id, batch.outcomes)
     return _results(batch, shape, raise_alerts)
 
@@ -116,9 +117,10 @@ async def arun_tool_uses(
     checks and approvers are awaited (an ``async def`` tool is cancelled at its deadline and left
     in doubt); plain ones run in a worker thread."""
     notify = notifier(on_in_doubt)
-    gen, io, shape = _start(
+    calls, toolset, io, shape = _start(
         content, tools, ledger, approve=approve, on_alert=on_alert, wait=wait, sync=False
     )
+    gen = process_batch(calls, toolset, ledger, can_ask=approve is not None, wait=wait)
     batch = await adrive(gen, io)
     in_doubt_calls(notify, ledger.session_id, batch.outcomes)
     return _results(batch, shape, raise_alerts)

@@ -222,7 +222,9 @@ def _sized_json(
     return text, size, False
 
 
-_ENCODERS: dict[tuple[bool, tuple[str, str] | None, bool], json.JSONEncoder] = {}
+_Options = tuple[bool, tuple[str, str] | None, bool, Callable[[Any], Any] | None]
+_ENCODERS: dict[_Options, json.JSONEncoder] = {}
+_ENCODERS_KEPT = 32  # a caller passing a new ``default`` each time cannot grow it without end
 
 
 def _encoder(
@@ -233,16 +235,15 @@ def _encoder(
 ) -> json.JSONEncoder:
     """The encoder ``json.dumps`` would build for these options, built once per set of options
     (``json.dumps`` builds one at every call unless every option is its default). An encoder
-    keeps no state between calls; one with a ``default`` is built each time, as before."""
-    if default is not None:
-        return json.JSONEncoder(
-            ensure_ascii=ascii_only, separators=separators, allow_nan=allow_nan, default=default
-        )
-    options = (ascii_only, separators, allow_nan)
+    keeps no state between calls: ``default`` is one of its options, kept by identity (a tool's
+    result is always encoded with ``_to_jsonable``)."""
+    options = (ascii_only, separators, allow_nan, default)
     found = _ENCODERS.get(options)
     if found is None:
+        if len(_ENCODERS) >= _ENCODERS_KEPT:
+            _ENCODERS.clear()
         found = _ENCODERS[options] = json.JSONEncoder(
-            ensure_ascii=ascii_only, separators=separators, allow_nan=allow_nan
+            ensure_ascii=ascii_only, separators=separators, allow_nan=allow_nan, default=default
         )
     return found
 

@@ -4,6 +4,7 @@ commit, and what the batch runs against. ``toolledger.engine._outcomes`` commits
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -88,23 +89,22 @@ class Env:
     session_id: str = field(init=False)
     worker: str = field(init=False)
     url: str = field(init=False)
+    clock: Callable[[], float] = field(init=False)
+    """This worker's clock (``Store.clock``): the timestamps people read."""
+    now: Callable[[], float] = field(init=False)
+    """The store's clock (``Store.now``): deadlines and leases are on it."""
 
     def __post_init__(self) -> None:
         store = self.ledger.store
         object.__setattr__(self, "session_id", self.ledger.session_id)
         object.__setattr__(self, "worker", store.worker_id)
         object.__setattr__(self, "url", store.url)
+        object.__setattr__(self, "clock", store.clock)
+        object.__setattr__(self, "now", store.now)
 
     @property
     def holder(self) -> Holder | None:
         return self.ledger.store.runtime.holder
-
-    def clock(self) -> float:
-        return self.ledger.store.clock()
-
-    def now(self) -> float:
-        """The store's clock."""
-        return self.ledger.store.now()
 
     def flight(self, call: ToolCall) -> tuple[str, str, str]:
         return flight_key(self.url, self.session_id, call.tool_use_id)

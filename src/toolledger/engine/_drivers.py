@@ -27,6 +27,7 @@ from ..errors import (
     SessionConflictError,
     StoreError,
 )
+from ..ops import Op
 from ..stores.contract import OP_BUDGET, operations_within
 from . import _telemetry as telemetry
 from ._background import heartbeats, keeper
@@ -71,7 +72,9 @@ __all__ = [
     "Request",
     "Sleep",
     "adrive",
+    "commit_now",
     "drive",
+    "invoke_now",
     "refuse_async_in_loop",
 ]
 
@@ -236,26 +239,41 @@ def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
         OP_BUDGET.reset(budget)
 
 
+def commit_now(
+    io: IOContext, ops: list[Op], *, fenced: bool = True, session: str | None = None
+) -> list[bool] | Failure:
+    """A ``Commit``'s answer, carried out synchronously: the per-op flags, or a ``Failure``
+    holding the store's error. (Also what the straight path of ``run_tool_uses`` calls,
+    without a request: ``toolledger.engine._straight.run``.)"""
+    sid = session or io.session_id
+    try:
+        if io.fence is None:  # no lease (``run_tool_uses``): nothing to put first or renew
+            return io.store.apply(sid, ops)
+        fenced_ops = io.fenced(ops, fenced)
+        flags = io.store.apply(sid, fenced_ops)
+        io.landed(fenced_ops)
+        return io.unfenced(flags, fenced)
+    except _COMMIT_ERRORS as exc:
+        return Failure(exc)
+
+
+def invoke_now(request: Invoke) -> Any:
+    """An ``Invoke``'s answer, carried out synchronously: the value, or a ``Failure``."""
+    try:
+        return _call_sync(request.fn, request.timeout)
+    except Exception as exc:
+        return Failure(exc)
+
+
 def _answer(request: Request, io: IOContext) -> Any:
     backend = io.store.backend
     sid = io.session_id
     if isinstance(request, ReadEffects):
         return backend.read_effects(request.session or sid, request.tool_use_ids)
     if isinstance(request, Commit):
-        try:
-            if io.fence is None:  # no lease (``run_tool_uses``): nothing to put first or renew
-                return io.store.apply(request.session or sid, request.ops)
-            ops = io.fenced(request.ops, request.fenced)
-            flags = io.store.apply(request.session or sid, ops)
-            io.landed(ops)
-            return io.unfenced(flags, request.fenced)
-        except _COMMIT_ERRORS as exc:
-            return Failure(exc)
+        return commit_now(io, request.ops, fenced=request.fenced, session=request.session)
     if isinstance(request, Invoke):
-        try:
-            return _call_sync(request.fn, request.timeout)
-        except Exception as exc:
-            return Failure(exc)
+        return invoke_now(request)
     if isinstance(request, Sleep):
         time.sleep(request.seconds)
         return None

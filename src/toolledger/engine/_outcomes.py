@@ -36,7 +36,7 @@ from ..errors import LeaseLostError, SessionConflictError, StoreError
 from ..ops import AppendMessages, Op, PutSession, UpdateEffect
 from ..records import Status
 from ._batch import Batch, Buffer, Buffered, CallOutcome, Disposition, Env, Flushed, release, write
-from ._drivers import Commit, Failure, Remember, Request
+from ._drivers import Commit, Failure, IOContext, Remember, Request, commit_now, drive
 from ._late import kept_late, late, write_failed
 from ._reconcile import commit
 
@@ -50,6 +50,7 @@ __all__ = [
     "Flushed",
     "ahead",
     "flush",
+    "flush_now",
     "release",
     "write",
 ]
@@ -129,6 +130,18 @@ def ahead(head: Sequence[Op]) -> Generator[Request, Any, None]:
     if isinstance(answer, Failure):
         raise answer.exc
     crash_point("after_checkpoint_a")
+
+
+def flush_now(buf: Buffer, env: Env, io: IOContext) -> Flushed:
+    """``flush`` with nothing extra, carried out synchronously (the straight path of
+    ``run_tool_uses``): the commit sent at once, its common answer — every write landed —
+    handled here, any other by ``flush`` itself, driven."""
+    items = buf.items
+    answer = commit_now(io, _commit_ops(items, []))
+    if type(answer) is list and all(answer):
+        buf.items = []
+        return _landed(items, answer, buf, env)
+    return drive(flush(buf, env, [], answered=answer), io)
 
 
 def flush(

@@ -39,8 +39,10 @@ from ._drivers import (
     Ask,
     Failure,
     Invoke,
+    IOContext,
     ReadEffects,
     Request,
+    drive,
 )
 from ._gate import Decision
 from ._messages import held_back
@@ -53,12 +55,13 @@ from ._outcomes import (
     Env,
     ahead,
     flush,
+    flush_now,
     release,
     write,
 )
 from ._started import settled_or_over
 
-__all__ = ["Disposition", "process_batch"]
+__all__ = ["Disposition", "process_batch", "run_batch"]
 
 _Gen = Generator[Request, Any, "Batch"]
 
@@ -343,6 +346,60 @@ _RESTARTS = 5
 
 
 # -- public entry points -----------------------------------------------------------------------
+
+
+def run_batch(
+    calls: list[ToolCall],
+    tools: ToolSet,
+    ledger: Ledger,
+    io: IOContext,
+    *,
+    can_ask: bool,
+    wait: float,
+) -> Batch:
+    """The batch of ``run_tool_uses``, carried out synchronously. The common call alone
+    (``toolledger.engine._straight``) runs with no generator or driver around it: ``_process``
+    and ``_one`` for it, its intent's commit, its tool and its outcome's commit called in turn,
+    any answer but the common one handed to the general path's own functions, driven. Any
+    other batch is ``_process``, driven."""
+    env = Env(tools=tools, ledger=ledger, can_ask=can_ask, wait=wait)
+    common = straight.plan(calls[0], env) if len(calls) == 1 and switches.STRAIGHT else None
+    if common is None:
+        return drive(_process(calls, env, None, ()), io)
+    buf = Buffer()
+    try:
+        try:
+            done = _one_now(common, env, buf, io)
+        except Exception:
+            if buf.urgent:  # its outcome is written — or alerted — before the error goes up
+                drive(flush(buf, env, []), io)
+            raise
+        if buf.items:
+            flush_now(buf, env, io)
+        return Batch([done])
+    finally:
+        for key in list(buf.flights):  # an exception, or an outcome that never committed
+            release(env, key, buf)
+
+
+def _one_now(common: straight.Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome:
+    """``_one`` of the common call, carried out synchronously (``straight.run``)."""
+    call = common.call
+    effect = common.tool.effect._value_
+    span = telemetry.tool_span(env.session_id, call, effect)
+    token = telemetry.enter(span)
+    try:
+        done = straight.run(common, env, buf, io)
+        if isinstance(done, Again):  # its intent met a record: decided from it
+            _same_call(done.record, call, env)
+            done = drive(_settle(call, done.record, env, buf, False, tried=1), io)
+    except BaseException as exc:
+        telemetry.tool_failed(span, exc)
+        raise
+    finally:
+        telemetry.leave(token)
+    telemetry.tool_done(span, done, effect, call.name)
+    return done
 
 
 def process_batch(

@@ -22,15 +22,15 @@ from typing import Any
 
 from .._crash import hit as crash_point
 from ..ops import InsertEffect, Op
-from ..records import ToolCall
+from ..records import EffectRecord, ToolCall
 from ..tools import InputError, Tool
 from . import _decide as decide
 from ._attempt import Again, after_intent, context, intent_of, ran, unsent
 from ._claims import to_claim
-from ._drivers import Commit, Invoke, Request
+from ._drivers import Commit, Invoke, IOContext, Request, commit_now, drive, invoke_now
 from ._outcomes import Buffer, CallOutcome, Env, Flushed, flush
 
-__all__ = ["Plan", "call", "plan"]
+__all__ = ["Plan", "call", "plan", "run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +64,10 @@ def plan(call: ToolCall, env: Env) -> Plan | None:
     return Plan(call, tool, kwargs, action)
 
 
+# An attempt begun: its key in flight, its start (monotonic), its intent.
+_Begun = tuple[tuple[str, str, str], float, EffectRecord]
+
+
 def call(
     p: Plan, env: Env, buf: Buffer, head: Sequence[Op] = ()
 ) -> Generator[Request, Any, CallOutcome | Again]:
@@ -74,16 +78,55 @@ def call(
     durable write instead of two, and no instant at which one is durable without the other —
     and if that commit fails, the error is raised as checkpoint A's (``_outcomes.ahead``):
     nothing ran, and nothing of the turn is durable."""
-    call, tool, action = p.call, p.tool, p.action
+    begun = _intend(p, env, buf)
+    sent: list[Op] = [*head, InsertEffect(begun[2])]
+    answer = yield Commit(sent)
+    return (yield from _answered(p, env, buf, head=head, sent=sent, answer=answer, begun=begun))
+
+
+def run(p: Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome | Again:
+    """``call`` for ``run_tool_uses`` (no checkpoint, no lease), carried out synchronously:
+    the intent's commit and the tool called here, with no request or driver in between. An
+    intent's answer other than the common one — refused, failed, unconfirmed — is handed to
+    ``call``'s own continuation, driven: one meaning of each."""
+    begun = key, began, intent = _intend(p, env, buf)
+    sent: list[Op] = [InsertEffect(intent)]
+    answer = commit_now(io, sent)
+    if type(answer) is not list or not answer[-1]:
+        return drive(_answered(p, env, buf, head=(), sent=sent, answer=answer, begun=begun), io)
+    crash_point("after_intent")
+    answered = invoke_now(_invocation(p, env, intent, began))
+    return _ran(p, env, buf, answered, intent=intent, key=key)
+
+
+def _intend(p: Plan, env: Env, buf: Buffer) -> _Begun:
+    """The attempt's key in flight, its start on this process's monotonic clock, and its
+    intent — registered in flight before it is durable (``_attempt._intend``)."""
+    call = p.call
     runtime = env.ledger.store.runtime
-    approved_by = action.approved_by
     key = env.flight(call)
     began = runtime.monotonic()
-    intent = intent_of(call, tool, None, attempt=1, history=(), approved_by=approved_by, env=env)
-    runtime.in_flight.add(key)  # in flight before the intent is durable (``_attempt._intend``)
+    intent = intent_of(
+        call, p.tool, None, attempt=1, history=(), approved_by=p.action.approved_by, env=env
+    )
+    runtime.in_flight.add(key)
     buf.flights.append(key)
-    sent: list[Op] = [*head, InsertEffect(intent)]
-    answer = yield Commit(sent)
+    return key, began, intent
+
+
+def _answered(
+    p: Plan,
+    env: Env,
+    buf: Buffer,
+    *,
+    head: Sequence[Op],
+    sent: list[Op],
+    answer: Any,
+    begun: _Begun,
+) -> Generator[Request, Any, CallOutcome | Again]:
+    """The commit of the intent (after ``head``) was answered ``answer``: the tool called
+    once it is durable, or the general path's answer when it is not."""
+    key, began, intent = begun
     if type(answer) is list and answer[-1]:  # a guard (checkpoint A) that fails raises
         if head:
             crash_point("after_checkpoint_a")
@@ -97,33 +140,51 @@ def call(
             crash_point("after_checkpoint_a")
             flushed = Flushed(None, flushed.extra_applied[len(head) :])
         done = yield from after_intent(
-            flushed, call, intent, record=None, key=key, env=env, buf=buf
+            flushed, p.call, intent, record=None, key=key, env=env, buf=buf
         )
         if isinstance(done, CallOutcome | Again):
             return done
+    answered = yield _invocation(p, env, intent, began)
+    return _ran(p, env, buf, answered, intent=intent, key=key)
+
+
+def _invocation(p: Plan, env: Env, intent: EffectRecord, began: float) -> Invoke:
+    """The tool's call under its context: cancelled (an async one) at the intent's deadline."""
     ctx = context(
         env,
-        call,
-        in_doubt=action.in_doubt,
+        p.call,
+        in_doubt=p.action.in_doubt,
         attempt=1,
-        tool=tool,
+        tool=p.tool,
         intent=intent,
         record=intent,
         began=began,
     )
     assert ctx.expires is not None
-    timeout = max(0.0, ctx.expires - runtime.monotonic())
-    answered = yield Invoke(tool.invocation(p.kwargs, ctx), tool.is_async, timeout=timeout, ctx=ctx)
+    timeout = max(0.0, ctx.expires - env.ledger.store.runtime.monotonic())
+    return Invoke(p.tool.invocation(p.kwargs, ctx), p.tool.is_async, timeout=timeout, ctx=ctx)
+
+
+def _ran(
+    p: Plan,
+    env: Env,
+    buf: Buffer,
+    answered: Any,
+    *,
+    intent: EffectRecord,
+    key: tuple[str, str, str],
+) -> CallOutcome:
+    """The tool answered: its outcome, its write buffered (``_attempt.ran``)."""
     crash_point("before_record")
     return ran(
-        call,
-        tool,
+        p.call,
+        p.tool,
         answered,
         intent=intent,
         record=None,
         attempt=1,
         history=(),
-        approved_by=approved_by,
+        approved_by=p.action.approved_by,
         key=key,
         env=env,
         buf=buf,
