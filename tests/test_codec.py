@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -16,6 +17,7 @@ from toolledger.codec import (
     content_of,
     encode_result,
     input_hash,
+    json_text,
     nesting,
     valid_unicode,
 )
@@ -171,3 +173,28 @@ def test_nesting_of_containers_reached_twice_stops_past_the_limit() -> None:
     block = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": cyclic}
     [call] = read_tool_uses([block])
     assert call.problem is not None and "nested more than" in call.problem
+
+
+@dataclasses.dataclass
+class _Prefixer:  # compares by value, so it cannot be hashed
+    prefix: str
+
+    def __call__(self, value: Any) -> str:
+        return self.prefix + type(value).__name__
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tagged:  # equal whatever ``n`` is
+    tag: str
+    n: int = dataclasses.field(default=0, compare=False)
+
+    def __call__(self, value: Any) -> str:
+        return f"{self.tag}{self.n}"
+
+
+def test_json_text_takes_any_default_and_uses_the_one_it_was_given() -> None:
+    """Encoders are built once per set of options, but a caller's ``default`` is not one of them:
+    it may be unhashable, or equal to another that does something else."""
+    assert json_text({"a": object()}, default=_Prefixer("p:")) == '{"a": "p:object"}'
+    assert json_text(object(), default=_Tagged("x", 1)) == '"x1"'
+    assert json_text(object(), default=_Tagged("x", 2)) == '"x2"'

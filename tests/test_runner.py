@@ -15,6 +15,7 @@ import pydantic
 import pytest
 
 import toolledger as tl
+from toolledger import _switches as switches
 from toolledger.records import Status
 from toolledger.stores.memory import MemoryBackend
 from toolledger.testing import Counter
@@ -602,3 +603,69 @@ def test_an_error_message_the_api_could_not_encode_is_made_valid(
     assert result["is_error"] is True
     assert result["content"] == "'broken' failed: ValueError: bad byte \ufffd in the reply"
     result["content"].encode("utf-8")
+
+
+_VALIDATED: list[str] = []
+
+
+def _checked_title(title: str) -> str:
+    _VALIDATED.append(title)
+    if title == "bad":
+        raise ValueError("bad title")
+    return title
+
+
+@tl.tool(effect="non_idempotent", name="create_ticket")
+def _counted_ticket(
+    title: Annotated[str, pydantic.AfterValidator(_checked_title)],
+) -> dict[str, Any]:
+    return {"title": title}
+
+
+def test_an_input_is_validated_once_on_the_straight_path_and_twice_at_most(
+    run: Runner, store: tl.Store
+) -> None:
+    """A validator may count or log: the common call's input is validated once, and a call that
+    is not the common one (bad input here) is validated by the straight path's plan and then by
+    the general path — no more."""
+    ledger = store.ledger("s")
+    store.lineage_root("s")  # known, as after a session's first call: the next can go straight
+    _VALIDATED.clear()
+    run([tool_use("toolu_1", "create_ticket", title="ok")], [_counted_ticket], ledger=ledger)
+    assert list(_VALIDATED) == ["ok"]
+    _VALIDATED.clear()
+    (result,) = run(
+        [tool_use("toolu_2", "create_ticket", title="bad")], [_counted_ticket], ledger=ledger
+    )
+    assert result["is_error"] is True
+    validated = list(_VALIDATED)
+    assert validated == (["bad", "bad"] if switches.STRAIGHT else ["bad"])
+
+
+@pytest.mark.parametrize("straight", [True, False])
+@pytest.mark.parametrize("calls", [1, 2])
+def test_an_interrupted_tool_leaves_its_call_in_doubt_and_no_longer_in_flight(
+    store: tl.Store, monkeypatch: pytest.MonkeyPatch, straight: bool, calls: int
+) -> None:
+    """A ``KeyboardInterrupt`` in the tool goes up to the caller, its intent stays ``started``
+    and the attempt is over here at once — on the straight path, where no generator stands
+    between, and on the general path, whose generator is told (not left suspended until it is
+    collected, holding the call in flight while the traceback lives)."""
+    monkeypatch.setattr(switches, "STRAIGHT", straight)
+
+    @tl.tool(effect="non_idempotent")
+    def create_ticket(title: str) -> dict[str, Any]:
+        if title == "stop":
+            raise KeyboardInterrupt
+        return {"title": title}
+
+    ledger = store.ledger("s")
+    store.lineage_root("s")
+    blocks = [tool_use(f"toolu_{n}", "create_ticket", title="stop") for n in range(calls)]
+    with pytest.raises(KeyboardInterrupt) as raised:
+        tl.run_tool_uses(blocks, [create_ticket], ledger=ledger)
+    assert raised.value is not None  # the traceback (and every frame in it) is still alive
+    record = ledger.get("toolu_0")
+    assert record is not None and record.status is Status.STARTED
+    assert (store.url, "s", "toolu_0") not in store.runtime.in_flight
+    assert ledger.get("toolu_1") is None, "nothing after the interrupted call ran"

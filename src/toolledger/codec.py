@@ -224,7 +224,6 @@ def _sized_json(
 
 _Options = tuple[bool, tuple[str, str] | None, bool, Callable[[Any], Any] | None]
 _ENCODERS: dict[_Options, json.JSONEncoder] = {}
-_ENCODERS_KEPT = 32  # a caller passing a new ``default`` each time cannot grow it without end
 
 
 def _encoder(
@@ -235,13 +234,16 @@ def _encoder(
 ) -> json.JSONEncoder:
     """The encoder ``json.dumps`` would build for these options, built once per set of options
     (``json.dumps`` builds one at every call unless every option is its default). An encoder
-    keeps no state between calls: ``default`` is one of its options, kept by identity (a tool's
-    result is always encoded with ``_to_jsonable``)."""
+    keeps no state between calls. Of the ``default`` functions, only ours (``_to_jsonable``, a
+    tool's result) is kept: a caller's may be any callable — unhashable, or equal to another
+    that does something else —, so an encoder for it is built each time."""
+    if default is not None and default is not _to_jsonable:
+        return json.JSONEncoder(
+            ensure_ascii=ascii_only, separators=separators, allow_nan=allow_nan, default=default
+        )
     options = (ascii_only, separators, allow_nan, default)
     found = _ENCODERS.get(options)
     if found is None:
-        if len(_ENCODERS) >= _ENCODERS_KEPT:
-            _ENCODERS.clear()
         found = _ENCODERS[options] = json.JSONEncoder(
             ensure_ascii=ascii_only, separators=separators, allow_nan=allow_nan, default=default
         )

@@ -195,9 +195,12 @@ async def _acall(fn: Callable[[], Any], is_async: bool, timeout: float | None = 
 @dataclass(frozen=True, slots=True)
 class _Raised:
     """Carrying out a request raised ``exc``: it is raised inside the generator, which may handle
-    it (a read the store refused, an approver that failed)."""
+    it (a read the store refused, an approver that failed). A ``KeyboardInterrupt`` or a
+    cancellation too: the generator's own handlers and ``finally`` blocks — the calls it holds in
+    flight released, its span ended — run as it goes up, not whenever the generator is
+    collected (as they do where no generator stands between: ``_runner.run_batch``)."""
 
-    exc: Exception
+    exc: BaseException
 
 
 def _advance(gen: Generator[Request, Any, T], io: IOContext, answer: Any) -> Request:
@@ -219,7 +222,7 @@ def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
         while True:
             try:
                 answer = _answer(request, io)
-            except Exception as exc:
+            except BaseException as exc:  # raised inside the generator (``_Raised``)
                 answer = _Raised(exc)
             if isinstance(request, Fence):  # no store operation may outlast a third of the lease
                 OP_BUDGET.set(request.ttl / 3)
@@ -320,7 +323,7 @@ async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
         while True:
             try:
                 answer = await _aanswer(request, io)
-            except Exception as exc:
+            except BaseException as exc:  # a cancellation too (``_Raised``)
                 answer = _Raised(exc)
             if isinstance(request, Fence):
                 OP_BUDGET.set(request.ttl / 3)

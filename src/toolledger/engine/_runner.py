@@ -69,18 +69,24 @@ _Gen = Generator[Request, Any, "Batch"]
 # -- the sequence, once --------------------------------------------------------------------------
 
 
+def _common(calls: list[ToolCall], env: Env) -> straight.Plan | None:
+    """The batch's one call as the common call (``toolledger.engine._straight``), or ``None``."""
+    return straight.plan(calls[0], env) if len(calls) == 1 and switches.STRAIGHT else None
+
+
 def _process(
     calls: list[ToolCall],
     env: Env,
     tail: Callable[[list[CallOutcome]], Sequence[Op]] | None,
     head: Sequence[Op],
+    common: straight.Plan | None,
 ) -> _Gen:
     # One call alone may write first (``_decide``): its insert-if-absent intent is refused by a
     # record already there, which is read then. Several are read together before anything runs,
     # so that rule 7 holds for the whole message. Checkpoint A (``head``) rides in the common
-    # call's intent (``_straight``); any other batch commits it first.
+    # call's intent (``common``: ``_common``, planned by the caller); any other batch commits it
+    # first.
     unread = len(calls) == 1
-    common = straight.plan(calls[0], env) if unread and switches.STRAIGHT else None
     if head and common is None:
         yield from ahead(head)
     found: dict[str, EffectRecord] = (
@@ -363,9 +369,9 @@ def run_batch(
     any answer but the common one handed to the general path's own functions, driven. Any
     other batch is ``_process``, driven."""
     env = Env(tools=tools, ledger=ledger, can_ask=can_ask, wait=wait)
-    common = straight.plan(calls[0], env) if len(calls) == 1 and switches.STRAIGHT else None
+    common = _common(calls, env)
     if common is None:
-        return drive(_process(calls, env, None, ()), io)
+        return drive(_process(calls, env, None, (), None), io)
     buf = Buffer()
     try:
         try:
@@ -418,4 +424,4 @@ def process_batch(
     anything runs — and with its last outcome) and its ``lease_token`` (so its intents say
     which lease they ran under)."""
     env = Env(tools=tools, ledger=ledger, can_ask=can_ask, wait=wait, lease_token=lease_token)
-    return _process(calls, env, tail, head)
+    return _process(calls, env, tail, head, _common(calls, env))

@@ -50,8 +50,8 @@ def _bind_none_directly() -> None:
     that gives ``None`` back (``{}.get``, in C): the same NULL, bound. Process-wide, as the
     registry is — so only where nobody registered one for ``None`` already (theirs would apply
     to our NULLs today, and still does)."""
-    key = (type(None), sqlite3.PrepareProtocol)
-    if key not in sqlite3.adapters:
+    registry = getattr(sqlite3, "adapters", None)  # not documented: kept where it can be read
+    if registry is not None and (type(None), sqlite3.PrepareProtocol) not in registry:
         sqlite3.register_adapter(type(None), cast("Callable[[None], None]", {}.get))
 
 
