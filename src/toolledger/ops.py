@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ._frozen import quick_init
 from .errors import ConfigurationError, LeaseLostError, SessionBusyError, SessionConflictError
 from .records import (
     ApprovalRecord,
@@ -51,6 +52,7 @@ __all__ = [
 ]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class InsertEffect:
     """Insert ``record`` unless its ``(session, tool_use_id)`` exists. Applied → ``True``."""
@@ -58,6 +60,7 @@ class InsertEffect:
     record: EffectRecord
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class UpdateEffect:
     """Replace the record if it is still ``(expect_status, expect_attempt)`` — and, with
@@ -74,6 +77,7 @@ class UpdateEffect:
     outcome never lands without it."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PutSession:
     """Write a session's state: create it (``expect_version=None``) or compare-and-set on its
@@ -93,6 +97,7 @@ class PutSession:
     give the same state either way. The agent's checkpoints A and B of a turn that goes on."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AppendMessages:
     """Append messages at the end of a transcript (their ``seq`` continues it). A guard, like
@@ -101,6 +106,7 @@ class AppendMessages:
     messages: tuple[StoredMessage, ...]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AbandonMessages:
     """Take the transcript's messages from seq ``from_seq`` on out of it and keep them, with
@@ -115,6 +121,7 @@ class AbandonMessages:
     branch: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PutApproval:
     """Create an approval request (``expect_status=None``) or move one on (compare-and-set on
@@ -124,6 +131,7 @@ class PutApproval:
     expect_status: ApprovalStatus | None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TakeLease:
     """Take the session's lease: insert it (``expect_token=0``: there is none) or replace the
@@ -140,6 +148,7 @@ class TakeLease:
     expect_renewals: int | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class HoldLease:
     """The fence: the session's lease must still carry ``token`` (and not have been given
@@ -152,6 +161,7 @@ class HoldLease:
     expires_at: float | None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class DropLease:
     """Give the lease up (it expires now) if it still carries ``token``. Applied → ``True``."""
@@ -160,6 +170,7 @@ class DropLease:
     token: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class DropSession:
     """Remove a session whole: its state, transcript (with its abandoned branches), records,

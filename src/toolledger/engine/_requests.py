@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._frozen import quick_init
 from ..errors import LedgerWriteError
 from ..ops import Op
 from ..records import Lease
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ReadEffects:
     """Records of the session (``session``: of another one — the origin of a branch's copy)."""
@@ -45,11 +47,13 @@ class ReadEffects:
     session: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ReadEffectIds:
     """The tool_use ids of every record of the session (not the records)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ReadSession:
     """The session's state (``session``: another one's)."""
@@ -57,12 +61,14 @@ class ReadSession:
     session: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ReadLineageRoot:
     """The session whose ledger claims the calls of the session's lineage
     (``Store.lineage_root``; ``None``: its own)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ReadMessages:
     """The session's transcript from ``seq`` ``since`` on (``session``: another one's)."""
@@ -71,6 +77,7 @@ class ReadMessages:
     session: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Commit:
     """Commit ops in one transaction; answered with the per-op flags or a ``Failure`` holding a
@@ -84,11 +91,13 @@ class Commit:
     session: str | None = None  # set with ``fenced=False`` only
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Ask:
     request: ApprovalRequest
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Invoke:
     """Call a tool or a check; answered with its value or a ``Failure``. An ``async def`` one is
@@ -102,6 +111,7 @@ class Invoke:
     check: bool = False  # the tool's ``check``, not the tool
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Remember:
     """Writes this process must not lose — outcomes of its attempts that a failed commit left
@@ -116,6 +126,7 @@ class Remember:
     outcome refused at once (``toolledger.engine._late``), done then."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Sleep:
     """Wait ``seconds`` (for another attempt to finish)."""
@@ -123,11 +134,13 @@ class Sleep:
     seconds: float
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Alert:
     alert: LedgerWriteError
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CallModel:
     """Call the model API; answered with the (whole) response or a ``Failure``. ``span``: the
@@ -140,6 +153,7 @@ class CallModel:
     """Stream the reply: given each piece of its text as it arrives (``Provider.stream``)."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ReadLease:
     """The session's lease (``session``: another one's)."""
@@ -147,6 +161,7 @@ class ReadLease:
     session: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Fence:
     """From now on every commit carries this lease's fence, a heartbeat renews it, and it is
@@ -156,6 +171,7 @@ class Fence:
     ttl: float
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Failure:
     """An exception raised while carrying out a request, handed back to the generator."""
