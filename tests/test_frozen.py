@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import typing
 from collections.abc import Callable
 from dataclasses import KW_ONLY, FrozenInstanceError, InitVar, dataclass, field
 from typing import Any
@@ -18,7 +19,8 @@ import pytest
 
 from toolledger._frozen import quick_init
 from toolledger.ops import UpdateEffect
-from toolledger.records import EffectRecord, Status
+from toolledger.records import EffectRecord, PastAttempt, Status, ToolCall
+from toolledger.tools import ToolContext
 
 
 def _twins(define: Callable[[], type]) -> tuple[type, type]:
@@ -204,3 +206,54 @@ def test_the_records_a_call_writes_are_built_by_it_and_unchanged() -> None:
         record.attempt = 3  # type: ignore[misc]
     op = UpdateEffect(record, Status.STARTED, 0)
     assert (op.expect_at, op.guard) == (None, False)
+
+
+@pytest.mark.parametrize("cls", [EffectRecord, ToolCall, PastAttempt, UpdateEffect, ToolContext])
+def test_its_string_annotations_resolve_as_they_did(cls: type) -> None:
+    """``typing.get_type_hints`` and ``inspect.signature(eval_str=True)`` read ``__init__``'s
+    annotations in its globals: the class's module's, as for the ``__init__`` dataclass wrote."""
+    hints = typing.get_type_hints(cls.__init__)  # type: ignore[misc]
+    assert set(hints) >= {f.name for f in dataclasses.fields(cls)}
+    inspect.signature(cls, eval_str=True)
+
+
+def test_an_init_var_without_post_init_is_refused() -> None:
+    @dataclass(frozen=True, slots=True)
+    class Scaled:
+        a: int = 0
+        scale: InitVar[int] = 5
+
+    with pytest.raises(TypeError, match="InitVars"):
+        quick_init(Scaled)
+
+
+def test_field_names_like_its_own_names_are_plain_fields() -> None:
+    @dataclass(frozen=True, slots=True)
+    class Named:
+        x: int
+        _set_x: object = None
+        __post_init__x: int = 0
+
+    assert quick_init(Named)(1).x == 1
+
+    @dataclass(frozen=True, slots=True)
+    class Itself:
+        self: int
+        other: int = 2
+
+    plain = Itself(1)
+    assert dataclasses.astuple(quick_init(Itself)(1)) == dataclasses.astuple(plain) == (1, 2)
+
+
+def test_a_subclass_sets_the_fields_it_inherits() -> None:
+    @dataclass(frozen=True, slots=True)
+    class Base:
+        a: int
+
+    @dataclass(frozen=True, slots=True)
+    class Sub(Base):
+        b: int = 1
+
+    plain = Sub(5)
+    quick = quick_init(Sub)(5, 2)
+    assert (plain.a, plain.b, quick.a, quick.b) == (5, 1, 5, 2)
