@@ -603,3 +603,30 @@ def test_a_damaged_lineage_is_a_corrupt_store_not_an_empty_lineage(tmp_path: Pat
         assert info.value.url == url and info.value.session_id == "s"
         with pytest.raises(tl.CorruptLedgerError):
             store.session_states()
+
+
+def test_none_binds_as_null_and_an_adapter_someone_registered_is_kept() -> None:
+    """The store registers an adapter for ``None`` (``_bind_none_directly``): it gives ``None``
+    back, so a ``NULL`` is bound as before; where one was registered already it is left."""
+    from toolledger.stores import sqlite as sqlite_store
+
+    key = (type(None), sqlite3.PrepareProtocol)
+    ours = sqlite3.adapters[key]
+    assert ours(None) is None
+    conn = sqlite3.connect(":memory:")
+    assert conn.execute("SELECT ? IS NULL, typeof(?)", (None, None)).fetchone() == (1, "null")
+
+    def theirs(value: None) -> str:
+        return "nil"
+
+    try:
+        del sqlite3.adapters[key]
+        sqlite3.register_adapter(type(None), theirs)
+        sqlite_store._bind_none_directly()
+        assert sqlite3.adapters[key] is theirs
+        del sqlite3.adapters[key]
+        sqlite_store._bind_none_directly()
+        assert sqlite3.adapters[key] is not theirs and sqlite3.adapters[key](None) is None
+    finally:
+        sqlite3.adapters[key] = ours
+    conn.close()

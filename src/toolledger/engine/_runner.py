@@ -364,10 +364,11 @@ def run_batch(
     wait: float,
 ) -> Batch:
     """The batch of ``run_tool_uses``, carried out synchronously. The common call alone
-    (``toolledger.engine._straight``) runs with no generator or driver around it: ``_process``
-    and ``_one`` for it, its intent's commit, its tool and its outcome's commit called in turn,
-    any answer but the common one handed to the general path's own functions, driven. Any
-    other batch is ``_process``, driven."""
+    (``toolledger.engine._straight``) runs with no generator or driver around it — what
+    ``_process`` and ``_one`` do for it, done here: its intent's commit, its tool and its
+    outcome's commit called in turn (``straight.run``, ``flush_now``), any answer but the common
+    one handed to the general path's own functions, driven. Any other batch is ``_process``,
+    driven."""
     env = Env(tools=tools, ledger=ledger, can_ask=can_ask, wait=wait)
     common = _common(calls, env)
     if common is None:

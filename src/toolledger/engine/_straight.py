@@ -8,7 +8,9 @@ Only the decisions that cannot apply are skipped, and each step's common answer 
 inline; every other answer — a refused or failed intent, a record already there — is handed
 to the general path's own functions (``_attempt.after_intent``, ``_outcomes.flush``), so there
 is one meaning of each, not two. ``plan`` says whether a call is the common one without any
-I/O; ``call`` carries it out.
+I/O; ``call`` carries it out as part of the engine's generator (the agent's turn,
+``arun_tool_uses``); ``run`` carries it out for ``run_tool_uses`` with no generator at all, its
+uncommon answers handed to ``call``'s own continuation (``_answered``), driven.
 
 ``toolledger._switches.STRAIGHT`` off (``TOOLLEDGER_GENERAL_PATH=1``) sends every call down the
 general path: the test suites run both (docs/architecture.md).
