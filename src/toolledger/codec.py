@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
-from ._frozen import quick_init
-
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "INVISIBLE",
@@ -252,7 +250,6 @@ def _encoder(
     return found
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class EncodedResult:
     """A tool's return value, ready for the ledger and for the model.

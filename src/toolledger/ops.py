@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ._frozen import quick_init
 from .errors import ConfigurationError, LeaseLostError, SessionBusyError, SessionConflictError
 from .records import (
     ApprovalRecord,
@@ -52,7 +51,6 @@ __all__ = [
 ]
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class InsertEffect:
     """Insert ``record`` unless its ``(session, tool_use_id)`` exists. Applied → ``True``."""
@@ -60,7 +58,6 @@ class InsertEffect:
     record: EffectRecord
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class UpdateEffect:
     """Replace the record if it is still ``(expect_status, expect_attempt)`` — and, with
@@ -77,7 +74,6 @@ class UpdateEffect:
     outcome never lands without it."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class PutSession:
     """Write a session's state: create it (``expect_version=None``) or compare-and-set on its
@@ -97,7 +93,6 @@ class PutSession:
     give the same state either way. The agent's checkpoints A and B of a turn that goes on."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class AppendMessages:
     """Append messages at the end of a transcript (their ``seq`` continues it). A guard, like
@@ -106,7 +101,6 @@ class AppendMessages:
     messages: tuple[StoredMessage, ...]
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class AbandonMessages:
     """Take the transcript's messages from seq ``from_seq`` on out of it and keep them, with
@@ -121,7 +115,6 @@ class AbandonMessages:
     branch: int
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class PutApproval:
     """Create an approval request (``expect_status=None``) or move one on (compare-and-set on
@@ -131,7 +124,6 @@ class PutApproval:
     expect_status: ApprovalStatus | None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class TakeLease:
     """Take the session's lease: insert it (``expect_token=0``: there is none) or replace the
@@ -148,7 +140,6 @@ class TakeLease:
     expect_renewals: int | None = None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class HoldLease:
     """The fence: the session's lease must still carry ``token`` (and not have been given
@@ -161,7 +152,6 @@ class HoldLease:
     expires_at: float | None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class DropLease:
     """Give the lease up (it expires now) if it still carries ``token``. Applied → ``True``."""
@@ -170,7 +160,6 @@ class DropLease:
     token: int
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class DropSession:
     """Remove a session whole: its state, transcript (with its abandoned branches), records,

@@ -9,7 +9,6 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from ._frozen import quick_init
 from ._holder import Holder
 from ._lineage import Branch
 
@@ -64,7 +63,6 @@ class Status(StrEnum):
         return self in (Status.SUCCEEDED, Status.FAILED, Status.DENIED)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCall:
     """One tool call, read from model output.
@@ -85,7 +83,6 @@ SAFE_RERUN = "the tool is safe to run again"
 """How ``PastAttempt.settled`` begins for an attempt replaced because a re-run is harmless."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PastAttempt:
     """An earlier attempt of a call, kept in its record once a later attempt replaced it.
@@ -153,7 +150,6 @@ def history_from_json(raw: Any) -> tuple[PastAttempt, ...]:
     return tuple(PastAttempt.from_json(a) for a in raw)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EffectRecord:
     """The ledger's record of one ``(session_id, tool_use_id)``.
@@ -274,7 +270,6 @@ class RunStatus(StrEnum):
         return self in (RunStatus.COMPLETED, RunStatus.MAX_TURNS, RunStatus.READY)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionState:
     """The checkpointed state of one agent session (the transcript is stored beside it).
@@ -308,7 +303,6 @@ class SessionState:
         }
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoredMessage:
     """One message of a transcript, in the Messages API shape (``content`` as plain JSON)."""
@@ -328,7 +322,6 @@ class ApprovalStatus(StrEnum):
     used again. A denial is not used up: it stands."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalRecord:
     """A persisted approval request and its decision, bound to (tool_use_id, tool, input hash,
@@ -356,7 +349,6 @@ class ApprovalRecord:
         return replace(self, status=ApprovalStatus.USED, used_at=at)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Lease:
     """Who runs a session now. ``token`` is the fencing token: it grows with every take-over, and

@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._crash import hit as crash_point
-from .._frozen import quick_init
 from ..codec import EncodedResult, encode_result, idempotency_key
 from ..errors import CorruptLedgerError, LeaseLostError, StoreError
 from ..ops import Op, UpdateEffect
@@ -51,7 +50,6 @@ __all__ = [
 logger = logging.getLogger("toolledger")
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Again:
     """The record changed under us: start the call over from ``record``."""

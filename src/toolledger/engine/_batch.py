@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .._frozen import quick_init
 from .._liveness import Verdict, flight_key, judge
 from ..adapters import ResultShape
 from ..codec import valid_unicode
@@ -203,7 +202,6 @@ class Buffer:
         return any(i.urgent for i in self.items)
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Flushed:
     error: ToolLedgerError | None  # the commit failed: nothing in it landed

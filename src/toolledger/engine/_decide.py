@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._frozen import quick_init
 from ..codec import describe
 from ..errors import OutcomeUnknown
 from ..records import SAFE_RERUN, EffectRecord, PastAttempt, Status, ToolCall
@@ -56,7 +55,6 @@ __all__ = [
 ]
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Replay:
     """The ledger already answers this call: return the stored outcome, run nothing, ask no one."""
@@ -64,7 +62,6 @@ class Replay:
     record: EffectRecord
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Reject:
     """The call cannot run as asked (unknown tool, input not matching the schema). Nothing ran
@@ -73,7 +70,6 @@ class Reject:
     message: str
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Ask:
     """Ask the approver. ``in_doubt``: the question is whether to run an in-doubt call again.
@@ -84,13 +80,11 @@ class Ask:
     settled: str | None = None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Check:
     """In doubt, and the tool can tell: call its ``check`` and trust the answer."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Run:
     """Execute. ``in_doubt`` tells the tool an earlier attempt may have taken effect.
@@ -103,7 +97,6 @@ class Run:
     settled: str | None = None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Unresolved:
     """In doubt and nothing may decide it automatically: answer ``is_error`` and leave the record
@@ -112,7 +105,6 @@ class Unresolved:
     message: str
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Decline:
     """Not approved, or there is no approver: answer ``is_error`` and record the denial, so the
@@ -121,7 +113,6 @@ class Decline:
     message: str
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Await:
     """The approver queued the question for a person: nothing runs and nothing is recorded yet;
@@ -130,7 +121,6 @@ class Await:
     message: str
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Found:
     """In doubt, and its check found the effect: the call succeeded, with what the check returned
@@ -140,7 +130,6 @@ class Found:
 Action = Replay | Reject | Ask | Check | Run | Unresolved | Decline | Await | Found
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Failed:
     """How a call whose tool raised ends. ``in_doubt``: the tool could not tell whether its effect
@@ -152,7 +141,6 @@ class Failed:
     error: str
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Checked:
     """What an in-doubt call's ``check`` answered: ``raised`` what it raised, else ``found``
@@ -162,7 +150,6 @@ class Checked:
     found: bool
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Facts:
     """All that decides a call's next step: its ``record`` (``None``: none), its ``tool``

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._frozen import quick_init
 from ..errors import LedgerWriteError
 from ..ops import Op
 from ..records import Lease
@@ -38,7 +37,6 @@ __all__ = [
 ]
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ReadEffects:
     """Records of the session (``session``: of another one — the origin of a branch's copy)."""
@@ -47,13 +45,11 @@ class ReadEffects:
     session: str | None = None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ReadEffectIds:
     """The tool_use ids of every record of the session (not the records)."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ReadSession:
     """The session's state (``session``: another one's)."""
@@ -61,14 +57,12 @@ class ReadSession:
     session: str | None = None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ReadLineageRoot:
     """The session whose ledger claims the calls of the session's lineage
     (``Store.lineage_root``; ``None``: its own)."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ReadMessages:
     """The session's transcript from ``seq`` ``since`` on (``session``: another one's)."""
@@ -77,7 +71,6 @@ class ReadMessages:
     session: str | None = None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Commit:
     """Commit ops in one transaction; answered with the per-op flags or a ``Failure`` holding a
@@ -91,13 +84,11 @@ class Commit:
     session: str | None = None  # set with ``fenced=False`` only
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Ask:
     request: ApprovalRequest
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Invoke:
     """Call a tool or a check; answered with its value or a ``Failure``. An ``async def`` one is
@@ -111,7 +102,6 @@ class Invoke:
     check: bool = False  # the tool's ``check``, not the tool
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Remember:
     """Writes this process must not lose — outcomes of its attempts that a failed commit left
@@ -126,7 +116,6 @@ class Remember:
     outcome refused at once (``toolledger.engine._late``), done then."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Sleep:
     """Wait ``seconds`` (for another attempt to finish)."""
@@ -134,13 +123,11 @@ class Sleep:
     seconds: float
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Alert:
     alert: LedgerWriteError
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class CallModel:
     """Call the model API; answered with the (whole) response or a ``Failure``. ``span``: the
@@ -153,7 +140,6 @@ class CallModel:
     """Stream the reply: given each piece of its text as it arrives (``Provider.stream``)."""
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class ReadLease:
     """The session's lease (``session``: another one's)."""
@@ -161,7 +147,6 @@ class ReadLease:
     session: str | None = None
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Fence:
     """From now on every commit carries this lease's fence, a heartbeat renews it, and it is
@@ -171,7 +156,6 @@ class Fence:
     ttl: float
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Failure:
     """An exception raised while carrying out a request, handed back to the generator."""

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._crash import hit as crash_point
-from .._frozen import quick_init
 from ..ops import InsertEffect, Op
 from ..records import EffectRecord, ToolCall
 from ..tools import InputError, Tool
@@ -36,7 +35,6 @@ from ._outcomes import Buffer, CallOutcome, Env, Flushed, flush
 __all__ = ["Plan", "call", "plan", "run"]
 
 
-@quick_init
 @dataclass(frozen=True, slots=True)
 class Plan:
     """A call that takes the straight path, with what deciding it found."""

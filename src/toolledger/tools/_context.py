@@ -5,12 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .._frozen import quick_init
-
 __all__ = ["ToolContext"]
 
 
-@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolContext:
     """What a tool may know about the call it is serving.
