@@ -15,6 +15,7 @@ and counts nothing (``make bench`` installs it where apt-get can: ``.ci/install-
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import re
 import shutil
@@ -25,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+
+import toolledger
 
 CONTENDERS = ("minimal", "call", "turn")
 _COLLECTED = re.compile(r"Collected : (\d+)")
@@ -53,6 +56,12 @@ def count(directory: Path, *, lo: int, hi: int) -> Counted:
     """Run every contender at ``lo`` and ``hi`` operations under callgrind (two at a time: the
     counts do not depend on what else runs) and difference them."""
     jobs = [(what, n) for what in CONTENDERS for n in (lo, hi)]
+    # Every module's bytecode cached before counting, and none written while counting: two
+    # runs that import a module for the first time side by side must not differ by which of
+    # them compiled it (tens of millions of instructions, more than a run of 20 turns).
+    root = Path(__file__).parents[1]
+    compileall.compile_dir(root / "bench", quiet=1)
+    compileall.compile_dir(Path(toolledger.__file__).parent, quiet=1)
     with ThreadPoolExecutor(max_workers=2) as pool:
         totals = dict(zip(jobs, pool.map(lambda job: _run(directory, *job), jobs), strict=True))
     per_op = {what: (totals[what, hi] - totals[what, lo]) / (hi - lo) for what in CONTENDERS}
@@ -74,7 +83,8 @@ def _run(directory: Path, what: str, n: int) -> int:
         str(n),
         str(work),
     ]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts in both runs
+    # The same dict layouts in both runs; the bytecode cache read, never written (``count``).
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run(
         argv, capture_output=True, text=True, check=False, env=env, cwd=Path(__file__).parents[1]
     )
