@@ -189,13 +189,14 @@ class SQLiteBackend:
         """How a batch is carried out: the one statement of an effect write alone
         (``writes.lone_effect``), a common checkpoint's statements (``writes.straight``) —
         both built straight, their first statement checking the schema as it writes
-        (``CHECKED``) — or ``None``: its plan."""
-        if not switches.STRAIGHT:
-            return None
-        lone = writes.lone_effect(ops)
-        if lone is not None:
-            return lone
-        return writes.straight(session_id, ops)
+        (``CHECKED``) — or ``None``: its plan, whose statements do not check the schema, so it
+        is checked here first."""
+        if switches.STRAIGHT:
+            form = writes.lone_effect(ops) or writes.straight(session_id, ops)
+            if form is not None:
+                return form
+        self._check_schema()  # a plan's statements do not check it themselves
+        return None
 
     def _apply_batch(
         self, session_id: str, ops: Sequence[Op], form: Step | list[Step] | None
@@ -305,15 +306,26 @@ class SQLiteBackend:
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         """Group commit: concurrent callers (threads sharing this store, and the asyncio tasks
-        of ``InlineAsync``) share one transaction and one fsync (``apply_group``)."""
+        of ``InlineAsync``) share one transaction and one fsync (``apply_group``). A caller
+        that finds nobody committing and nobody queued leads at once, with no queue entry:
+        its batch is the whole group (``_commit_one``)."""
         if not ops:
             return []
-        me = Pending(session_id, list(ops))
-        self.apply_group([me])
-        if me.error is not None:
-            raise me.error
-        assert me.flags is not None
-        return me.flags
+        with self._queue_lock:
+            alone = not self._leading and not self._queue
+            if alone:
+                self._leading = True
+        if not alone:
+            me = Pending(session_id, list(ops))
+            self.apply_group([me])
+            if me.error is not None:
+                raise me.error
+            assert me.flags is not None
+            return me.flags
+        try:
+            return self._commit_one(session_id, ops)
+        finally:
+            self._led()
 
     def apply_group(self, group: list[Pending]) -> None:
         """Commit the batches of ``group`` in one transaction, with whatever other callers are
@@ -348,46 +360,42 @@ class SQLiteBackend:
             try:
                 self._commit_group(taken)
             finally:
-                with self._queue_lock:
-                    self._leading = False
-                    if self._waiting:
-                        self._queue_cv.notify_all()
+                self._led()
+
+    def _led(self) -> None:
+        """The leader's commit returned: the callers that queued meanwhile lead the next."""
+        with self._queue_lock:
+            self._leading = False
+            if self._waiting:
+                self._queue_cv.notify_all()
 
     def _commit_group(self, group: list[Pending]) -> None:
+        if len(group) == 1:
+            p = group[0]
+            try:
+                p.flags = self._commit_one(p.session_id, p.ops)
+            except BaseException as exc:
+                p.flags, p.error = None, exc
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                p.done = True
+            return
         try:
             with self._lock:
                 c = self._conn
                 self._check_identity()
                 forms = [self._form(p.session_id, p.ops) for p in group]
-                if not all(forms):  # a plan (``None``; a form is never empty) does not check
-                    self._check_schema()  # the schema in its statements itself
-                if len(group) == 1 and (
-                    type(forms[0]) is Step or writes.one_statement(group[0].ops, ride=True)
-                ):
-                    # One conditional statement is a transaction of its own (autocommit): one
-                    # call into SQLite instead of BEGIN, statement, COMMIT. A guard that fails
-                    # in it has written nothing (its statement matched no row).
-                    p = group[0]
-                    try:
-                        p.flags = self._apply_batch(p.session_id, p.ops, forms[0])
-                    except SessionConflictError as exc:
-                        p.flags, p.error = None, exc
-                    self.commits += 1
-                    return
                 try:
                     c.execute("BEGIN IMMEDIATE")
                     for p, form in zip(group, forms, strict=True):
-                        if len(group) > 1:
-                            c.execute("SAVEPOINT batch")
+                        c.execute("SAVEPOINT batch")
                         try:
                             p.flags = self._apply_batch(p.session_id, p.ops, form)
                         except SessionConflictError as exc:
-                            if len(group) == 1:
-                                raise
                             c.execute("ROLLBACK TO batch")
                             p.flags, p.error = None, exc
-                        if len(group) > 1:
-                            c.execute("RELEASE batch")
+                        c.execute("RELEASE batch")
                     c.execute("COMMIT")
                     self.commits += 1
                 except BaseException:
@@ -395,8 +403,7 @@ class SQLiteBackend:
                         c.execute("ROLLBACK")
                     raise
         except sqlite3.Error as exc:
-            # A statement that checks the schema as it writes meets a newer one's tables first.
-            error = self._newer() or translate(exc, self.url, "writing the ledger")
+            error = self._write_error(exc)
             error.__cause__ = exc
             for p in group:
                 p.flags, p.error = None, error
@@ -408,6 +415,42 @@ class SQLiteBackend:
         finally:
             for p in group:
                 p.done = True
+
+    def _commit_one(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
+        """One batch, the whole of its group: its flags, or what ``apply`` raises."""
+        try:
+            with self._lock:
+                self._check_identity()
+                form = self._form(session_id, ops)
+                if type(form) is Step or writes.one_statement(ops, ride=True):
+                    # One conditional statement is a transaction of its own (autocommit): one
+                    # call into SQLite instead of BEGIN, statement, COMMIT. A guard that fails
+                    # in it has written nothing (its statement matched no row).
+                    try:
+                        flags = self._apply_batch(session_id, ops, form)
+                    except SessionConflictError:
+                        self.commits += 1
+                        raise
+                    self.commits += 1
+                    return flags
+                c = self._conn
+                try:
+                    c.execute("BEGIN IMMEDIATE")
+                    flags = self._apply_batch(session_id, ops, form)
+                    c.execute("COMMIT")
+                except BaseException:
+                    if c.in_transaction:
+                        c.execute("ROLLBACK")
+                    raise
+                self.commits += 1
+                return flags
+        except sqlite3.Error as exc:
+            raise self._write_error(exc) from exc
+
+    def _write_error(self, exc: sqlite3.Error) -> StoreError:
+        """What a failed write raises: a statement that checks the schema as it writes meets a
+        newer one's tables first."""
+        return self._newer() or translate(exc, self.url, "writing the ledger")
 
     def _check_schema(self) -> None:
         """A newer release may have migrated the file since it was opened (a long-lived worker

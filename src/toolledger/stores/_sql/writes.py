@@ -55,7 +55,12 @@ def one_statement(ops: Sequence[Op], ride: bool = False) -> bool:
     one write leaves it one statement."""
     if ride and len(ops) == 2 and _carrier(ops) == 1:
         return True
-    return len(ops) == 1 and not isinstance(ops[0], AppendMessages | AbandonMessages | DropSession)
+    return len(ops) == 1 and not isinstance(ops[0], _SEVERAL)
+
+
+# Tuples: ``X | Y`` would build a union at every test.
+_SEVERAL = (AppendMessages, AbandonMessages, DropSession)  # ops of several statements
+_UNCOUNTED = (AbandonMessages, DropSession)  # a batch that holds one writes the session's row
 
 
 def lone_effect(ops: Sequence[Op]) -> Step | None:
@@ -91,12 +96,14 @@ def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
     if not isinstance(fence, HoldLease) or fence.expires_at is not None:
         return None
     counted = _counted(ops)
+    at, put = counted if counted is not None else (0, None)  # (never 0: ops[0] is the fence)
     steps: list[Step] = []
     appended = moved = False
-    for n, op in enumerate(ops[1:], 1):
-        if counted is not None and n == counted[0]:
-            assert type(op) is AppendMessages
-            params = r.counted_message_params(session_id, op.messages[0], counted[1])
+    for n in range(1, len(ops)):
+        op = ops[n]
+        if n == at:
+            assert type(op) is AppendMessages and put is not None
+            params = r.counted_message_params(session_id, op.messages[0], put)
             steps.append(
                 Step(
                     q.INSERT_COUNTED_MESSAGE_FENCED,
@@ -106,7 +113,7 @@ def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
                 )
             )
             appended = moved = True
-        elif counted is not None and op is counted[1]:
+        elif op is put:
             continue  # it rides the message's insert
         elif type(op) is AppendMessages and not appended and op.messages:
             first = op.messages[0].seq
@@ -162,7 +169,7 @@ def _counted(ops: Sequence[Op]) -> tuple[int, PutSession] | None:
             if appended is not None:
                 return None
             appended, at = op, n
-        elif isinstance(op, AbandonMessages | DropSession):
+        elif isinstance(op, _UNCOUNTED):
             return None
     if put is None or appended is None or not put.counters_only or put.expect_version is None:
         return None
