@@ -49,10 +49,16 @@ class Holder:
         the boot id); ``//pid/0`` for an unknown identity (which earlier releases read as a
         holder of no table of theirs, judged by lease and deadline); ``host/pidns/pid/start`` as
         written before boot and time namespace were recorded."""
+        last = _last_text  # this process's holder, written on every intent: made once
+        if last[0] is self:
+            return last[1]
         if self.boot is None or self.timens is None or not self.known:
-            return f"{self.host}/{self.pidns}/{self.pid}/{self.start}"
-        host = "" if self.host == self.boot else self.host  # the boot id, unless named otherwise
-        return f"v2;{self.boot};{self.timens};{host}/{self.pidns}/{self.pid}/{self.start}"
+            text = f"{self.host}/{self.pidns}/{self.pid}/{self.start}"
+        else:
+            host = "" if self.host == self.boot else self.host  # the boot id, unless renamed
+            text = f"v2;{self.boot};{self.timens};{host}/{self.pidns}/{self.pid}/{self.start}"
+        _remember(self, text)
+        return text
 
     @classmethod
     def parse(cls, text: str | None) -> Holder | None:
@@ -72,3 +78,13 @@ class Holder:
                 host=host or boot, pidns=pidns, pid=pid, start=start, boot=boot, timens=timens
             )
         return cls(host=head, pidns=pidns, pid=pid, start=start)
+
+
+# The last holder whose text was made, and its text: a frozen holder's text never changes. One
+# tuple, replaced whole, so a thread reads a holder with its own text.
+_last_text: tuple[Holder | None, str] = (None, "")
+
+
+def _remember(holder: Holder, text: str) -> None:
+    global _last_text
+    _last_text = (holder, text)
