@@ -49,7 +49,7 @@ class Holder:
         the boot id); ``//pid/0`` for an unknown identity (which earlier releases read as a
         holder of no table of theirs, judged by lease and deadline); ``host/pidns/pid/start`` as
         written before boot and time namespace were recorded."""
-        last = _last_text  # this process's holder, written on every intent: made once
+        last = _LAST_TEXT[0]  # this process's holder, written on every intent: made once
         if last[0] is self:
             return last[1]
         if self.boot is None or self.timens is None or not self.known:
@@ -57,7 +57,7 @@ class Holder:
         else:
             host = "" if self.host == self.boot else self.host  # the boot id, unless renamed
             text = f"v2;{self.boot};{self.timens};{host}/{self.pidns}/{self.pid}/{self.start}"
-        _remember(self, text)
+        _LAST_TEXT[0] = (self, text)
         return text
 
     @classmethod
@@ -82,9 +82,4 @@ class Holder:
 
 # The last holder whose text was made, and its text: a frozen holder's text never changes. One
 # tuple, replaced whole, so a thread reads a holder with its own text.
-_last_text: tuple[Holder | None, str] = (None, "")
-
-
-def _remember(holder: Holder, text: str) -> None:
-    global _last_text
-    _last_text = (holder, text)
+_LAST_TEXT: list[tuple[Holder | None, str]] = [(None, "")]
