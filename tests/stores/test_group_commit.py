@@ -5,9 +5,11 @@ all-or-nothing guards, errors)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -375,3 +377,62 @@ def test_rewinds_in_one_group_keep_their_guards(tmp_path: Path) -> None:
         assert [m.seq for m in store.messages("b")] == [0]
         assert [m.seq for m in store.abandoned("b")[1]] == [1, 2, 3]
         assert store.ledger("b").records() == [], "the refused batch's record rolled back"
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["alone", "in-a-group"])
+def test_an_interrupt_wherever_a_function_is_entered_leaves_the_store_writable(
+    tmp_path: Path, grouped: bool
+) -> None:
+    """Python raises a ``KeyboardInterrupt`` (a signal) where a function is entered. Raised at
+    each such point of one commit in turn — a caller alone, and a caller going through the
+    group — it goes up, and it never leaves the store led by nobody: the next write, from
+    another thread, commits."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'i.db'}")
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    at = 0
+    while _commit_interrupted(backend, grouped, at):
+        assert _written_from_another_thread(backend, f"after-{at}"), f"interrupted at call {at}"
+        assert not backend._leading and not backend._queue
+        at += 1
+    assert at > 3  # the commit entered that many functions, each one interrupted in turn
+    assert _written_from_another_thread(backend, "last")
+    store.close()
+
+
+def _commit_interrupted(backend: SQLiteBackend, grouped: bool, at: int) -> bool:
+    """Commit one effect, a ``KeyboardInterrupt`` raised as the commit enters its function
+    number ``at`` (from 0): whether it was (the commit entered fewer functions if not)."""
+    entered = 0
+
+    def interrupt(frame: FrameType, event: str, arg: Any) -> None:
+        nonlocal entered
+        if event == "call":
+            entered += 1
+            if entered == at + 1:
+                raise KeyboardInterrupt
+
+    ops = [InsertEffect(make_record("s", f"t{at}"))]
+    sys.settrace(interrupt)
+    try:
+        if grouped:
+            backend.apply_group([Pending("s", list(ops))])
+        else:
+            backend.apply("s", ops)
+    except KeyboardInterrupt:
+        return True
+    finally:
+        sys.settrace(None)
+    return False
+
+
+def _written_from_another_thread(backend: SQLiteBackend, tool_use_id: str) -> bool:
+    after: list[list[bool]] = []
+
+    def write() -> None:
+        after.append(backend.apply("s", [InsertEffect(make_record("s", tool_use_id))]))
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    writer.join(10)
+    return after == [[True]]

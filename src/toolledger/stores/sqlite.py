@@ -82,6 +82,11 @@ def _checked(version: int) -> dict[str, str]:
 CHECKED = _checked(len(MIGRATIONS))
 
 
+_WAKE_EVERY = 1.0
+"""How long a caller waiting for another's commit waits before it looks again, however it was
+(or was not) woken (``SQLiteBackend._wake``)."""
+
+
 class SQLiteBackend:
     durable = True
     shared_clock = False  # each machine's own clock: leases are judged by watching them
@@ -311,21 +316,23 @@ class SQLiteBackend:
         its batch is the whole group (``_commit_one``)."""
         if not ops:
             return []
-        with self._queue_lock:
-            alone = not self._leading and not self._queue
-            if alone:
-                self._leading = True
-        if not alone:
-            me = Pending(session_id, list(ops))
-            self.apply_group([me])
-            if me.error is not None:
-                raise me.error
-            assert me.flags is not None
-            return me.flags
+        alone = False
         try:
-            return self._commit_one(session_id, ops)
+            with self._queue_lock:
+                if not self._leading and not self._queue:
+                    self._leading = alone = True
+            if alone:
+                return self._commit_one(session_id, ops)
         finally:
-            self._led()
+            if alone:
+                self._leading = False  # first, with no call before it (``_wake``)
+                self._wake()
+        me = Pending(session_id, list(ops))
+        self.apply_group([me])
+        if me.error is not None:
+            raise me.error
+        assert me.flags is not None
+        return me.flags
 
     def apply_group(self, group: list[Pending]) -> None:
         """Commit the batches of ``group`` in one transaction, with whatever other callers are
@@ -344,28 +351,34 @@ class SQLiteBackend:
         if not group:
             return
         first = group[0]  # a caller's batches are queued, and taken, together
-        with self._queue_lock:
-            self._queue.extend(group)
-            while self._leading and not first.done:
-                self._waiting += 1
-                try:
-                    self._queue_cv.wait()
-                finally:
-                    self._waiting -= 1
-            lead = not first.done
+        lead = False
+        try:
+            with self._queue_lock:
+                self._queue.extend(group)
+                while self._leading and not first.done:
+                    self._waiting += 1
+                    try:
+                        self._queue_cv.wait(_WAKE_EVERY)
+                    finally:
+                        self._waiting -= 1
+                if not first.done:
+                    self._leading = lead = True
+                    taken, self._queue = self._queue, []
             if lead:
-                self._leading = True
-                taken, self._queue = self._queue, []
-        if lead:
-            try:
                 self._commit_group(taken)
-            finally:
-                self._led()
+        finally:
+            if lead:
+                self._leading = False  # first, with no call before it (``_wake``)
+                self._wake()
 
-    def _led(self) -> None:
-        """The leader's commit returned: the callers that queued meanwhile lead the next."""
+    def _wake(self) -> None:
+        """The leader's commit returned, and it leads no more: the callers that queued
+        meanwhile lead the next. Leading is given up before this is called, and taken inside
+        the ``try`` whose ``finally`` gives it up: Python raises a ``KeyboardInterrupt`` where a
+        function is entered or returns, and one raised there must not leave the store led by
+        nobody, every later write waiting. A wake-up such an interrupt loses costs a waiter
+        ``_WAKE_EVERY`` at most: it looks again by then."""
         with self._queue_lock:
-            self._leading = False
             if self._waiting:
                 self._queue_cv.notify_all()
 
