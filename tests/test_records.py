@@ -72,6 +72,10 @@ def test_its_signature_is_the_generated_one() -> None:
     shape = [(p.name, p.kind, p.default) for p in ours.parameters.values()]
     assert shape == [(p.name, p.kind, p.default) for p in generated.parameters.values()]
     assert EffectRecord.__init__ is records._effect_record_init
+    assert (EffectRecord.__init__.__name__, EffectRecord.__init__.__qualname__) == (
+        "__init__",
+        "EffectRecord.__init__",
+    )
 
 
 def test_it_refuses_what_the_generated_one_refuses() -> None:

@@ -294,6 +294,7 @@ def _effect_record_init(
     s[18](self, origin)
 
 
+_effect_record_init.__name__ = "__init__"
 _effect_record_init.__qualname__ = "EffectRecord.__init__"
 _effect_record_init.__doc__ = _GENERATED_EFFECT_INIT.__doc__
 setattr(EffectRecord, "__init__", _effect_record_init)  # noqa: B010 (a method: mypy refuses =)
