@@ -5,11 +5,11 @@ Everything here is an immutable value; the stores persist these and nothing else
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from ._constructors import install, slot_setters
 from ._holder import Holder
 from ._lineage import Branch
 
@@ -232,21 +232,9 @@ class EffectRecord:
         return [a for a in self.history if a.took_effect_late]
 
 
-# -- EffectRecord's constructor, written out ------------------------------------------------------
-# A frozen dataclass's generated ``__init__`` sets each field with ``object.__setattr__``: the
-# method looked up on ``object``, then the slot looked up again by name, at every field. Every
-# call builds two ``EffectRecord``s (its intent and its outcome) and every ledger read one per
-# row, so this one sets each slot through its descriptor directly — the very same store, about
-# 13,000 instructions a call less. Same signature, same defaults, the same value in each field:
-# ``tests/test_records.py`` checks it against the generated one, so a field added to the class
-# and not here fails there. (Generated instead, it would be source run through ``exec``, which
-# the code allows nowhere.)
+# -- constructors written out (``toolledger._constructors``) -------------------------------------
 
-_Set = Callable[[Any, Any], None]
-_EFFECT_SETTERS: tuple[_Set, ...] = tuple(
-    getattr(EffectRecord, f.name).__set__ for f in fields(EffectRecord)
-)
-_GENERATED_EFFECT_INIT = EffectRecord.__init__
+_EFFECT_SETTERS = slot_setters(EffectRecord)
 
 
 def _effect_record_init(
@@ -294,10 +282,7 @@ def _effect_record_init(
     s[18](self, origin)
 
 
-_effect_record_init.__name__ = "__init__"
-_effect_record_init.__qualname__ = "EffectRecord.__init__"
-_effect_record_init.__doc__ = _GENERATED_EFFECT_INIT.__doc__
-setattr(EffectRecord, "__init__", _effect_record_init)  # noqa: B010 (a method: mypy refuses =)
+install(EffectRecord, _effect_record_init)
 
 
 def same_write(stored: EffectRecord | None, ours: EffectRecord) -> bool:
@@ -380,6 +365,56 @@ class StoredMessage:
     role: str
     content: Any
     created_at: float
+
+
+_SESSION_SETTERS = slot_setters(SessionState)
+
+
+def _session_state_init(
+    self: SessionState,
+    *,
+    session_id: str,
+    status: RunStatus,
+    reason: str | None = None,
+    version: int,
+    turns: int = 0,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    messages: int = 0,
+    created_at: float,
+    updated_at: float,
+    lineage: tuple[Branch, ...] = (),
+) -> None:
+    s = _SESSION_SETTERS  # in field order
+    s[0](self, session_id)
+    s[1](self, status)
+    s[2](self, reason)
+    s[3](self, version)
+    s[4](self, turns)
+    s[5](self, input_tokens)
+    s[6](self, output_tokens)
+    s[7](self, messages)
+    s[8](self, created_at)
+    s[9](self, updated_at)
+    s[10](self, lineage)
+
+
+install(SessionState, _session_state_init)
+
+_MESSAGE_SETTERS = slot_setters(StoredMessage)
+
+
+def _stored_message_init(
+    self: StoredMessage, *, seq: int, role: str, content: Any, created_at: float
+) -> None:
+    s = _MESSAGE_SETTERS  # in field order
+    s[0](self, seq)
+    s[1](self, role)
+    s[2](self, content)
+    s[3](self, created_at)
+
+
+install(StoredMessage, _stored_message_init)
 
 
 class ApprovalStatus(StrEnum):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .._constructors import install, slot_setters
 from .._liveness import Verdict, flight_key, judge
 from ..adapters import ResultShape
 from ..codec import valid_unicode
@@ -76,7 +77,7 @@ class Batch:
         return [o.alert for o in self.outcomes if o.alert is not None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Env:
     """What a batch runs against."""
 
@@ -85,7 +86,8 @@ class Env:
     can_ask: bool
     wait: float = 0.0  # how long to wait for a call another attempt is running
     lease_token: int | None = None  # the agent's session lease, recorded in intents
-    # Fixed for the batch's life, read on every write: kept rather than looked up each time.
+    # Fixed for the batch's life, read on every write: kept rather than looked up each time
+    # (read off the ledger's store by the constructor, ``_env_init``).
     session_id: str = field(init=False)
     worker: str = field(init=False)
     url: str = field(init=False)
@@ -93,14 +95,6 @@ class Env:
     """This worker's clock (``Store.clock``): the timestamps people read."""
     now: Callable[[], float] = field(init=False)
     """The store's clock (``Store.now``): deadlines and leases are on it."""
-
-    def __post_init__(self) -> None:
-        store = self.ledger.store
-        object.__setattr__(self, "session_id", self.ledger.session_id)
-        object.__setattr__(self, "worker", store.worker_id)
-        object.__setattr__(self, "url", store.url)
-        object.__setattr__(self, "clock", store.clock)
-        object.__setattr__(self, "now", store.now)
 
     @property
     def holder(self) -> Holder | None:
@@ -179,6 +173,37 @@ class Env:
         if boot is None or now is None:
             return None
         return f"{boot.boot}/{math.ceil((now + timeout) * 1000) / 1000:.3f}"
+
+
+_ENV_SETTERS = slot_setters(Env)
+
+
+def _env_init(
+    self: Env,
+    *,
+    tools: ToolSet,
+    ledger: Ledger,
+    can_ask: bool,
+    wait: float = 0.0,
+    lease_token: int | None = None,
+) -> None:
+    """Written out (``toolledger._constructors``): every batch builds one. The fields fixed
+    for the batch's life are read off its ledger's store."""
+    s = _ENV_SETTERS  # in field order
+    store = ledger.store
+    s[0](self, tools)
+    s[1](self, ledger)
+    s[2](self, can_ask)
+    s[3](self, wait)
+    s[4](self, lease_token)
+    s[5](self, ledger.session_id)
+    s[6](self, store.worker_id)
+    s[7](self, store.url)
+    s[8](self, store.clock)
+    s[9](self, store.now)
+
+
+install(Env, _env_init)
 
 
 @dataclass(slots=True)

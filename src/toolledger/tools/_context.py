@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from .._constructors import install, slot_setters
+
 __all__ = ["ToolContext"]
 
 
@@ -41,3 +43,31 @@ class ToolContext:
         if self.deadline is None:
             return None
         return max(0.0, self.deadline - time.time())
+
+
+# Written out (``toolledger._constructors``): every call builds one.
+_SETTERS = slot_setters(ToolContext)
+
+
+def _tool_context_init(
+    self: ToolContext,
+    *,
+    session_id: str,
+    tool_use_id: str,
+    idempotency_key: str,
+    in_doubt: bool = False,
+    attempt: int = 1,
+    deadline: float | None = None,
+    expires: float | None = None,
+) -> None:
+    s = _SETTERS  # in field order
+    s[0](self, session_id)
+    s[1](self, tool_use_id)
+    s[2](self, idempotency_key)
+    s[3](self, in_doubt)
+    s[4](self, attempt)
+    s[5](self, deadline)
+    s[6](self, expires)
+
+
+install(ToolContext, _tool_context_init)
