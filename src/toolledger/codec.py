@@ -100,6 +100,12 @@ def nesting(value: Any, limit: int = MAX_NESTING) -> int:
     container that is reached twice — one shared by several parents, or one that holds itself —
     so past ``_LEVEL_MAX`` items the count is made depth first instead (``_deepest``), which
     goes down one path at a time and stops as soon as one is too deep."""
+    if type(value) is dict:  # most tool inputs: one level of plain values, told in one pass
+        for item in value.values():
+            if isinstance(item, _CONTAINERS):
+                break
+        else:
+            return 1
     depth = 0
     level: list[Any] = [value]
     while level:
