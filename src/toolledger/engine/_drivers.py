@@ -271,21 +271,10 @@ def invoke_now(request: Invoke) -> Any:
 def _answer(request: Request, io: IOContext) -> Any:
     backend = io.store.backend
     sid = io.session_id
-    if isinstance(request, ReadEffects):
-        return backend.read_effects(request.session or sid, request.tool_use_ids)
     if isinstance(request, Commit):
         return commit_now(io, request.ops, fenced=request.fenced, session=request.session)
     if isinstance(request, Invoke):
         return invoke_now(request)
-    if isinstance(request, Sleep):
-        time.sleep(request.seconds)
-        return None
-    if isinstance(request, Remember):
-        keeper.keep(io.store, sid, request.ops, request.keys, request.moved)
-        return None
-    if isinstance(request, Ask):
-        answer = _call_sync(partial(io.approve, request.request))
-        return normalise(answer, io.approve, in_doubt=request.request.in_doubt)
     if isinstance(request, CallModel):
         assert io.model is not None
         token = telemetry.enter(request.span)
@@ -297,6 +286,17 @@ def _answer(request: Request, io: IOContext) -> Any:
             return Failure(exc)
         finally:
             telemetry.leave(token)
+    if isinstance(request, ReadEffects):
+        return backend.read_effects(request.session or sid, request.tool_use_ids)
+    if isinstance(request, Sleep):
+        time.sleep(request.seconds)
+        return None
+    if isinstance(request, Remember):
+        keeper.keep(io.store, sid, request.ops, request.keys, request.moved)
+        return None
+    if isinstance(request, Ask):
+        answer = _call_sync(partial(io.approve, request.request))
+        return normalise(answer, io.approve, in_doubt=request.request.in_doubt)
     if isinstance(request, ReadSession):
         return backend.read_session(request.session or sid)
     if isinstance(request, ReadMessages):
@@ -349,8 +349,6 @@ async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
 async def _aanswer(request: Request, io: IOContext) -> Any:
     backend = io.store.async_backend
     sid = io.session_id
-    if isinstance(request, ReadEffects):
-        return await backend.read_effects(request.session or sid, request.tool_use_ids)
     if isinstance(request, Commit):
         try:
             if io.fence is None:
@@ -366,16 +364,6 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
             return await _acall(request.fn, request.is_async, request.timeout)
         except Exception as exc:
             return Failure(exc)
-    if isinstance(request, Sleep):
-        await asyncio.sleep(request.seconds)
-        return None
-    if isinstance(request, Remember):
-        keeper.keep(io.store, sid, request.ops, request.keys, request.moved)
-        return None
-    if isinstance(request, Ask):
-        call = partial(io.approve, request.request)
-        answer = await _acall(call, _is_async(io.approve))
-        return normalise(answer, io.approve, in_doubt=request.request.in_doubt)
     if isinstance(request, CallModel):
         assert io.model is not None
         token = telemetry.enter(request.span)
@@ -387,6 +375,18 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
             return Failure(exc)
         finally:
             telemetry.leave(token)
+    if isinstance(request, ReadEffects):
+        return await backend.read_effects(request.session or sid, request.tool_use_ids)
+    if isinstance(request, Sleep):
+        await asyncio.sleep(request.seconds)
+        return None
+    if isinstance(request, Remember):
+        keeper.keep(io.store, sid, request.ops, request.keys, request.moved)
+        return None
+    if isinstance(request, Ask):
+        call = partial(io.approve, request.request)
+        answer = await _acall(call, _is_async(io.approve))
+        return normalise(answer, io.approve, in_doubt=request.request.in_doubt)
     if isinstance(request, ReadSession):
         return await backend.read_session(request.session or sid)
     if isinstance(request, ReadMessages):
