@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -436,3 +437,52 @@ def _written_from_another_thread(backend: SQLiteBackend, tool_use_id: str) -> bo
     writer.start()
     writer.join(10)
     return after == [[True]]
+
+
+def test_a_leader_interrupted_before_it_commits_tells_the_callers_it_took(tmp_path: Path) -> None:
+    """A caller leading a group is interrupted (a ``KeyboardInterrupt`` where ``_commit_group``
+    is entered) after it took the queue: the caller whose batch it took is told that nothing of
+    it was written — not left with no answer (an ``AssertionError`` in ``apply``), not told it
+    landed — and the store goes on."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'l.db'}")
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    results: dict[str, object] = {}
+    interrupted: list[str] = []
+
+    def interrupt(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_name == "_commit_group" and not interrupted:
+            interrupted.append(threading.current_thread().name)
+            raise KeyboardInterrupt
+
+    def write(name: str) -> None:
+        try:
+            results[name] = backend.apply("s", [InsertEffect(make_record("s", name))])
+        except BaseException as exc:
+            results[name] = exc
+
+    backend._lock.acquire()  # A leads alone, and waits for the connection
+    a = threading.Thread(target=write, args=("A",), name="A")
+    a.start()
+    while not backend._leading:
+        time.sleep(0.001)
+    threading.settrace(interrupt)  # type: ignore[arg-type]
+    others = [threading.Thread(target=write, args=(n,), name=n) for n in "BC"]
+    for t in others:
+        t.start()
+    threading.settrace(None)  # type: ignore[arg-type]
+    while backend._waiting < 2:  # B and C queued behind A
+        time.sleep(0.001)
+    backend._lock.release()
+    for t in (a, *others):
+        t.join(10)
+    [leader] = interrupted
+    [other] = {"B", "C"} - {leader}
+    assert results["A"] == [True]
+    assert isinstance(results[leader], KeyboardInterrupt)
+    told = results[other]
+    assert isinstance(told, tl.StoreError) and "nothing of it was written" in str(told)
+    assert sorted(backend.read_effects("s")) == ["A"]
+    assert backend.apply("s", [InsertEffect(make_record("s", other))]) == [True]
+    assert not backend._leading and not backend._queue
+    store.close()

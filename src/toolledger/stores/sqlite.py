@@ -352,6 +352,7 @@ class SQLiteBackend:
             return
         first = group[0]  # a caller's batches are queued, and taken, together
         lead = False
+        taken: list[Pending] = []
         try:
             with self._queue_lock:
                 self._queue.extend(group)
@@ -366,10 +367,30 @@ class SQLiteBackend:
                     taken, self._queue = self._queue, []
             if lead:
                 self._commit_group(taken)
+        except BaseException as exc:
+            self._unanswered(taken, exc)
+            raise
         finally:
             if lead:
                 self._leading = False  # first, with no call before it (``_wake``)
                 self._wake()
+
+    def _unanswered(self, taken: list[Pending], exc: BaseException) -> None:
+        """The leader was interrupted (a ``KeyboardInterrupt`` where ``_commit_group`` is
+        entered, say) with batches it took still unanswered: their callers are told, not left
+        waiting for a commit nobody will make. One the commit had not settled was not written;
+        one it had (interrupted as it told them) keeps its answer."""
+        for p in taken:
+            if p.done:
+                continue
+            if p.flags is None and p.error is None:
+                p.error = StoreError(
+                    f"{self.url}: the commit that was to hold this batch was interrupted "
+                    f"({type(exc).__name__}) before it was written; nothing of it was written. "
+                    "Send it again.",
+                    url=self.url,
+                )
+            p.done = True
 
     def _wake(self) -> None:
         """The leader's commit returned, and it leads no more: the callers that queued
