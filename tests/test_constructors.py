@@ -13,11 +13,11 @@ import pytest
 import toolledger as tl
 from toolledger import _constructors
 from toolledger.engine._batch import Env
-from toolledger.records import EffectRecord, SessionState, StoredMessage
+from toolledger.records import EffectRecord, SessionState, StoredMessage, ToolCall
 from toolledger.stores.store import Ledger
 from toolledger.tools import ToolContext
 
-WRITTEN_OUT = [EffectRecord, SessionState, StoredMessage, ToolContext, Env]
+WRITTEN_OUT = [EffectRecord, SessionState, StoredMessage, ToolCall, ToolContext, Env]
 
 
 def test_these_and_only_these_classes_have_one() -> None:

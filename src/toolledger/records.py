@@ -234,6 +234,28 @@ class EffectRecord:
 
 # -- constructors written out (``toolledger._constructors``) -------------------------------------
 
+_CALL_SETTERS = slot_setters(ToolCall)
+
+
+def _tool_call_init(
+    self: ToolCall,
+    *,
+    tool_use_id: str,
+    name: str,
+    input: dict[str, Any],
+    input_hash: str,
+    problem: str | None = None,
+) -> None:
+    s = _CALL_SETTERS  # in field order
+    s[0](self, tool_use_id)
+    s[1](self, name)
+    s[2](self, input)
+    s[3](self, input_hash)
+    s[4](self, problem)
+
+
+install(ToolCall, _tool_call_init)
+
 _EFFECT_SETTERS = slot_setters(EffectRecord)
 
 
