@@ -13,11 +13,22 @@ import pytest
 import toolledger as tl
 from toolledger import _constructors
 from toolledger.engine._batch import Env
+from toolledger.ops import HoldLease, PutSession, UpdateEffect
 from toolledger.records import EffectRecord, SessionState, StoredMessage, ToolCall
 from toolledger.stores.store import Ledger
 from toolledger.tools import ToolContext
 
-WRITTEN_OUT = [EffectRecord, SessionState, StoredMessage, ToolCall, ToolContext, Env]
+WRITTEN_OUT = [
+    EffectRecord,
+    SessionState,
+    StoredMessage,
+    ToolCall,
+    ToolContext,
+    Env,
+    UpdateEffect,
+    PutSession,
+    HoldLease,
+]
 
 
 def test_these_and_only_these_classes_have_one() -> None:
@@ -107,6 +118,11 @@ def test_it_refuses_what_the_generated_one_refuses(cls: type) -> None:
     if kw_only:
         with pytest.raises(TypeError):
             cls(*values.values())
+    else:  # by position, in field order, as the generated one takes them
+        by_position = _fields(cls(*values.values()))
+        assert all(by_position[name] is value for name, value in values.items())
+        with pytest.raises(TypeError):
+            cls(*values.values(), object())
 
 
 @pytest.mark.parametrize("cls", WRITTEN_OUT, ids=lambda c: c.__name__)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ._constructors import install, slot_setters
 from .errors import ConfigurationError, LeaseLostError, SessionBusyError, SessionConflictError
 from .records import (
     ApprovalRecord,
@@ -174,6 +175,59 @@ class DropSession:
     session_id: str
     expect_version: int | None
     now: float
+
+
+# -- constructors written out (``toolledger._constructors``): every call and turn builds these --
+
+_UPDATE_SETTERS = slot_setters(UpdateEffect)
+
+
+def _update_effect_init(  # noqa: PLR0917 (the dataclass's own signature)
+    self: UpdateEffect,
+    record: EffectRecord,
+    expect_status: Status,
+    expect_attempt: int,
+    expect_at: float | None = None,
+    guard: bool = False,
+) -> None:
+    s = _UPDATE_SETTERS  # in field order
+    s[0](self, record)
+    s[1](self, expect_status)
+    s[2](self, expect_attempt)
+    s[3](self, expect_at)
+    s[4](self, guard)
+
+
+_PUT_SETTERS = slot_setters(PutSession)
+
+
+def _put_session_init(
+    self: PutSession,
+    state: SessionState,
+    expect_version: int | None,
+    counters_only: bool = False,
+) -> None:
+    s = _PUT_SETTERS  # in field order
+    s[0](self, state)
+    s[1](self, expect_version)
+    s[2](self, counters_only)
+
+
+_HOLD_SETTERS = slot_setters(HoldLease)
+
+
+def _hold_lease_init(
+    self: HoldLease, session_id: str, token: int, expires_at: float | None
+) -> None:
+    s = _HOLD_SETTERS  # in field order
+    s[0](self, session_id)
+    s[1](self, token)
+    s[2](self, expires_at)
+
+
+install(UpdateEffect, _update_effect_init)
+install(PutSession, _put_session_init)
+install(HoldLease, _hold_lease_init)
 
 
 PRUNABLE = frozenset({RunStatus.COMPLETED, RunStatus.MAX_TURNS, RunStatus.FAILED, RunStatus.READY})
