@@ -35,7 +35,7 @@ def slot_setters(cls: type) -> tuple[Setter, ...]:
 
 def install(cls: type, init: Callable[..., None]) -> None:
     """Make ``init`` ``cls``'s constructor, named as its own, the generated one kept."""
-    generated = cls.__init__
+    generated: Callable[..., None] = vars(cls)["__init__"]  # the one its dataclass made
     GENERATED[cls] = generated
     init.__name__ = "__init__"
     init.__qualname__ = f"{cls.__qualname__}.__init__"
