@@ -164,6 +164,10 @@ class Call(Generic[T]):
     ident: tuple[int, Any] | None = None
     query: plans.Query[T] | None = None
     """A read of one statement, run as it is (no plan around it: every read takes this path)."""
+    straight: tuple[Step, Callable[[Outcome], T]] | None = None
+    """A write of one effect alone — the common call's intent, or its outcome — as its plan
+    would send it, built straight (``writes.lone_effect``), and what its answer means. Its
+    first try runs it with no plan around it; a later one sends ``again``."""
 
     @property
     def in_transaction(self) -> bool:
@@ -189,6 +193,9 @@ class Call(Generic[T]):
             done = yield from wire.one(line, query.sql, query.params)
             return query.finish(done.rows)
         if not self.in_transaction:
+            if self.straight is not None and self.attempt == 0:
+                step, meaning = self.straight
+                return meaning((yield from wire.one(line, step.sql, step.params)))
             return (yield from each(line, self.next_plan()))
         assert self.plan is not None
         steps: list[Step] = []
@@ -272,6 +279,7 @@ def asking(shell: Shell, action: str, query: plans.Query[T]) -> Call[T]:
 def writing(shell: Shell, session_id: str, ops: Sequence[Op]) -> Call[list[bool]]:
     """``ops`` in one transaction, or — one statement — in autocommit, sent again after a lost
     connection as ``apply_again``."""
+    lone = writes.lone_effect(ops)
     return Call(
         "writing the ledger",
         partial(writes.apply, session_id, ops),
@@ -279,6 +287,12 @@ def writing(shell: Shell, session_id: str, ops: Sequence[Op]) -> Call[list[bool]
         shell.orphans,
         op_deadline(shell.settings.op_timeout),
         write=True,
-        single=writes.one_statement(ops),
+        single=lone is not None or writes.one_statement(ops),
         again=partial(writes.apply_again, session_id, ops),
+        straight=None if lone is None else (lone, _changed),
     )
+
+
+def _changed(done: Outcome) -> list[bool]:
+    """A lone effect write's flag: whether it changed its row (``writes.lone_effect``)."""
+    return [done.rowcount == 1]
