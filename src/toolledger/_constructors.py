@@ -3,15 +3,16 @@
 A frozen dataclass's generated ``__init__`` sets each field with ``object.__setattr__``: the
 method looked up on ``object``, its arguments sliced into a new tuple, and the slot looked up
 again by name — about 650 instructions a field on CPython 3.11. A constructor that sets each
-slot through its descriptor (``slot_setters``) stores the very same value, for about half. A
-call builds two ``EffectRecord``s of 19 fields, its batch's ``Env`` and its tool's context; a
-turn two ``SessionState``s and two ``StoredMessage``s; every ledger or transcript read one
-record per row. For those classes alone the constructor is written out by hand, beside the
-class, with the generated one's signature; ``install`` puts it in place and keeps the generated
-one (``GENERATED``), against which ``tests/test_constructors.py`` checks every such class: the
-same parameters, kinds and defaults, and the same value in every field — a field added to one
-of these classes and not to its constructor fails there. (Generated for every class instead,
-it would be source run through ``exec``, which the code allows nowhere.)
+slot through its descriptor (``slot_setters``) stores the very same value in about 60% of the
+time (an ``EffectRecord``: 1.4 µs against 2.3). A call builds two ``EffectRecord``s of 19
+fields, its batch's ``Env``, its tool's context and its ops; a turn two ``SessionState``s and
+two ``StoredMessage``s besides; every ledger or transcript read one record per row. For those
+classes alone the constructor is written out by hand, beside the class, with the generated
+one's signature; ``install`` puts it in place and keeps the generated one (``GENERATED``),
+against which ``tests/test_constructors.py`` checks every such class: the same parameters,
+kinds and defaults, the same value in every field, the same refusals — a field added to one of
+these classes and not to its constructor fails there. (Generated for every class instead, it
+would be source run through ``exec``, which the code allows nowhere.)
 """
 
 from __future__ import annotations
