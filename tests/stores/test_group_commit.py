@@ -486,3 +486,43 @@ def test_a_leader_interrupted_before_it_commits_tells_the_callers_it_took(tmp_pa
     assert backend.apply("s", [InsertEffect(make_record("s", other))]) == [True]
     assert not backend._leading and not backend._queue
     store.close()
+
+
+def test_a_caller_interrupted_while_it_waits_never_has_its_batch_written(tmp_path: Path) -> None:
+    """A caller waiting for another's commit is interrupted (a ``KeyboardInterrupt``): its
+    batch, which no leader took yet, is never written — not by the commit it waited for, not by
+    the next caller's — since it was told it failed."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'w.db'}")
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    results: dict[str, object] = {}
+
+    def interrupt(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_name == "wait":  # ``Condition.wait``
+            raise KeyboardInterrupt
+
+    def write(name: str) -> None:
+        try:
+            results[name] = backend.apply("s", [InsertEffect(make_record("s", name))])
+        except BaseException as exc:
+            results[name] = exc
+
+    backend._lock.acquire()  # A leads alone, and waits for the connection
+    a = threading.Thread(target=write, args=("A",), name="A")
+    a.start()
+    while not backend._leading:
+        time.sleep(0.001)
+    threading.settrace(interrupt)  # type: ignore[arg-type]
+    b = threading.Thread(target=write, args=("B",), name="B")
+    b.start()
+    threading.settrace(None)  # type: ignore[arg-type]
+    b.join(10)
+    assert isinstance(results["B"], KeyboardInterrupt)
+    assert not backend._queue  # withdrawn, not left for the next leader
+    backend._lock.release()
+    a.join(10)
+    assert results["A"] == [True]
+    assert backend.apply("s", [InsertEffect(make_record("s", "C"))]) == [True]
+    assert sorted(backend.read_effects("s")) == ["A", "C"]
+    assert not backend._leading and not backend._queue
+    store.close()

@@ -356,12 +356,16 @@ class SQLiteBackend:
         try:
             with self._queue_lock:
                 self._queue.extend(group)
-                while self._leading and not first.done:
-                    self._waiting += 1
-                    try:
-                        self._queue_cv.wait(_WAKE_EVERY)
-                    finally:
-                        self._waiting -= 1
+                try:
+                    while self._leading and not first.done:
+                        self._waiting += 1
+                        try:
+                            self._queue_cv.wait(_WAKE_EVERY)
+                        finally:
+                            self._waiting -= 1
+                except BaseException as exc:  # (the lock is held again: ``Condition.wait``)
+                    self._withdraw(group, exc)
+                    raise
                 if not first.done:
                     self._leading = lead = True
                     taken, self._queue = self._queue, []
@@ -374,6 +378,17 @@ class SQLiteBackend:
             if lead:
                 self._leading = False  # first, with no call before it (``_wake``)
                 self._wake()
+
+    def _withdraw(self, group: list[Pending], exc: BaseException) -> None:
+        """A caller interrupted while it waited for another's commit (a ``KeyboardInterrupt``):
+        its batches no leader took yet leave the queue, answered as not written — none is
+        written after its caller was told it failed. One a leader took already is that
+        leader's to answer."""
+        mine = {id(p) for p in group}
+        withdrawn = [p for p in self._queue if id(p) in mine]
+        if withdrawn:
+            self._queue = [p for p in self._queue if id(p) not in mine]
+            self._unanswered(withdrawn, exc)
 
     def _unanswered(self, taken: list[Pending], exc: BaseException) -> None:
         """The leader was interrupted (a ``KeyboardInterrupt`` where ``_commit_group`` is
