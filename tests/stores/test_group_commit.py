@@ -439,6 +439,41 @@ def _written_from_another_thread(backend: SQLiteBackend, tool_use_id: str) -> bo
     return after == [[True]]
 
 
+class _Writers:
+    """Threads of one store each writing one effect named after the thread, and what each got:
+    its flags, or what it raised."""
+
+    def __init__(self, backend: SQLiteBackend) -> None:
+        self.backend = backend
+        self.results: dict[str, object] = {}
+
+    def _write(self, name: str) -> None:
+        try:
+            self.results[name] = self.backend.apply("s", [InsertEffect(make_record("s", name))])
+        except BaseException as exc:
+            self.results[name] = exc
+
+    def start(self, names: str, trace: Any = None) -> list[threading.Thread]:
+        """A thread for each of ``names``, started with ``trace`` (``threading.settrace``)."""
+        threading.settrace(trace)
+        try:
+            threads = [threading.Thread(target=self._write, args=(n,), name=n) for n in names]
+            for t in threads:
+                t.start()
+        finally:
+            threading.settrace(None)  # type: ignore[arg-type]
+        return threads
+
+    def stalled_leader(self) -> threading.Thread:
+        """ "A" writing alone, leading, and waiting for the connection, which the test holds
+        (``backend._lock``) until it releases it."""
+        self.backend._lock.acquire()
+        [a] = self.start("A")
+        while not self.backend._leading:
+            time.sleep(0.001)
+        return a
+
+
 def test_a_leader_interrupted_before_it_commits_tells_the_callers_it_took(tmp_path: Path) -> None:
     """A caller leading a group is interrupted (a ``KeyboardInterrupt`` where ``_commit_group``
     is entered) after it took the queue: the caller whose batch it took is told that nothing of
@@ -447,7 +482,8 @@ def test_a_leader_interrupted_before_it_commits_tells_the_callers_it_took(tmp_pa
     store = tl.open_store(f"sqlite:///{tmp_path / 'l.db'}")
     backend = store.backend
     assert isinstance(backend, SQLiteBackend)
-    results: dict[str, object] = {}
+    writers = _Writers(backend)
+    results = writers.results
     interrupted: list[str] = []
 
     def interrupt(frame: FrameType, event: str, arg: Any) -> None:
@@ -455,22 +491,8 @@ def test_a_leader_interrupted_before_it_commits_tells_the_callers_it_took(tmp_pa
             interrupted.append(threading.current_thread().name)
             raise KeyboardInterrupt
 
-    def write(name: str) -> None:
-        try:
-            results[name] = backend.apply("s", [InsertEffect(make_record("s", name))])
-        except BaseException as exc:
-            results[name] = exc
-
-    backend._lock.acquire()  # A leads alone, and waits for the connection
-    a = threading.Thread(target=write, args=("A",), name="A")
-    a.start()
-    while not backend._leading:
-        time.sleep(0.001)
-    threading.settrace(interrupt)  # type: ignore[arg-type]
-    others = [threading.Thread(target=write, args=(n,), name=n) for n in "BC"]
-    for t in others:
-        t.start()
-    threading.settrace(None)  # type: ignore[arg-type]
+    a = writers.stalled_leader()
+    others = writers.start("BC", interrupt)
     while backend._waiting < 2:  # B and C queued behind A
         time.sleep(0.001)
     backend._lock.release()
@@ -495,27 +517,15 @@ def test_a_caller_interrupted_while_it_waits_never_has_its_batch_written(tmp_pat
     store = tl.open_store(f"sqlite:///{tmp_path / 'w.db'}")
     backend = store.backend
     assert isinstance(backend, SQLiteBackend)
-    results: dict[str, object] = {}
+    writers = _Writers(backend)
+    results = writers.results
 
     def interrupt(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call" and frame.f_code.co_name == "wait":  # ``Condition.wait``
             raise KeyboardInterrupt
 
-    def write(name: str) -> None:
-        try:
-            results[name] = backend.apply("s", [InsertEffect(make_record("s", name))])
-        except BaseException as exc:
-            results[name] = exc
-
-    backend._lock.acquire()  # A leads alone, and waits for the connection
-    a = threading.Thread(target=write, args=("A",), name="A")
-    a.start()
-    while not backend._leading:
-        time.sleep(0.001)
-    threading.settrace(interrupt)  # type: ignore[arg-type]
-    b = threading.Thread(target=write, args=("B",), name="B")
-    b.start()
-    threading.settrace(None)  # type: ignore[arg-type]
+    a = writers.stalled_leader()
+    [b] = writers.start("B", interrupt)
     b.join(10)
     assert isinstance(results["B"], KeyboardInterrupt)
     assert not backend._queue  # withdrawn, not left for the next leader
