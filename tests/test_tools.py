@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 import pytest
@@ -153,3 +153,47 @@ def test_idempotency_key_is_the_same_in_another_process() -> None:
         env={"PYTHONHASHSEED": "123"},
     ).stdout.strip()
     assert out == idempotency_key("session-1", "toolu_1")
+
+
+@pytest.mark.parametrize("straight", [True, False], ids=["straight", "general"])
+def test_the_context_is_made_only_for_a_tool_that_asks_for_it(
+    straight: bool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool without a ``ToolContext`` parameter costs no key (a SHA-256 each call); one with
+    it gets the call's context, its key the session's, on either path of the engine."""
+    from toolledger import _switches as switches
+    from toolledger.engine import _attempt
+
+    monkeypatch.setattr(switches, "STRAIGHT", straight)
+    made: list[tuple[str, str]] = []
+
+    def counted(session_id: str, tool_use_id: str) -> str:
+        made.append((session_id, tool_use_id))
+        return idempotency_key(session_id, tool_use_id)
+
+    monkeypatch.setattr(_attempt, "idempotency_key", counted)
+    seen: list[tl.ToolContext] = []
+
+    @tl.tool
+    def plain(n: int) -> int:
+        return n
+
+    @tl.tool
+    def keyed(n: int, ctx: tl.ToolContext) -> int:
+        seen.append(ctx)
+        return n
+
+    def block(name: str, call_id: str) -> dict[str, Any]:
+        return {"type": "tool_use", "id": call_id, "name": name, "input": {"n": 1}}
+
+    with tl.open_store(f"sqlite:///{tmp_path / 'ledger.db'}") as store:
+        ledger = store.ledger("s")
+        out = tl.run_tool_uses([block("plain", "toolu_a")], [plain, keyed], ledger=ledger)
+        assert [r["content"] for r in out] == ["1"] and made == []
+        out = tl.run_tool_uses([block("keyed", "toolu_b")], [plain, keyed], ledger=ledger)
+        assert [r["content"] for r in out] == ["1"] and made == [("s", "toolu_b")]
+        assert [(c.session_id, c.tool_use_id, c.attempt, c.in_doubt) for c in seen] == [
+            ("s", "toolu_b", 1, False)
+        ]
+        assert seen[0].idempotency_key == idempotency_key("s", "toolu_b")
+        assert seen[0].remaining() is not None and 0 < seen[0].remaining() <= keyed.timeout

@@ -42,6 +42,7 @@ __all__ = [
     "created_of",
     "encode",
     "intent_of",
+    "invocation",
     "ran",
     "run",
     "unsent",
@@ -87,10 +88,31 @@ def context(
     however long the process was paused since. Its key is made from the session the call was
     made in (``record.key_session``: a branch's copy of its lineage's call forwards the
     lineage's key), else from this one."""
+    window = _window(env, tool, intent, began)
+    return _context(env, call, window, in_doubt=in_doubt, attempt=attempt, record=record)
+
+
+def _window(
+    env: Env, tool: Tool[Any, Any], intent: EffectRecord | None, began: float | None
+) -> tuple[float, float]:
+    """The monotonic clock now, and the seconds the attempt has left (``context``)."""
     monotonic = env.ledger.store.runtime.monotonic()
     left = tool.timeout if began is None else tool.timeout - (monotonic - began)
     if intent is not None and intent.deadline is not None:
         left = min(left, intent.deadline - env.now())
+    return monotonic, left
+
+
+def _context(
+    env: Env,
+    call: ToolCall,
+    window: tuple[float, float],
+    *,
+    in_doubt: bool,
+    attempt: int,
+    record: EffectRecord | None,
+) -> ToolContext:
+    monotonic, left = window
     return ToolContext(
         session_id=env.session_id,
         tool_use_id=call.tool_use_id,
@@ -102,6 +124,31 @@ def context(
         deadline=env.clock() + left,
         expires=monotonic + left,
     )
+
+
+def invocation(
+    env: Env,
+    call: ToolCall,
+    tool: Tool[Any, Any],
+    kwargs: dict[str, Any],
+    *,
+    in_doubt: bool,
+    attempt: int,
+    intent: EffectRecord | None,
+    record: EffectRecord | None,
+    began: float,
+) -> Invoke:
+    """The tool's call, under its context (``context``) if it takes one — only then is the
+    context built, its key a SHA-256 — and an async one cancelled when its deadline comes (what
+    the others judge by), not later."""
+    window = monotonic, left = _window(env, tool, intent, began)
+    ctx = (
+        _context(env, call, window, in_doubt=in_doubt, attempt=attempt, record=record)
+        if tool.takes_context
+        else None
+    )
+    timeout = max(0.0, monotonic + left - env.ledger.store.runtime.monotonic())
+    return Invoke(tool.invocation(kwargs, ctx), tool.is_async, timeout=timeout, ctx=ctx)
 
 
 def run(
@@ -147,20 +194,17 @@ def run(
         yield from flush(buf, env, [])
     elif consume is not None:
         buf.items.append(Buffered(consume, urgent=False, outcome=None))
-    ctx = context(
+    answer = yield invocation(
         env,
         call,
+        tool,
+        kwargs,
         in_doubt=action.in_doubt,
         attempt=attempt,
-        tool=tool,
         intent=intent,
         record=intent or record,
         began=began,
     )
-    # An async tool is cancelled when its deadline comes (what the others judge by), not later.
-    assert ctx.expires is not None
-    timeout = max(0.0, ctx.expires - env.ledger.store.runtime.monotonic())
-    answer = yield Invoke(tool.invocation(kwargs, ctx), tool.is_async, timeout=timeout, ctx=ctx)
     crash_point("before_record")
     return ran(
         call,

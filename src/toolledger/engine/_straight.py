@@ -27,7 +27,7 @@ from ..ops import InsertEffect, Op
 from ..records import EffectRecord, ToolCall
 from ..tools import InputError, Tool
 from . import _decide as decide
-from ._attempt import Again, after_intent, context, intent_of, ran, unsent
+from ._attempt import Again, after_intent, intent_of, invocation, ran, unsent
 from ._claims import to_claim
 from ._drivers import Commit, Invoke, IOContext, Request, commit_now, drive, invoke_now
 from ._outcomes import Buffer, CallOutcome, Env, Flushed, flush
@@ -151,20 +151,18 @@ def _answered(
 
 
 def _invocation(p: Plan, env: Env, intent: EffectRecord, began: float) -> Invoke:
-    """The tool's call under its context: cancelled (an async one) at the intent's deadline."""
-    ctx = context(
+    """The tool's call (``_attempt.invocation``)."""
+    return invocation(
         env,
         p.call,
+        p.tool,
+        p.kwargs,
         in_doubt=p.action.in_doubt,
         attempt=1,
-        tool=p.tool,
         intent=intent,
         record=intent,
         began=began,
     )
-    assert ctx.expires is not None
-    timeout = max(0.0, ctx.expires - env.ledger.store.runtime.monotonic())
-    return Invoke(p.tool.invocation(p.kwargs, ctx), p.tool.is_async, timeout=timeout, ctx=ctx)
 
 
 def _ran(

@@ -115,7 +115,7 @@ class SchemaTool(Tool[..., Any]):
             )
         return {_ARGUMENTS: raw}
 
-    def invocation(self, kwargs: dict[str, Any], ctx: ToolContext) -> Callable[[], Any]:
+    def invocation(self, kwargs: dict[str, Any], ctx: ToolContext | None) -> Callable[[], Any]:
         return _positional(self.fn, kwargs[_ARGUMENTS], self._context_param is not None, ctx)
 
     def check(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -147,7 +147,7 @@ def _second_param(fn: Callable[..., Any], where: str) -> str | None:
 
 
 def _positional(
-    fn: Callable[..., Any], arguments: dict[str, Any], with_ctx: bool, ctx: ToolContext
+    fn: Callable[..., Any], arguments: dict[str, Any], with_ctx: bool, ctx: ToolContext | None
 ) -> Callable[[], Any]:
     def call() -> Any:
         return fn(arguments, ctx) if with_ctx else fn(arguments)

@@ -31,7 +31,10 @@ def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def bound(
-    fn: Callable[..., Any], kwargs: dict[str, Any], context_param: str | None, ctx: ToolContext
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    context_param: str | None,
+    ctx: ToolContext | None,
 ) -> Callable[[], Any]:
     if context_param is not None:
         kwargs = {**kwargs, context_param: ctx}

@@ -124,8 +124,15 @@ class Tool(Generic[P, R]):
             ) from None
         return {param: getattr(model, name) for param, name in self._fields}
 
-    def invocation(self, kwargs: dict[str, Any], ctx: ToolContext) -> Callable[[], Any]:
-        """A zero-argument callable running the tool for one call (``ctx`` injected if asked)."""
+    @property
+    def takes_context(self) -> bool:
+        """Whether the tool asks for the call's ``ToolContext``: it is built (its idempotency
+        key a SHA-256) only for a tool that will see it."""
+        return self._context_param is not None
+
+    def invocation(self, kwargs: dict[str, Any], ctx: ToolContext | None) -> Callable[[], Any]:
+        """A zero-argument callable running the tool for one call (``ctx`` injected if asked:
+        ``None`` only for a tool that does not, ``takes_context``)."""
         return bound(self.fn, kwargs, self._context_param, ctx)
 
     def check_invocation(self, kwargs: dict[str, Any], ctx: ToolContext) -> Callable[[], Any]:
