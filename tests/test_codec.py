@@ -198,3 +198,51 @@ def test_json_text_takes_any_default_and_uses_the_one_it_was_given() -> None:
     assert json_text({"a": object()}, default=_Prefixer("p:")) == '{"a": "p:object"}'
     assert json_text(object(), default=_Tagged("x", 1)) == '"x1"'
     assert json_text(object(), default=_Tagged("x", 2)) == '"x2"'
+
+
+@given(json_values | st.floats())
+def test_the_encoders_made_once_write_what_json_dumps_writes(value: Any) -> None:
+    """``codec._one_shot``: the same text as ``json.dumps`` with the same options, or the same
+    error."""
+
+    def both(ours: Any, theirs: Any) -> None:
+        try:
+            expected: Any = theirs()
+        except ValueError as exc:
+            expected = (ValueError, str(exc))
+        try:
+            got: Any = ours()
+        except ValueError as exc:
+            got = (ValueError, str(exc))
+        assert got == expected
+
+    both(
+        lambda: canonical_json(value),
+        lambda: json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+        ),
+    )
+    both(lambda: json_text(value), lambda: json.dumps(value, ensure_ascii=False, allow_nan=False))
+    both(
+        lambda: json_text(value, separators=(",", ":"), allow_nan=True),
+        lambda: json.dumps(value, ensure_ascii=False, separators=(",", ":")),
+    )
+
+
+def test_a_value_that_holds_itself_is_refused_as_json_dumps_refuses_it() -> None:
+    """The encoders made once keep no record of the containers they are inside: a cycle is
+    found as too deep, then told as ``json.dumps`` tells it; a value merely too deep is the
+    ``RecursionError`` it always was; and nothing is left behind that refuses the next value."""
+    looped: list[Any] = [1]
+    looped.append({"again": looped})
+    for encode in (canonical_json, json_text):
+        with pytest.raises(ValueError, match="Circular reference detected"):
+            encode(looped)
+        assert encode([looped[0], {"again": [1]}]) in ('[1,{"again":[1]}]', '[1, {"again": [1]}]')
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(RecursionError):
+        canonical_json(deep)
+    assert "Circular reference" in (encode_result(looped).note or "")
+    assert encode_result({"a": 1}).stored == '{"a": 1}'

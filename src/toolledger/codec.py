@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
+from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any
 
 __all__ = [
@@ -43,7 +44,41 @@ _PREVIEW_CHARS = 2000
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-_UNESCAPED = json.JSONEncoder(ensure_ascii=False, check_circular=False)
+_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # None where _json is not built
+
+
+def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """``encoder.encode``, made once. ``json.JSONEncoder.encode`` builds its C encoder, and a
+    dict of the containers it is inside (to catch a value that holds itself), at every call:
+    a third of its time for a message. This one is the same C encoder, built once, without
+    that dict — it keeps no state between calls, so threads share it. A value that holds itself
+    then fails as too deep (``RecursionError``), and ``encoder.encode`` is asked again, to say
+    what it says of it (``ValueError: Circular reference detected``)."""
+    if _C_ENCODER is None or encoder.indent is not None:
+        return encoder.encode
+    made = _C_ENCODER(
+        None,
+        encoder.default,
+        encode_basestring_ascii if encoder.ensure_ascii else encode_basestring,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+    join = "".join
+
+    def encode(value: Any) -> str:
+        try:
+            return join(made(value, 0))
+        except RecursionError:
+            return encoder.encode(value)
+
+    return encode
+
+
+_UNESCAPED = _one_shot(json.JSONEncoder(ensure_ascii=False, check_circular=False))
 
 
 def valid_unicode(value: Any) -> Any:
@@ -57,7 +92,7 @@ def valid_unicode(value: Any) -> Any:
         # One C-encoded pass finds out whether there is anything to replace (half the cost of
         # walking it in Python); a value JSON cannot hold is walked.
         try:
-            text = _UNESCAPED.encode(value)
+            text = _UNESCAPED(value)
         except (TypeError, ValueError, RecursionError):
             pass
         else:
@@ -171,11 +206,11 @@ def canonical_json(value: Any) -> str:
 
     Raises ``ValueError``/``TypeError`` for values JSON cannot hold (NaN, sets, cycles).
     """
-    return _CANONICAL.encode(value)
+    return _CANONICAL(value)
 
 
-_CANONICAL = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+_CANONICAL = _one_shot(
+    json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 )
 
 
@@ -218,18 +253,18 @@ def _sized_json(
     default: Callable[[Any], Any] | None,
 ) -> tuple[str, int, bool]:
     """``json_text``'s text, its size in UTF-8 bytes, and whether it had to be ASCII-escaped."""
-    text = _encoder(False, separators, allow_nan, default).encode(value)
+    text = _encoder(False, separators, allow_nan, default)(value)
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         # Lone surrogates cannot be stored as UTF-8; the escaped form is still the same value.
-        text = _encoder(True, separators, allow_nan, default).encode(value)
+        text = _encoder(True, separators, allow_nan, default)(value)
         return text, len(text), True
     return text, size, False
 
 
 _Options = tuple[bool, tuple[str, str] | None, bool, Callable[[Any], Any] | None]
-_ENCODERS: dict[_Options, json.JSONEncoder] = {}
+_ENCODERS: dict[_Options, Callable[[Any], str]] = {}
 
 
 def _encoder(
@@ -237,21 +272,23 @@ def _encoder(
     separators: tuple[str, str] | None,
     allow_nan: bool,
     default: Callable[[Any], Any] | None,
-) -> json.JSONEncoder:
-    """The encoder ``json.dumps`` would build for these options, built once per set of options
-    (``json.dumps`` builds one at every call unless every option is its default). An encoder
-    keeps no state between calls. Of the ``default`` functions, only ours (``_to_jsonable``, a
+) -> Callable[[Any], str]:
+    """The ``encode`` of the encoder ``json.dumps`` would build for these options, built once
+    per set of options (``json.dumps`` builds one at every call unless every option is its
+    default; ``_one_shot``). Of the ``default`` functions, only ours (``_to_jsonable``, a
     tool's result) is kept: a caller's may be any callable — unhashable, or equal to another
     that does something else —, so an encoder for it is built each time."""
     if default is not None and default is not _to_jsonable:
         return json.JSONEncoder(
             ensure_ascii=ascii_only, separators=separators, allow_nan=allow_nan, default=default
-        )
+        ).encode
     options = (ascii_only, separators, allow_nan, default)
     found = _ENCODERS.get(options)
     if found is None:
-        found = _ENCODERS[options] = json.JSONEncoder(
-            ensure_ascii=ascii_only, separators=separators, allow_nan=allow_nan, default=default
+        found = _ENCODERS[options] = _one_shot(
+            json.JSONEncoder(
+                ensure_ascii=ascii_only, separators=separators, allow_nan=allow_nan, default=default
+            )
         )
     return found
 
