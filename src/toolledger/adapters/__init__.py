@@ -30,6 +30,7 @@ from ._shapes import (
     Provider,
     ResultShape,
     check_call_id,
+    field,
     transcript_kind,
 )
 from .anthropic import AnthropicProvider, read_tool_uses, tool_result
@@ -61,8 +62,13 @@ def read_calls(content: Any) -> tuple[list[ToolCall], ResultShape]:
     """The tool calls of ``content`` and the shape their results take.
 
     Anthropic content blocks (SDK objects or dicts, or a whole message) are the default; other
-    adapters register readers for their shapes.
+    adapters register readers for their shapes. A list holding a ``tool_use`` block is
+    Anthropic's whatever else it holds (no other API has that type), told at once.
     """
+    if type(content) is list and "tool_use" in {
+        b.get("type") if type(b) is dict else field(b, "type") for b in content
+    }:
+        return read_tool_uses(content), tool_result
     for reader in _READERS:
         found = reader(content)
         if found is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..codec import MAX_NESTING, input_hash, nesting, shallow, valid_unicode
@@ -46,16 +47,13 @@ def read_tool_uses(content: Any) -> list[ToolCall]:
     calls: list[ToolCall] = []
     seen: set[str] = set()
     for index, block in enumerate(content):
-        kind = field(block, "type")
+        read = block.get if type(block) is dict else partial(field, block)  # a dict read as one
+        kind = read("type")
         if kind is None:
             raise MalformedContentError(f"content block {index} has no 'type': {block!r:.200}")
         if kind != "tool_use":
             continue
-        tool_use_id, name, raw_input = (
-            field(block, "id"),
-            field(block, "name"),
-            field(block, "input"),
-        )
+        tool_use_id, name, raw_input = read("id"), read("name"), read("input")
         if not isinstance(tool_use_id, str) or not tool_use_id:
             raise MalformedContentError(f"tool_use block {index} has no string 'id'")
         check_call_id(tool_use_id, f"tool_use block {index}")
