@@ -150,7 +150,8 @@ class Env:
             status=status,
             attempt=attempt,
             result=result,
-            error=valid_unicode(error),  # an exception's text may hold what no store can encode
+            # An exception's text may hold what no store can encode.
+            error=None if error is None else valid_unicode(error),
             created_at=created_at if created_at is not None else now,
             updated_at=now,
             approved_by=approved_by,

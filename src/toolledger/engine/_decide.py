@@ -97,6 +97,12 @@ class Run:
     settled: str | None = None
 
 
+_RUN = Run(in_doubt=False)
+_RERUN = Run(in_doubt=True)
+"""A fresh call's run and an in-doubt one's re-run, made once: every call decides one (a
+frozen value, so one object serves them all)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Unresolved:
     """In doubt and nothing may decide it automatically: answer ``is_error`` and leave the record
@@ -244,7 +250,7 @@ def first_step(
             # read_only / idempotent / key-forwarding: a second run leaves the world as one run.
             # A high-impact one was approved when its intent was written; re-running it does
             # not add an effect, so it is not a new question for the approver.
-            return Run(in_doubt=True)
+            return _RERUN
         if tool.has_check:
             return Check()
         if can_ask:
@@ -258,7 +264,7 @@ def first_step(
         return Unresolved(in_doubt_message(call.name, "the process stopped while it ran"))
     if tool.high_impact:
         return Ask(in_doubt=False, reason=f"{call.name!r} is high-impact")
-    return Run(in_doubt=False)
+    return _RUN
 
 
 def writes_first(action: Action, tool: Tool[Any, Any] | None) -> bool:
