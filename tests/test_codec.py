@@ -18,6 +18,7 @@ from toolledger.codec import (
     encode_result,
     input_hash,
     json_text,
+    json_text_with,
     nesting,
     valid_unicode,
 )
@@ -246,3 +247,14 @@ def test_a_value_that_holds_itself_is_refused_as_json_dumps_refuses_it() -> None
         canonical_json(deep)
     assert "Circular reference" in (encode_result(looped).note or "")
     assert encode_result({"a": 1}).stored == '{"a": 1}'
+
+
+_SURROGATES = st.text(alphabet=st.sampled_from(["a", "é", "\ud800", "\udfff", "\U0001f600"]))
+
+
+@given(json_values | _SURROGATES | st.lists(_SURROGATES, max_size=3))
+def test_json_text_with_fixed_options_is_json_text(value: Any) -> None:
+    """The encoder found once for one set of options writes what ``json_text`` writes with
+    them, a lone surrogate's escaped form included."""
+    for options in ({}, {"separators": (",", ":"), "allow_nan": True}):
+        assert json_text_with(**options)(value) == json_text(value, **options)

@@ -29,6 +29,7 @@ __all__ = [
     "idempotency_key",
     "input_hash",
     "json_text",
+    "json_text_with",
     "nesting",
     "shallow",
     "shown_as_data",
@@ -244,6 +245,26 @@ def json_text(
     ``separators``, ``allow_nan`` and ``default`` are ``json.dumps``'s; raises what it raises.
     """
     return _sized_json(value, separators, allow_nan, default)[0]
+
+
+def json_text_with(
+    *, separators: tuple[str, str] | None = None, allow_nan: bool = False
+) -> Callable[[Any], str]:
+    """``json_text`` for one set of options, its encoders found once: for a caller that
+    encodes with the same options every time (the SQL stores' transcript JSON, on every
+    turn)."""
+    plain = _encoder(False, separators, allow_nan, None)
+    escaped = _encoder(True, separators, allow_nan, None)
+
+    def text(value: Any) -> str:
+        found = plain(value)
+        try:
+            found.encode("utf-8")
+        except UnicodeEncodeError:
+            return escaped(value)  # lone surrogates: the escaped form is still the same value
+        return found
+
+    return text
 
 
 def _sized_json(

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..._lineage import Branch, lineage_from_json, lineage_json
-from ...codec import json_text
+from ...codec import json_text_with
 from ...errors import CorruptLedgerError
 from ...ops import InsertEffect, PutApproval, PutSession, TakeLease, UpdateEffect
 from ...records import (
@@ -29,10 +29,8 @@ from ...records import (
     history_json,
 )
 
-
-def sql_json(value: Any) -> str:
-    """Transcript, history and approval JSON as the SQL stores keep it: compact."""
-    return json_text(value, separators=(",", ":"), allow_nan=True)
+sql_json = json_text_with(separators=(",", ":"), allow_nan=True)
+"""Transcript, history and approval JSON as the SQL stores keep it: compact (``json_text``)."""
 
 
 # -- effects -------------------------------------------------------------------------------------
