@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -230,23 +233,73 @@ def test_the_encoders_made_once_write_what_json_dumps_writes(value: Any) -> None
     )
 
 
-def test_a_value_that_holds_itself_is_refused_as_json_dumps_refuses_it() -> None:
-    """The encoders made once keep no record of the containers they are inside: a cycle is
-    found as too deep, then told as ``json.dumps`` tells it; a value merely too deep is the
-    ``RecursionError`` it always was; and nothing is left behind that refuses the next value."""
-    looped: list[Any] = [1]
-    looped.append({"again": looped})
-    for encode in (canonical_json, json_text):
-        with pytest.raises(ValueError, match="Circular reference detected"):
-            encode(looped)
-        assert encode([looped[0], {"again": [1]}]) in ('[1,{"again":[1]}]', '[1, {"again": [1]}]')
-    deep: Any = []
-    for _ in range(100_000):
-        deep = [deep]
-    with pytest.raises(RecursionError):
-        canonical_json(deep)
-    assert "Circular reference" in (encode_result(looped).note or "")
+def test_a_value_that_holds_itself_is_refused_at_once() -> None:
+    """The encoders called straight keep ``json``'s check for a value that holds itself: it is
+    refused where it first comes back (not after recursing to the limit, writing what sits
+    above it again at every level: a 1 MB text, a thousand times), and nothing is left behind
+    that refuses the next value."""
+    looped: dict[str, Any] = {"body": "x" * 1_000_000}
+    looped["again"] = [looped]
+    tracemalloc.start()
+    try:
+        for encode in (canonical_json, json_text, json_text_with(separators=(",", ":"))):
+            with pytest.raises(ValueError, match="Circular reference detected"):
+                encode(looped)
+            assert encode([1, {"again": [1]}]).replace(" ", "") == '[1,{"again":[1]}]'
+        note = encode_result(looped).note or ""
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "Circular reference" in note
+    assert peak < 40_000_000, f"{peak:,} bytes at the peak: the value was written again and again"
     assert encode_result({"a": 1}).stored == '{"a": 1}'
+
+
+def test_a_result_json_cannot_hold_is_named_as_such() -> None:
+    """A result holding what JSON cannot hold (a ``datetime``, a ``set``) is recorded as a note
+    naming its type — not as a value that holds itself, which it is not."""
+    import datetime
+
+    for value, kind in ((datetime.datetime(2024, 1, 1), "datetime"), ({1, 2}, "set")):
+        note = encode_result({"at": value}).note or ""
+        assert f"Object of type {kind} is not JSON serializable" in note, note
+        assert "Circular" not in note
+
+
+def test_an_awkward_result_is_recorded_under_a_raised_recursion_limit(tmp_path: Any) -> None:
+    """With the recursion limit raised far past what the C stack holds, a result that holds
+    itself, or holds a ``datetime``, is still recorded as a note: the process does not crash
+    between the tool's effect and its outcome's record."""
+    program = f"""
+import datetime, json, sys
+import toolledger as tl
+sys.setrecursionlimit(100_000)
+looped = {{"body": "x"}}
+looped["again"] = looped
+results = {{"looped": looped, "dated": {{"at": datetime.datetime(2024, 1, 1)}}}}
+
+@tl.tool
+def fetch(what: str) -> object:
+    return results[what]
+
+with tl.open_store("sqlite:///{tmp_path / "ledger.db"}") as store:
+    blocks = [
+        {{"type": "tool_use", "id": f"toolu_{{w}}", "name": "fetch", "input": {{"what": w}}}}
+        for w in results
+    ]
+    out = tl.run_tool_uses(blocks, [fetch], ledger=store.ledger("s"))
+    print(json.dumps([json.loads(r["content"])["reason"] for r in out]))
+    print(sorted(r.status.value for r in store.ledger("s").records()))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    reasons, statuses = done.stdout.strip().splitlines()
+    first, second = json.loads(reasons)
+    assert "Circular reference detected" in first
+    assert "Object of type datetime is not JSON serializable" in second
+    assert statuses == "['succeeded', 'succeeded']"
 
 
 _SURROGATES = st.text(alphabet=st.sampled_from(["a", "é", "\ud800", "\udfff", "\U0001f600"]))

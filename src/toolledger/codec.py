@@ -49,16 +49,16 @@ _C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # None where _j
 
 
 def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
-    """``encoder.encode``, made once. ``json.JSONEncoder.encode`` builds its C encoder, and a
-    dict of the containers it is inside (to catch a value that holds itself), at every call:
-    a third of its time for a message. This one is the same C encoder, built once, without
-    that dict — it keeps no state between calls, so threads share it. A value that holds itself
-    then fails as too deep (``RecursionError``), and ``encoder.encode`` is asked again, to say
-    what it says of it (``ValueError: Circular reference detected``)."""
+    """``encoder.encode`` without the Python around it: ``json.JSONEncoder.encode`` goes
+    through ``iterencode``, which builds a closure and looks every option up again at each call,
+    before the C encoder it makes does the work. This calls that C encoder directly, made with
+    the same options — with a new dict of the containers it is inside for each value, as
+    ``iterencode`` makes one, when ``encoder`` checks for a value that holds itself (so one is
+    refused at once, ``ValueError: Circular reference detected``, and threads share nothing).
+    Where the C encoder is not built, ``encoder.encode`` itself."""
     if _C_ENCODER is None or encoder.indent is not None:
         return encoder.encode
-    made = _C_ENCODER(
-        None,
+    options = (
         encoder.default,
         encode_basestring_ascii if encoder.ensure_ascii else encode_basestring,
         None,
@@ -68,15 +68,20 @@ def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
         encoder.skipkeys,
         encoder.allow_nan,
     )
+    make = _C_ENCODER
     join = "".join
+    if not encoder.check_circular:
+        made = make(None, *options)  # keeps nothing between values: built once
 
-    def encode(value: Any) -> str:
-        try:
+        def unchecked(value: Any) -> str:
             return join(made(value, 0))
-        except RecursionError:
-            return encoder.encode(value)
 
-    return encode
+        return unchecked
+
+    def checked(value: Any) -> str:
+        return join(make({}, *options)(value, 0))
+
+    return checked
 
 
 _UNESCAPED = _one_shot(json.JSONEncoder(ensure_ascii=False, check_circular=False))
@@ -329,13 +334,15 @@ class EncodedResult:
 
 
 def _to_jsonable(value: Any) -> Any:
-    """Convert pydantic models and dataclasses; leave everything else to ``json``."""
+    """Convert pydantic models and dataclasses; refuse anything else JSON cannot hold, as
+    ``json``'s own ``default`` does. (Given back as it was, it would be encoded again, and
+    refused as a value that holds itself.)"""
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         return dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
-    return value
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def content_of(stored: str) -> str:

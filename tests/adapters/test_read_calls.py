@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from anthropic.types import TextBlock, ToolUseBlock
 
+from toolledger import adapters
 from toolledger.adapters import read_calls
 from toolledger.adapters.anthropic import read_tool_uses, tool_result
 from toolledger.adapters.openai import read_openai
@@ -37,6 +38,8 @@ CONTENTS: list[Any] = [
     [{"id": "call_2", "type": "function", "function": {"name": "noop", "arguments": "{}"}}],
     {"role": "assistant", "content": [_use("toolu_4")]},
     {"role": "assistant", "content": None, "tool_calls": []},
+    [{"type": ["text"], "text": "a type that cannot be hashed"}, _use("toolu_5")],
+    [{"type": {"kind": "text"}}],
 ]
 
 
@@ -66,3 +69,20 @@ def test_a_list_holding_a_tool_use_is_refused_as_the_anthropic_reader_refuses_it
     with pytest.raises(MalformedContentError) as theirs:
         read_tool_uses(content)
     assert str(ours.value) == str(theirs.value)
+
+
+def test_a_registered_reader_is_asked_before_a_tool_use_list_is_told_anthropic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shortcut holds only while no other reader is registered: one that is (``register``)
+    is asked in its turn, as before."""
+    asked: list[Any] = []
+
+    def mine(content: Any) -> Any:
+        asked.append(content)
+        return [], tool_result
+
+    monkeypatch.setattr(adapters, "_READERS", list(adapters._READERS))
+    adapters.register(reader=mine)
+    content = [_use("toolu_1")]
+    assert read_calls(content) == ([], tool_result) and asked == [content]

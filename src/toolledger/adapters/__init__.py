@@ -63,12 +63,13 @@ def read_calls(content: Any) -> tuple[list[ToolCall], ResultShape]:
 
     Anthropic content blocks (SDK objects or dicts, or a whole message) are the default; other
     adapters register readers for their shapes. A list holding a ``tool_use`` block is
-    Anthropic's whatever else it holds (no other API has that type), told at once.
+    Anthropic's whatever else it holds (no other API has that type): while no other reader is
+    registered, it is told so at once, without the OpenAI probes.
     """
-    if type(content) is list and "tool_use" in {
-        b.get("type") if type(b) is dict else field(b, "type") for b in content
-    }:
-        return read_tool_uses(content), tool_result
+    if type(content) is list and len(_READERS) == 1:  # ``read_openai`` alone: it would pass
+        for b in content:
+            if (b.get("type") if type(b) is dict else field(b, "type")) == "tool_use":
+                return read_tool_uses(content), tool_result
     for reader in _READERS:
         found = reader(content)
         if found is not None:
