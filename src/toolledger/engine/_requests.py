@@ -98,7 +98,9 @@ class Invoke:
     fn: Callable[[], Any]
     is_async: bool
     timeout: float | None = None
-    ctx: ToolContext | None = None  # the call it serves (for drivers that watch, not to use)
+    ctx: ToolContext | None = None
+    """The call it serves (for drivers that watch, not to use): ``None`` for a tool that takes
+    no context, which is not made for it (``Tool.takes_context``)."""
     check: bool = False  # the tool's ``check``, not the tool
 
 
