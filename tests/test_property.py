@@ -67,10 +67,13 @@ def test_non_idempotent_ids_execute_at_most_once(
 
     approved_reruns: Counter[str] = Counter()
 
-    def approve(req: tl.ApprovalRequest) -> bool:
+    def approve(req: tl.ApprovalRequest) -> bool | tl.Decision:
         yes = approve_odd == (int(req.tool_use_id[-1]) % 2 == 1)
         if yes and req.in_doubt:
+            # Only an answer that names the re-run runs a call in doubt again (a plain yes
+            # leaves it in doubt, and warns): each such answer allows one execution more.
             approved_reruns[req.tool_use_id] += 1
+            return tl.Decision(approved=True, rerun=True)
         return yes
 
     with tempfile.TemporaryDirectory() as tmp:
