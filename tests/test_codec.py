@@ -9,6 +9,7 @@ import sys
 import tracemalloc
 from typing import Any
 
+import pydantic
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -260,7 +261,14 @@ def test_a_result_json_cannot_hold_is_named_as_such() -> None:
     naming its type — not as a value that holds itself, which it is not."""
     import datetime
 
-    for value, kind in ((datetime.datetime(2024, 1, 1), "datetime"), ({1, 2}, "set")):
+    class Model(pydantic.BaseModel):
+        n: int
+
+    for value, kind in (
+        (datetime.datetime(2024, 1, 1), "datetime"),
+        ({1, 2}, "set"),
+        (Model, "ModelMetaclass"),
+    ):
         note = encode_result({"at": value}).note or ""
         assert f"Object of type {kind} is not JSON serializable" in note, note
         assert "Circular" not in note

@@ -274,8 +274,8 @@ class Requests(Truth):
     def _invoke(self, w: Worker, request: Invoke) -> None:
         gen, p = w.gen, w.process
         ctx = request.ctx
-        # Every simulated tool takes its context: the only way an attempt is told here.
-        assert ctx is not None or request.check, "a simulated tool without a ToolContext"
+        if ctx is None and not request.check:  # (not an ``assert``: kept under ``python -O``)
+            raise AssertionError("a simulated tool takes its ToolContext: how its attempt is told")
         key = (ctx.session_id, ctx.tool_use_id, ctx.attempt) if ctx is not None else None
         if key is not None and not request.check:
             w.invoking = key
