@@ -50,12 +50,12 @@ _C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # None where _j
 
 def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
     """``encoder.encode`` without the Python around it: ``json.JSONEncoder.encode`` goes
-    through ``iterencode``, which builds a closure and looks every option up again at each call,
-    before the C encoder it makes does the work. This calls that C encoder directly, made with
-    the same options — with a new dict of the containers it is inside for each value, as
-    ``iterencode`` makes one, when ``encoder`` checks for a value that holds itself (so one is
-    refused at once, ``ValueError: Circular reference detected``, and threads share nothing).
-    Where the C encoder is not built, ``encoder.encode`` itself."""
+    through ``iterencode``, which defines a nested function and looks every option up again at
+    each call, before the C encoder it makes does the work. This calls that C encoder directly,
+    made with the same options — with a new dict of the containers it is inside for each
+    value, as ``iterencode`` makes one, when ``encoder`` checks for a value that holds itself
+    (so one is refused at once, ``ValueError: Circular reference detected``, and threads share
+    nothing). Where the C encoder is not built, ``encoder.encode`` itself."""
     if _C_ENCODER is None or encoder.indent is not None:
         return encoder.encode
     options = (
