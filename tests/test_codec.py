@@ -206,7 +206,7 @@ def test_json_text_takes_any_default_and_uses_the_one_it_was_given() -> None:
 
 
 @given(json_values | st.floats())
-def test_the_encoders_made_once_write_what_json_dumps_writes(value: Any) -> None:
+def test_the_encoders_called_straight_write_what_json_dumps_writes(value: Any) -> None:
     """``codec._one_shot``: the same text as ``json.dumps`` with the same options, or the same
     error."""
 
