@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import subprocess
 import sys
@@ -259,7 +260,6 @@ def test_a_value_that_holds_itself_is_refused_at_once() -> None:
 def test_a_result_json_cannot_hold_is_named_as_such() -> None:
     """A result holding what JSON cannot hold (a ``datetime``, a ``set``) is recorded as a note
     naming its type — not as a value that holds itself, which it is not."""
-    import datetime
 
     class Model(pydantic.BaseModel):
         n: int

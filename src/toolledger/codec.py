@@ -337,10 +337,8 @@ def _to_jsonable(value: Any) -> Any:
     """Convert pydantic models and dataclasses; refuse anything else JSON cannot hold, as
     ``json``'s own ``default`` does. (Given back as it was, it would be encoded again, and
     refused as a value that holds itself.)"""
-    if isinstance(value, type):  # a model or dataclass class itself, not one of its values
-        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
     dump = getattr(value, "model_dump", None)
-    if callable(dump):
+    if callable(dump) and not isinstance(value, type):  # a model class is not one of its values
         return dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
