@@ -8,7 +8,7 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -536,3 +536,81 @@ def test_a_caller_interrupted_while_it_waits_never_has_its_batch_written(tmp_pat
     assert sorted(backend.read_effects("s")) == ["A", "C"]
     assert not backend._leading and not backend._queue
     store.close()
+
+
+def test_a_task_interrupted_while_it_gathers_a_group_leaves_the_loop_able_to_commit(
+    tmp_path: Path,
+) -> None:
+    """The task leading a group is interrupted (a ``KeyboardInterrupt``, as a signal raises
+    one where a function is entered or resumed) at each point of its gathering in turn, on a
+    loop that is run again afterwards: the task queued behind it is answered — told its batch
+    was not written, or that it was, truthfully — and the next commit on that loop goes
+    through instead of waiting forever for a group nobody leads."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'g.db'}")
+    at = 0
+    while _gathering_interrupted(store, at):
+        at += 1
+    assert at >= 5  # the gathering was entered (and resumed) that many times, each interrupted
+    store.close()
+
+
+def _gathering_interrupted(store: tl.Store, at: int) -> bool:
+    """Two tasks commit one effect each, ``leader`` first; ``leader`` is interrupted as it
+    enters (or resumes) a function of its gathering for the ``at``-th time (from 0): whether it
+    was. Checks what each task was told against the store, then that the loop commits again."""
+    loop = asyncio.new_event_loop()
+    entered = 0
+
+    def interrupt(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal entered
+        task = asyncio.current_task(loop) if event == "call" else None
+        in_gathering = frame.f_code.co_name in {"_lead", "sleep"}
+        if task is not None and task.get_name() == "leader" and in_gathering:
+            entered += 1
+            if entered == at + 1:
+                raise KeyboardInterrupt
+        return None
+
+    leader_id, follower_id = f"lead-{at}", f"follow-{at}"
+
+    def commit(tool_use_id: str, name: str) -> asyncio.Task[list[bool]]:
+        ops = [InsertEffect(make_record("s", tool_use_id))]
+        return loop.create_task(_coroutine(store.aapply("s", ops)), name=name)
+
+    leader, follower = commit(leader_id, "leader"), commit(follower_id, "follower")
+    sys.settrace(interrupt)
+    try:
+        loop.run_until_complete(leader)  # the follower queues behind it as it gathers
+        interrupted = False
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        sys.settrace(None)
+    try:
+        told = loop.run_until_complete(_answer(follower))
+        after = loop.run_until_complete(_answer(commit(f"after-{at}", "after")))
+    finally:
+        loop.close()
+    assert after == [True], f"interrupted at {at}: the loop could not commit again ({after})"
+    written = set(store.backend.read_effects("s"))
+    if interrupted:
+        if told == [True]:
+            assert follower_id in written
+        else:
+            assert isinstance(told, tl.StoreError) and "nothing of it was written" in str(told)
+            assert follower_id not in written
+        assert leader_id not in written, "the interrupted task was told its batch failed"
+    return interrupted
+
+
+async def _coroutine(awaitable: Awaitable[list[bool]]) -> list[bool]:
+    return await awaitable
+
+
+async def _answer(task: asyncio.Task[list[bool]]) -> list[bool] | BaseException | None:
+    """What ``task`` was told: its flags, or the error it raised — ``None`` if it was told
+    nothing within 5 seconds (not cancelled: a task that waits forever would wait on)."""
+    await asyncio.wait({task}, timeout=5)
+    if not task.done():
+        return None
+    return task.exception() or task.result()

@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast, runtime_checkable
 
+from ..errors import StoreError
 from ..ops import Op
 from ..records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 
@@ -175,6 +176,8 @@ class GroupCommit(Protocol):
     """Optional: a backend that commits the batches of several callers in one transaction (one
     fsync for all) while each batch keeps the meaning ``apply`` gives it."""
 
+    url: str
+
     def apply_group(self, group: list[Pending]) -> None:
         """Commit the batches of ``group`` in one transaction (which may hold other callers'
         batches too), in order, each all or nothing; set each one's ``flags`` or ``error``
@@ -285,21 +288,36 @@ class _Group:
 async def _lead(group: _Group, me: Pending, backend: GroupCommit) -> None:
     """Gather a group behind ``me``, then commit it. The loop runs until a turn brings no batch:
     one turn alone would miss the tasks woken by a worker thread (a sync tool's), which take
-    two to get here."""
+    two to get here.
+
+    A cancellation while gathering commits the group all the same. Anything else raised before
+    the commit (a ``KeyboardInterrupt``, which a signal raises where a function is entered or
+    resumed) ends the group unwritten: the batches queued behind ``me`` are told so, as the
+    commit's own interruption tells them (``interrupted``), and the group is no longer the one
+    being gathered — a later batch on this loop leads its own instead of waiting, forever, for
+    a commit nobody will make."""
     committed = group.committed = group.loop.create_future()
+    followers: list[tuple[Pending, asyncio.Future[None]]] = []
     cancelled: asyncio.CancelledError | None = None
     try:
-        for _ in range(GATHER_TURNS):
-            before = len(group.followers)
-            await asyncio.sleep(0)  # the tasks ready now queue their batches behind ours
-            if len(group.followers) == before:
-                break
-    except asyncio.CancelledError as exc:
-        cancelled = exc  # committed all the same: the followers' batches are in it
-    followers, group.followers, group.committed = group.followers, [], None
-    group.alone = None if followers else asyncio.current_task()
-    try:
+        try:
+            for _ in range(GATHER_TURNS):
+                before = len(group.followers)
+                await asyncio.sleep(0)  # the tasks ready now queue their batches behind ours
+                if len(group.followers) == before:
+                    break
+        except asyncio.CancelledError as exc:
+            cancelled = exc  # committed all the same: the followers' batches are in it
+        followers, group.followers, group.committed = group.followers, [], None
+        group.alone = None if followers else asyncio.current_task()
         backend.apply_group([me, *(p for p, _ in followers)])
+    except BaseException as exc:
+        if group.committed is committed:  # raised while gathering
+            followers, group.followers, group.committed = group.followers, [], None
+        for p, _ in followers:
+            if not p.done:  # not taken by a commit, or taken by none that answered it
+                p.flags, p.error, p.done = None, interrupted(backend.url, exc), True
+        raise
     finally:
         committed.set_result(None)
         for _, done in followers:
@@ -307,6 +325,17 @@ async def _lead(group: _Group, me: Pending, backend: GroupCommit) -> None:
                 done.set_result(None)
     if cancelled is not None:
         raise cancelled
+
+
+def interrupted(url: str, exc: BaseException) -> StoreError:
+    """What a batch's caller is told when the commit that was to hold it was interrupted
+    (``exc``) before it was written."""
+    return StoreError(
+        f"{url}: the commit that was to hold this batch was interrupted "
+        f"({type(exc).__name__}) before it was written; nothing of it was written. "
+        "Send it again.",
+        url=url,
+    )
 
 
 async def _follow(group: _Group, committed: asyncio.Future[None], me: Pending) -> None:

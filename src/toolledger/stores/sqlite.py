@@ -31,7 +31,7 @@ from ._sql.plans import Outcome, Step
 from ._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
 from ._sql.schema import sqlite_versioned, too_new
 from ._sqlite_files import BUSY_TIMEOUT_S, create_owner_only, identity, open_read_only, translate
-from .contract import Pending
+from .contract import Pending, interrupted
 
 __all__ = ["SQLiteBackend", "translate"]
 
@@ -399,12 +399,7 @@ class SQLiteBackend:
             if p.done:
                 continue
             if p.flags is None and p.error is None:
-                p.error = StoreError(
-                    f"{self.url}: the commit that was to hold this batch was interrupted "
-                    f"({type(exc).__name__}) before it was written; nothing of it was written. "
-                    "Send it again.",
-                    url=self.url,
-                )
+                p.error = interrupted(self.url, exc)
             p.done = True
 
     def _wake(self) -> None:
