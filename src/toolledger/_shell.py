@@ -9,53 +9,55 @@ an argument is written in bash's ANSI-C quoting, its UTF-8 bytes as escapes
 
 from __future__ import annotations
 
+import re
 import shlex
+from collections.abc import Sequence
 
-__all__ = ["UNSAFE", "command", "quote", "shown"]
+from ._invisible import INVISIBLE_CLASS, has_invisible, invisible_parts
 
-# C0 and C1 controls, DEL, and the invisible formatting characters that reorder or hide text:
-# bidirectional embeddings, overrides and isolates, marks, zero-width joiners and the BOM.
-UNSAFE = frozenset(
-    [
-        *range(0x20),
-        0x7F,
-        *range(0x80, 0xA0),
-        0x061C,
-        0x200B,
-        0x200C,
-        0x200D,
-        0x200E,
-        0x200F,
-        *range(0x202A, 0x202F),
-        *range(0x2066, 0x206A),
-        0xFEFF,
-    ]
-)
+__all__ = ["command", "quote", "shown"]
 
 
 def _escape(ch: str) -> str:
     code = ord(ch)
     if code < 0x100:
         return f"\\x{code:02x}"
-    return f"\\u{code:04x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+# A backslash a reader could take for the start of an escape ``shown`` writes: before one,
+# before an invisible character (which becomes one), or before another backslash.
+_ESCAPE_LIKE = re.compile(
+    rf"\\(?={INVISIBLE_CLASS}|\\|x[0-9a-fA-F]{{2}}|u[0-9a-fA-F]{{4}}|U[0-9a-fA-F]{{8}})"
+)
 
 
 def shown(text: str, *, keep: str = "") -> str:
-    """``text`` with every unsafe character written as an escape (``\\x1b``, ``\\u202e``), for
-    display. Characters in ``keep`` (e.g. a newline in a multi-line value) stay as they are."""
-    if not any(ord(c) in UNSAFE and c not in keep for c in text):
+    """``text`` for display, with every character that must not reach the screen raw
+    (``toolledger._invisible``: controls, bidirectional and zero-width characters) written as
+    an escape (``\\x1b``, ``\\u202e``). Characters in ``keep`` (e.g. a newline in a multi-line
+    value) stay as they are. A backslash the text holds is doubled where it could be read as
+    the start of such an escape, so an escape never looks like text that spells one:
+    ``acct\\x9bx`` (a C1 control) and ``acct\\\\x9bx`` (the text with a backslash) print
+    differently, while ``C:\\tmp`` prints as it is."""
+    if not has_invisible(text, keep=keep) and not _ESCAPE_LIKE.search(text):
         return text
-    return "".join(_escape(c) if ord(c) in UNSAFE and c not in keep else c for c in text)
+    text = _ESCAPE_LIKE.sub(r"\\\\", text)
+    return "".join(
+        _escape(part) if hidden else part for part, hidden in invisible_parts(text, keep=keep)
+    )
 
 
 def quote(arg: str) -> str:
     """One shell argument that a POSIX shell reads back as ``arg`` — in ANSI-C quoting (bash,
     zsh, ksh) when ``arg`` holds a character that must not reach the screen raw."""
-    if not any(ord(c) in UNSAFE for c in arg):
+    if not has_invisible(arg):
         return shlex.quote(arg)
     out = []
     for c in arg:
-        if ord(c) in UNSAFE:
+        if has_invisible(c):
             # The UTF-8 bytes, not ``\\u…``: bash reads ``\\u`` only in a UTF-8 locale.
             out.append("".join(f"\\x{b:02x}" for b in c.encode()))
         elif c in "\\'":
@@ -65,8 +67,20 @@ def quote(arg: str) -> str:
     return "$'" + "".join(out) + "'"
 
 
-def command(*argv: str, url: str | None = None, default_url: str | None = None) -> str:
-    """``toolledger ARGV…`` whole and quoted, with ``--store URL`` when ``url`` is not the
-    default store."""
+def command(
+    *argv: str,
+    options: Sequence[str] = (),
+    url: str | None = None,
+    default_url: str | None = None,
+) -> str:
+    """``toolledger ARGV… OPTIONS…`` whole and quoted, with ``--store URL`` when ``url`` is not
+    the default store. ``argv`` is the command and its positional arguments (ids), ``options``
+    its options. An id that begins with ``-`` would be read as an option (``-rf``, ``--help``):
+    then the options come first and ``--`` ends them, so every id is read as the id it is."""
     store = ["--store", url] if url is not None and url != default_url else []
-    return " ".join(["toolledger", *(quote(a) for a in [*store, *argv])])
+    name, *ids = argv
+    if any(a.startswith("-") for a in ids):
+        words = [*store, name, *options, "--", *ids]
+    else:
+        words = [*store, name, *ids, *options]
+    return " ".join(["toolledger", *(quote(a) for a in words)])

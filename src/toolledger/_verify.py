@@ -184,7 +184,12 @@ def _attempts(store: Store, sid: str, r: EffectRecord, lease: Lease | None) -> l
 
     def settle(how: str) -> str:
         return command(
-            "resolve", sid, r.tool_use_id, how, url=store.url, default_url=DEFAULT_STORE_URL
+            "resolve",
+            sid,
+            r.tool_use_id,
+            options=[how],
+            url=store.url,
+            default_url=DEFAULT_STORE_URL,
         )
 
     verdict = None

@@ -17,9 +17,10 @@ from itertools import repeat
 from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any
 
+from ._invisible import escape_invisible
+
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
-    "INVISIBLE",
     "EncodedResult",
     "canonical_json",
     "content_of",
@@ -432,32 +433,6 @@ def _safe_repr(value: Any) -> str:
         return repr(value)[:_PREVIEW_CHARS]
     except Exception as exc:  # a broken __repr__ must not lose the record
         return f"<{type(value).__name__} whose repr raised {describe(exc)}>"
-
-
-# Characters that change how text around them reads without being seen: C0 and C1 controls
-# (``\x9b`` is a terminal's CSI, like ``\x1b[``), DEL, and the bidirectional formatting marks —
-# embeddings, overrides (U+202E turns "exe.txt" into what looks like "txt.exe"), isolates.
-INVISIBLE = frozenset(
-    [
-        *map(chr, range(0x20)),
-        "\x7f",
-        *map(chr, range(0x80, 0xA0)),
-        "\u061c",
-        "\u200e",
-        "\u200f",
-        *map(chr, range(0x202A, 0x202F)),
-        *map(chr, range(0x2066, 0x206A)),
-    ]
-)
-_INVISIBLE = {ord(c): f"\\u{ord(c):04x}" for c in INVISIBLE}
-
-
-def escape_invisible(text: str, *, keep: str = "") -> str:
-    """``text`` with every character of ``INVISIBLE`` (but those in ``keep``, e.g. ``"\n"``)
-    written as its ``\\uXXXX`` escape: what a person or a model reads is what the text
-    holds."""
-    table = _INVISIBLE if not keep else {k: v for k, v in _INVISIBLE.items() if chr(k) not in keep}
-    return text.translate(table)
 
 
 def shown_as_data(text: str) -> str:

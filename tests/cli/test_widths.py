@@ -87,7 +87,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
     return url, ids
 
 
-def in_terminal(argv: list[str], columns: int) -> str:
+def in_terminal(argv: list[str], columns: int, *, code: int = 0) -> str:
     """What ``toolledger ARGV`` shows on a terminal ``columns`` wide (a pty: ``isatty`` is true,
     the window size is set), colours off, line endings as written."""
     leader, follower = pty.openpty()
@@ -116,7 +116,7 @@ def in_terminal(argv: list[str], columns: int) -> str:
 
     reader = threading.Thread(target=drain)
     reader.start()
-    assert proc.wait(timeout=60) == 0, b"".join(chunks).decode(errors="replace")
+    assert proc.wait(timeout=60) == code, b"".join(chunks).decode(errors="replace")
     reader.join(timeout=10)
     os.close(leader)
     return ANSI.sub("", b"".join(chunks).decode()).replace("\r\n", "\n")
@@ -193,12 +193,21 @@ def untsv(cell: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"t": "\t", "n": "\n", "r": "\r"}.get(m[1], m[1]), cell)
 
 
+COMMANDS_COLUMNS = ("if it happened", "if it did not")  # written as they are, to paste
+
+
 def tsv_rows(out: str) -> list[dict[str, str]]:
-    """The rows of the first TSV table in ``out`` (comment lines skipped), cells unescaped."""
+    """The rows of the first TSV table in ``out`` (comment lines skipped), cells unescaped —
+    but a command's, which is written as it is pasted."""
     data = [line for line in out.splitlines() if not line.startswith("# ")]
     header = data[0].split("\t")
     return [
-        dict(zip(header, map(untsv, line.split("\t")), strict=True)) for line in data[1:] if line
+        {
+            name: cell if name in COMMANDS_COLUMNS else untsv(cell)
+            for name, cell in zip(header, line.split("\t"), strict=True)
+        }
+        for line in data[1:]
+        if line
     ]
 
 
@@ -327,7 +336,7 @@ def test_printed_commands_quote_controls_so_the_shell_gets_the_real_id() -> None
     from toolledger.cli.render import command
 
     for sid in (EVIL, "a\x1b[2Jb", "t\u2067x\u2069", "it's"):
-        line = command("resolve", sid, "toolu_x", "--happened")
+        line = command("resolve", sid, "toolu_x", options=["--happened"])
         assert all(0x20 <= ord(c) < 0x7F for c in line), line
         got = subprocess.run(
             ["bash", "-c", f"printf '%s\\0' {line.removeprefix('toolledger ')}"],

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 import toolledger as tl
 from toolledger.console import create_app
-from toolledger.ops import PutApproval
+from toolledger.ops import InsertEffect, PutApproval
 from toolledger.records import ApprovalStatus, Status
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
@@ -359,3 +359,40 @@ def test_an_approval_card_shows_the_arguments_in_the_models_order_long_ones_fold
     assert starts[0].endswith("…") and len(starts[0]) < 120, "the body folded to its start"
     assert "we are sorry for the outage. " * 40 in html.unescape(card), "whole, unfolded"
     assert "<code>&#34;ops@example.com&#34;</code>" in card
+
+
+def test_a_form_settles_the_very_session_it_names(tmp_path: Path) -> None:
+    """Sessions ``"s"`` and ``"s "`` each have a call in doubt: the form of ``"s "``, posted
+    as the page wrote it, settles that session's call — the ids are not trimmed."""
+    from ..cli.test_widths import started
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with tl.open_store(url) as store:
+        for sid in ("s", "s "):
+            store.backend.apply(sid, [InsertEffect(started(sid, "toolu_1"))])
+    client = browser(create_app(url))
+    padded = next(f for f in forms_of(client.get("/in-doubt").text) if f["session"] == "s ")
+    done = client.post("/in-doubt/resolve", data={**padded, "by": "alice", "happened": "no"})
+    assert done.status_code == 200
+    with tl.open_store(url) as store:
+        spaced, plain = store.ledger("s ").get("toolu_1"), store.ledger("s").get("toolu_1")
+    assert spaced is not None and spaced.status is Status.NOT_HAPPENED, "the clicked call"
+    assert plain is not None and plain.status is Status.STARTED, "another session's call"
+
+
+@pytest.mark.parametrize("ch", ["\u200b", "\u200c", "\u200d", "\ufeff", "\u2060", "\u00ad"])
+def test_ids_that_differ_by_a_zero_width_character_never_show_alike(
+    tmp_path: Path, ch: str
+) -> None:
+    from ..cli.test_widths import started
+
+    url = f"sqlite:///{tmp_path / 'z.db'}"
+    with tl.open_store(url) as store:
+        for sid in ("prod", "prod" + ch):
+            store.backend.apply(sid, [InsertEffect(started(sid, "toolu_1"))])
+    client = browser(create_app(url))
+    for path in ("/sessions/rows", "/in-doubt"):
+        page = client.get(path).text
+        shown = re.sub(r'<input type="hidden"[^>]*>', "", page)  # posted back, not shown
+        assert ch not in shown, f"U+{ord(ch):04X} shown raw on {path}"
+        assert f"\\u{ord(ch):04x}" in shown, path

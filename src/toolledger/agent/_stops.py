@@ -6,7 +6,7 @@ from __future__ import annotations
 from .._shell import command
 from ..engine._outcomes import CallOutcome, Disposition
 from ..errors import CorruptLedgerError
-from ..records import RunStatus
+from ..records import RunStatus, ToolCall
 from ..stores import DEFAULT_STORE_URL
 
 __all__ = ["behind", "stop_reason"]
@@ -31,18 +31,23 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
     """Why checkpoint B must not be written yet: a call is in doubt or awaits approval. The
     commands to run are whole and shell-quoted, with the store when it is not the default."""
 
-    def cmd(*argv: str) -> str:
-        return command(*argv, url=url, default_url=DEFAULT_STORE_URL)
+    def cmd(verb: str, session: str, call: ToolCall, option: str | None = None) -> str:
+        options = [] if option is None else [option]
+        return command(
+            verb, session, call.tool_use_id, options=options, url=url, default_url=DEFAULT_STORE_URL
+        )
+
+    def settle(session: str, call: ToolCall) -> str:
+        return (
+            f"`{cmd('resolve', session, call, '--happened')}` if it took effect, or "
+            f"`{cmd('resolve', session, call, '--not-happened')}` if it did not"
+        )
 
     doubt = [o for o in outcomes if o.disposition is Disposition.IN_DOUBT]
     if doubt:
         here = [o for o in doubt if o.settle_in is None]
         names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in here)
-        how = "; ".join(
-            f"`{cmd('resolve', sid, o.call.tool_use_id, '--happened')}` if it took effect, or "
-            f"`{cmd('resolve', sid, o.call.tool_use_id, '--not-happened')}` if it did not"
-            for o in here
-        )
+        how = "; ".join(settle(sid, o.call) for o in here)
         said = (
             [f"in doubt: {names} may already have happened. Settle each with one command: {how}"]
             if here
@@ -52,9 +57,7 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
         said += [
             f"{o.call.name!r} ({o.call.tool_use_id}) is the call of session {o.settle_in!r}, "
             "where this session's lineage holds it: run that session, or settle it there with "
-            f"`{cmd('resolve', o.settle_in, o.call.tool_use_id, '--happened')}` if it took "
-            f"effect, or `{cmd('resolve', o.settle_in, o.call.tool_use_id, '--not-happened')}` "
-            "if it did not"
+            + settle(o.settle_in, o.call)
             for o in doubt
             if o.settle_in is not None
         ]
@@ -63,9 +66,7 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
     if waiting:
         names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in waiting)
         how = "; ".join(
-            f"`{cmd('approve', sid, o.call.tool_use_id)}` or "
-            f"`{cmd('deny', sid, o.call.tool_use_id)}`"
-            for o in waiting
+            f"`{cmd('approve', sid, o.call)}` or `{cmd('deny', sid, o.call)}`" for o in waiting
         )
         return (
             RunStatus.AWAITING_APPROVAL,

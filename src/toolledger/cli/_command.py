@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from .._invisible import json_invisible_escaped
 from ..stores import DEFAULT_STORE_URL, Store, open_store
 from .render import safe
 
@@ -37,9 +38,12 @@ def no_session(console: Console, args: argparse.Namespace, store: Store) -> int:
     else:
         console.print(
             safe(f"no session {args.session!r} in {store.url}", "red"),
+            soft_wrap=True,  # the program never breaks an id
+            highlight=False,
         )
     return 1
 
 
 def emit_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False))
+    """``value`` as JSON, every invisible character in it written as a ``\\u`` escape."""
+    print(json_invisible_escaped(json.dumps(value, indent=2, ensure_ascii=False)))

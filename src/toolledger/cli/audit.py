@@ -25,6 +25,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from .._shell import shown
 from ..errors import ConfigurationError
 from ..records import EffectClass
 from ..tools import Tool, ToolSet
@@ -180,7 +181,7 @@ _RISK_STYLE = {"high": "bold red", "medium": "yellow", "low": "green"}
 
 def lines(result: Audit) -> list[str]:
     """The audit as rich-markup lines: one block per tool, then the warnings."""
-    width = max((len(r.tool) for r in result.rows), default=0)
+    width = max((len(shown(r.tool)) for r in result.rows), default=0)
     out: list[str] = []
     for r in result.rows:
         extras = [
@@ -190,10 +191,10 @@ def lines(result: Audit) -> list[str]:
         approval = ", needs approval" if r.needs_approval else ""
         style = _RISK_STYLE[r.risk]
         out.append(
-            f"[bold]{escape(r.tool):<{width}}[/bold]  {declared}{approval}  "
+            f"[bold]{escape(shown(r.tool)):<{width}}[/bold]  {declared}{approval}  "
             f"risk [{style}]{r.risk}[/{style}]"
         )
         out.append(f"  interrupted, a resume {r.on_resume}")
-        out.append(f"  why: {escape(r.reason)}")
-    out += [f"[yellow]warning[/yellow] {escape(w)}" for w in result.warnings]
+        out.append(f"  why: {escape(shown(r.reason))}")
+    out += [f"[yellow]warning[/yellow] {escape(shown(w))}" for w in result.warnings]
     return out

@@ -29,6 +29,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .._shell import shown
+
 __all__ = ["Col", "Grid", "Layout", "Out"]
 
 # What a preview column keeps at least, in a table, before the table gives way to records.
@@ -45,11 +47,14 @@ class Layout(StrEnum):
 class Col:
     """A column. ``preview``: its cells are shortened content that may wrap in a table (never an
     id or a command). ``in_table=False``: shown in records and TSV only — the caller prints it
-    after a table itself (the commands that settle a call, one a line)."""
+    after a table itself (the commands that settle a call, one a line). ``command``: its cells
+    are commands to paste, written in TSV as they are (a quoted command never holds a tab or a
+    line break: ``toolledger._shell.quote``), so that the line a file holds runs as written."""
 
     name: str
     preview: bool = False
     in_table: bool = True
+    command: bool = False
 
 
 @dataclass(slots=True)
@@ -129,7 +134,10 @@ class Out:
         return need <= self.console.width
 
     def _table(self, grid: Grid) -> None:
-        table = Table(title=Text(grid.title), caption=grid.caption or None)
+        # The title above the table, not in it: a table wraps its title to its own width, and a
+        # title names a session whose id may be wider than the table.
+        self.console.print(_title(grid), soft_wrap=True, highlight=False)
+        table = Table(caption=grid.caption or None)
         shown = self._shown(grid)
         for i in shown:
             col = grid.cols[i]
@@ -142,7 +150,7 @@ class Out:
         self.console.print(table)
 
     def _records(self, grid: Grid) -> None:
-        self.console.print(Text(grid.title, style="bold"), soft_wrap=True, highlight=False)
+        self.console.print(_title(grid), soft_wrap=True, highlight=False)
         pad = max((cell_len(c.name) for c in grid.cols), default=0)
         for row in grid.rows:
             self.console.print()
@@ -157,13 +165,22 @@ class Out:
 
     def _tsv(self, grid: Grid) -> None:
         write = self.console.file.write
-        write(f"# {tsv_cell(grid.title)}\n")
+        write(f"# {tsv_cell(shown(grid.title))}\n")
         write("\t".join(tsv_cell(c.name) for c in grid.cols) + "\n")
         for row in grid.rows:
-            write("\t".join(tsv_cell(cell.plain) for cell in row) + "\n")
+            cells = (
+                cell.plain if col.command else tsv_cell(cell.plain)
+                for col, cell in zip(grid.cols, row, strict=True)
+            )
+            write("\t".join(cells) + "\n")
         if grid.caption:
             write(f"# {tsv_cell(grid.caption)}\n")
         self.console.file.flush()
+
+
+def _title(grid: Grid) -> Text:
+    """A grid's title, which names the session it lists, as data: escaped (``_shell.shown``)."""
+    return Text(shown(grid.title), style="bold")
 
 
 def _isatty(file: object) -> bool:

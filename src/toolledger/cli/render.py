@@ -52,7 +52,7 @@ __all__ = [
     "safe",
     "session_json",
     "sessions_table",
-    "settle_argv",
+    "settle_command",
     "settle_commands",
     "styled",
     "timeline",
@@ -65,8 +65,10 @@ __all__ = [
 def safe(text: object, style: str = "") -> Text:
     """Data as rich will print it literally: no markup is read in it, and control and
     bidirectional characters (an escape sequence in a tool result, a U+202E in an id) are shown
-    as ``\\x1b``, ``\\u202e``, never sent to the terminal."""
-    return Text(shown(str(text), keep="\n\t"), style=style)
+    as ``\\x1b``, ``\\u202e``, never sent to the terminal. A tab or a line break is shown so
+    too (``\\x09``, ``\\x0a``): in a cell it would cut a column or split a row, in a line
+    start one that is not the program's."""
+    return Text(shown(str(text)), style=style)
 
 
 def styled(status: str) -> Text:
@@ -81,11 +83,12 @@ def preview(text: str | None, width: int = 60) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def command(*argv: str, url: str | None = None) -> str:
+def command(*argv: str, options: Sequence[str] = (), url: str | None = None) -> str:
     """A ``toolledger`` command a person can paste: every argument shell-quoted (control and
     bidirectional characters as ``$'\\x…'`` escapes the shell turns back into the real id),
-    ``--store`` when the store is not the default."""
-    return shell_command(*argv, url=url, default_url=DEFAULT_STORE_URL)
+    ``--store`` when the store is not the default, ``--`` before ids that begin with ``-``
+    (``toolledger._shell.command``)."""
+    return shell_command(*argv, options=options, url=url, default_url=DEFAULT_STORE_URL)
 
 
 # -- JSON ----------------------------------------------------------------------------------------
@@ -245,9 +248,10 @@ def effects_table(records: list[EffectRecord], title: str, *, reveal: bool = Fal
     return grid
 
 
-def settle_argv(r: EffectRecord, happened: bool) -> list[str]:
-    """The arguments of the one command that settles ``r`` one way."""
-    return ["resolve", r.session_id, r.tool_use_id, "--happened" if happened else "--not-happened"]
+def settle_command(r: EffectRecord, happened: bool, url: str | None) -> str:
+    """The one command that settles ``r`` one way."""
+    how = "--happened" if happened else "--not-happened"
+    return command("resolve", r.session_id, r.tool_use_id, options=[how], url=url)
 
 
 HAPPENED = (
@@ -269,8 +273,8 @@ def in_doubt_table(records: Sequence[tuple[EffectRecord, Verdict]], url: str | N
             Col("attempt"),
             Col("owner", preview=True),
             Col("why over", preview=True),
-            Col("if it happened", in_table=False),
-            Col("if it did not", in_table=False),
+            Col("if it happened", in_table=False, command=True),
+            Col("if it did not", in_table=False, command=True),
         ],
     )
     for r, verdict in records:
@@ -281,8 +285,8 @@ def in_doubt_table(records: Sequence[tuple[EffectRecord, Verdict]], url: str | N
             str(r.attempt),
             safe(owner(r)),
             safe(verdict.why),
-            Text(command(*settle_argv(r, True), url=url)),
-            Text(command(*settle_argv(r, False), url=url)),
+            Text(settle_command(r, True, url)),
+            Text(settle_command(r, False, url)),
         )
     return grid
 
@@ -295,8 +299,8 @@ def settle_commands(
     out: list[tuple[str, str]] = []
     for r, _ in records:
         call = f"{shown(r.tool)} {shown(r.tool_use_id)} in {shown(r.session_id)}"
-        out.append((f"{call}: {HAPPENED}", command(*settle_argv(r, True), url=url)))
-        out.append((f"{call}: {NOT_HAPPENED}", command(*settle_argv(r, False), url=url)))
+        out.append((f"{call}: {HAPPENED}", settle_command(r, True, url)))
+        out.append((f"{call}: {NOT_HAPPENED}", settle_command(r, False, url)))
     return out
 
 

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
+from .._invisible import json_invisible_escaped
 from .._views.format import when
 from .._views.overview import known_session
 from ..masking import masked
@@ -152,4 +153,5 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 
 def _write(fh: TextIO, lines: list[dict[str, Any]]) -> None:
     for line in lines:
-        fh.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+        text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+        fh.write(json_invisible_escaped(text) + "\n")

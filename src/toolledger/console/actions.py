@@ -35,12 +35,22 @@ class Refused(ValueError):
     """A form that cannot be acted on; its message is shown."""
 
 
-def _field(form: FormData, name: str, *, required: bool = True) -> str:
+def _field(form: FormData, name: str, *, required: bool = True, exact: bool = False) -> str:
+    """The form's ``name``: a person's words with the spaces around them dropped, or — with
+    ``exact``, for an id or a hash the page put in a hidden field — exactly as posted: session
+    ``"s "`` is not session ``"s"``."""
     value = form.get(name)
-    text = value.strip() if isinstance(value, str) else ""
+    text = value if isinstance(value, str) else ""
+    if not exact:
+        text = text.strip()
     if required and not text:
         raise Refused(f"the form has no {name}")
     return text
+
+
+def _call(form: FormData) -> tuple[str, str]:
+    """The session and the call the form names, exactly as the page wrote them."""
+    return _field(form, "session", exact=True), _field(form, "tool_use_id", exact=True)
 
 
 def _name(form: FormData) -> str:
@@ -54,7 +64,7 @@ def resolve_from(store: Store, form: FormData) -> Notice:
     """Settle the in-doubt call the form names: it happened (with an optional result JSON the
     model is told) or it did not (it runs on the next run)."""
     try:
-        session, call = _field(form, "session"), _field(form, "tool_use_id")
+        session, call = _call(form)
         by = _name(form)
         happened = {"yes": True, "no": False}.get(_field(form, "happened"))
         if happened is None:
@@ -82,8 +92,8 @@ def resolve_from(store: Store, form: FormData) -> Notice:
 def decide_from(store: Store, form: FormData) -> Notice:
     """Approve or deny the request the form names, if it is still the one the page showed."""
     try:
-        session, call = _field(form, "session"), _field(form, "tool_use_id")
-        shown = _field(form, "input_hash")
+        session, call = _call(form)
+        shown = _field(form, "input_hash", exact=True)
         by = _name(form)
         approved = {"approve": True, "deny": False}.get(_field(form, "decision"))
         if approved is None:

@@ -24,8 +24,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from .._invisible import escape_invisible, has_invisible, invisible_parts
 from .._views.overview import known_session
-from ..codec import INVISIBLE, escape_invisible
 from ..stores import Store, open_store
 from . import views
 from .actions import Notice, decide_from, resolve_from
@@ -58,7 +58,7 @@ class _Source:
             return fn(store, *args)
 
 
-_HIDDEN = INVISIBLE - {"\n", "\t"}  # line breaks and tabs lay out a pretty-printed input
+_LAYOUT = "\n\t"  # line breaks and tabs lay out a pretty-printed input
 
 
 class Posted(str):
@@ -69,18 +69,19 @@ class Posted(str):
 
 def _visible(value: Any) -> Any:
     """Every value a template writes: a string's invisible characters — controls, C1 (``\x9b``),
-    bidirectional overrides and isolates, which would reorder what a person reads — shown
-    escaped (``\u202e``) and marked, the rest HTML-escaped. A ``Posted`` value goes out as it
-    is (HTML-escaped by autoescape), so a form posts the real id back."""
+    bidirectional overrides and isolates, which would reorder what a person reads, zero-width
+    and other characters that show nothing (``toolledger._invisible``) — shown escaped
+    (``\u202e``) and marked, the rest HTML-escaped. A ``Posted`` value goes out as it is
+    (HTML-escaped by autoescape), so a form posts the real id back."""
     if not isinstance(value, str) or isinstance(value, Posted | markupsafe.Markup):
         return value
-    if not any(c in _HIDDEN for c in value):
+    if not has_invisible(value, keep=_LAYOUT):
         return value
     parts = [
-        f'<span class="esc">{escape_invisible(c)}</span>'
-        if c in _HIDDEN
-        else str(markupsafe.escape(c))
-        for c in value
+        f'<span class="esc">{escape_invisible(part)}</span>'
+        if hidden
+        else str(markupsafe.escape(part))
+        for part, hidden in invisible_parts(value, keep=_LAYOUT)
     ]
     return markupsafe.Markup("".join(parts))  # noqa: S704 - every part escaped above
 

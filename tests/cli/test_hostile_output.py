@@ -1,0 +1,182 @@
+"""Ids and names a hostile neighbour chose, on every way the command line prints: the title of
+a listing, a table cell, a note, JSON, a command to paste. Nothing invisible reaches the screen
+or the pipe raw, two different ids never print alike, no id is cut or wrapped, and every
+printed command does exactly what it says when pasted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import toolledger as tl
+from toolledger import fork
+from toolledger.ops import InsertEffect
+from toolledger.testing.scripted import Reply, ScriptedModel
+
+from .test_widths import BIN, in_terminal, piped, started
+
+SPOOF = "inv\u202eoice\x9b2J"  # a right-to-left override and a C1 CSI; a valid session id
+LONG = "support-session-" + "9b13b1d367ca44fd99fd8a3a" * 6  # 160 characters
+
+
+def store_with(tmp_path: Path, *calls: tuple[str, str], tool: str = "send_email") -> str:
+    """A store holding one call in doubt for each ``(session, tool_use_id)``."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    with tl.open_store(url) as store:
+        for sid, tid in calls:
+            store.backend.apply(sid, [InsertEffect(started(sid, tid, tool))])
+    return url
+
+
+def first_cells(out: str) -> list[str]:
+    """The first cell of every TSV row of ``out``."""
+    return [line.split("\t")[0] for line in out.splitlines()[2:] if line]
+
+
+@pytest.mark.parametrize("command", ["effects", "show", "history"])
+def test_the_title_of_a_listing_shows_its_session_id_escaped(tmp_path: Path, command: str) -> None:
+    url = store_with(tmp_path, (SPOOF, "toolu_1"))
+    for out in (
+        piped([command, SPOOF, "--store", url]),
+        in_terminal([command, SPOOF, "--store", url], 120),
+    ):
+        assert "\u202e" not in out and "\x9b" not in out, out
+        assert "\\u202e" in out.splitlines()[0] or "\\u202e" in out  # fmt: skip
+
+
+def test_the_title_of_a_table_never_wraps_its_session_id(tmp_path: Path) -> None:
+    url = store_with(tmp_path, (LONG, "toolu_1"))
+    out = in_terminal(["effects", LONG, "--store", url], 120)
+    assert "┃" in out, "a table was drawn"
+    assert any(LONG in line for line in out.splitlines()), out
+
+
+@pytest.mark.parametrize(
+    "ch", ["\u2060", "\u00ad", "\u2028", "\u180e", "\U000e0041", "\u2064", "\u200b", "\ufe0f"]
+)
+def test_ids_that_differ_by_an_invisible_character_never_print_alike(
+    tmp_path: Path, ch: str
+) -> None:
+    url = store_with(tmp_path, ("prod", "toolu_1"), ("prod" + ch, "toolu_1"))
+    for out in (
+        piped(["sessions", "--store", url]),
+        in_terminal(["sessions", "--store", url], 120),
+    ):
+        assert ch not in out, f"U+{ord(ch):04X} printed raw"
+    assert len(set(first_cells(piped(["sessions", "--store", url])))) == 2
+
+
+def test_an_escape_and_the_text_that_spells_it_print_differently(tmp_path: Path) -> None:
+    real, spelled = "acct\x9bx", "acct\\x9bx"
+    url = store_with(tmp_path, (real, "toolu_1"), (spelled, "toolu_1"))
+    assert len(set(first_cells(piped(["sessions", "--store", url])))) == 2
+    shown = [
+        line.split("│")[1].strip()
+        for line in in_terminal(["sessions", "--store", url], 160).splitlines()
+        if line.startswith("│") and "acct" in line
+    ]
+    assert len(set(shown)) == 2, shown
+
+
+@pytest.mark.parametrize(
+    ("sid", "tid"), [("-rf", "toolu_1"), ("s", "-x"), ("s", "--help"), ("--store", "toolu_1")]
+)
+def test_a_printed_command_settles_an_id_that_begins_with_a_dash(
+    tmp_path: Path, sid: str, tid: str
+) -> None:
+    """``resolve -rf toolu_1`` would read the id as options (``--help`` prints help and exits
+    0, having settled nothing): the printed command ends its options with ``--``."""
+    url = store_with(tmp_path, (sid, tid))
+    out = in_terminal(["in-doubt", "--store", url], 220)
+    line = next(
+        ln for ln in out.splitlines() if ln.startswith("toolledger ") and "--not-happened" in ln
+    )
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-c", line], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, (line, done.stdout, done.stderr)
+    with tl.open_store(url) as store:
+        record = store.ledger(sid).get(tid)
+    assert record is not None and record.status is tl.Status.NOT_HAPPENED, line
+
+
+def test_a_command_in_a_pipe_runs_as_written(tmp_path: Path) -> None:
+    url = store_with(tmp_path, ("acct\u202e", "toolu_1"))
+    out = piped(["in-doubt", "--store", url])
+    header, row = out.splitlines()[1:3]
+    cell = dict(zip(header.split("\t"), row.split("\t"), strict=True))["if it did not"]
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-c", cell], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, (cell, done.stderr)
+    with tl.open_store(url) as store:
+        record = store.ledger("acct\u202e").get("toolu_1")
+    assert record is not None and record.status is tl.Status.NOT_HAPPENED
+
+
+def test_no_session_never_wraps_the_id_it_names(tmp_path: Path) -> None:
+    url = store_with(tmp_path, ("s", "toolu_1"))
+    missing = "missing-session-9b13b1d367ca44fd99fd8a3a9b13b1d367ca44fd"
+    out = in_terminal(["effects", missing, "--store", url], 40, code=1)
+    assert any(missing in line for line in out.splitlines()), out
+
+
+def test_a_tab_in_a_name_never_cuts_a_whole_column(tmp_path: Path) -> None:
+    url = store_with(tmp_path, ("s", "toolu_1"), tool="send\tmail")
+    out = in_terminal(["effects", "s", "--store", url], 160)
+    assert "┃" in out and "…" not in out, out
+    assert "send\\x09mail" in out
+
+
+def test_audit_shows_a_tools_name_escaped(tmp_path: Path) -> None:
+    (tmp_path / "hostile_tools.py").write_text(
+        "import toolledger as tl\n"
+        "@tl.tool(effect='read_only', name='lookup\\x1b[2J\\u202egnp.exe')\n"
+        "def lookup(q: str) -> str:\n    return q\n"
+        "TOOLS = [lookup]\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "toolledger", "audit", "hostile_tools:TOOLS"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert b"lookup" in done.stdout, done.stderr
+    assert b"\x1b[2J" not in done.stdout and "\u202e".encode() not in done.stdout
+
+
+@pytest.mark.parametrize("command", [["effects", "--json"], ["export"]])
+def test_json_writes_invisible_characters_as_escapes(tmp_path: Path, command: list[str]) -> None:
+    url = store_with(tmp_path, (SPOOF, "toolu_1"))
+    out = in_terminal([command[0], SPOOF, *command[1:], "--store", url], 80)
+    assert "\u202e" not in out and "\x9b" not in out
+    values = [json.loads(line) for line in out.splitlines()] if command == ["export"] else [
+        json.loads(out)
+    ]  # fmt: skip
+    assert SPOOF in json.dumps(values, ensure_ascii=False), "the same value, loaded"
+
+
+def test_a_line_break_in_a_note_never_starts_a_row(tmp_path: Path) -> None:
+    """A branch's ``by`` is a person's free text: a line break in it must not forge a TSV row
+    (or a line on a terminal) after the note it belongs to."""
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+    forged = "mallory\n9.999\tFORGED ROW\ttoolu_x\tall good"
+    with ScriptedModel([Reply(text="hi")]) as model, tl.open_store(url) as store:
+        tl.Agent(client=model.client(), model="x", tools=[], store=store).run(
+            session="s", prompt="go"
+        )
+        fork(store, "s", at_turn=1, new_session="f", by=forged)
+    for command in ("show", "history"):
+        out = piped([command, "f", "--store", url])
+        assert not [ln for ln in out.splitlines() if "FORGED" in ln and not ln.startswith("# ")]
+        shown = in_terminal([command, "f", "--store", url], 200)
+        assert not [ln for ln in shown.splitlines() if ln.startswith("9.999")], shown

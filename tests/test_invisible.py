@@ -1,0 +1,88 @@
+"""The characters that never reach a screen raw (``toolledger._invisible``), and how the
+command line shows and quotes text that holds them (``toolledger._shell``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import unicodedata
+
+import pytest
+
+from toolledger._invisible import (
+    INVISIBLE_RANGES,
+    escape_invisible,
+    has_invisible,
+    json_invisible_escaped,
+)
+from toolledger._shell import command, quote, shown
+
+# Unicode's default-ignorable code points that are not controls or format characters: they
+# render as nothing (Hangul fillers, variation selectors, the combining grapheme joiner …).
+IGNORABLE = [0x034F, 0x115F, 0x1160, 0x17B4, 0x180B, 0x3164, 0xFE0F, 0xFFA0, 0xE0100, 0xE0FFF]
+
+
+def _covered(code: int) -> bool:
+    return any(a <= code <= b for a, b in INVISIBLE_RANGES)
+
+
+def test_every_control_format_and_separator_character_is_invisible() -> None:
+    missing = [
+        f"U+{c:04X}"
+        for c in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(c)) in {"Cc", "Cf", "Zl", "Zp"} and not _covered(c)
+    ]
+    assert missing == [], f"not escaped: {missing} (Unicode {unicodedata.unidata_version})"
+    assert all(_covered(c) for c in IGNORABLE)
+    for c in [*IGNORABLE, 0x202E, 0x9B, 0x2028]:
+        assert has_invisible(f"a{chr(c)}b")
+
+
+@pytest.mark.parametrize("text", ["plain", "with space", "é中文", "😀", "C:\\tmp", "a|b;c"])
+def test_what_a_person_sees_is_left_as_it_is(text: str) -> None:
+    assert not has_invisible(text)
+    assert escape_invisible(text) == text
+    assert shown(text) == text
+
+
+def test_json_keeps_its_value_and_its_layout() -> None:
+    value = {"id": "inv\u202eoice\x9b2J\u200b", "tag": "\U000e0041", "text": "a\nb"}
+    text = json_invisible_escaped(json.dumps(value, indent=2, ensure_ascii=False))
+    assert json.loads(text) == value
+    assert not has_invisible(text, keep="\n")
+    assert "\n  " in text, "the layout is kept"
+
+
+PAIRS = [
+    ("acct\x9bx", "acct\\x9bx"),
+    ("a\u202e", "a\\u202e"),
+    ("t\U000e0041", "t\\U000e0041"),
+    ("a\\\u202e", "a\\\\u202e"),
+    ("prod", "prod\u2060"),
+]
+
+
+@pytest.mark.parametrize(("one", "other"), PAIRS)
+def test_two_texts_never_show_alike(one: str, other: str) -> None:
+    assert shown(one) != shown(other)
+    assert not has_invisible(shown(one)) and not has_invisible(shown(other))
+
+
+@pytest.mark.parametrize(
+    "arg", ["-rf", "--help", "a\u202eb", "it's", "$(touch x)", "`id`", "\\x41", "a\nb", "\u2060"]
+)
+def test_a_quoted_argument_reaches_the_shell_as_it_is(arg: str) -> None:
+    line = command("resolve", arg, "toolu_1", options=["--happened"])
+    assert all(0x20 <= ord(c) < 0x7F for c in line), line
+    got = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {line.removeprefix('toolledger ')}"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    words = [w.decode() for w in got.split(b"\0")[:-1]]
+    if arg.startswith("-"):
+        assert words == ["resolve", "--happened", "--", arg, "toolu_1"]
+    else:
+        assert words == ["resolve", arg, "toolu_1", "--happened"]
+    assert quote(arg) in line
