@@ -31,7 +31,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
+from rich.text import Text
 
+from .._shell import shown
 from ..engine._gate import ApprovalRequest, Decision
 from ..records import Status
 from ..tools import ToolContext, ToolSet, tool
@@ -354,8 +356,9 @@ def run_demo(console: Console, *, directory: Path | None, as_json: bool) -> int:
                 Out(console).command(look)
         else:
             console.print("[bold red]the demo did not go as it should[/bold red]")
-            if second.stderr:
-                console.print(second.stderr[-2000:])
+            if second.stderr:  # data: no markup read in it, no control sent raw
+                text = Text(shown(second.stderr[-2000:], keep="\n"))
+                console.print(text, highlight=False)
         return 0 if ok else 1
 
 
