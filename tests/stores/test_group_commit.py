@@ -614,3 +614,83 @@ async def _answer(task: asyncio.Task[list[bool]]) -> list[bool] | BaseException 
     if not task.done():
         return None
     return task.exception() or task.result()
+
+
+def test_a_task_interrupted_once_another_threads_commit_took_its_group_is_told_the_truth(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task leading a group hands it to the store while thread B commits; it waits, thread
+    C takes the queued batches — the group's among them — and the task is interrupted while it
+    waits. C commits them: the task queued behind the interrupted one is told its batch landed,
+    not that nothing of it was written."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'x.db'}")
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    commit_group = backend._commit_group
+    entered = {name: threading.Event() for name in "BC"}
+    go = {name: threading.Event() for name in "BC"}
+
+    def held_commit(group: list[Pending]) -> None:
+        name = threading.current_thread().name
+        if name in entered:
+            entered[name].set()
+            go[name].wait(10)
+        commit_group(group)
+
+    monkeypatch.setattr(backend, "_commit_group", held_commit)
+
+    def thread(name: str) -> threading.Thread:
+        batch = [Pending("s", [InsertEffect(make_record("s", name))])]
+        return threading.Thread(target=backend.apply_group, args=(batch,), name=name)
+
+    b, c = thread("B"), thread("C")
+    condition = backend._queue_cv
+
+    class Interrupting:
+        """The store's condition, but the loop's thread, told to wait (B leads), lets B finish
+        and C take the queue, then is interrupted."""
+
+        def __enter__(self) -> Any:
+            return condition.__enter__()
+
+        def __exit__(self, *exc: Any) -> Any:
+            return condition.__exit__(*exc)
+
+        def notify_all(self) -> None:
+            condition.notify_all()
+
+        def wait(self, timeout: float | None = None) -> bool:
+            if threading.current_thread() is not threading.main_thread():
+                return condition.wait(timeout)
+            condition.release()
+            try:
+                go["B"].set()
+                b.join(10)
+                c.start()
+                entered["C"].wait(10)
+            finally:
+                condition.acquire()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(backend, "_queue_cv", Interrupting())
+    b.start()
+    assert entered["B"].wait(10)
+    loop = asyncio.new_event_loop()
+    try:
+        leader = loop.create_task(
+            _coroutine(store.aapply("s", [InsertEffect(make_record("s", "lead"))]))
+        )
+        follower = loop.create_task(
+            _coroutine(store.aapply("s", [InsertEffect(make_record("s", "follow"))]))
+        )
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(leader)
+        go["C"].set()
+        c.join(10)
+        told = loop.run_until_complete(_answer(follower))
+    finally:
+        loop.close()
+    written = set(backend.read_effects("s"))
+    assert "follow" in written, "C's commit wrote the follower's batch"
+    assert told == [True], f"told {told!r} of a batch that was written"
+    store.close()

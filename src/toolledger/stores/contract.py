@@ -291,14 +291,17 @@ async def _lead(group: _Group, me: Pending, backend: GroupCommit) -> None:
     two to get here.
 
     A cancellation while gathering commits the group all the same. Anything else raised before
-    the commit (a ``KeyboardInterrupt``, which a signal raises where a function is entered or
-    resumed) ends the group unwritten: the batches queued behind ``me`` are told so, as the
-    commit's own interruption tells them (``interrupted``), and the group is no longer the one
-    being gathered — a later batch on this loop leads its own instead of waiting, forever, for
-    a commit nobody will make."""
+    the group is handed to the backend (a ``KeyboardInterrupt``, which a signal raises where a
+    function is entered or resumed) ends the group unwritten: the batches queued behind ``me``
+    are told so, as the commit's own interruption tells them (``interrupted``), and the group is
+    no longer the one being gathered — a later batch on this loop leads its own instead of
+    waiting, forever, for a commit nobody will make. Once handed over, the backend answers every
+    batch it took, interrupted or not: a batch another thread's commit took is that commit's to
+    answer (it may well be written)."""
     committed = group.committed = group.loop.create_future()
     followers: list[tuple[Pending, asyncio.Future[None]]] = []
     cancelled: asyncio.CancelledError | None = None
+    handed = False
     try:
         try:
             for _ in range(GATHER_TURNS):
@@ -310,12 +313,13 @@ async def _lead(group: _Group, me: Pending, backend: GroupCommit) -> None:
             cancelled = exc  # committed all the same: the followers' batches are in it
         followers, group.followers, group.committed = group.followers, [], None
         group.alone = None if followers else asyncio.current_task()
+        handed = True
         backend.apply_group([me, *(p for p, _ in followers)])
     except BaseException as exc:
-        if group.committed is committed:  # raised while gathering
-            followers, group.followers, group.committed = group.followers, [], None
-        for p, _ in followers:
-            if not p.done:  # not taken by a commit, or taken by none that answered it
+        if not handed:
+            if group.committed is committed:  # raised while gathering
+                followers, group.followers, group.committed = group.followers, [], None
+            for p, _ in followers:
                 p.flags, p.error, p.done = None, interrupted(backend.url, exc), True
         raise
     finally:
