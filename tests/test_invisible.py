@@ -16,7 +16,7 @@ from toolledger._invisible import (
     has_invisible,
     json_invisible_escaped,
 )
-from toolledger._shell import command, quote, shown
+from toolledger._shell import command, quote, shown, shown_id
 
 # Unicode's default-ignorable code points that are not controls or format characters: they
 # render as nothing (Hangul fillers, variation selectors, the combining grapheme joiner …).
@@ -36,21 +36,35 @@ def test_every_control_format_and_separator_character_is_invisible() -> None:
     assert missing == [], f"not escaped: {missing} (Unicode {unicodedata.unidata_version})"
     assert all(_covered(c) for c in IGNORABLE)
     for c in [*IGNORABLE, 0x202E, 0x9B, 0x2028]:
-        assert has_invisible(f"a{chr(c)}b")
+        assert has_invisible(f"a{chr(c)}b", strict=True)
+
+
+@pytest.mark.parametrize("c", ["\x1b", "\x9b", "\u202e", "\u2066", "\u2028", "\u200b", "\ufeff"])
+def test_what_acts_on_the_text_around_it_is_escaped_in_content_too(c: str) -> None:
+    assert has_invisible(f"a{c}b")
+    assert c not in shown(f"a{c}b")
+
+
+@pytest.mark.parametrize(
+    "text", ["✔\ufe0f done", "👨\u200d👩\u200d👧", "🏴\U000e0067\U000e0062\U000e007f"]
+)
+def test_content_keeps_its_emoji_and_an_id_shows_them_escaped(text: str) -> None:
+    assert shown(text) == text
+    assert not has_invisible(shown_id(text), strict=True)
 
 
 @pytest.mark.parametrize("text", ["plain", "with space", "é中文", "😀", "C:\\tmp", "a|b;c"])
 def test_what_a_person_sees_is_left_as_it_is(text: str) -> None:
     assert not has_invisible(text)
-    assert escape_invisible(text) == text
-    assert shown(text) == text
+    assert escape_invisible(text, strict=True) == text
+    assert shown(text) == text == shown_id(text)
 
 
 def test_json_keeps_its_value_and_its_layout() -> None:
     value = {"id": "inv\u202eoice\x9b2J\u200b", "tag": "\U000e0041", "text": "a\nb"}
     text = json_invisible_escaped(json.dumps(value, indent=2, ensure_ascii=False))
     assert json.loads(text) == value
-    assert not has_invisible(text, keep="\n")
+    assert not has_invisible(text, keep="\n", strict=True)
     assert "\n  " in text, "the layout is kept"
 
 
@@ -64,9 +78,10 @@ PAIRS = [
 
 
 @pytest.mark.parametrize(("one", "other"), PAIRS)
-def test_two_texts_never_show_alike(one: str, other: str) -> None:
-    assert shown(one) != shown(other)
-    assert not has_invisible(shown(one)) and not has_invisible(shown(other))
+def test_two_ids_never_show_alike(one: str, other: str) -> None:
+    assert shown_id(one) != shown_id(other)
+    assert not has_invisible(shown_id(one), strict=True)
+    assert not has_invisible(shown_id(other), strict=True)
 
 
 @pytest.mark.parametrize(

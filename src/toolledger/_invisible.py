@@ -12,6 +12,7 @@ import json
 import re
 
 __all__ = [
+    "ACTING_RANGES",
     "INVISIBLE_CLASS",
     "INVISIBLE_RANGES",
     "escape_invisible",
@@ -60,23 +61,46 @@ INVISIBLE_RANGES = (
 )
 INVISIBLE_CLASS = "[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in INVISIBLE_RANGES) + "]"
 """``INVISIBLE_RANGES`` as a regular expression's character class."""
+
+# Of those, the ones that act on what is around them even in content — a result, a reason, an
+# error: every control (a terminal obeys them; a line break starts a line), the bidirectional
+# marks, overrides and isolates (they reorder text), the line and paragraph separators, the
+# zero-width space and the BOM. The others (joiners, variation selectors, tags, the soft hyphen)
+# have their place in text — an emoji is a sequence of them — and are escaped in ids alone.
+ACTING_RANGES = (
+    (0x0000, 0x001F),
+    (0x007F, 0x009F),
+    (0x061C, 0x061C),
+    (0x200B, 0x200B),
+    (0x200E, 0x200F),
+    (0x2028, 0x202E),
+    (0x2066, 0x2069),
+    (0xFEFF, 0xFEFF),
+)
 _INVISIBLE = re.compile(INVISIBLE_CLASS)
+_ACTING = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ACTING_RANGES) + "]")
 
 
-def has_invisible(text: str, *, keep: str = "") -> bool:
-    """Whether ``text`` holds a character of ``INVISIBLE_RANGES`` (but those in ``keep``)."""
+def _pattern(strict: bool) -> re.Pattern[str]:
+    return _INVISIBLE if strict else _ACTING
+
+
+def has_invisible(text: str, *, keep: str = "", strict: bool = False) -> bool:
+    """Whether ``text`` holds a character to escape (but those in ``keep``): with ``strict``
+    (an id: two ids must never print alike) any of ``INVISIBLE_RANGES``, else one of
+    ``ACTING_RANGES``."""
+    pattern = _pattern(strict)
     if not keep:
-        return _INVISIBLE.search(text) is not None
-    return any(m.group() not in keep for m in _INVISIBLE.finditer(text))
+        return pattern.search(text) is not None
+    return any(m.group() not in keep for m in pattern.finditer(text))
 
 
-def invisible_parts(text: str, *, keep: str = "") -> list[tuple[str, bool]]:
-    """``text`` cut into runs, each with whether it is one invisible character (of
-    ``INVISIBLE_RANGES``, but those in ``keep``): the plain runs to show as they are, the others
-    to show escaped."""
+def invisible_parts(text: str, *, keep: str = "", strict: bool = False) -> list[tuple[str, bool]]:
+    """``text`` cut into runs, each with whether it is one character to escape (as
+    ``has_invisible`` tells them): the plain runs to show as they are, the others escaped."""
     parts: list[tuple[str, bool]] = []
     at = 0
-    for m in _INVISIBLE.finditer(text):
+    for m in _pattern(strict).finditer(text):
         if m.group() in keep:
             continue
         if m.start() > at:
@@ -88,11 +112,11 @@ def invisible_parts(text: str, *, keep: str = "") -> list[tuple[str, bool]]:
     return parts
 
 
-def escape_invisible(text: str, *, keep: str = "") -> str:
-    """``text`` with every character of ``INVISIBLE_RANGES`` (but those in ``keep``, e.g.
-    ``"\n"``) written as its ``\\uXXXX`` escape (``\\UXXXXXXXX`` beyond the BMP): what a
-    person or a model reads is what the text holds."""
-    return _INVISIBLE.sub(lambda m: _escaped(m.group(), keep), text)
+def escape_invisible(text: str, *, keep: str = "", strict: bool = False) -> str:
+    """``text`` with every character to escape (as ``has_invisible`` tells them; but those in
+    ``keep``, e.g. ``"\n"``) written as its ``\\uXXXX`` escape (``\\UXXXXXXXX`` beyond the
+    BMP): what a person or a model reads is what the text holds."""
+    return _pattern(strict).sub(lambda m: _escaped(m.group(), keep), text)
 
 
 def _escaped(c: str, keep: str) -> str:

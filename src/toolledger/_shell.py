@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ._invisible import INVISIBLE_CLASS, has_invisible, invisible_parts
 
-__all__ = ["command", "quote", "shown"]
+__all__ = ["command", "quote", "shown", "shown_id"]
 
 
 def _escape(ch: str) -> str:
@@ -27,37 +27,49 @@ def _escape(ch: str) -> str:
     return f"\\U{code:08x}"
 
 
-# A backslash a reader could take for the start of an escape ``shown`` writes: before one,
-# before an invisible character (which becomes one), or before another backslash.
+def shown(text: str, *, keep: str = "") -> str:
+    """Content (a result, a reason, an error) for display, with every character that acts on
+    what is around it (``toolledger._invisible.ACTING_RANGES``: controls, bidirectional marks,
+    line separators) written as an escape (``\\x1b``, ``\\u202e``). Characters in ``keep``
+    (e.g. a newline in a multi-line value) stay as they are."""
+    if not has_invisible(text, keep=keep):
+        return text
+    return "".join(
+        _escape(part) if hidden else part for part, hidden in invisible_parts(text, keep=keep)
+    )
+
+
+# A backslash in an id that a reader could take for the start of an escape ``shown_id``
+# writes: before one, before an invisible character (which becomes one), or before another
+# backslash.
 _ESCAPE_LIKE = re.compile(
     rf"\\(?={INVISIBLE_CLASS}|\\|x[0-9a-fA-F]{{2}}|u[0-9a-fA-F]{{4}}|U[0-9a-fA-F]{{8}})"
 )
 
 
-def shown(text: str, *, keep: str = "") -> str:
-    """``text`` for display, with every character that must not reach the screen raw
-    (``toolledger._invisible``: controls, bidirectional and zero-width characters) written as
-    an escape (``\\x1b``, ``\\u202e``). Characters in ``keep`` (e.g. a newline in a multi-line
-    value) stay as they are. A backslash the text holds is doubled where it could be read as
-    the start of such an escape, so an escape never looks like text that spells one:
-    ``acct\\x9bx`` (a C1 control) and ``acct\\\\x9bx`` (the text with a backslash) print
-    differently, while ``C:\\tmp`` prints as it is."""
-    if not has_invisible(text, keep=keep) and not _ESCAPE_LIKE.search(text):
+def shown_id(text: str) -> str:
+    """An id (a session's, a call's, a tool's name) for display, on one line, never alike
+    another's: every invisible character (``toolledger._invisible.INVISIBLE_RANGES``: controls,
+    tabs and line breaks included, bidirectional, zero-width and other characters that show
+    nothing) written as an escape, and a backslash that could be read as the start of one
+    doubled — ``acct\\x9bx`` (a C1 control) and ``acct\\\\x9bx`` (the text with a
+    backslash) print differently, while ``C:\\tmp`` prints as it is."""
+    if not has_invisible(text, strict=True) and not _ESCAPE_LIKE.search(text):
         return text
     text = _ESCAPE_LIKE.sub(r"\\\\", text)
     return "".join(
-        _escape(part) if hidden else part for part, hidden in invisible_parts(text, keep=keep)
+        _escape(part) if hidden else part for part, hidden in invisible_parts(text, strict=True)
     )
 
 
 def quote(arg: str) -> str:
     """One shell argument that a POSIX shell reads back as ``arg`` — in ANSI-C quoting (bash,
     zsh, ksh) when ``arg`` holds a character that must not reach the screen raw."""
-    if not has_invisible(arg):
+    if not has_invisible(arg, strict=True):
         return shlex.quote(arg)
     out = []
     for c in arg:
-        if has_invisible(c):
+        if has_invisible(c, strict=True):
             # The UTF-8 bytes, not ``\\u…``: bash reads ``\\u`` only in a UTF-8 locale.
             out.append("".join(f"\\x{b:02x}" for b in c.encode()))
         elif c in "\\'":

@@ -5,6 +5,7 @@ printed command does exactly what it says when pasted."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -180,3 +181,83 @@ def test_a_line_break_in_a_note_never_starts_a_row(tmp_path: Path) -> None:
         assert not [ln for ln in out.splitlines() if "FORGED" in ln and not ln.startswith("# ")]
         shown = in_terminal([command, "f", "--store", url], 200)
         assert not [ln for ln in shown.splitlines() if ln.startswith("9.999")], shown
+
+
+def test_content_is_shown_as_it_was_before_escaping_grew(tmp_path: Path) -> None:
+    """What ids need is not done to content: a command inside a reason, a repr, a JSON preview
+    with a Windows path, an emoji, and a multi-line message keep their text — the commands in
+    them still run when pasted."""
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with tl.open_store(url) as store:
+        store.backend.apply(
+            "win",
+            [
+                InsertEffect(
+                    dataclasses.replace(
+                        started("win", "toolu_1"),
+                        status=tl.Status.SUCCEEDED,
+                        result=json.dumps({"path": "C:\\build\\x64\\out", "ok": "✔\ufe0f"}),
+                    )
+                )
+            ],
+        )
+    out = in_terminal(["effects", "win", "--store", url], 200)
+    assert "C:\\\\build\\\\x64\\\\out" in out, out  # as JSON writes it, not doubled again
+    assert "✔\ufe0f" in out, "an emoji keeps its variation selector"
+    missing = in_terminal(["show", "C:\\build\\x64", "--store", url], 200, code=1)
+    assert "'C:\\\\build\\\\x64'" in missing, missing  # the repr, once
+
+
+def test_a_reason_names_commands_that_run_when_pasted(tmp_path: Path) -> None:
+    from toolledger.testing.scripted import ToolUse
+
+    @tl.tool(effect="non_idempotent", high_impact=True)
+    def pay(amount: int) -> str:
+        return f"paid {amount}"
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    sid = "ops\u202etxt"
+    script = [Reply(tool_uses=[ToolUse("pay", {"amount": 5})]), Reply(text="done")]
+    with ScriptedModel(script) as model, tl.open_store(url) as store:
+        agent = tl.Agent(
+            client=model.client(), model="x", tools=[pay], store=store, approve=tl.approvals.queue
+        )
+        assert agent.run(session=sid, prompt="go").status is tl.RunStatus.AWAITING_APPROVAL
+    out = in_terminal(["show", sid, "--store", url], 250)
+    line = next(ln for ln in out.splitlines() if "approve" in ln)
+    command = line[line.index("`toolledger") + 1 :].split("`")[0]
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-c", command], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, (command, done.stderr)
+    with tl.open_store(url) as store:
+        (request,) = store.approvals(sid)
+    assert request.status is tl.ApprovalStatus.APPROVED
+
+
+def test_a_multi_line_error_stays_on_its_lines(tmp_path: Path) -> None:
+    (tmp_path / "broken_tools.py").write_text(
+        "raise ImportError('numpy is not installed.\\nInstall it with:\\n    pip install numpy')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "toolledger", "audit", "broken_tools:TOOLS"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    said = done.stdout + done.stderr
+    assert "\n    pip install numpy" in said and "\\x0a" not in said, said
+
+
+def test_a_forked_sessions_hint_names_it_as_it_is(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    with ScriptedModel([Reply(text="hi")]) as model, tl.open_store(url) as store:
+        tl.Agent(client=model.client(), model="x", tools=[], store=store).run(
+            session="acct", prompt="go"
+        )
+    out = in_terminal(["fork", "acct", "--at-turn", "1", "--as", "new\x9b", "--store", url], 200)
+    assert "session='new\\x9b'" in out, out  # Python's repr of the id, pasted as Python

@@ -52,16 +52,14 @@ def note_text(effects: Sequence[ForkedEffect], turn: int) -> str:
             told = "done"
             result = masked_text(e.result)
             if result is not None:
-                returned.append(
-                    f"- {escape_invisible(e.tool_use_id)}: {shown_as_data(_short(result))}"
-                )
+                call = escape_invisible(e.tool_use_id, strict=True)
+                returned.append(f"- {call}: {shown_as_data(_short(result))}")
         elif e.state == "in_progress":
             told = "may have happened: it was still running, its outcome is not known"
         else:
             told = "may have happened: its outcome is not known"
-        lines.append(
-            f"- {escape_invisible(e.tool)}({args}) [{escape_invisible(e.tool_use_id)}]: {told}"
-        )
+        tool, call = (escape_invisible(t, strict=True) for t in (e.tool, e.tool_use_id))
+        lines.append(f"- {tool}({args}) [{call}]: {told}")
     if returned:
         lines += [RESULTS_HEADING, *returned]
     return "\n".join(lines)

@@ -25,7 +25,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from .._shell import shown
+from .._shell import shown, shown_id
 from ..errors import ConfigurationError
 from ..records import EffectClass
 from ..tools import Tool, ToolSet
@@ -181,7 +181,7 @@ _RISK_STYLE = {"high": "bold red", "medium": "yellow", "low": "green"}
 
 def lines(result: Audit) -> list[str]:
     """The audit as rich-markup lines: one block per tool, then the warnings."""
-    width = max((len(shown(r.tool)) for r in result.rows), default=0)
+    width = max((len(shown_id(r.tool)) for r in result.rows), default=0)
     out: list[str] = []
     for r in result.rows:
         extras = [
@@ -191,7 +191,7 @@ def lines(result: Audit) -> list[str]:
         approval = ", needs approval" if r.needs_approval else ""
         style = _RISK_STYLE[r.risk]
         out.append(
-            f"[bold]{escape(shown(r.tool)):<{width}}[/bold]  {declared}{approval}  "
+            f"[bold]{escape(shown_id(r.tool)):<{width}}[/bold]  {declared}{approval}  "
             f"risk [{style}]{r.risk}[/{style}]"
         )
         out.append(f"  interrupted, a resume {r.on_resume}")

@@ -27,7 +27,7 @@ from ..stores._history import BranchHistory
 from ..tools import ToolSet
 from ._command import emit_json, no_session, store_of
 from .output import Out
-from .render import preview, safe
+from .render import preview, safe, safe_id
 
 __all__ = [
     "add_branching",
@@ -65,9 +65,9 @@ def cmd_fork(args: argparse.Namespace, console: Console) -> int:
     out = Out(console)
     out.line(
         safe("forked "),
-        safe(args.session, "bold"),
+        safe_id(args.session, "bold"),
         safe(f" at turn {args.at_turn} into "),
-        safe(new, "bold"),
+        safe_id(new, "bold"),
     )
     if entry is not None:
         for line in branch_lines(entry, reveal=args.show_secrets):
@@ -95,7 +95,7 @@ def cmd_rewind(args: argparse.Namespace, console: Console) -> int:
         emit_json({"session_id": args.session, "branch": branch_json(entry)})
         return 0
     out = Out(console)
-    out.line(safe("rewound "), safe(args.session, "bold"), safe(f" to turn {args.to_turn}"))
+    out.line(safe("rewound "), safe_id(args.session, "bold"), safe(f" to turn {args.to_turn}"))
     for line in branch_lines(entry, reveal=args.show_secrets):
         out.line(line)
     out.line(safe(f"next: {_run_hint(args.session)}"))
@@ -163,7 +163,7 @@ def _effect_line(e: ForkedEffect, reveal: bool) -> Text:
     line = Text("  - ")
     line.append_text(safe(e.state, STATE_STYLE.get(e.state, "")))
     line.append_text(safe(f" {e.tool} {preview(shown, 60)} "))
-    line.append_text(safe(e.tool_use_id))
+    line.append_text(safe_id(e.tool_use_id))
     if e.session_id:
         line.append_text(safe(f" (in {e.session_id})", "dim"))
     return line

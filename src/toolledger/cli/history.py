@@ -23,7 +23,7 @@ from ..tools import ToolSet
 from ._command import emit_json, no_session, store_of
 from .branching import branch_lines, branches_json
 from .output import Col, Grid, Out
-from .render import preview, safe
+from .render import preview, safe, safe_id
 
 __all__ = ["cmd_history", "history_json", "history_table"]
 
@@ -132,7 +132,7 @@ def history_table(turns: list[Turn], title: str, *, reveal: bool = False) -> Gri
             shown = json.dumps(c.input if reveal else masked(c.input), ensure_ascii=False)
             table.add(
                 *(head if i == 0 else blank),
-                safe(c.tool_use_id),
+                safe_id(c.tool_use_id),
                 safe(f"{c.tool} {preview(shown, 40)}"),
                 safe("?" if c.effect is None else c.effect.value),
                 safe(c.disposition.value, DISPOSITION_STYLE[c.disposition]),

@@ -17,7 +17,7 @@ from . import render
 from ._command import emit_json, no_session, store_of, url_of
 from .branching import branch_json, branch_lines
 from .output import Layout, Out
-from .render import safe
+from .render import safe, safe_id
 
 __all__ = [
     "cmd_effects",
@@ -85,7 +85,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
     out = Out(console)
     if state is not None:
         out.note(
-            safe(state.session_id, "bold"),
+            safe_id(state.session_id, "bold"),
             ": ",
             render.styled(state.status.value),
             f" — {state.turns} turns, {state.input_tokens}/{state.output_tokens} tokens",

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .._shell import shown
+from .._shell import shown_id
 
 __all__ = ["Col", "Grid", "Layout", "Out"]
 
@@ -93,11 +93,14 @@ class Out:
 
     def note(self, *parts: Text | str) -> None:
         """A line about the rows around it (a heading, a remark): in a pipe a ``# `` comment,
-        so that what a script reads is the TSV alone."""
+        so that what a script reads is the TSV alone. One line: a line break in its data (a
+        branch's ``by``, a reason) is shown escaped, never starting a line — in a pipe, a row —
+        of its own."""
+        flat = [_one_line(p) for p in parts]
         if self.terminal:
-            self.line(*parts)
-        elif any(p.plain if isinstance(p, Text) else p for p in parts):
-            self.line("# ", *parts)
+            self.line(*flat)
+        elif any(p.plain for p in flat):
+            self.line("# ", *flat)
 
     def command(self, text: str, *, note: str = "") -> None:
         """A command to paste: alone on its line, never broken, never commented out (its
@@ -165,7 +168,7 @@ class Out:
 
     def _tsv(self, grid: Grid) -> None:
         write = self.console.file.write
-        write(f"# {tsv_cell(shown(grid.title))}\n")
+        write(f"# {shown_id(grid.title)}\n")  # a comment, as a note is: escaped, not TSV
         write("\t".join(tsv_cell(c.name) for c in grid.cols) + "\n")
         for row in grid.rows:
             cells = (
@@ -178,9 +181,20 @@ class Out:
         self.console.file.flush()
 
 
+_BREAKS = str.maketrans({"\n": "\\x0a", "\r": "\\x0d"})
+
+
+def _one_line(part: Text | str) -> Text:
+    text = part if isinstance(part, Text) else Text(part)
+    if "\n" not in text.plain and "\r" not in text.plain:
+        return text
+    return Text(text.plain.translate(_BREAKS), style=text.style)
+
+
 def _title(grid: Grid) -> Text:
-    """A grid's title, which names the session it lists, as data: escaped (``_shell.shown``)."""
-    return Text(shown(grid.title), style="bold")
+    """A grid's title, which names the session it lists: escaped as an id is, on one line
+    (``_shell.shown_id``)."""
+    return Text(shown_id(grid.title), style="bold")
 
 
 def _isatty(file: object) -> bool:

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from .._liveness import Running, Verdict
 from .._shell import command as shell_command
-from .._shell import shown
+from .._shell import shown, shown_id
 from .._views.format import STATUS_STYLE, owner, when
 from .._views.timeline import Event, timeline
 from ..masking import is_secret_key, masked, masked_text
@@ -50,6 +50,7 @@ __all__ = [
     "owner",
     "resumed_table",
     "safe",
+    "safe_id",
     "session_json",
     "sessions_table",
     "settle_command",
@@ -64,11 +65,17 @@ __all__ = [
 
 def safe(text: object, style: str = "") -> Text:
     """Data as rich will print it literally: no markup is read in it, and control and
-    bidirectional characters (an escape sequence in a tool result, a U+202E in an id) are shown
-    as ``\\x1b``, ``\\u202e``, never sent to the terminal. A tab or a line break is shown so
-    too (``\\x09``, ``\\x0a``): in a cell it would cut a column or split a row, in a line
-    start one that is not the program's."""
-    return Text(shown(str(text)), style=style)
+    bidirectional characters (an escape sequence in a tool result, a U+202E in a reason) are
+    shown as ``\\x1b``, ``\\u202e``, never sent to the terminal. Line breaks and tabs lay out
+    content and stay."""
+    return Text(shown(str(text), keep="\n\t"), style=style)
+
+
+def safe_id(text: object, style: str = "") -> Text:
+    """An id — a session's, a call's, a tool's name — as ``safe``, on one line and never alike
+    another id (``_shell.shown_id``): a tab or a line break in it would cut a column that is
+    never cut or split a row, and a character that shows nothing would make two ids look one."""
+    return Text(shown_id(str(text)), style=style)
 
 
 def styled(status: str) -> Text:
@@ -201,7 +208,7 @@ def sessions_table(
         if not held and s.status is RunStatus.RUNNING:
             held = "nobody: interrupted (run it again to resume)"
         grid.add(
-            safe(s.session_id),
+            safe_id(s.session_id),
             styled(s.status.value),
             str(s.turns),
             f"{s.input_tokens}/{s.output_tokens}",
@@ -212,7 +219,11 @@ def sessions_table(
         )
     for sid in ledger_only:
         grid.add(
-            safe(sid), safe("ledger only", "dim"), "-", "-", "-", "", safe(started.get(sid, "")), ""
+            safe_id(sid),
+            safe("ledger only", "dim"),
+            *("-", "-", "-", ""),
+            safe(started.get(sid, "")),
+            "",
         )
     if not states and not ledger_only:
         grid.caption = "no session in this store"
@@ -237,8 +248,8 @@ def effects_table(records: list[EffectRecord], title: str, *, reveal: bool = Fal
         shown_ = (r.result if reveal else masked_text(r.result)) if succeeded else r.error
         note = f" ({r.error})" if succeeded and r.error else ""
         grid.add(
-            safe(r.tool_use_id),
-            safe(r.tool),
+            safe_id(r.tool_use_id),
+            safe_id(r.tool),
             styled(r.status.value),
             str(r.attempt),
             safe(preview(shown_) + note),
@@ -279,9 +290,9 @@ def in_doubt_table(records: Sequence[tuple[EffectRecord, Verdict]], url: str | N
     )
     for r, verdict in records:
         grid.add(
-            safe(r.session_id),
-            safe(r.tool_use_id),
-            safe(r.tool),
+            safe_id(r.session_id),
+            safe_id(r.tool_use_id),
+            safe_id(r.tool),
             str(r.attempt),
             safe(owner(r)),
             safe(verdict.why),
@@ -322,9 +333,9 @@ def in_progress_table(records: Sequence[tuple[EffectRecord, Verdict]]) -> Grid:
     for r, verdict in records:
         until = verdict.until if isinstance(verdict, Running) else None
         grid.add(
-            safe(r.session_id),
-            safe(r.tool_use_id),
-            safe(r.tool),
+            safe_id(r.session_id),
+            safe_id(r.tool_use_id),
+            safe_id(r.tool),
             str(r.attempt),
             safe(owner(r)),
             when(r.deadline),
@@ -350,9 +361,9 @@ def approvals_table(records: list[ApprovalRecord], *, reveal: bool = False) -> G
     )
     for a in records:
         grid.add(
-            safe(a.session_id),
-            safe(a.tool_use_id),
-            safe(a.tool),
+            safe_id(a.session_id),
+            safe_id(a.tool_use_id),
+            safe_id(a.tool),
             safe(preview(json.dumps(a.input if reveal else masked(a.input), ensure_ascii=False))),
             "YES" if a.in_doubt else "",
             styled(a.status.value),
@@ -370,7 +381,7 @@ def timeline_table(events: Sequence[Event], title: str) -> Grid:
     start = events[0].at if events else 0.0
     for e in events:
         grid.add(
-            f"{e.at - start:.3f}", safe(e.what, e.style), safe(e.ref), safe(preview(e.text, 90))
+            f"{e.at - start:.3f}", safe(e.what, e.style), safe_id(e.ref), safe(preview(e.text, 90))
         )
     return grid
 
@@ -378,7 +389,7 @@ def timeline_table(events: Sequence[Event], title: str) -> Grid:
 def resumed_table(rows: list[dict[str, str]]) -> Grid:
     grid = Grid("resumed sessions", [Col("session"), Col("status"), Col("detail", preview=True)])
     for r in rows:
-        grid.add(safe(r["session_id"]), styled(r["status"]), safe(r["detail"]))
+        grid.add(safe_id(r["session_id"]), styled(r["status"]), safe(r["detail"]))
     if not rows:
         grid.caption = "no unfinished session with a free lease"
     return grid

@@ -21,7 +21,7 @@ from . import render
 from ._command import emit_json, no_session, store_of
 from .branching import branch_json
 from .output import Col, Grid, Out
-from .render import safe
+from .render import safe, safe_id
 
 __all__ = ["cmd_export", "cmd_prune", "duration"]
 
@@ -56,7 +56,7 @@ def cmd_prune(args: argparse.Namespace, console: Console) -> int:
         table = Grid(f"{verb} {len(report.removed)} session(s)", [Col(c) for c in columns])
         for p in report.removed:
             table.add(
-                safe(p.session_id),
+                safe_id(p.session_id),
                 p.status.value if p.status else "records only",
                 when(p.last_activity),
                 str(p.messages),

@@ -67,23 +67,32 @@ class Posted(str):
     __slots__ = ()
 
 
-def _visible(value: Any) -> Any:
-    """Every value a template writes: a string's invisible characters — controls, C1 (``\x9b``),
-    bidirectional overrides and isolates, which would reorder what a person reads, zero-width
-    and other characters that show nothing (``toolledger._invisible``) — shown escaped
-    (``\u202e``) and marked, the rest HTML-escaped. A ``Posted`` value goes out as it is
-    (HTML-escaped by autoescape), so a form posts the real id back."""
+def _visible(value: Any, *, strict: bool = False) -> Any:
+    """Every value a template writes: a string's characters that act on what is around them —
+    controls, C1 (``\x9b``), bidirectional overrides and isolates, which would reorder what a
+    person reads (``toolledger._invisible``) — shown escaped (``\u202e``) and marked, the rest
+    HTML-escaped. A ``Posted`` value goes out as it is (HTML-escaped by autoescape), so a form
+    posts the real id back. With ``strict`` (an id: the ``id`` filter), every character that
+    shows nothing — zero-width, joiners, variation selectors, tags — too, so two ids never look
+    alike."""
     if not isinstance(value, str) or isinstance(value, Posted | markupsafe.Markup):
         return value
-    if not has_invisible(value, keep=_LAYOUT):
+    keep = "" if strict else _LAYOUT
+    if not has_invisible(value, keep=keep, strict=strict):
         return value
     parts = [
-        f'<span class="esc">{escape_invisible(part)}</span>'
+        f'<span class="esc">{escape_invisible(part, strict=strict)}</span>'
         if hidden
         else str(markupsafe.escape(part))
-        for part, hidden in invisible_parts(value, keep=_LAYOUT)
+        for part, hidden in invisible_parts(value, keep=keep, strict=strict)
     ]
     return markupsafe.Markup("".join(parts))  # noqa: S704 - every part escaped above
+
+
+def _shown_id(value: Any) -> Any:
+    """The ``id`` filter: a session's, a call's or a tool's name, every invisible character of
+    it shown escaped."""
+    return _visible(value, strict=True)
 
 
 def _templates() -> Jinja2Templates:
@@ -94,6 +103,7 @@ def _templates() -> Jinja2Templates:
         finalize=_visible,
     )
     env.filters["posted"] = Posted
+    env.filters["id"] = _shown_id
     return Jinja2Templates(env=env)
 
 
