@@ -474,11 +474,15 @@ class _Writers:
         return a
 
 
-def test_a_leader_interrupted_before_it_commits_tells_the_callers_it_took(tmp_path: Path) -> None:
-    """A caller leading a group is interrupted (a ``KeyboardInterrupt`` where ``_commit_group``
-    is entered) after it took the queue: the caller whose batch it took is told that nothing of
-    it was written — not left with no answer (an ``AssertionError`` in ``apply``), not told it
-    landed — and the store goes on."""
+@pytest.mark.parametrize("at", ["_commit_group", "_check_identity", "_form", "_apply_batch"])
+def test_a_leader_interrupted_before_it_commits_tells_the_callers_it_took(
+    tmp_path: Path, at: str
+) -> None:
+    """A caller leading a group is interrupted (a ``KeyboardInterrupt`` where ``at`` is entered:
+    before its transaction, or inside it) after it took the queue: the caller whose batch it
+    took is told that nothing of it was written — not left with no answer (an
+    ``AssertionError`` in ``apply``), not told it landed, not handed the leader's interrupt —
+    and the store goes on."""
     store = tl.open_store(f"sqlite:///{tmp_path / 'l.db'}")
     backend = store.backend
     assert isinstance(backend, SQLiteBackend)
@@ -487,7 +491,7 @@ def test_a_leader_interrupted_before_it_commits_tells_the_callers_it_took(tmp_pa
     interrupted: list[str] = []
 
     def interrupt(frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code.co_name == "_commit_group" and not interrupted:
+        if event == "call" and frame.f_code.co_name == at and not interrupted:
             interrupted.append(threading.current_thread().name)
             raise KeyboardInterrupt
 

@@ -203,7 +203,6 @@ class Keeper:
         in flight. ``moved``: called with the index of each outcome refused because its record
         moved on meanwhile (``Remember.moved``)."""
         job = _Kept(store, session_id, list(ops), list(keys), time.monotonic() + 1.0, 1.0, moved)
-        store.before_close(partial(self.last_try, store))
         with self._cv:
             self._jobs.append(job)
             if self._thread is None or not self._thread.is_alive():
@@ -212,6 +211,8 @@ class Keeper:
                 )
                 self._thread.start()
             self._cv.notify()
+        # After the job is kept: on a store closed already, its last try is now.
+        store.before_close(partial(self.last_try, store))
 
     def last_try(self, store: Store) -> None:
         """``store`` is being closed: one last attempt at its jobs, now; then they are given up

@@ -179,6 +179,20 @@ async def _await(value: Awaitable[T], timeout: float | None = None) -> T:
         ) from None
 
 
+async def _in_thread(fn: Callable[[], Any]) -> Any:
+    """``fn`` run in a worker thread. A thread cannot be stopped: a cancellation meanwhile waits
+    for it to return, then goes up — so the attempt stays in flight (rule 13) for as long as it
+    may still take effect, and no other attempt of this process runs it a second time."""
+    thread = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        return await asyncio.shield(thread)
+    except asyncio.CancelledError:
+        while not thread.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(thread)
+        raise
+
+
 def _is_async(fn: Any) -> bool:
     """An ``async def`` function, or an object whose ``__call__`` is one."""
     call = getattr(type(fn), "__call__", None)  # noqa: B004 - the method, not callability
@@ -186,7 +200,7 @@ def _is_async(fn: Any) -> bool:
 
 
 async def _acall(fn: Callable[[], Any], is_async: bool, timeout: float | None = None) -> Any:
-    value = await asyncio.to_thread(fn) if not is_async else fn()
+    value = fn() if is_async else await _in_thread(fn)
     if inspect.isawaitable(value):
         value = await _await(value, timeout)
     return value
@@ -232,6 +246,8 @@ def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
         return result
     finally:
         io.busy_since = None
+        if io.fence is not None:  # first, with no call before it: never left held by a run
+            io.store.runtime.live_runs.discard(io.fence.lease.owner)
         heartbeats.remove(io)
         dropped = drop_lease(io)
         if dropped:
@@ -333,6 +349,8 @@ async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
         return result
     finally:
         io.busy_since = None
+        if io.fence is not None:  # first, with no call before it: never left held by a run
+            io.store.runtime.live_runs.discard(io.fence.lease.owner)
         if isinstance(io.keeper, asyncio.Task):
             io.keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -145,15 +145,20 @@ class StoreCore:
         each machine's own (a file store's): on a shared clock a lease expires by its expiry;
         on machines' own clocks, only once it was watched unrenewed for its time to live."""
         self._before_close: list[Callable[[], None]] = []
+        self._closed = False
         self._roots: dict[str, str | None] = {}
 
     def before_close(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` when this store is closed, before its backend is (used to write what a
-        failed commit left behind one last time)."""
-        if fn not in self._before_close:
+        failed commit left behind one last time). On a store closed already, ``fn`` runs now:
+        its close does not come again."""
+        if self._closed:
+            fn()
+        elif fn not in self._before_close:
             self._before_close.append(fn)
 
     def _closing(self) -> None:
+        self._closed = True
         hooks, self._before_close = self._before_close, []
         for fn in hooks:
             fn()

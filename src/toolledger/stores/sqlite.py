@@ -425,6 +425,7 @@ class SQLiteBackend:
             finally:
                 p.done = True
             return
+        undone = True  # nothing of the group is written until its COMMIT returns
         try:
             with self._lock:
                 c = self._conn
@@ -432,6 +433,7 @@ class SQLiteBackend:
                 forms = [self._form(p.session_id, p.ops) for p in group]
                 try:
                     c.execute("BEGIN IMMEDIATE")
+                    undone = False
                     for p, form in zip(group, forms, strict=True):
                         c.execute("SAVEPOINT batch")
                         try:
@@ -443,6 +445,7 @@ class SQLiteBackend:
                     c.execute("COMMIT")
                     self.commits += 1
                 except BaseException:
+                    undone = undone or c.in_transaction
                     if c.in_transaction:
                         c.execute("ROLLBACK")
                     raise
@@ -452,8 +455,15 @@ class SQLiteBackend:
             for p in group:
                 p.flags, p.error = None, error
         except BaseException as exc:
-            for p in group:
-                p.flags, p.error = None, exc
+            # An interrupt (a ``KeyboardInterrupt``) is the leader's alone: each other caller is
+            # told what became of its batch — nothing of it written, unless the COMMIT had
+            # returned, when each keeps its answer.
+            if isinstance(exc, Exception):
+                for p in group:
+                    p.flags, p.error = None, exc
+            elif undone:
+                for p in group:
+                    p.flags, p.error = None, interrupted(self.url, exc)
             if not isinstance(exc, Exception):
                 raise
         finally:

@@ -1,0 +1,121 @@
+"""A run stopped from outside — a task cancelled, a ``KeyboardInterrupt`` (a signal raises one
+where a function is entered or returns), a store closed under it — leaves this process able to
+go on: no effect runs twice, no session stays held, no call stays in flight for ever."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+import toolledger as tl
+from toolledger.testing.scripted import Reply, ScriptedModel
+
+from .conftest import tool_use
+
+
+def test_a_cancelled_run_waits_for_its_plain_tool_so_a_retry_never_runs_it_again(
+    tmp_path: Path,
+) -> None:
+    """A plain function runs in a worker thread, which a cancellation cannot stop. The run
+    ends only once it returned — its attempt in flight until then — and a retry in the same
+    process settles the call by its check: the effect happened once."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'c.db'}")
+    ledger = store.ledger("s")
+    effects: list[str] = []
+    entered, go = threading.Event(), threading.Event()
+
+    @tl.tool
+    def send(to: str) -> str:
+        first = not entered.is_set()
+        entered.set()
+        if first:
+            go.wait(10)  # a slow downstream service
+        effects.append(to)
+        return "sent"
+
+    @send.check
+    def _sent(to: str) -> str | None:
+        return "sent" if effects else None
+
+    block = tool_use("toolu_1", "send", to="bob")
+
+    async def main() -> Any:
+        first = asyncio.create_task(tl.arun_tool_uses([block], [send], ledger=ledger))
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        first.cancel()
+        asyncio.get_running_loop().call_later(0.2, go.set)  # the tool returns meanwhile
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert effects == ["bob"], "the cancelled run ended once its tool had returned"
+        (again,) = await tl.arun_tool_uses([block], [send], ledger=ledger)
+        return again
+
+    again = asyncio.run(main())
+    assert effects == ["bob"], "the retry did not run the tool again"
+    assert again["content"] == "sent" and not again.get("is_error")
+    store.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_interrupt_as_a_run_ends_leaves_its_session_free(tmp_path: Path, mode: str) -> None:
+    """Interrupted as it lets go of its lease (where ``drop_lease`` is entered), a run still
+    stops counting as this process's: once the lease expires, the next run goes on — it is not
+    told for ever that a run of this process holds the session."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'l.db'}")
+    fired: list[bool] = []
+
+    def interrupt(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "call" and frame.f_code.co_name == "drop_lease" and not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+        return None
+
+    def run(model: ScriptedModel, prompt: str) -> tl.Run:
+        client = model.async_client() if mode == "async" else model.client()
+        agent = tl.Agent(client=client, model="x", tools=[], store=store, lease_ttl=1)
+        if mode == "async":
+            return asyncio.run(agent.arun(session="s", prompt=prompt))
+        return agent.run(session="s", prompt=prompt)
+
+    with ScriptedModel([Reply(text="hi"), Reply(text="again")]) as model:
+        sys.settrace(interrupt)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                run(model, "go")
+        finally:
+            sys.settrace(None)
+        assert fired and not store.runtime.live_runs
+        time.sleep(1.2)  # the lease it could not give back expires
+        assert run(model, "go on").status is tl.RunStatus.COMPLETED
+    store.close()
+
+
+def test_a_write_kept_for_a_store_closed_already_is_tried_once_and_lets_the_call_go(
+    tmp_path: Path,
+) -> None:
+    """The store is closed while a call runs: its outcome cannot be written and is kept for
+    the background writer — whose last try comes at once, the store's close being over. The
+    call is not held in flight for ever: opened again, the store answers for it."""
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    store = tl.open_store(url)
+
+    @tl.tool(effect="non_idempotent")
+    async def send(n: int) -> str:
+        store.close()  # the application shuts the store down meanwhile
+        return f"sent {n}"
+
+    block = tool_use("toolu_1", "send", n=1)
+    with pytest.raises(tl.ToolLedgerError):
+        asyncio.run(tl.arun_tool_uses([block], [send], ledger=store.ledger("s"), raise_alerts=True))
+    with tl.open_store(url) as reopened:
+        assert (reopened.url, "s", "toolu_1") not in reopened.runtime.in_flight
+        record = reopened.ledger("s").get("toolu_1")
+        assert record is not None and record.status is tl.Status.STARTED  # in doubt, for a person
