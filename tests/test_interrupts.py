@@ -119,3 +119,70 @@ def test_a_write_kept_for_a_store_closed_already_is_tried_once_and_lets_the_call
         assert (reopened.url, "s", "toolu_1") not in reopened.runtime.in_flight
         record = reopened.ledger("s").get("toolu_1")
         assert record is not None and record.status is tl.Status.STARTED  # in doubt, for a person
+
+
+def test_a_cancelled_run_stays_cancelled_when_its_plain_tool_then_raises(tmp_path: Path) -> None:
+    """The tool raises after its run was cancelled: the run still ends cancelled — it does not
+    go on as if the tool had failed — and the call is left as a cancelled attempt is."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    ledger = store.ledger("s")
+    entered, go = threading.Event(), threading.Event()
+
+    @tl.tool
+    def send(to: str) -> str:
+        entered.set()
+        go.wait(10)
+        raise ValueError("the service said no")
+
+    async def main() -> None:
+        run = asyncio.create_task(
+            tl.arun_tool_uses([tool_use("toolu_1", "send", to="bob")], [send], ledger=ledger)
+        )
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        run.cancel()
+        asyncio.get_running_loop().call_later(0.1, go.set)
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    asyncio.run(main())
+    record = ledger.get("toolu_1")
+    assert record is not None and record.status is tl.Status.STARTED, record
+    store.close()
+
+
+def test_a_cancelled_run_does_not_wait_for_a_person_to_answer(tmp_path: Path) -> None:
+    """A plain approver runs in a worker thread too, but a person may take hours: a run
+    cancelled while it asks ends at once."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    answered = threading.Event()
+    asked = threading.Event()
+
+    @tl.tool(effect="non_idempotent", high_impact=True)
+    def pay(amount: int) -> str:
+        return f"paid {amount}"
+
+    def person(request: Any) -> bool:
+        asked.set()
+        answered.wait(10)
+        return False
+
+    async def main() -> bool:
+        run = asyncio.create_task(
+            tl.arun_tool_uses(
+                [tool_use("toolu_1", "pay", amount=5)],
+                [pay],
+                ledger=store.ledger("s"),
+                approve=person,
+            )
+        )
+        while not asked.is_set():
+            await asyncio.sleep(0.01)
+        run.cancel()
+        await asyncio.wait({run}, timeout=5)
+        ended = run.done()
+        answered.set()  # (the person answers at last: the loop's worker thread ends)
+        return ended
+
+    assert asyncio.run(main()), "the cancelled run waited for the person"
+    store.close()

@@ -180,16 +180,20 @@ async def _await(value: Awaitable[T], timeout: float | None = None) -> T:
 
 
 async def _in_thread(fn: Callable[[], Any]) -> Any:
-    """``fn`` run in a worker thread. A thread cannot be stopped: a cancellation meanwhile waits
-    for it to return, then goes up — so the attempt stays in flight (rule 13) for as long as it
-    may still take effect, and no other attempt of this process runs it a second time."""
+    """A tool's plain function run in a worker thread. A thread cannot be stopped: a
+    cancellation meanwhile waits for it to return (or raise), then goes up — so the attempt
+    stays in flight (rule 13) for as long as it may still take effect, and no other attempt of
+    this process runs it a second time. What the function returned or raised then is dropped:
+    the cancellation is what the run reports, and the attempt is left as a cancelled one is."""
     thread = asyncio.ensure_future(asyncio.to_thread(fn))
     try:
         return await asyncio.shield(thread)
     except asyncio.CancelledError:
         while not thread.done():
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(thread)
+                await asyncio.wait({thread})  # (never raises what the thread raised)
+        if not thread.cancelled():
+            thread.exception()  # retrieved: not logged as never retrieved
         raise
 
 
@@ -199,8 +203,18 @@ def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 
-async def _acall(fn: Callable[[], Any], is_async: bool, timeout: float | None = None) -> Any:
-    value = fn() if is_async else await _in_thread(fn)
+async def _acall(
+    fn: Callable[[], Any], is_async: bool, timeout: float | None = None, *, tool: bool = False
+) -> Any:
+    """``fn`` called on the loop (``is_async``) or in a worker thread. ``tool``: a tool's (or
+    its check's) function, whose thread a cancellation waits for (``_in_thread``); an approver's
+    or an alert hook's is left to finish on its own — a person may take hours to answer."""
+    if is_async:
+        value = fn()
+    elif tool:
+        value = await _in_thread(fn)
+    else:
+        value = await asyncio.to_thread(fn)
     if inspect.isawaitable(value):
         value = await _await(value, timeout)
     return value
@@ -379,7 +393,7 @@ async def _aanswer(request: Request, io: IOContext) -> Any:
             return Failure(exc)
     if isinstance(request, Invoke):
         try:
-            return await _acall(request.fn, request.is_async, request.timeout)
+            return await _acall(request.fn, request.is_async, request.timeout, tool=True)
         except Exception as exc:
             return Failure(exc)
     if isinstance(request, CallModel):

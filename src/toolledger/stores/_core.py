@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Generator, Sequence
@@ -146,20 +147,24 @@ class StoreCore:
         on machines' own clocks, only once it was watched unrenewed for its time to live."""
         self._before_close: list[Callable[[], None]] = []
         self._closed = False
+        self._hooks_lock = threading.Lock()
         self._roots: dict[str, str | None] = {}
 
     def before_close(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` when this store is closed, before its backend is (used to write what a
         failed commit left behind one last time). On a store closed already, ``fn`` runs now:
         its close does not come again."""
-        if self._closed:
+        with self._hooks_lock:  # a close in another thread sees the hook, or runs it now
+            now = self._closed
+            if not now and fn not in self._before_close:
+                self._before_close.append(fn)
+        if now:
             fn()
-        elif fn not in self._before_close:
-            self._before_close.append(fn)
 
     def _closing(self) -> None:
-        self._closed = True
-        hooks, self._before_close = self._before_close, []
+        with self._hooks_lock:
+            self._closed = True
+            hooks, self._before_close = self._before_close, []
         for fn in hooks:
             fn()
 
