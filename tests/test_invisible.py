@@ -45,9 +45,7 @@ def test_what_acts_on_the_text_around_it_is_escaped_in_content_too(c: str) -> No
     assert c not in shown(f"a{c}b")
 
 
-@pytest.mark.parametrize(
-    "text", ["✔\ufe0f done", "👨\u200d👩\u200d👧", "🏴\U000e0067\U000e0062\U000e007f"]
-)
+@pytest.mark.parametrize("text", ["✔\ufe0f done", "🏴\U000e0067\U000e0062\U000e007f"])
 def test_content_keeps_its_emoji_and_an_id_shows_them_escaped(text: str) -> None:
     assert shown(text) == text
     assert not has_invisible(shown_id(text), strict=True)

@@ -65,14 +65,14 @@ INVISIBLE_CLASS = "[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in INVISIBLE_R
 # Of those, the ones that act on what is around them even in content — a result, a reason, an
 # error: every control (a terminal obeys them; a line break starts a line), the bidirectional
 # marks, overrides and isolates (they reorder text), the line and paragraph separators, the
-# zero-width space and the BOM. The others (joiners, variation selectors, tags, the soft hyphen)
-# have their place in text — an emoji is a sequence of them — and are escaped in ids alone.
+# zero-width space, non-joiner and joiner, and the BOM. The others (variation selectors, tags,
+# the word joiner, the soft hyphen) have their place in text — an emoji is a sequence of them —
+# and are escaped in ids alone.
 ACTING_RANGES = (
     (0x0000, 0x001F),
     (0x007F, 0x009F),
     (0x061C, 0x061C),
-    (0x200B, 0x200B),
-    (0x200E, 0x200F),
+    (0x200B, 0x200F),
     (0x2028, 0x202E),
     (0x2066, 0x2069),
     (0xFEFF, 0xFEFF),

@@ -205,7 +205,8 @@ def test_content_is_shown_as_it_was_before_escaping_grew(tmp_path: Path) -> None
     assert "C:\\\\build\\\\x64\\\\out" in out, out  # as JSON writes it, not doubled again
     assert "✔\ufe0f" in out, "an emoji keeps its variation selector"
     missing = in_terminal(["show", "C:\\build\\x64", "--store", url], 200, code=1)
-    assert "'C:\\\\build\\\\x64'" in missing, missing  # the repr, once
+    # The id as an id is shown: its one backslash that reads as an escape (``\\x64``) doubled.
+    assert "'C:\\build\\\\x64'" in missing, missing
 
 
 def test_a_reason_names_commands_that_run_when_pasted(tmp_path: Path) -> None:
@@ -261,3 +262,53 @@ def test_a_forked_sessions_hint_names_it_as_it_is(tmp_path: Path) -> None:
         )
     out = in_terminal(["fork", "acct", "--at-turn", "1", "--as", "new\x9b", "--store", url], 200)
     assert "session='new\\x9b'" in out, out  # Python's repr of the id, pasted as Python
+
+
+def test_a_line_break_in_a_reason_never_fakes_a_field(tmp_path: Path) -> None:
+    """A narrow terminal shows one field a line: a reason holding line breaks must not add
+    lines that read as fields of their own."""
+    from toolledger.ops import PutSession
+    from toolledger.testing.conformance import make_state
+
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    forged = "boom\nsession:   admin-prod\nstatus:    completed"
+    with tl.open_store(url) as store:
+        state = dataclasses.replace(
+            make_state("real"), status=tl.RunStatus.NEEDS_ATTENTION, reason=forged
+        )
+        store.backend.apply("real", [PutSession(state, None)])
+    out = in_terminal(["sessions", "--store", url], 60)
+    assert "│" not in out, "one field a line"
+    assert not [ln for ln in out.splitlines() if ln.startswith("session:") and "admin" in ln]
+    assert "boom\\x0asession:" in out, out
+
+
+def test_the_terminal_approver_shows_ids_escaped() -> None:
+    import io
+
+    from rich.console import Console
+
+    from toolledger.approvals._terminal import ask_approval
+    from toolledger.engine._gate import ApprovalRequest
+
+    request = ApprovalRequest(
+        session_id="s\u202e",
+        tool_use_id="toolu_\x1b[2Jx",
+        tool="pay\u200b",
+        input={"amount": 5},
+        in_doubt=False,
+        reason="high impact",
+    )
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=120, color_system=None)
+    console.input = lambda *a, **k: "n"  # type: ignore[method-assign]
+    ask_approval(request, console)
+    shown = screen.getvalue()
+    assert "\x1b[2J" not in shown and "\u202e" not in shown and "\u200b" not in shown, shown
+    assert "toolu_\\x1b[2Jx" in shown and "s\\u202e" in shown
+
+
+def test_no_session_names_an_id_with_a_variation_selector_escaped(tmp_path: Path) -> None:
+    url = store_with(tmp_path, ("prod", "toolu_1"))
+    out = in_terminal(["show", "prod\ufe0f", "--store", url], 120, code=1)
+    assert "\ufe0f" not in out and "prod\\ufe0f" in out, out

@@ -10,6 +10,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from .._shell import shown, shown_id
 from ..engine._gate import ApprovalRequest, Decision
 
 if TYPE_CHECKING:
@@ -26,12 +27,12 @@ def ask_approval(request: ApprovalRequest, console: Console | None = None) -> bo
     from rich.syntax import Syntax
 
     console = console or Console(stderr=True)
-    title = (
-        f"approve [bold]{escape(request.tool)}[/bold]? "
-        f"(session {escape(request.session_id)}, {escape(request.tool_use_id)})"
+    tool, session, call = (
+        shown_id(t) for t in (request.tool, request.session_id, request.tool_use_id)
     )
+    title = f"approve [bold]{escape(tool)}[/bold]? (session {escape(session)}, {escape(call)})"
     body = Syntax(json.dumps(request.input, indent=2, ensure_ascii=False), "json", word_wrap=True)
-    console.print(Panel(body, title=title, subtitle=escape(request.reason)))
+    console.print(Panel(body, title=title, subtitle=escape(shown(request.reason))))
     if request.in_doubt:
         console.print(
             "[bold red]IN DOUBT:[/bold red] this call was interrupted while it ran and may "

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from .._invisible import json_invisible_escaped
 from ..stores import DEFAULT_STORE_URL, Store, open_store
-from .render import safe
+from .render import safe, safe_id
 
 __all__ = ["Handler", "emit_json", "no_session", "store_of", "url_of"]
 
@@ -37,7 +37,9 @@ def no_session(console: Console, args: argparse.Namespace, store: Store) -> int:
         emit_json({"error": "NoSuchSession", "message": f"no session {args.session!r}"})
     else:
         console.print(
-            safe(f"no session {args.session!r} in {store.url}", "red"),
+            safe("no session '", "red")
+            .append_text(safe_id(args.session, "red"))
+            .append_text(safe(f"' in {store.url}", "red")),
             soft_wrap=True,  # the program never breaks an id
             highlight=False,
         )

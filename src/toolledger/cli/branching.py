@@ -162,10 +162,13 @@ def _effect_line(e: ForkedEffect, reveal: bool) -> Text:
     shown = json.dumps(e.input if reveal else masked(e.input), ensure_ascii=False)
     line = Text("  - ")
     line.append_text(safe(e.state, STATE_STYLE.get(e.state, "")))
-    line.append_text(safe(f" {e.tool} {preview(shown, 60)} "))
+    line.append_text(safe(" "))
+    line.append_text(safe_id(e.tool))
+    line.append_text(safe(f" {preview(shown, 60)} "))
     line.append_text(safe_id(e.tool_use_id))
     if e.session_id:
-        line.append_text(safe(f" (in {e.session_id})", "dim"))
+        line.append_text(Text(" (in ", "dim").append_text(safe_id(e.session_id, "dim")))
+        line.append_text(Text(")", "dim"))
     return line
 
 

@@ -133,7 +133,7 @@ def history_table(turns: list[Turn], title: str, *, reveal: bool = False) -> Gri
             table.add(
                 *(head if i == 0 else blank),
                 safe_id(c.tool_use_id),
-                safe(f"{c.tool} {preview(shown, 40)}"),
+                safe_id(c.tool).append_text(safe(f" {preview(shown, 40)}")),
                 safe("?" if c.effect is None else c.effect.value),
                 safe(c.disposition.value, DISPOSITION_STYLE[c.disposition]),
                 safe(preview(c.result if reveal else masked_text(c.result), 40)),

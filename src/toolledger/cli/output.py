@@ -114,6 +114,17 @@ class Out:
         if not self.terminal:
             self._tsv(grid)
             return Layout.TSV
+        # A whole column's cell on one line: a line break in it would start a row, or a field,
+        # that is not one (a tab would throw its width off). Previews may wrap.
+        grid = Grid(
+            grid.title,
+            grid.cols,
+            [
+                [c if col.preview else _one_line(c) for col, c in zip(grid.cols, row, strict=True)]
+                for row in grid.rows
+            ],
+            grid.caption,
+        )
         if self._fits(grid):
             self._table(grid)
             return Layout.TABLE
@@ -161,7 +172,8 @@ class Out:
                 if not cell.plain:
                     continue
                 name = Text(f"{col.name}:".ljust(pad + 2), style="dim")
-                self.console.print(name.append_text(cell), soft_wrap=True, highlight=False)
+                line = name.append_text(_one_line(cell))  # one field, one line
+                self.console.print(line, soft_wrap=True, highlight=False)
         if grid.caption:
             self.console.print()
             self.console.print(Text(grid.caption, style="dim"), soft_wrap=True, highlight=False)
@@ -181,14 +193,16 @@ class Out:
         self.console.file.flush()
 
 
-_BREAKS = str.maketrans({"\n": "\\x0a", "\r": "\\x0d"})
+_BREAKS = str.maketrans({"\n": "\\x0a", "\r": "\\x0d", "\t": "\\x09"})
 
 
 def _one_line(part: Text | str) -> Text:
+    """``part`` on one line: its line breaks and tabs shown escaped, as ``_shell`` writes them."""
     text = part if isinstance(part, Text) else Text(part)
-    if "\n" not in text.plain and "\r" not in text.plain:
+    plain = text.plain
+    if "\n" not in plain and "\r" not in plain and "\t" not in plain:
         return text
-    return Text(text.plain.translate(_BREAKS), style=text.style)
+    return Text(plain.translate(_BREAKS), style=text.style)
 
 
 def _title(grid: Grid) -> Text:

@@ -309,7 +309,7 @@ def settle_commands(
     two per call, one choice each — run exactly one of a call's two."""
     out: list[tuple[str, str]] = []
     for r, _ in records:
-        call = f"{shown(r.tool)} {shown(r.tool_use_id)} in {shown(r.session_id)}"
+        call = f"{shown_id(r.tool)} {shown_id(r.tool_use_id)} in {shown_id(r.session_id)}"
         out.append((f"{call}: {HAPPENED}", settle_command(r, True, url)))
         out.append((f"{call}: {NOT_HAPPENED}", settle_command(r, False, url)))
     return out

@@ -67,7 +67,9 @@ def cmd_prune(args: argparse.Namespace, console: Console) -> int:
     else:
         out.note(f"nothing to remove: no ended session idle for longer than {args.older_than:g}s")
     for k in report.kept:
-        out.note(safe(f"kept {k.session_id}: {k.why}", "yellow"))
+        out.note(
+            safe("kept ", "yellow"), safe_id(k.session_id, "yellow"), safe(f": {k.why}", "yellow")
+        )
     return 0
 
 
@@ -147,7 +149,9 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
         with open(fd, "w", encoding="utf-8") as fh:
             _write(fh, lines)
         os.replace(tmp, args.output)
-        Out(console).line(safe(f"wrote {len(lines)} lines of session {sid} to {args.output}"))
+        Out(console).line(
+            safe(f"wrote {len(lines)} lines of session "), safe_id(sid), safe(f" to {args.output}")
+        )
     return 0
 
 
