@@ -92,7 +92,7 @@ def test_an_interrupt_as_a_run_ends_leaves_its_session_free(tmp_path: Path, mode
                 run(model, "go")
         finally:
             sys.settrace(None)
-        assert fired and not store.runtime.live_runs
+        assert fired
         time.sleep(1.2)  # the lease it could not give back expires
         assert run(model, "go on").status is tl.RunStatus.COMPLETED
     store.close()
