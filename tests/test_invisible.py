@@ -4,7 +4,6 @@ command line shows and quotes text that holds them (``toolledger._shell``)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import unicodedata
 
@@ -17,6 +16,8 @@ from toolledger._invisible import (
     json_invisible_escaped,
 )
 from toolledger._shell import command, quote, shown, shown_id
+
+from .cli.test_widths import shell_words
 
 # Unicode's default-ignorable code points that are not controls or format characters: they
 # render as nothing (Hangul fillers, variation selectors, the combining grapheme joiner …).
@@ -87,13 +88,7 @@ def test_two_ids_never_show_alike(one: str, other: str) -> None:
 )
 def test_a_quoted_argument_reaches_the_shell_as_it_is(arg: str) -> None:
     line = command("resolve", arg, "toolu_1", options=["--happened"])
-    assert all(0x20 <= ord(c) < 0x7F for c in line), line
-    got = subprocess.run(
-        ["bash", "-c", f"printf '%s\\0' {line.removeprefix('toolledger ')}"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    words = [w.decode() for w in got.split(b"\0")[:-1]]
+    words = shell_words(line)
     if arg.startswith("-"):
         assert words == ["resolve", "--happened", "--", arg, "toolu_1"]
     else:

@@ -332,20 +332,24 @@ def test_no_passwd_entry_and_no_user_variables(
     assert f"uid {os.getuid()}" in str(record.result), record
 
 
+def shell_words(line: str) -> list[str]:
+    """The words bash reads in the printed command ``line`` after ``toolledger`` — the argv the
+    command would get — after checking that the line itself is printable ASCII."""
+    assert all(0x20 <= ord(c) < 0x7F for c in line), line
+    got = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {line.removeprefix('toolledger ')}"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    return [w.decode() for w in got.split(b"\0")[:-1]]
+
+
 def test_printed_commands_quote_controls_so_the_shell_gets_the_real_id() -> None:
     from toolledger.cli.render import command
 
     for sid in (EVIL, "a\x1b[2Jb", "t\u2067x\u2069", "it's"):
         line = command("resolve", sid, "toolu_x", options=["--happened"])
-        assert all(0x20 <= ord(c) < 0x7F for c in line), line
-        got = subprocess.run(
-            ["bash", "-c", f"printf '%s\\0' {line.removeprefix('toolledger ')}"],
-            capture_output=True,
-            check=True,
-        ).stdout
-        assert got.split(b"\0")[:-1] == [
-            a.encode() for a in ("resolve", sid, "toolu_x", "--happened")
-        ]
+        assert shell_words(line) == ["resolve", sid, "toolu_x", "--happened"]
         assert shlex.split(line)[0] == "toolledger"
 
 

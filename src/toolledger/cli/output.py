@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .._shell import shown_id
+from .._shell import shown, shown_id
 
 __all__ = ["Col", "Grid", "Layout", "Out"]
 
@@ -193,16 +193,12 @@ class Out:
         self.console.file.flush()
 
 
-_BREAKS = str.maketrans({"\n": "\\x0a", "\r": "\\x0d", "\t": "\\x09"})
-
-
 def _one_line(part: Text | str) -> Text:
-    """``part`` on one line: its line breaks and tabs shown escaped, as ``_shell`` writes them."""
+    """``part`` on one line: its line breaks and tabs (every control) shown escaped
+    (``_shell.shown``)."""
     text = part if isinstance(part, Text) else Text(part)
-    plain = text.plain
-    if "\n" not in plain and "\r" not in plain and "\t" not in plain:
-        return text
-    return Text(plain.translate(_BREAKS), style=text.style)
+    flat = shown(text.plain)
+    return text if flat == text.plain else Text(flat, style=text.style)
 
 
 def _title(grid: Grid) -> Text:
