@@ -654,6 +654,58 @@ def test_a_loop_that_ends_while_the_pool_grows_does_not_hang(
     assert len(done) == 10
 
 
+def test_two_event_loops_at_once_share_one_store(
+    postgres_url: str, postgres_schema: str, admin: Admin
+) -> None:
+    """A worker that runs one event loop per thread over one store: each loop has a pool of its
+    own, so neither closes the pool the other is using, and every call is written once."""
+    app = f"tl_two_loops_{uuid.uuid4().hex[:8]}"
+    url = with_params(postgres_url, schema=postgres_schema, application_name=app)
+    counter = Counter()
+
+    @tl.tool
+    def send_email(to: str) -> str:
+        return f"sent #{counter.hit(to)} to {to}"
+
+    store = tl.open_store(url)
+    both = threading.Barrier(2)
+    errors: list[BaseException] = []
+    answers: dict[str, list[Any]] = {}
+
+    def worker(name: str) -> None:
+        async def calls() -> None:
+            for i in range(20):
+                block = tool_use(f"toolu_{name}_{i}", "send_email", to=f"{name}{i}@example.com")
+                ledger = store.ledger(f"s_{name}")
+                answers.setdefault(name, []).append(
+                    await tl.arun_tool_uses([block], [send_email], ledger=ledger)
+                )
+                if i == 0:
+                    await asyncio.to_thread(both.wait, 10)  # both loops now hold a pool
+
+        try:
+            asyncio.run(calls())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in "ab"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "a loop hung"
+        assert errors == []
+        assert {n: len(a) for n, a in answers.items()} == {"a": 20, "b": 20}
+        sent = [counter[f"{n}{i}@example.com"] for n in "ab" for i in range(20)]
+        assert sent == [1] * 40 and counter.total == 40, "every email sent once"
+        rows = in_schema(admin, postgres_schema, "SELECT status, count(*) FROM effects GROUP BY 1")
+        assert rows == [("succeeded", 40)]
+    finally:
+        store.close()
+    wait_until(lambda: backends_named(admin, app) == [], "every connection is closed")
+
+
 def test_the_async_backend_reports_an_unreachable_server() -> None:
     backend = AsyncPostgresBackend(
         "postgresql://postgres@127.0.0.1:1/test?pool_timeout=1&connect_timeout=1"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,9 +42,12 @@ class _LoopPool:
 
 
 class AsyncPostgresBackend:
-    """The native async backend. Its pool needs a running event loop, so it opens on first use
-    and serves that loop; a call from another loop (``asyncio.run`` again) opens a fresh pool
-    and releases the old one. It expects a migrated schema: ``open_store`` migrates."""
+    """The native async backend. A pool needs a running event loop and belongs to it, so each
+    loop that uses the store gets its own pool on first use: loops in several threads at once
+    each keep theirs, and ``asyncio.run`` again opens a fresh one. A loop's pool is closed as the
+    loop ends (``_close_at_shutdown``), or when the next pool is made if that loop was closed
+    some other way, and every pool left is released when the store closes. It expects a
+    migrated schema: ``open_store`` migrates."""
 
     durable = True
     shared_clock = True  # one clock for every worker: the server's (Backend.shared_clock)
@@ -56,7 +60,8 @@ class AsyncPostgresBackend:
         self.server_clock = clock or ServerClock()
         self.orphans = orphans or Orphans()  # shared with the sync twin: one server
         self._twin: PostgresBackend | None = None
-        self._current: _LoopPool | None = None
+        self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
+        self._pools_lock = threading.Lock()  # loops in other threads add and drop theirs
         self._closed = False
         self._closing: set[asyncio.Future[None]] = set()
 
@@ -64,12 +69,37 @@ class AsyncPostgresBackend:
         if self._closed:
             raise StoreError(f"{self.url}: the store is closed; open it again", url=self.url)
         loop = asyncio.get_running_loop()
-        current = self._current
-        if current is None or current.loop is not loop:
-            if current is not None:
-                self._release(current)
-            current = self._current = self._new_pool(loop)
-            current.guard = loop.create_task(_close_at_shutdown(current.pool))
+        current = self._pools.get(loop)
+        if current is None:
+            current = self._open_pool(loop)
+        assert current.opening is not None
+        try:
+            await asyncio.shield(current.opening)
+        except psycopg.Error as exc:
+            # open(wait=True) closed the pool on failure: the next call starts a fresh one.
+            self._forget(current)
+            if current.guard is not None:
+                current.guard.cancel()
+            raise translate(exc, url=self.url, action="connecting") from exc
+        return current.pool
+
+    def _open_pool(self, loop: asyncio.AbstractEventLoop) -> _LoopPool:
+        """This loop's pool, made and opening; the pools of loops closed without their shutdown
+        (so without ``_close_at_shutdown``) released on the way."""
+        with self._pools_lock:
+            if self._closed:
+                raise StoreError(f"{self.url}: the store is closed; open it again", url=self.url)
+            ended = [p for p in self._pools.values() if p.loop.is_closed()]
+            for gone in ended:
+                del self._pools[gone.loop]
+            current = self._pools.get(loop)
+            if current is None:
+                current = self._pools[loop] = self._new_pool(loop)
+        for gone in ended:
+            self._release(gone)
+        if current.opening is None:  # made just now, in this loop's thread
+            guard = _close_at_shutdown(current.pool, self._forget, current)
+            current.guard = loop.create_task(guard)
             # Wait for the first connections before serving: a request that finds the pool
             # empty makes it grow, and a connection still being made when the loop ends is
             # only closed by the garbage collector. Racing first callers share this one wait.
@@ -79,17 +109,13 @@ class AsyncPostgresBackend:
                     timeout=min(self.settings.pool_timeout, op_deadline(self.settings.op_timeout)),
                 )
             )
-        assert current.opening is not None
-        try:
-            await asyncio.shield(current.opening)
-        except psycopg.Error as exc:
-            # open(wait=True) closed the pool on failure: the next call starts a fresh one.
-            if self._current is current:
-                self._current = None
-            if current.guard is not None:
-                current.guard.cancel()
-            raise translate(exc, url=self.url, action="connecting") from exc
-        return current.pool
+        return current
+
+    def _forget(self, current: _LoopPool) -> None:
+        """``current`` is closed, or closing: the next call of its loop makes a new pool."""
+        with self._pools_lock:
+            if self._pools.get(current.loop) is current:
+                del self._pools[current.loop]
 
     def _new_pool(self, loop: asyncio.AbstractEventLoop) -> _LoopPool:
         s = self.settings
@@ -125,19 +151,27 @@ class AsyncPostgresBackend:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
         elif current.loop.is_running():
-            asyncio.run_coroutine_threadsafe(current.pool.close(), current.loop)
+            try:
+                asyncio.run_coroutine_threadsafe(current.pool.close(), current.loop)
+            except RuntimeError:  # the loop closed meanwhile: as below
+                _finish(current)
         else:
             # The loop is not running any more. If it ended through ``asyncio.run`` the pool was
             # closed in its shutdown already; if it was closed some other way, nothing can be
             # awaited there, so close the sockets directly.
-            for conn in list(current.conns):
-                conn.pgconn.finish()
+            _finish(current)
+
+    def _take_all(self) -> list[_LoopPool]:
+        """Mark the store closed and take every loop's pool out of it."""
+        with self._pools_lock:
+            self._closed = True
+            pools = list(self._pools.values())
+            self._pools.clear()
+        return pools
 
     def release(self) -> None:
         """Close without awaiting (what the sync ``Store.close()`` can do)."""
-        self._closed = True
-        current, self._current = self._current, None
-        if current is not None:
+        for current in self._take_all():
             self._release(current)
 
     async def _run(self, call: Call[T]) -> T:
@@ -206,11 +240,11 @@ class AsyncPostgresBackend:
         return await self._ask("reading a lease", plans.lease_query(session_id))
 
     async def close(self) -> None:
-        """Close the pool, and the sync twin's (idempotent)."""
-        self._closed = True
-        current, self._current = self._current, None
-        if current is not None:
-            if current.loop is asyncio.get_running_loop():
+        """Close every loop's pool — this loop's awaited, the others' released — and the sync
+        twin's (idempotent)."""
+        running = asyncio.get_running_loop()
+        for current in self._take_all():
+            if current.loop is running:
                 await current.pool.close()
                 if current.guard is not None:
                     current.guard.cancel()
@@ -221,16 +255,31 @@ class AsyncPostgresBackend:
             await asyncio.to_thread(twin.close)
 
 
-async def _close_at_shutdown(pool: AsyncConnectionPool[AsyncConn]) -> None:
-    """Wait for the end of the event loop, then close ``pool`` in it.
+def _finish(current: _LoopPool) -> None:
+    """Close a pool's sockets directly: its loop can run nothing any more."""
+    for conn in list(current.conns):
+        conn.pgconn.finish()
+
+
+async def _close_at_shutdown(
+    pool: AsyncConnectionPool[AsyncConn],
+    forget: Callable[[_LoopPool], None],
+    current: _LoopPool,
+) -> None:
+    """Wait for the end of the event loop, then close ``pool`` in it, and ``forget`` it.
 
     ``asyncio.run`` ends by cancelling every task left. psycopg_pool's workers swallow a
     cancellation that lands while they run a job (to keep the pool consistent), and then wait
     for the next job for ever — so a loop that ends with the pool open can hang in its shutdown.
     Closing the pool sends each worker its stop message, which also ends the ones that
-    swallowed the cancellation.
+    swallowed the cancellation. The close stops there when a worker it waits for was
+    cancelled too, before it closes the connections it holds: those are closed directly.
     """
     try:
         await asyncio.get_running_loop().create_future()  # never set: cancelled at shutdown
     finally:
-        await pool.close()
+        forget(current)
+        try:
+            await pool.close()
+        finally:
+            _finish(current)
