@@ -5,6 +5,7 @@ go on: no effect runs twice, no session stays held, no call stays in flight for 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import threading
 import time
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 import toolledger as tl
-from toolledger.testing.scripted import Reply, ScriptedModel
+from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 from .conftest import tool_use
 
@@ -123,7 +124,7 @@ def test_a_write_kept_for_a_store_closed_already_is_tried_once_and_lets_the_call
 
 def test_a_cancelled_run_stays_cancelled_when_its_plain_tool_then_raises(tmp_path: Path) -> None:
     """The tool raises after its run was cancelled: the run still ends cancelled — it does not
-    go on as if the tool had failed — and the call is left as a cancelled attempt is."""
+    go on as if the tool had failed — and the failure, which is known, is recorded."""
     store = tl.open_store(f"sqlite:///{tmp_path / 'r.db'}")
     ledger = store.ledger("s")
     entered, go = threading.Event(), threading.Event()
@@ -147,7 +148,102 @@ def test_a_cancelled_run_stays_cancelled_when_its_plain_tool_then_raises(tmp_pat
 
     asyncio.run(main())
     record = ledger.get("toolu_1")
-    assert record is not None and record.status is tl.Status.STARTED, record
+    assert record is not None and record.status is tl.Status.FAILED, record
+    assert record.error is not None and "the service said no" in record.error
+    store.close()
+
+
+@pytest.mark.parametrize("how", ["cancel", "timeout"])
+def test_a_plain_tool_that_returns_after_its_run_was_cancelled_has_its_outcome_recorded(
+    tmp_path: Path, how: str
+) -> None:
+    """``asyncio.wait_for`` (or a cancel) ends a run while its plain tool runs in its thread.
+    The run waits for the tool, and what it returned is known: it is recorded before the run
+    ends cancelled. The next run answers from the record — the call is neither run again nor
+    left in doubt for a person to settle."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    store = tl.open_store(url)
+    ledger = store.ledger("s")
+    effects: list[str] = []
+    entered, go = threading.Event(), threading.Event()
+
+    @tl.tool
+    def send(to: str) -> str:
+        entered.set()
+        go.wait(10)
+        effects.append(to)
+        return f"sent to {to}"
+
+    block = tool_use("toolu_1", "send", to="bob")
+
+    async def main() -> Any:
+        run = tl.arun_tool_uses([block], [send], ledger=ledger)
+        loop = asyncio.get_running_loop()
+        if how == "timeout":
+            loop.call_later(0.3, go.set)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(run, 0.1)
+        else:
+            task = asyncio.create_task(run)
+            while not entered.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            loop.call_later(0.1, go.set)
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        return ledger.get("toolu_1")
+
+    record = asyncio.run(main())
+    assert effects == ["bob"]
+    assert record is not None and record.status is tl.Status.SUCCEEDED, record
+    assert record.result == '"sent to bob"'
+    with tl.open_store(url) as again:  # another process, as after a restart
+        (answer,) = tl.run_tool_uses([block], [send], ledger=again.ledger("s"))
+        assert again.in_doubt() == []
+    assert answer["content"] == "sent to bob" and not answer.get("is_error")
+    assert effects == ["bob"], "answered from the record, not run again"
+    store.close()
+
+
+def test_an_agent_cancelled_while_its_plain_tool_runs_resumes_from_the_recorded_outcome(
+    tmp_path: Path,
+) -> None:
+    """The agent's turn is cancelled while its tool runs (checkpoint A written, B not): the
+    outcome the tool then returned is recorded, and the resumed run hands it to the model
+    without running the tool again."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    effects: list[int] = []
+    entered, go = threading.Event(), threading.Event()
+
+    @tl.tool
+    def charge(cents: int) -> str:
+        entered.set()
+        go.wait(10)
+        effects.append(cents)
+        return f"charged {cents}"
+
+    script = [Reply(tool_uses=[ToolUse("charge", {"cents": 500})]), Reply(text="done")]
+    with ScriptedModel(script) as model:
+        agent = tl.Agent(client=model.async_client(), model="x", tools=[charge], store=store)
+
+        async def main() -> None:
+            task = asyncio.create_task(agent.arun(session="s", prompt="charge it"))
+            while not entered.is_set():
+                await asyncio.sleep(0.01)
+            task.cancel()
+            asyncio.get_running_loop().call_later(0.1, go.set)
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(main())
+        assert effects == [500]
+        # A new client: the first one's connections belong to the event loop that ended.
+        agent = tl.Agent(client=model.async_client(), model="x", tools=[charge], store=store)
+        resumed = asyncio.run(agent.arun(session="s"))
+        assert resumed.status is tl.RunStatus.COMPLETED
+        assert effects == [500], "the resumed run answered from the record"
+        sent = json.dumps(model.requests[-1]["messages"][-1])
+        assert "charged 500" in sent, sent
     store.close()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Generator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
 from .._crash import hit as crash_point
 from ..codec import EncodedResult, encode_result, idempotency_key
@@ -20,7 +20,7 @@ from ..ops import Op, UpdateEffect
 from ..records import EffectRecord, PastAttempt, Status, ToolCall, same_write
 from ..tools import Tool, ToolContext
 from . import _decide as decide
-from ._drivers import Failure, Invoke, ReadEffects, Remember, Request
+from ._drivers import CancelledAfterAnswer, Failure, Invoke, ReadEffects, Remember, Request
 from ._messages import intent_failed_message
 from ._outcomes import (
     Buffer,
@@ -44,6 +44,7 @@ __all__ = [
     "intent_of",
     "invocation",
     "ran",
+    "recorded_then_raised",
     "run",
     "unsent",
 ]
@@ -194,7 +195,7 @@ def run(
         yield from flush(buf, env, [])
     elif consume is not None:
         buf.items.append(Buffered(consume, urgent=False, outcome=None))
-    answer = yield invocation(
+    invoke = invocation(
         env,
         call,
         tool,
@@ -205,8 +206,15 @@ def run(
         record=intent or record,
         began=began,
     )
+    try:
+        answer = yield invoke
+    except CancelledAfterAnswer as late:
+        answer = late.answer
+        cancelled: CancelledAfterAnswer | None = late
+    else:
+        cancelled = None
     crash_point("before_record")
-    return ran(
+    outcome = ran(
         call,
         tool,
         answer,
@@ -219,6 +227,19 @@ def run(
         env=env,
         buf=buf,
     )
+    if cancelled is not None:
+        yield from recorded_then_raised(cancelled, env, buf)
+    return outcome
+
+
+def recorded_then_raised(
+    cancelled: CancelledAfterAnswer, env: Env, buf: Buffer
+) -> Generator[Request, Any, NoReturn]:
+    """The run was cancelled while its tool ran, and the tool then answered: its outcome,
+    just buffered, is written now — it is known, and the next run answers from it instead of
+    finding the call in doubt — and the cancellation goes on up."""
+    yield from flush(buf, env, [])
+    raise cancelled
 
 
 def ran(

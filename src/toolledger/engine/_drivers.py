@@ -37,6 +37,7 @@ from ._requests import (
     Alert,
     Ask,
     CallModel,
+    CancelledAfterAnswer,
     Commit,
     Failure,
     Fence,
@@ -57,6 +58,7 @@ __all__ = [
     "AlertHook",
     "Ask",
     "CallModel",
+    "CancelledAfterAnswer",
     "Commit",
     "Failure",
     "Fence",
@@ -183,18 +185,28 @@ async def _in_thread(fn: Callable[[], Any]) -> Any:
     """A tool's plain function run in a worker thread. A thread cannot be stopped: a
     cancellation meanwhile waits for it to return (or raise), then goes up — so the attempt
     stays in flight (rule 13) for as long as it may still take effect, and no other attempt of
-    this process runs it a second time. What the function returned or raised then is dropped:
-    the cancellation is what the run reports, and the attempt is left as a cancelled one is."""
+    this process runs it a second time. What the function returned or raised goes up with the
+    cancellation (``CancelledAfterAnswer``): the attempt's outcome is known, and is recorded
+    before the run ends cancelled."""
     thread = asyncio.ensure_future(asyncio.to_thread(fn))
     try:
         return await asyncio.shield(thread)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as cancelled:
         while not thread.done():
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait({thread})  # (never raises what the thread raised)
-        if not thread.cancelled():
-            thread.exception()  # retrieved: not logged as never retrieved
-        raise
+        if thread.cancelled():
+            raise
+        exc = thread.exception()  # (retrieved: not logged as never retrieved)
+        if exc is None:
+            answer: Any = thread.result()
+            if inspect.isawaitable(answer):  # its answer is still to be awaited: not known
+                raise
+        elif isinstance(exc, Exception):
+            answer = Failure(exc)
+        else:
+            raise
+        raise CancelledAfterAnswer(answer, *cancelled.args) from None
 
 
 def _is_async(fn: Any) -> bool:

@@ -7,6 +7,7 @@ or with ``await``, and sends the answer back.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ __all__ = [
     "Alert",
     "Ask",
     "CallModel",
+    "CancelledAfterAnswer",
     "Commit",
     "Failure",
     "Fence",
@@ -163,6 +165,17 @@ class Failure:
     """An exception raised while carrying out a request, handed back to the generator."""
 
     exc: Exception
+
+
+class CancelledAfterAnswer(asyncio.CancelledError):
+    """The run was cancelled while a tool's plain function ran in its worker thread, and the
+    function then answered: ``answer`` is its value, or a ``Failure``. Thrown where the tool was
+    invoked, so the attempt's outcome is recorded — it is known — before the cancellation goes
+    on up; anywhere else it is the cancellation it is."""
+
+    def __init__(self, answer: Any, *args: Any) -> None:
+        super().__init__(*args)
+        self.answer = answer
 
 
 Request = (

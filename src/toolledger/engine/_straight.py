@@ -27,9 +27,26 @@ from ..ops import InsertEffect, Op
 from ..records import EffectRecord, ToolCall
 from ..tools import InputError, Tool
 from . import _decide as decide
-from ._attempt import Again, after_intent, intent_of, invocation, ran, unsent
+from ._attempt import (
+    Again,
+    after_intent,
+    intent_of,
+    invocation,
+    ran,
+    recorded_then_raised,
+    unsent,
+)
 from ._claims import to_claim
-from ._drivers import Commit, Invoke, IOContext, Request, commit_now, drive, invoke_now
+from ._drivers import (
+    CancelledAfterAnswer,
+    Commit,
+    Invoke,
+    IOContext,
+    Request,
+    commit_now,
+    drive,
+    invoke_now,
+)
 from ._outcomes import Buffer, CallOutcome, Env, Flushed, flush
 
 __all__ = ["Plan", "call", "plan", "run"]
@@ -146,7 +163,11 @@ def _answered(
         )
         if isinstance(done, CallOutcome | Again):
             return done
-    answered = yield _invocation(p, env, intent, began)
+    try:
+        answered = yield _invocation(p, env, intent, began)
+    except CancelledAfterAnswer as late:  # recorded, then the cancellation goes on
+        _ran(p, env, buf, late.answer, intent=intent, key=key)
+        yield from recorded_then_raised(late, env, buf)
     return _ran(p, env, buf, answered, intent=intent, key=key)
 
 
