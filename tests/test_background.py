@@ -1,13 +1,16 @@
-"""The background lease renewer, at the interleavings a busy process produces."""
+"""The background lease renewer, at the interleavings a busy process produces; the writer of
+kept writes."""
 
 from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from toolledger.engine._background import Heartbeats
+import toolledger as tl
+from toolledger.engine._background import Heartbeats, Keeper
 
 
 @dataclass
@@ -81,3 +84,20 @@ def test_a_run_added_while_the_renewer_hands_out_renewals_is_renewed_on_time() -
         assert run.store.renewed.wait(10), "the lease was not renewed"
     finally:
         hb.remove(run)  # type: ignore[arg-type]
+
+
+def test_writes_kept_for_one_store_give_it_one_close_hook(tmp_path: Path) -> None:
+    """Every write the background writer keeps asks for a last try when its store closes. A
+    long-lived worker keeps thousands over its life: its store holds one hook, not one each,
+    and the last try runs once."""
+    keeper = Keeper()
+    tries: list[object] = []
+    real = keeper.last_try
+    keeper.last_try = lambda store: (tries.append(store), real(store))[1]  # type: ignore[method-assign]
+    store = tl.open_store(f"sqlite:///{tmp_path / 'h.db'}")
+    before = len(store._before_close)
+    for _ in range(50):
+        keeper.keep(store, "s", [], [])
+    assert len(store._before_close) == before + 1
+    store.close()
+    assert tries == [store]

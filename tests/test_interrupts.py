@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import threading
 import time
@@ -100,11 +101,12 @@ def test_an_interrupt_as_a_run_ends_leaves_its_session_free(tmp_path: Path, mode
 
 
 def test_a_write_kept_for_a_store_closed_already_is_tried_once_and_lets_the_call_go(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The store is closed while a call runs: its outcome cannot be written and is kept for
     the background writer — whose last try comes at once, the store's close being over. The
-    call is not held in flight for ever: opened again, the store answers for it."""
+    call is not held in flight for ever: opened again, the store answers for it. The log says
+    the outcome was never written, and why — not that it will be tried again."""
     url = f"sqlite:///{tmp_path / 'k.db'}"
     store = tl.open_store(url)
 
@@ -114,8 +116,12 @@ def test_a_write_kept_for_a_store_closed_already_is_tried_once_and_lets_the_call
         return f"sent {n}"
 
     block = tool_use("toolu_1", "send", n=1)
-    with pytest.raises(tl.ToolLedgerError):
+    with pytest.raises(tl.ToolLedgerError), caplog.at_level(logging.WARNING, "toolledger"):
         asyncio.run(tl.arun_tool_uses([block], [send], ledger=store.ledger("s"), raise_alerts=True))
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "retrying" in m], said
+    (never,) = [m for m in said if "never written" in m]
+    assert "toolu_1" in never and "closed" in never, never
     with tl.open_store(url) as reopened:
         assert (reopened.url, "s", "toolu_1") not in reopened.runtime.in_flight
         record = reopened.ledger("s").get("toolu_1")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -164,6 +165,7 @@ class _Kept:
     due: float
     delay: float
     moved: Callable[[int], None] | None = None
+    why: str = ""  # why its last try failed
 
 
 def moved_on(store: Store, session_id: str, ops: list[Op], flags: list[bool]) -> list[int]:
@@ -190,6 +192,11 @@ class Keeper:
         self._cv = threading.Condition(threading.Lock())
         self._jobs: list[_Kept] = []
         self._thread: threading.Thread | None = None
+        # One close hook per store, however many writes are kept for it: the store's list of
+        # hooks does not grow with every failed commit of a long-lived worker.
+        self._hooks: weakref.WeakKeyDictionary[Store, Callable[[], None]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def keep(
         self,
@@ -212,7 +219,11 @@ class Keeper:
                 self._thread.start()
             self._cv.notify()
         # After the job is kept: on a store closed already, its last try is now.
-        store.before_close(partial(self.last_try, store))
+        with self._cv:
+            hook = self._hooks.get(store)
+            if hook is None:
+                hook = self._hooks[store] = partial(self.last_try, store)
+        store.before_close(hook)
 
     def last_try(self, store: Store) -> None:
         """``store`` is being closed: one last attempt at its jobs, now; then they are given up
@@ -221,15 +232,17 @@ class Keeper:
             mine = [j for j in self._jobs if j.store is store]
             self._jobs = [j for j in self._jobs if j.store is not store]
         for job in mine:
-            if not self._try(job):
+            if not self._try(job, last=True):
                 for key in job.keys:
                     store.runtime.in_flight.discard(key)
                 if job.keys:
                     logger.error(
                         "toolledger: the outcome of %s in session %r was never written: the "
-                        "store was closed first. A resume finds the call in doubt.",
+                        "store was closed first (its last try: %s). A resume finds the call in "
+                        "doubt.",
                         ", ".join(k[2] for k in job.keys),
                         job.session_id,
+                        job.why,
                     )
 
     def _loop(self) -> None:
@@ -247,10 +260,15 @@ class Keeper:
                         if job in self._jobs:
                             self._jobs.remove(job)
 
-    def _try(self, job: _Kept) -> bool:
+    def _try(self, job: _Kept, *, last: bool = False) -> bool:
+        """One attempt at ``job``: ``True`` once it is over (written, or refused for good).
+        ``last``: its store is closing, so a failure is not retried (``last_try`` says so)."""
         try:
             flags = job.store.apply(job.session_id, job.ops)
         except StoreError as exc:
+            if last:
+                job.why = str(exc)
+                return False
             job.delay = min(job.delay * 2, 30.0)
             job.due = time.monotonic() + job.delay
             logger.warning(
