@@ -159,7 +159,7 @@ def test_a_cancelled_run_stays_cancelled_when_its_plain_tool_then_raises(tmp_pat
     store.close()
 
 
-@pytest.mark.parametrize("how", ["cancel", "timeout"])
+@pytest.mark.parametrize("how", ["cancel", "wait_for", "timeout", "task_group"])
 def test_a_plain_tool_that_returns_after_its_run_was_cancelled_has_its_outcome_recorded(
     tmp_path: Path, how: str
 ) -> None:
@@ -182,13 +182,33 @@ def test_a_plain_tool_that_returns_after_its_run_was_cancelled_has_its_outcome_r
 
     block = tool_use("toolu_1", "send", to="bob")
 
+    async def fail_soon() -> None:
+        await asyncio.sleep(0.1)
+        raise ValueError("a sibling failed")
+
+    async def in_group(run: Any) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(fail_soon())
+            await run
+
     async def main() -> Any:
         run = tl.arun_tool_uses([block], [send], ledger=ledger)
         loop = asyncio.get_running_loop()
-        if how == "timeout":
+        if how == "wait_for":
             loop.call_later(0.3, go.set)
             with pytest.raises(TimeoutError):
                 await asyncio.wait_for(run, 0.1)
+        elif how == "timeout":  # knows the cancellation by its exact type on Python 3.11
+            loop.call_later(0.3, go.set)
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1):
+                    await run
+            assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+        elif how == "task_group":  # a sibling's failure cancels the run
+            loop.call_later(0.3, go.set)
+            with pytest.raises(ExceptionGroup) as raised:
+                await in_group(run)
+            assert [type(e) for e in raised.value.exceptions] == [ValueError]
         else:
             task = asyncio.create_task(run)
             while not entered.is_set():
@@ -208,6 +228,41 @@ def test_a_plain_tool_that_returns_after_its_run_was_cancelled_has_its_outcome_r
         assert again.in_doubt() == []
     assert answer["content"] == "sent to bob" and not answer.get("is_error")
     assert effects == ["bob"], "answered from the record, not run again"
+    store.close()
+
+
+def test_a_run_left_running_as_asyncio_run_ends_waits_for_its_plain_tool(tmp_path: Path) -> None:
+    """``asyncio.run`` ends with the run still going (a task the program forgot): its shutdown
+    cancels every task, the run's included. The run still ends only once its tool returned,
+    and records what it returned."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'e.db'}")
+    ledger = store.ledger("s")
+    said: list[str] = []
+    entered = threading.Event()
+
+    @tl.tool
+    def send(to: str) -> str:
+        entered.set()
+        time.sleep(0.5)
+        said.append("tool returned")
+        return "sent"
+
+    async def run() -> None:
+        try:
+            await tl.arun_tool_uses([tool_use("toolu_1", "send", to="bob")], [send], ledger=ledger)
+        except asyncio.CancelledError:
+            said.append("run ended cancelled")
+            raise
+
+    async def main() -> None:
+        asyncio.get_running_loop().create_task(run())
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert said == ["tool returned", "run ended cancelled"]
+    record = ledger.get("toolu_1")
+    assert record is not None and record.status is tl.Status.SUCCEEDED, record
     store.close()
 
 

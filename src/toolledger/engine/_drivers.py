@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import time
@@ -188,7 +189,10 @@ async def _in_thread(fn: Callable[[], Any]) -> Any:
     this process runs it a second time. What the function returned or raised goes up with the
     cancellation (``CancelledAfterAnswer``): the attempt's outcome is known, and is recorded
     before the run ends cancelled."""
-    thread = asyncio.ensure_future(asyncio.to_thread(fn))
+    # A future, not a task (as ``asyncio.to_thread`` would make): ``asyncio.run``'s shutdown
+    # cancels every task left, and the wait below must not end before the thread does.
+    loop = asyncio.get_running_loop()
+    thread = loop.run_in_executor(None, partial(contextvars.copy_context().run, fn))
     try:
         return await asyncio.shield(thread)
     except asyncio.CancelledError as cancelled:
@@ -373,6 +377,10 @@ async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
     except StopIteration as stop:
         result: T = stop.value
         return result
+    except CancelledAfterAnswer as late:
+        # The answer it carried is recorded. What goes up is the cancellation itself: on
+        # Python 3.11 ``asyncio.timeout`` and ``TaskGroup`` know it by its exact type.
+        raise asyncio.CancelledError(*late.args) from None
     finally:
         io.busy_since = None
         if io.fence is not None:  # first, with no call before it: never left held by a run

@@ -171,7 +171,9 @@ class CancelledAfterAnswer(asyncio.CancelledError):
     """The run was cancelled while a tool's plain function ran in its worker thread, and the
     function then answered: ``answer`` is its value, or a ``Failure``. Thrown where the tool was
     invoked, so the attempt's outcome is recorded — it is known — before the cancellation goes
-    on up; anywhere else it is the cancellation it is."""
+    on up; anywhere else it is the cancellation it is. The async driver lets it out as a plain
+    ``CancelledError``: ``asyncio.timeout`` and ``TaskGroup`` (Python 3.11) know that one by its
+    exact type, and the tool's answer stays inside."""
 
     def __init__(self, answer: Any, *args: Any) -> None:
         super().__init__(*args)
