@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 
 __all__ = [
     "ACTING_RANGES",
@@ -18,6 +19,7 @@ __all__ = [
     "escape_invisible",
     "has_invisible",
     "invisible_parts",
+    "invisible_spots",
     "json_invisible_escaped",
 ]
 
@@ -81,18 +83,49 @@ _INVISIBLE = re.compile(INVISIBLE_CLASS)
 _ACTING = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ACTING_RANGES) + "]")
 
 
-def _pattern(strict: bool) -> re.Pattern[str]:
-    return _INVISIBLE if strict else _ACTING
+# In an id, besides: what prints like something else. A space that is not U+0020 (no-break,
+# thin, ideographic … — Unicode's other space separators) prints as a space; a space at either
+# end, or beside another, disappears from a table's cell or a web page. And an id that is not
+# in Unicode's composed form (NFC) prints like the one that is: ``cafe`` + U+0301 (a combining
+# acute) as ``café``, U+212B (the angstrom sign) as U+00C5. In such an id every combining mark,
+# and every character the composed form replaces, is escaped too. (Letters of other scripts
+# that look alike — the Cyrillic a, U+0430 — are other letters, and print as they are.)
+_OTHER_SPACE = re.compile("[\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]")
+_LOST_SPACE = re.compile("^ +| +$| {2,}")
+
+
+def invisible_spots(text: str, *, strict: bool = False) -> list[int]:
+    """Where ``text`` holds a character to escape, in order: with ``strict`` (an id) every one
+    of ``INVISIBLE_RANGES`` and every one that prints like something else (above), else one of
+    ``ACTING_RANGES``."""
+    if not strict:
+        return [m.start() for m in _ACTING.finditer(text)]
+    spots = {m.start() for m in _INVISIBLE.finditer(text)}
+    if " " in text:
+        for m in _LOST_SPACE.finditer(text):
+            spots.update(range(m.start(), m.end()))
+    if not text.isascii():
+        spots.update(m.start() for m in _OTHER_SPACE.finditer(text))
+        if not unicodedata.is_normalized("NFC", text):
+            spots.update(i for i, c in enumerate(text) if _decomposed(c))
+    return sorted(spots)
+
+
+def _decomposed(c: str) -> bool:
+    """A combining mark, or a character Unicode's composed form (NFC) replaces."""
+    return unicodedata.category(c)[0] == "M" or unicodedata.normalize("NFC", c) != c
 
 
 def has_invisible(text: str, *, keep: str = "", strict: bool = False) -> bool:
     """Whether ``text`` holds a character to escape (but those in ``keep``): with ``strict``
-    (an id: two ids must never print alike) any of ``INVISIBLE_RANGES``, else one of
-    ``ACTING_RANGES``."""
-    pattern = _pattern(strict)
-    if not keep:
-        return pattern.search(text) is not None
-    return any(m.group() not in keep for m in pattern.finditer(text))
+    (an id: two ids must never print alike) any of ``INVISIBLE_RANGES`` or one that prints like
+    something else (a space that is not U+0020, one a table or a page would lose, a mark of an
+    id not in composed form), else one of ``ACTING_RANGES``."""
+    if not strict:
+        if not keep:
+            return _ACTING.search(text) is not None
+        return any(m.group() not in keep for m in _ACTING.finditer(text))
+    return any(text[i] not in keep for i in invisible_spots(text, strict=strict))
 
 
 def invisible_parts(text: str, *, keep: str = "", strict: bool = False) -> list[tuple[str, bool]]:
@@ -100,13 +133,13 @@ def invisible_parts(text: str, *, keep: str = "", strict: bool = False) -> list[
     ``has_invisible`` tells them): the plain runs to show as they are, the others escaped."""
     parts: list[tuple[str, bool]] = []
     at = 0
-    for m in _pattern(strict).finditer(text):
-        if m.group() in keep:
+    for i in invisible_spots(text, strict=strict):
+        if text[i] in keep:
             continue
-        if m.start() > at:
-            parts.append((text[at : m.start()], False))
-        parts.append((m.group(), True))
-        at = m.end()
+        if i > at:
+            parts.append((text[at:i], False))
+        parts.append((text[i], True))
+        at = i + 1
     if at < len(text):
         parts.append((text[at:], False))
     return parts
@@ -116,7 +149,12 @@ def escape_invisible(text: str, *, keep: str = "", strict: bool = False) -> str:
     """``text`` with every character to escape (as ``has_invisible`` tells them; but those in
     ``keep``, e.g. ``"\n"``) written as its ``\\uXXXX`` escape (``\\UXXXXXXXX`` beyond the
     BMP): what a person or a model reads is what the text holds."""
-    return _pattern(strict).sub(lambda m: _escaped(m.group(), keep), text)
+    if not strict:
+        return _ACTING.sub(lambda m: _escaped(m.group(), keep), text)
+    return "".join(
+        _escaped(part, keep) if hidden else part
+        for part, hidden in invisible_parts(text, keep=keep, strict=True)
+    )
 
 
 def _escaped(c: str, keep: str) -> str:

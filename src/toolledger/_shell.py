@@ -13,7 +13,7 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from ._invisible import INVISIBLE_CLASS, has_invisible, invisible_parts
+from ._invisible import INVISIBLE_CLASS, has_invisible, invisible_parts, invisible_spots
 
 __all__ = ["command", "quote", "shown", "shown_id"]
 
@@ -51,25 +51,36 @@ def shown_id(text: str) -> str:
     """An id (a session's, a call's, a tool's name) for display, on one line, never alike
     another's: every invisible character (``toolledger._invisible.INVISIBLE_RANGES``: controls,
     tabs and line breaks included, bidirectional, zero-width and other characters that show
-    nothing) written as an escape, and a backslash that could be read as the start of one
+    nothing) and every one that prints like another (a space that is not U+0020, a space at an
+    end or beside another, a combining mark of an id not in composed form) written as an
+    escape, and a backslash that could be read as the start of one
     doubled — ``acct\\x9bx`` (a C1 control) and ``acct\\\\x9bx`` (the text with a
     backslash) print differently, while ``C:\\tmp`` prints as it is."""
-    if not has_invisible(text, strict=True) and not _ESCAPE_LIKE.search(text):
+    hidden = invisible_spots(text, strict=True)
+    if not hidden and not _ESCAPE_LIKE.search(text):
         return text
-    text = _ESCAPE_LIKE.sub(r"\\\\", text)
-    return "".join(
-        _escape(part) if hidden else part for part, hidden in invisible_parts(text, strict=True)
-    )
+    escaped = set(hidden)
+    out: list[str] = []
+    for i, c in enumerate(text):
+        if i in escaped:
+            out.append(_escape(c))
+        elif c == "\\" and (i + 1 in escaped or _ESCAPE_LIKE.match(text, i)):
+            out.append("\\\\")
+        else:
+            out.append(c)
+    return "".join(out)
 
 
 def quote(arg: str) -> str:
     """One shell argument that a POSIX shell reads back as ``arg`` — in ANSI-C quoting (bash,
     zsh, ksh) when ``arg`` holds a character that must not reach the screen raw."""
-    if not has_invisible(arg, strict=True):
+    hidden = invisible_spots(arg, strict=True)
+    if not hidden:
         return shlex.quote(arg)
+    escaped = set(hidden)
     out = []
-    for c in arg:
-        if has_invisible(c, strict=True):
+    for i, c in enumerate(arg):
+        if i in escaped:
             # The UTF-8 bytes, not ``\\u…``: bash reads ``\\u`` only in a UTF-8 locale.
             out.append("".join(f"\\x{b:02x}" for b in c.encode()))
         elif c in "\\'":

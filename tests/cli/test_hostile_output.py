@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,25 @@ def test_ids_that_differ_by_an_invisible_character_never_print_alike(
     ):
         assert ch not in out, f"U+{ord(ch):04X} printed raw"
     assert len(set(first_cells(piped(["sessions", "--store", url])))) == 2
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [("cafe", "cafe "), ("café", "cafe\u0301"), ("a b", "a\u00a0b"), ("a b", "a  b")],
+)
+def test_ids_that_print_like_each_other_never_print_alike(
+    tmp_path: Path, one: str, other: str
+) -> None:
+    """A space a cell drops, a space that is not U+0020, an id not in composed form: the
+    listing shows two sessions, and a person reading the table can tell them apart."""
+    url = store_with(tmp_path, (one, "toolu_1"), (other, "toolu_1"))
+    assert len({c.strip() for c in first_cells(piped(["sessions", "--store", url]))}) == 2
+    seen = [
+        " ".join(unicodedata.normalize("NFC", line.split("│")[1]).split())
+        for line in in_terminal(["sessions", "--store", url], 160).splitlines()
+        if line.startswith("│")
+    ]
+    assert len(seen) == 2 and len(set(seen)) == 2, seen
 
 
 def test_an_escape_and_the_text_that_spells_it_print_differently(tmp_path: Path) -> None:

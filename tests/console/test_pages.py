@@ -396,3 +396,42 @@ def test_ids_that_differ_by_a_zero_width_character_never_show_alike(
         shown = re.sub(r'<input type="hidden"[^>]*>', "", page)  # posted back, not shown
         assert ch not in shown, f"U+{ord(ch):04X} shown raw on {path}"
         assert f"\\u{ord(ch):04x}" in shown, path
+
+
+@pytest.mark.parametrize(
+    ("one", "other"), [("s", "s "), ("café", "cafe\u0301"), ("a b", "a\u00a0b"), ("a b", "a  b")]
+)
+def test_ids_that_print_like_each_other_never_show_alike(
+    tmp_path: Path, one: str, other: str
+) -> None:
+    """A page drops a space at the end and makes two one; a no-break space looks like a space;
+    a decomposed ``é`` like a composed one. The page shows the second id escaped."""
+    from ..cli.test_widths import started
+
+    url = f"sqlite:///{tmp_path / 'z.db'}"
+    with tl.open_store(url) as store:
+        for sid in (one, other):
+            store.backend.apply(sid, [InsertEffect(started(sid, "toolu_1"))])
+    client = browser(create_app(url))
+    for path in ("/sessions/rows", "/in-doubt"):
+        page = re.sub(r'<input type="hidden"[^>]*>', "", client.get(path).text)
+        assert '<span class="esc">' in page, f"{other!r} not escaped on {path}"
+        assert html.escape(one) in page, path
+
+
+def test_a_pages_title_shows_its_session_id_escaped_as_text(tmp_path: Path) -> None:
+    """A ``<title>`` holds text, not markup: the session's id is escaped there as text, never
+    shown as the markup of the page's escapes."""
+    from ..cli.test_widths import started
+
+    sid = "inv\u202eoice\x9b2J"
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    with tl.open_store(url) as store:
+        store.backend.apply(sid, [InsertEffect(started(sid, "toolu_1"))])
+    client = browser(create_app(url))
+    page = client.get("/session", params={"id": sid}).text
+    assert "toolu_1" in page, "the session's page"
+    (title,) = re.findall(r"<title>(.*?)</title>", page, re.S)
+    assert "<" not in html.unescape(title.replace("&lt;", "")), title
+    assert "esc" not in title and "\u202e" not in title and "\x9b" not in title, title
+    assert "inv\\u202eoice\\u009b2J" in html.unescape(title), title

@@ -95,6 +95,12 @@ def _shown_id(value: Any) -> Any:
     return _visible(value, strict=True)
 
 
+def _text_id(value: Any) -> Any:
+    """The ``text_id`` filter: an id where no markup can go (a page's ``<title>``), its
+    invisible characters written as escapes in plain text."""
+    return escape_invisible(value, strict=True) if isinstance(value, str) else value
+
+
 def _templates() -> Jinja2Templates:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -104,6 +110,7 @@ def _templates() -> Jinja2Templates:
     )
     env.filters["posted"] = Posted
     env.filters["id"] = _shown_id
+    env.filters["text_id"] = _text_id
     return Jinja2Templates(env=env)
 
 
