@@ -706,6 +706,117 @@ def test_two_event_loops_at_once_share_one_store(
     wait_until(lambda: backends_named(admin, app) == [], "every connection is closed")
 
 
+def test_aclose_while_other_tasks_write_never_reports_a_written_row_as_failed(
+    postgres_url: str, postgres_schema: str, admin: Admin
+) -> None:
+    """``aclose()`` in one task while twenty others write: a write already under way on its
+    connection finishes and is answered; one that had not started is told the store is closed.
+    Every row in the table was reported written — none is "failed" and there."""
+    url = with_params(postgres_url, schema=postgres_schema, pool_max="8")
+    store = tl.open_store(url)
+    written: set[str] = set()
+    refused: list[BaseException] = []
+
+    async def write(n: int) -> None:
+        for k in range(100_000):  # until the store is closed
+            tid = f"toolu_{n}_{k}"
+            try:
+                await store.async_backend.apply("s", [InsertEffect(make_record("s", tid))])
+            except tl.StoreError as exc:
+                refused.append(exc)
+                return
+            written.add(tid)
+
+    async def main() -> None:
+        writers = [asyncio.create_task(write(n)) for n in range(20)]
+        await asyncio.sleep(0.3)
+        await store.aclose()
+        await asyncio.gather(*writers)
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
+    rows = {r[0] for r in in_schema(admin, postgres_schema, "SELECT tool_use_id FROM effects")}
+    assert rows - written == set(), "written, but its caller was told it failed"
+    assert written - rows == set()
+    assert refused and all("closed" in str(e) for e in refused), refused[:3]
+
+
+def test_a_write_in_a_tasks_shutdown_leaves_no_connection_behind(
+    postgres_url: str, postgres_schema: str, admin: Admin
+) -> None:
+    """``asyncio.run`` ends with a task still going, which writes as it is cancelled (as a run
+    gives its lease back). Its pool is closed as the loop ends; the write is answered or told
+    the loop is ending, and no other pool is made that nothing would close."""
+    app = f"tl_end_{uuid.uuid4().hex[:8]}"
+    url = with_params(postgres_url, schema=postgres_schema, application_name=app)
+    store = tl.open_store(url)
+    answers: list[Any] = []
+
+    async def lingering() -> None:
+        try:
+            await asyncio.get_running_loop().create_future()
+        finally:
+            try:
+                answers.append(await store.async_backend.apply("s", [InsertEffect(make_record())]))
+            except tl.StoreError as exc:
+                answers.append(exc)
+
+    async def main() -> None:
+        await store.async_backend.read_effects("s")
+        asyncio.get_running_loop().create_task(lingering())
+        await asyncio.sleep(0)
+
+    try:
+        # What the sync side holds open: its pool's one connection (?pool_min=1), once made.
+        wait_until(lambda: len(backends_named(admin, app)) == 1, "the sync pool's connection")
+        before = 1
+        for _ in range(3):
+            asyncio.run(main())
+            wait_until(lambda: len(backends_named(admin, app)) <= before, "no connection left")
+        assert len(answers) == 3
+        assert all(a in ([True], [False]) or "ending" in str(a) for a in answers), answers
+    finally:
+        store.close()
+    wait_until(lambda: backends_named(admin, app) == [], "every connection is closed")
+
+
+async def _end_tasks() -> None:
+    """Cancel every other task of the running loop and wait for them (what ``asyncio.run``
+    does as it ends)."""
+    left = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
+
+
+def test_loops_run_step_by_step_and_dropped_keep_one_pool(
+    postgres_url: str, postgres_schema: str, admin: Admin
+) -> None:
+    """A program that makes a loop per step (``run_until_complete``) and never closes them: the
+    pool of a loop no longer running is let go when the next loop makes its own, so
+    connections do not pile up step after step."""
+    app = f"tl_steps_{uuid.uuid4().hex[:8]}"
+    url = with_params(postgres_url, schema=postgres_schema, application_name=app)
+    store = tl.open_store(url)
+    loops: list[asyncio.AbstractEventLoop] = []
+    try:
+        wait_until(lambda: len(backends_named(admin, app)) == 1, "the sync pool's connection")
+        before = 1
+        for _ in range(5):
+            loop = asyncio.new_event_loop()
+            loops.append(loop)
+            loop.run_until_complete(store.async_backend.read_effects("s"))
+        wait_until(lambda: len(backends_named(admin, app)) <= before + 1, "one loop's pool left")
+    finally:
+        store.close()
+        for loop in loops:  # the program's end: each loop's tasks ended, then it is closed
+            loop.run_until_complete(_end_tasks())
+            loop.close()
+    wait_until(lambda: backends_named(admin, app) == [], "every connection is closed")
+
+
 def test_the_async_backend_reports_an_unreachable_server() -> None:
     backend = AsyncPostgresBackend(
         "postgresql://postgres@127.0.0.1:1/test?pool_timeout=1&connect_timeout=1"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -32,22 +32,28 @@ T = TypeVar("T")
 
 @dataclass
 class _LoopPool:
-    """An async pool and the event loop it lives in (its tasks and locks belong to that loop)."""
+    """An async pool and the event loop it lives in (its tasks and locks belong to that loop),
+    with its connections: every one made (``conns``), those set up (``ready``) and those a
+    call holds now (``busy``)."""
 
     pool: AsyncConnectionPool[AsyncConn]
     loop: asyncio.AbstractEventLoop
     conns: weakref.WeakSet[AsyncConn] = field(default_factory=weakref.WeakSet)
+    ready: weakref.WeakSet[AsyncConn] = field(default_factory=weakref.WeakSet)
+    busy: set[AsyncConn] = field(default_factory=set)
     opening: asyncio.Task[None] | None = None
     guard: asyncio.Task[None] | None = None
+    ended: bool = False  # closed as its loop ended: that loop gets no other
+    released: bool = False  # its sockets closed from outside its loop, which is not running
 
 
 class AsyncPostgresBackend:
     """The native async backend. A pool needs a running event loop and belongs to it, so each
     loop that uses the store gets its own pool on first use: loops in several threads at once
     each keep theirs, and ``asyncio.run`` again opens a fresh one. A loop's pool is closed as the
-    loop ends (``_close_at_shutdown``), or when the next pool is made if that loop was closed
-    some other way, and every pool left is released when the store closes. It expects a
-    migrated schema: ``open_store`` migrates."""
+    loop ends (``_close_at_shutdown``); the pools of loops that are not running when another
+    loop makes its pool are released then (a loop run step by step and dropped), and every pool
+    left when the store closes. It expects a migrated schema: ``open_store`` migrates."""
 
     durable = True
     shared_clock = True  # one clock for every worker: the server's (Backend.shared_clock)
@@ -65,13 +71,19 @@ class AsyncPostgresBackend:
         self._closed = False
         self._closing: set[asyncio.Future[None]] = set()
 
-    async def _pool(self) -> AsyncConnectionPool[AsyncConn]:
+    async def _pool(self) -> _LoopPool:
         if self._closed:
             raise StoreError(f"{self.url}: the store is closed; open it again", url=self.url)
         loop = asyncio.get_running_loop()
         current = self._pools.get(loop)
         if current is None:
             current = self._open_pool(loop)
+        elif current.ended:
+            raise StoreError(
+                f"{self.url}: this event loop is ending, and the store's connections in it are "
+                "closed; nothing was sent. Use the store from a loop that is running.",
+                url=self.url,
+            )
         assert current.opening is not None
         try:
             await asyncio.shield(current.opening)
@@ -81,25 +93,25 @@ class AsyncPostgresBackend:
             if current.guard is not None:
                 current.guard.cancel()
             raise translate(exc, url=self.url, action="connecting") from exc
-        return current.pool
+        return current
 
     def _open_pool(self, loop: asyncio.AbstractEventLoop) -> _LoopPool:
-        """This loop's pool, made and opening; the pools of loops closed without their shutdown
-        (so without ``_close_at_shutdown``) released on the way."""
+        """This loop's pool, made and opening. The pools of loops that are not running are
+        released on the way: a loop closed without its shutdown (so without
+        ``_close_at_shutdown``), or one run step by step (``run_until_complete``) and left."""
         with self._pools_lock:
             if self._closed:
                 raise StoreError(f"{self.url}: the store is closed; open it again", url=self.url)
-            ended = [p for p in self._pools.values() if p.loop.is_closed()]
-            for gone in ended:
+            idle = [p for p in self._pools.values() if p.loop is not loop and not _live(p.loop)]
+            for gone in idle:
                 del self._pools[gone.loop]
             current = self._pools.get(loop)
             if current is None:
                 current = self._pools[loop] = self._new_pool(loop)
-        for gone in ended:
+        for gone in idle:
             self._release(gone)
         if current.opening is None:  # made just now, in this loop's thread
-            guard = _close_at_shutdown(current.pool, self._forget, current)
-            current.guard = loop.create_task(guard)
+            current.guard = loop.create_task(_close_at_shutdown(current))
             # Wait for the first connections before serving: a request that finds the pool
             # empty makes it grow, and a connection still being made when the loop ends is
             # only closed by the garbage collector. Racing first callers share this one wait.
@@ -112,7 +124,7 @@ class AsyncPostgresBackend:
         return current
 
     def _forget(self, current: _LoopPool) -> None:
-        """``current`` is closed, or closing: the next call of its loop makes a new pool."""
+        """``current`` failed to open: the next call of its loop makes a new pool."""
         with self._pools_lock:
             if self._pools.get(current.loop) is current:
                 del self._pools[current.loop]
@@ -120,12 +132,14 @@ class AsyncPostgresBackend:
     def _new_pool(self, loop: asyncio.AbstractEventLoop) -> _LoopPool:
         s = self.settings
         conns: weakref.WeakSet[AsyncConn] = weakref.WeakSet()
+        ready: weakref.WeakSet[AsyncConn] = weakref.WeakSet()
 
         async def configure(conn: AsyncConn) -> None:
             conns.add(conn)
             await aconfigure(
                 conn, schema=s.schema, clock=self.server_clock, idle_ms=idle_ms(s.op_timeout)
             )
+            ready.add(conn)
 
         pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
             s.conninfo,
@@ -138,7 +152,7 @@ class AsyncPostgresBackend:
             name="toolledger-async",
             open=False,
         )
-        return _LoopPool(pool, loop, conns)
+        return _LoopPool(pool, loop, conns, ready)
 
     def _release(self, current: _LoopPool) -> None:
         """Close a pool without awaiting it, from whatever thread or loop we are in."""
@@ -153,13 +167,15 @@ class AsyncPostgresBackend:
         elif current.loop.is_running():
             try:
                 asyncio.run_coroutine_threadsafe(current.pool.close(), current.loop)
+                return
             except RuntimeError:  # the loop closed meanwhile: as below
-                _finish(current)
-        else:
-            # The loop is not running any more. If it ended through ``asyncio.run`` the pool was
-            # closed in its shutdown already; if it was closed some other way, nothing can be
-            # awaited there, so close the sockets directly.
-            _finish(current)
+                pass
+        # The loop is not running. If it ended through ``asyncio.run`` the pool was closed in
+        # its shutdown already; if it was closed some other way, or stopped and left, nothing can
+        # be awaited there, so the sockets are closed directly — and the pool's guard, should
+        # its loop end it later (or the collector), has nothing left to do.
+        current.released = True
+        _finish(current.conns)
 
     def _take_all(self) -> list[_LoopPool]:
         """Mark the store closed and take every loop's pool out of it."""
@@ -177,11 +193,13 @@ class AsyncPostgresBackend:
     async def _run(self, call: Call[T]) -> T:
         op_timeout = op_deadline(self.settings.op_timeout)
         while True:
-            pool = await self._pool()
+            current = await self._pool()
+            pool = current.pool
             fired: list[bool] = []
             try:
                 wait_s = min(self.settings.pool_timeout, op_timeout)
                 conn = await pool.getconn(timeout=wait_s)
+                current.busy.add(conn)
                 try:
                     call.started(conn)
                     timer = asyncio.get_running_loop().call_later(
@@ -192,6 +210,7 @@ class AsyncPostgresBackend:
                     finally:
                         timer.cancel()
                 finally:
+                    current.busy.discard(conn)
                     await pool.putconn(conn)  # rolled back, or discarded, if it must be
             except (psycopg.Error, UnicodeEncodeError) as exc:
                 call.cut = bool(fired)
@@ -255,31 +274,36 @@ class AsyncPostgresBackend:
             await asyncio.to_thread(twin.close)
 
 
-def _finish(current: _LoopPool) -> None:
-    """Close a pool's sockets directly: its loop can run nothing any more."""
-    for conn in list(current.conns):
+def _live(loop: asyncio.AbstractEventLoop) -> bool:
+    """``loop`` is running (in some thread) and may still use its pool."""
+    return loop.is_running() and not loop.is_closed()
+
+
+def _finish(conns: Iterable[AsyncConn]) -> None:
+    """Close connections' sockets directly: their loop can run nothing for them any more."""
+    for conn in list(conns):
         conn.pgconn.finish()
 
 
-async def _close_at_shutdown(
-    pool: AsyncConnectionPool[AsyncConn],
-    forget: Callable[[_LoopPool], None],
-    current: _LoopPool,
-) -> None:
-    """Wait for the end of the event loop, then close ``pool`` in it, and ``forget`` it.
+async def _close_at_shutdown(current: _LoopPool) -> None:
+    """Wait for the end of the event loop, then close its pool in it.
 
     ``asyncio.run`` ends by cancelling every task left. psycopg_pool's workers swallow a
     cancellation that lands while they run a job (to keep the pool consistent), and then wait
     for the next job for ever — so a loop that ends with the pool open can hang in its shutdown.
     Closing the pool sends each worker its stop message, which also ends the ones that
-    swallowed the cancellation. The close stops there when a worker it waits for was
-    cancelled too, before it closes the connections it holds: those are closed directly.
+    swallowed the cancellation. The close stops there when a worker it waits for was cancelled
+    too, before it closes the idle connections it took out of the pool: those (set up, and held
+    by no call) are closed directly. One a call still holds is closed as the call gives it back
+    to the closed pool. The pool stays the loop's, closed (``ended``): a call made in the rest of
+    the shutdown is told so, and no new pool is made that nothing would close.
     """
     try:
         await asyncio.get_running_loop().create_future()  # never set: cancelled at shutdown
     finally:
-        forget(current)
-        try:
-            await pool.close()
-        finally:
-            _finish(current)
+        current.ended = True
+        if not current.released:  # (closed from outside already: nothing to await here)
+            try:
+                await current.pool.close()
+            finally:
+                _finish([c for c in current.ready if c not in current.busy])
