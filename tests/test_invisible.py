@@ -81,6 +81,12 @@ PAIRS = [
     ("s", " s"),
     ("a b", "a  b"),  # two spaces a web page makes one
     ("a\\\u00a0", "a\\xa0"),  # a backslash before an escaped space, and the text
+    ("\u200e\u0301", "\\u200\u00e9"),  # a mark that would sit on an escape's last digit
+    ("\x9e\u0301", "\\x9\u00e9"),
+    ("\u1100\u1161", "\uac00"),  # Hangul jamo, and the syllable NFC makes of them
+    ("\uac00\u11a8", "\uac01"),
+    ("a\u2800b", "a b"),  # braille's blank pattern
+    ("\u0301x", "\u00b4x"),  # a mark before anything: it would sit on what precedes the id
     ("acct\x9bx", "acct\\x9bx"),
     ("a\u202e", "a\\u202e"),
     ("t\U000e0041", "t\\U000e0041"),
@@ -128,3 +134,13 @@ def test_a_quoted_argument_reaches_the_shell_as_it_is(arg: str) -> None:
     else:
         assert words == ["resolve", arg, "toolu_1", "--happened"]
     assert quote(arg) in line
+
+
+@pytest.mark.parametrize(
+    ("text", "shows"),
+    [("a\u2800b", "a\\u2800b"), ("\u0301x", "\\u0301x"), ("q\u0307", "q\u0307")],
+)
+def test_what_prints_blank_or_on_what_precedes_an_id_is_escaped(text: str, shows: str) -> None:
+    """Braille's blank pattern prints as a space; a mark first in an id lands on the cell's
+    padding or the space before it. A mark on a letter of an id in composed form is text."""
+    assert shown_id(text) == shows

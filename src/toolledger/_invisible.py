@@ -16,11 +16,13 @@ __all__ = [
     "ACTING_RANGES",
     "INVISIBLE_CLASS",
     "INVISIBLE_RANGES",
+    "escape_char",
     "escape_invisible",
     "has_invisible",
     "invisible_parts",
     "invisible_spots",
     "json_invisible_escaped",
+    "shown_id",
 ]
 
 # Characters that change how text around them reads without being seen, or are not seen at
@@ -90,14 +92,16 @@ _ACTING = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ACTING_R
 # acute) as ``café``, U+212B (the angstrom sign) as U+00C5. In such an id every combining mark,
 # and every character the composed form replaces, is escaped too. (Letters of other scripts
 # that look alike — the Cyrillic a, U+0430 — are other letters, and print as they are.)
-_OTHER_SPACE = re.compile("[\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]")
+_BLANK = re.compile("[\u00a0\u1680\u2000-\u200a\u202f\u205f\u2800\u3000]")  # and braille's
 _LOST_SPACE = re.compile("^ +| +$| {2,}")
+_JAMO = re.compile("[\u1100-\u11ff\ua960-\ua97f\ud7b0-\ud7ff]")  # Hangul's, which NFC joins
 
 
 def invisible_spots(text: str, *, strict: bool = False) -> list[int]:
     """Where ``text`` holds a character to escape, in order: with ``strict`` (an id) every one
     of ``INVISIBLE_RANGES`` and every one that prints like something else (above), else one of
-    ``ACTING_RANGES``."""
+    ``ACTING_RANGES``. In an id, a combining mark that would sit on an escape (or on what is
+    printed before the id) is escaped too: ``\\u200e`` and a raw acute print as ``\\u200é``."""
     if not strict:
         return [m.start() for m in _ACTING.finditer(text)]
     spots = {m.start() for m in _INVISIBLE.finditer(text)}
@@ -105,15 +109,23 @@ def invisible_spots(text: str, *, strict: bool = False) -> list[int]:
         for m in _LOST_SPACE.finditer(text):
             spots.update(range(m.start(), m.end()))
     if not text.isascii():
-        spots.update(m.start() for m in _OTHER_SPACE.finditer(text))
+        spots.update(m.start() for m in _BLANK.finditer(text))
         if not unicodedata.is_normalized("NFC", text):
-            spots.update(i for i, c in enumerate(text) if _decomposed(c))
+            spots.update(i for i, c in enumerate(text) if _composing(c))
+        for i, c in enumerate(text):
+            if (i == 0 or i - 1 in spots) and unicodedata.category(c)[0] == "M":
+                spots.add(i)
     return sorted(spots)
 
 
-def _decomposed(c: str) -> bool:
-    """A combining mark, or a character Unicode's composed form (NFC) replaces."""
-    return unicodedata.category(c)[0] == "M" or unicodedata.normalize("NFC", c) != c
+def _composing(c: str) -> bool:
+    """A character Unicode's composed form (NFC) may join to the one before it or replace: a
+    combining mark, a Hangul jamo, or one NFC maps to another."""
+    return (
+        unicodedata.category(c)[0] == "M"
+        or _JAMO.match(c) is not None
+        or unicodedata.normalize("NFC", c) != c
+    )
 
 
 def has_invisible(text: str, *, keep: str = "", strict: bool = False) -> bool:
@@ -155,6 +167,46 @@ def escape_invisible(text: str, *, keep: str = "", strict: bool = False) -> str:
         _escaped(part, keep) if hidden else part
         for part, hidden in invisible_parts(text, keep=keep, strict=True)
     )
+
+
+def escape_char(c: str) -> str:
+    """One character as the escape an id shows it as: ``\\x1b`` below U+0100, ``\\u202e`` in
+    the BMP, ``\\U000e0041`` beyond."""
+    code = ord(c)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+# A backslash in an id that a reader could take for the start of an escape ``shown_id``
+# writes: before one, or before another backslash (one before an escaped character is found
+# by its place).
+_ESCAPE_LIKE = re.compile(r"\\(?=\\|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})")
+
+
+def shown_id(text: str) -> str:
+    """An id (a session's, a call's, a tool's name) as text, on one line, never alike another's:
+    every character ``invisible_spots`` finds in it (invisible ones — controls, tabs and line
+    breaks included — and those that print like another) written as its escape
+    (``escape_char``), and a backslash that could be read as the start of one doubled —
+    ``acct\\x9bx`` (a C1 control) and ``acct\\\\x9bx`` (the text with a backslash) print
+    differently, while ``C:\\tmp`` prints as it is. For a terminal, a pipe, a page's title, a
+    note to the model."""
+    hidden = invisible_spots(text, strict=True)
+    if not hidden and not _ESCAPE_LIKE.search(text):
+        return text
+    escaped = set(hidden)
+    out: list[str] = []
+    for i, c in enumerate(text):
+        if i in escaped:
+            out.append(escape_char(c))
+        elif c == "\\" and (i + 1 in escaped or _ESCAPE_LIKE.match(text, i)):
+            out.append("\\\\")
+        else:
+            out.append(c)
+    return "".join(out)
 
 
 def _escaped(c: str, keep: str) -> str:

@@ -9,22 +9,13 @@ an argument is written in bash's ANSI-C quoting, its UTF-8 bytes as escapes
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Sequence
 
-from ._invisible import INVISIBLE_CLASS, has_invisible, invisible_parts, invisible_spots
+from ._invisible import escape_char as _escape
+from ._invisible import has_invisible, invisible_parts, invisible_spots, shown_id
 
 __all__ = ["command", "quote", "shown", "shown_id"]
-
-
-def _escape(ch: str) -> str:
-    code = ord(ch)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
 
 
 def shown(text: str, *, keep: str = "") -> str:
@@ -37,38 +28,6 @@ def shown(text: str, *, keep: str = "") -> str:
     return "".join(
         _escape(part) if hidden else part for part, hidden in invisible_parts(text, keep=keep)
     )
-
-
-# A backslash in an id that a reader could take for the start of an escape ``shown_id``
-# writes: before one, before an invisible character (which becomes one), or before another
-# backslash.
-_ESCAPE_LIKE = re.compile(
-    rf"\\(?={INVISIBLE_CLASS}|\\|x[0-9a-fA-F]{{2}}|u[0-9a-fA-F]{{4}}|U[0-9a-fA-F]{{8}})"
-)
-
-
-def shown_id(text: str) -> str:
-    """An id (a session's, a call's, a tool's name) for display, on one line, never alike
-    another's: every invisible character (``toolledger._invisible.INVISIBLE_RANGES``: controls,
-    tabs and line breaks included, bidirectional, zero-width and other characters that show
-    nothing) and every one that prints like another (a space that is not U+0020, a space at an
-    end or beside another, a combining mark of an id not in composed form) written as an
-    escape, and a backslash that could be read as the start of one
-    doubled — ``acct\\x9bx`` (a C1 control) and ``acct\\\\x9bx`` (the text with a
-    backslash) print differently, while ``C:\\tmp`` prints as it is."""
-    hidden = invisible_spots(text, strict=True)
-    if not hidden and not _ESCAPE_LIKE.search(text):
-        return text
-    escaped = set(hidden)
-    out: list[str] = []
-    for i, c in enumerate(text):
-        if i in escaped:
-            out.append(_escape(c))
-        elif c == "\\" and (i + 1 in escaped or _ESCAPE_LIKE.match(text, i)):
-            out.append("\\\\")
-        else:
-            out.append(c)
-    return "".join(out)
 
 
 def quote(arg: str) -> str:

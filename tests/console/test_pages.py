@@ -16,6 +16,7 @@ from markupsafe import escape
 from starlette.testclient import TestClient
 
 import toolledger as tl
+from toolledger._invisible import escape_char
 from toolledger.console import create_app
 from toolledger.ops import InsertEffect, PutApproval
 from toolledger.records import ApprovalStatus, Status
@@ -310,8 +311,8 @@ def test_invisible_characters_from_the_store_are_shown_escaped(scene: Scene) -> 
         shown = re.sub(r'<input type="hidden"[^>]*>', "", page.text)  # posted back, not shown
         for c in (*INVISIBLE, "\u2067"):
             assert c not in shown, (path, c)
-        assert "\\u202e" in shown and "\\u009b" in shown, path
-        assert "\\u000a" not in shown, "line breaks lay out the inputs"
+        assert "\\u202e" in shown and "\\x9b" in shown, path
+        assert "\\x0a" not in shown, "line breaks lay out the inputs"
     (form,) = [f for f in forms_of(client.get("/approvals").text) if f["session"] == TRICK]
     decided = client.post("/approvals/decide", data={**form, "by": "ana", "decision": "deny"})
     assert decided.status_code == 200
@@ -395,7 +396,7 @@ def test_ids_that_differ_by_a_zero_width_character_never_show_alike(
         page = client.get(path).text
         shown = re.sub(r'<input type="hidden"[^>]*>', "", page)  # posted back, not shown
         assert ch not in shown, f"U+{ord(ch):04X} shown raw on {path}"
-        assert f"\\u{ord(ch):04x}" in shown, path
+        assert escape_char(ch) in shown, path  # \u200b, or \xad below U+0100
 
 
 @pytest.mark.parametrize(
@@ -415,8 +416,20 @@ def test_ids_that_print_like_each_other_never_show_alike(
     client = browser(create_app(url))
     for path in ("/sessions/rows", "/in-doubt"):
         page = re.sub(r'<input type="hidden"[^>]*>', "", client.get(path).text)
-        assert '<span class="esc">' in page, f"{other!r} not escaped on {path}"
         assert html.escape(one) in page, path
+        # The other id, as the page shows it: no character of it a person could not see.
+        escaped = re.findall(r'<span class="esc">([^<]*)</span>', page)
+        assert escaped, f"{other!r} not escaped on {path}"
+        assert all(e.startswith("\\") and e.isascii() for e in escaped), escaped
+
+
+def test_the_title_filter_shows_an_id_as_the_command_line_does() -> None:
+    from toolledger._shell import shown_id
+    from toolledger.console.app import _text_id
+
+    for sid in ("\x9e", "\\x9e", "a\u00a0b", "a\\u00a0b", "cafe\u0301", "plain"):
+        assert _text_id(sid) == shown_id(sid)
+    assert _text_id("\x9e") != _text_id("\\x9e")
 
 
 def test_a_pages_title_shows_its_session_id_escaped_as_text(tmp_path: Path) -> None:
@@ -434,4 +447,4 @@ def test_a_pages_title_shows_its_session_id_escaped_as_text(tmp_path: Path) -> N
     (title,) = re.findall(r"<title>(.*?)</title>", page, re.S)
     assert "<" not in html.unescape(title.replace("&lt;", "")), title
     assert "esc" not in title and "\u202e" not in title and "\x9b" not in title, title
-    assert "inv\\u202eoice\\u009b2J" in html.unescape(title), title
+    assert "inv\\u202eoice\\x9b2J" in html.unescape(title), title

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from .._invisible import shown_id
 from .._lineage import ForkedEffect
 from ..codec import escape_invisible, shown_as_data
 from ..masking import masked, masked_text
@@ -52,13 +53,13 @@ def note_text(effects: Sequence[ForkedEffect], turn: int) -> str:
             told = "done"
             result = masked_text(e.result)
             if result is not None:
-                call = escape_invisible(e.tool_use_id, strict=True)
+                call = shown_id(e.tool_use_id)
                 returned.append(f"- {call}: {shown_as_data(_short(result))}")
         elif e.state == "in_progress":
             told = "may have happened: it was still running, its outcome is not known"
         else:
             told = "may have happened: its outcome is not known"
-        tool, call = (escape_invisible(t, strict=True) for t in (e.tool, e.tool_use_id))
+        tool, call = (shown_id(t) for t in (e.tool, e.tool_use_id))
         lines.append(f"- {tool}({args}) [{call}]: {told}")
     if returned:
         lines += [RESULTS_HEADING, *returned]

@@ -24,7 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from .._invisible import escape_invisible, has_invisible, invisible_parts
+from .._invisible import escape_char, has_invisible, invisible_parts, shown_id
 from .._views.overview import known_session
 from ..stores import Store, open_store
 from . import views
@@ -81,9 +81,7 @@ def _visible(value: Any, *, strict: bool = False) -> Any:
     if not has_invisible(value, keep=keep, strict=strict):
         return value
     parts = [
-        f'<span class="esc">{escape_invisible(part, strict=strict)}</span>'
-        if hidden
-        else str(markupsafe.escape(part))
+        f'<span class="esc">{escape_char(part)}</span>' if hidden else str(markupsafe.escape(part))
         for part, hidden in invisible_parts(value, keep=keep, strict=strict)
     ]
     return markupsafe.Markup("".join(parts))  # noqa: S704 - every part escaped above
@@ -96,9 +94,9 @@ def _shown_id(value: Any) -> Any:
 
 
 def _text_id(value: Any) -> Any:
-    """The ``text_id`` filter: an id where no markup can go (a page's ``<title>``), its
-    invisible characters written as escapes in plain text."""
-    return escape_invisible(value, strict=True) if isinstance(value, str) else value
+    """The ``text_id`` filter: an id where no markup can go (a page's ``<title>``), as the
+    command line shows it (``toolledger._invisible.shown_id``): its escapes in plain text."""
+    return shown_id(value) if isinstance(value, str) else value
 
 
 def _templates() -> Jinja2Templates:
