@@ -164,19 +164,14 @@ def _one(
     """``unread``: the call's record was not read (it may exist). ``common``: it takes the
     straight path, with checkpoint A (``head``). The call's span (when tracing) is current
     while it is decided and run."""
+    if not telemetry.watching():
+        return (yield from _decided(call, record, env, buf, unread, common=common, head=head))
     tool = env.tools.get(call.name)
     effect = None if tool is None else tool.effect._value_  # (``.value`` is a Python property)
     span = telemetry.tool_span(env.session_id, call, effect)
     token = telemetry.enter(span)
     try:
-        if common is None:
-            outcome = yield from _settle(call, record, env, buf, unread)
-        else:  # the common call (``toolledger.engine._straight``)
-            done = yield from straight.call(common, env, buf, head)
-            if isinstance(done, Again):  # its intent met a record: decided from it
-                _same_call(done.record, call, env)
-                done = yield from _settle(call, done.record, env, buf, False, tried=1)
-            outcome = done
+        outcome = yield from _decided(call, record, env, buf, unread, common=common, head=head)
     except BaseException as exc:
         telemetry.tool_failed(span, exc)
         raise
@@ -184,6 +179,26 @@ def _one(
         telemetry.leave(token)
     telemetry.tool_done(span, outcome, effect, call.name)
     return outcome
+
+
+def _decided(
+    call: ToolCall,
+    record: EffectRecord | None,
+    env: Env,
+    buf: Buffer,
+    unread: bool,
+    *,
+    common: straight.Plan | None,
+    head: Sequence[Op],
+) -> Generator[Request, Any, CallOutcome]:
+    """The call decided and carried out (``_one``, inside its span)."""
+    if common is None:
+        return (yield from _settle(call, record, env, buf, unread))
+    done = yield from straight.call(common, env, buf, head)  # the common call (``_straight``)
+    if isinstance(done, Again):  # its intent met a record: decided from it
+        _same_call(done.record, call, env)
+        done = yield from _settle(call, done.record, env, buf, False, tried=1)
+    return done
 
 
 def _settle(
@@ -391,21 +406,29 @@ def run_batch(
 
 def _one_now(common: straight.Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome:
     """``_one`` of the common call, carried out synchronously (``straight.run``)."""
+    if not telemetry.watching():
+        return _decided_now(common, env, buf, io)
     call = common.call
     effect = common.tool.effect._value_
     span = telemetry.tool_span(env.session_id, call, effect)
     token = telemetry.enter(span)
     try:
-        done = straight.run(common, env, buf, io)
-        if isinstance(done, Again):  # its intent met a record: decided from it
-            _same_call(done.record, call, env)
-            done = drive(_settle(call, done.record, env, buf, False, tried=1), io)
+        done = _decided_now(common, env, buf, io)
     except BaseException as exc:
         telemetry.tool_failed(span, exc)
         raise
     finally:
         telemetry.leave(token)
     telemetry.tool_done(span, done, effect, call.name)
+    return done
+
+
+def _decided_now(common: straight.Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome:
+    """``_decided`` of the common call, carried out synchronously."""
+    done = straight.run(common, env, buf, io)
+    if isinstance(done, Again):  # its intent met a record: decided from it
+        _same_call(done.record, common.call, env)
+        done = drive(_settle(common.call, done.record, env, buf, False, tried=1), io)
     return done
 
 

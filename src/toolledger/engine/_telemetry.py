@@ -42,7 +42,16 @@ try:
 except ImportError:  # pragma: no cover - exercised where the extra is not installed
     _trace = None  # type: ignore[assignment]
 
-__all__ = ["agent_span", "enter", "leave", "model_done", "model_span", "tool_done", "tool_span"]
+__all__ = [
+    "agent_span",
+    "enter",
+    "leave",
+    "model_done",
+    "model_span",
+    "tool_done",
+    "tool_span",
+    "watching",
+]
 
 _NAME = "toolledger"
 _PUBLIC_ONLY = _trace is not None and (
@@ -76,6 +85,16 @@ def _metered() -> bool:
     if _PUBLIC_ONLY_METRICS:
         return not isinstance(_metrics.get_meter_provider(), _ProxyMeterProvider)
     return _metrics_internal._METER_PROVIDER is not None
+
+
+def watching() -> bool:
+    """Whether a tool call would be traced or counted: a tracer or a meter provider is set. A
+    call with nobody watching skips its span and its count in one test (``_runner``)."""
+    if _trace is None:
+        return False
+    if _PUBLIC_ONLY or _PUBLIC_ONLY_METRICS:
+        return _provider() is not None or _metered()
+    return _trace._TRACER_PROVIDER is not None or _metrics_internal._METER_PROVIDER is not None
 
 
 def _tracer() -> Any:
