@@ -231,10 +231,10 @@ install(HoldLease, _hold_lease_init)
 
 
 PRUNABLE = frozenset({RunStatus.COMPLETED, RunStatus.MAX_TURNS, RunStatus.FAILED, RunStatus.READY})
-"""The statuses of sessions that ended: nothing of them is pending (a failed one failed at the
-model call, with every tool_use answered; a ready one was forked or rewound and not run
-since). ``needs_attention``, ``awaiting_approval`` and ``running`` sessions are never
-removed."""
+"""The statuses of sessions that may be removed: nothing of them is pending (a failed one failed
+at the model call, with every tool_use answered; a ready one was forked or rewound and not run
+since — removed only when asked for by its status, ``toolledger.stores.retention``).
+``needs_attention``, ``awaiting_approval`` and ``running`` sessions are never removed."""
 
 
 def still_there(session_id: str) -> SessionConflictError:

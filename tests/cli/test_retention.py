@@ -128,3 +128,26 @@ def test_a_session_being_run_is_kept_and_its_call_runs_once(tmp_path: Path) -> N
         assert rows(db, "s")["effects"] == 2
         assert [p.session_id for p in store.prune(older_than=0).removed] == ["s"]
     assert rows(db, "s") == dict.fromkeys(rows(db, "s"), 0)
+
+
+def test_a_fork_waiting_to_be_run_is_kept_unless_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fork`` and ``rewind`` leave a session ``ready`` and say to run it: ``prune`` keeps it,
+    saying why, and removes it only when ``--status ready`` asks for it."""
+    db = tmp_path / "f.db"
+    run_one(db, "source")
+    url = f"sqlite:///{db}"
+    with tl.open_store(url) as store:
+        fork = tl.fork(store, "source", at_turn=1, new_session="branch")
+    code, report = cli(capsys, "--store", url, "--json", "prune", "--older-than", "0s")
+    assert code == 0
+    assert [p["session_id"] for p in report["removed"]] == ["source"]
+    (kept,) = report["kept"]
+    assert kept["session_id"] == fork and "ready" in kept["why"] and "--status ready" in kept["why"]
+    assert rows(db, fork)["messages"] > 0, "the branch is still there"
+    code, report = cli(
+        capsys, "--store", url, "--json", "prune", "--older-than", "0s", "--status", "ready"
+    )
+    assert code == 0 and [p["session_id"] for p in report["removed"]] == [fork]
+    assert rows(db, fork) == dict.fromkeys(rows(db, fork), 0)

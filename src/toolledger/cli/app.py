@@ -229,7 +229,8 @@ def _retention(
         "--status",
         choices=sorted(s.value for s in PRUNABLE),
         help="only sessions that ended so (default: every ended session, and sessions of "
-        "records alone)",
+        "records alone; a ready session — forked or rewound, not run since — only when asked "
+        "for)",
     )
     p.add_argument("--dry-run", action="store_true", help="remove nothing; say what would go")
     p = add("export", cmd_export)

@@ -4,7 +4,9 @@ transaction per session (``Store.prune``, ``toolledger prune``).
 Only a session that ended is removed: ``completed``, ``max_turns`` or ``failed`` (a model API
 error, with every tool_use answered), or a session of records alone (``run_tool_uses`` without
 an agent) — and never one with a call in progress or in doubt, a pending approval, or a lease
-held. Those conditions are checked when the session is read and again, by the store, in the
+held. A ``ready`` session (forked or rewound, to be run: ``fork`` and ``rewind`` say so) goes
+only when it is asked for by name, ``status="ready"``: a branch waiting to be run is not one
+that ended. Those conditions are checked when the session is read and again, by the store, in the
 transaction that removes it (``DropSession``): a run that starts meanwhile keeps its session.
 
 Removing a session forgets its calls: a ``tool_use_id`` of it, met again, runs as a new call.
@@ -62,7 +64,8 @@ def prune(
 ) -> PruneReport:
     """Remove every ended session whose last activity (its state, records and approvals) is
     more than ``older_than`` seconds old on the store's clock; only those in ``status`` when
-    given (then sessions of records alone are left). ``dry_run``: remove nothing, report what
+    given (then sessions of records alone are left). A ``ready`` session — a fork or a rewind
+    not run since — goes only with ``status="ready"``. ``dry_run``: remove nothing, report what
     would go."""
     if isinstance(older_than, bool) or not isinstance(older_than, int | float) or older_than < 0:
         raise ConfigurationError(f"older_than must be a number of seconds >= 0, not {older_than!r}")
@@ -84,7 +87,7 @@ def prune(
         if now - last <= older_than:
             continue
         lease = store.lease(sid)
-        why = _held(state.status if state else None, records, approvals, lease, now)
+        why = _held(state.status if state else None, records, approvals, lease, now, wanted)
         if why is not None:
             report.kept.append(Kept(sid, why))
             continue
@@ -154,10 +157,13 @@ def _held(
     approvals: list[ApprovalRecord],
     lease: Lease | None,
     now: float,
+    wanted: RunStatus | None,
 ) -> str | None:
-    """Why a session must stay, or ``None``."""
+    """Why a session must stay, or ``None``. ``wanted``: the status asked for, if any."""
     if status is not None and status not in PRUNABLE:
         return f"it is {status.value}"
+    if status is RunStatus.READY and wanted is not RunStatus.READY:
+        return "it is ready: forked or rewound, to be run (--status ready removes it)"
     started = [r.tool_use_id for r in records if r.status is Status.STARTED]
     if started:
         return f"a call is in progress or in doubt ({', '.join(started)})"
