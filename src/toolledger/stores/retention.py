@@ -87,7 +87,7 @@ def prune(
         if now - last <= older_than:
             continue
         lease = store.lease(sid)
-        why = _held(state.status if state else None, records, approvals, lease, now, wanted)
+        why = _held(state.status if state else None, records, approvals, lease, now, wanted=wanted)
         if why is not None:
             report.kept.append(Kept(sid, why))
             continue
@@ -157,6 +157,7 @@ def _held(
     approvals: list[ApprovalRecord],
     lease: Lease | None,
     now: float,
+    *,
     wanted: RunStatus | None,
 ) -> str | None:
     """Why a session must stay, or ``None``. ``wanted``: the status asked for, if any."""
