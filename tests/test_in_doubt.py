@@ -488,3 +488,54 @@ def test_a_call_removed_as_it_is_read_is_not_called_in_doubt(store: tl.Store) ->
     assert store.backend.read_effects("session-1") == {}
     crash_left_started(ledger, "send_email", "toolu_gone", to="a@example.com")
     assert store.in_doubt() == [] and ledger.in_doubt() == []
+
+
+def test_a_call_in_doubt_in_the_queue_says_so_and_a_settled_one_cannot_be_approved(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The approval queue holds a call in doubt: the run's reason says it may already have
+    happened, gives the commands that settle it first, and says approving runs it again. Once a
+    person settled it (``resolve --happened``), approving the stale request is refused — and the
+    e-mail is sent once."""
+    from toolledger.cli.app import main
+    from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    sent = Counter()
+
+    @tl.tool
+    def send_email(to: str) -> str:
+        """Send."""
+        if sent.hit(to) == 1:
+            raise tl.OutcomeUnknown("the mail server did not answer")
+        return "sent"
+
+    script = [Reply(tool_uses=[ToolUse("send_email", {"to": "a@b.c"}, id="toolu_01")])]
+    with ScriptedModel(script + [Reply(text="done")] * 3) as model, tl.open_store(url) as store:
+        agent = tl.Agent(
+            client=model.client(),
+            model="m",
+            tools=[send_email],
+            store=store,
+            approve=tl.approvals.queue,
+        )
+        first = agent.run(session="s3", prompt="mail")
+        assert first.status is tl.RunStatus.NEEDS_ATTENTION and sent["a@b.c"] == 1
+        again = agent.run(session="s3")
+    assert again.status is tl.RunStatus.AWAITING_APPROVAL
+    reason = again.reason or ""
+    assert reason.startswith("in doubt, awaiting a person:"), reason
+    assert "may already have happened" in reason and "runs it again" in reason
+    assert f"toolledger --store {url} resolve s3 toolu_01 --happened`" in reason, reason
+    assert f"toolledger --store {url} resolve s3 toolu_01 --not-happened`" in reason, reason
+    assert reason.index("resolve") < reason.index("approve"), "settling comes first"
+
+    assert main(["--store", url, "resolve", "s3", "toolu_01", "--happened", "--by", "ana"]) == 0
+    capsys.readouterr()
+    assert main(["--store", url, "approve", "s3", "toolu_01", "--by", "ana"]) != 0
+    err = capsys.readouterr().err
+    assert "no longer the call in doubt" in err and "succeeded" in err, err
+    with tl.open_store(url) as store:
+        (request,) = store.approvals("s3")
+        assert request.status is tl.ApprovalStatus.PENDING, "nothing was decided"
+    assert sent["a@b.c"] == 1, "the e-mail went once"

@@ -359,7 +359,7 @@ def test_an_approval_is_used_up_with_the_intent_and_only_once(store: tl.Store) -
     assert record is not None and record.approved_by == "ana"
     # In doubt now: running it again is another question, asked afresh — never the used answer.
     (third,) = tl.run_tool_uses([block], [wire], ledger=ledger, approve=tl.approvals.queue)
-    assert "awaiting approval" in third["content"] and runs == [5]
+    assert "in doubt, awaiting a person" in third["content"] and runs == [5]
     (asked,) = tl.approvals.pending(store)
     assert asked.in_doubt
 

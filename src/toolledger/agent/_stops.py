@@ -64,12 +64,23 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
         return (RunStatus.NEEDS_ATTENTION, "; ".join(said) + ", then run the session again.")
     waiting = [o for o in outcomes if o.disposition is Disposition.AWAITING_APPROVAL]
     if waiting:
-        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in waiting)
-        how = "; ".join(
-            f"`{cmd('approve', sid, o.call)}` or `{cmd('deny', sid, o.call)}`" for o in waiting
-        )
-        return (
-            RunStatus.AWAITING_APPROVAL,
-            f"awaiting approval: {names}. Decide with {how}, then run the session again.",
-        )
+        said = []
+        first = [o for o in waiting if not o.in_doubt]
+        if first:
+            names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in first)
+            how = "; ".join(
+                f"`{cmd('approve', sid, o.call)}` or `{cmd('deny', sid, o.call)}`" for o in first
+            )
+            said.append(f"awaiting approval: {names}. Decide with {how}")
+        # A call in doubt in the queue: approving it runs it again, whatever happened the first
+        # time. Settling it says what happened instead — the choice a person should see first.
+        said += [
+            f"in doubt, awaiting a person: {o.call.name!r} ({o.call.tool_use_id}) may already "
+            f"have happened. Settle it with {settle(sid, o.call)}; "
+            f"`{cmd('approve', sid, o.call)}` runs it again whatever happened (a second effect "
+            f"if it had), `{cmd('deny', sid, o.call)}` leaves it in doubt"
+            for o in waiting
+            if o.in_doubt
+        ]
+        return (RunStatus.AWAITING_APPROVAL, "; ".join(said) + ", then run the session again.")
     return None

@@ -154,6 +154,28 @@ def _find(store: Store, session_id: str, tool_use_id: str) -> ApprovalRecord | N
     return found[0] if found else None
 
 
+def _still_in_doubt(store: Store, request: ApprovalRecord) -> None:
+    """A request to run a call in doubt again is a question only while the call is in doubt: one
+    a person settled meanwhile (``toolledger resolve``), or another attempt ran, is answered
+    already — approving it would answer nothing, or be taken for a later question's yes."""
+    record = store.ledger(request.session_id).get(request.tool_use_id)
+    if record is None:
+        now = "gone from the ledger"
+    elif record.status is not Status.STARTED:
+        now = record.status.value
+    elif record.attempt != request.attempt:
+        now = f"attempt {record.attempt}, not the attempt {request.attempt} the request is about"
+    else:
+        return
+    raise NotPendingError(
+        f"the call {request.tool_use_id!r} in session {request.session_id!r} is no longer the "
+        f"call in doubt this request asks about (it is {now}, in {store.url}): there is nothing "
+        "left to decide. `toolledger show` says what happened to it.",
+        session_id=request.session_id,
+        tool_use_id=request.tool_use_id,
+    )
+
+
 def pending(store: Store, session_id: str | None = None) -> list[ApprovalRecord]:
     """Requests waiting for a person, oldest first."""
     waiting = [a for a in store.approvals(session_id) if a.status is ApprovalStatus.PENDING]
@@ -197,6 +219,8 @@ def decide(
             session_id=session_id,
             tool_use_id=tool_use_id,
         )
+    if current.in_doubt:
+        _still_in_doubt(store, current)
     if input_hash is not None and current.input_hash != input_hash:
         raise SessionConflictError(
             f"the request for {tool_use_id!r} is not the one you were shown: its input changed "

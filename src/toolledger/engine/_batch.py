@@ -55,6 +55,7 @@ class CallOutcome:
     is_error: bool
     alert: LedgerWriteError | None = None
     settle_in: str | None = None  # in doubt, and settled in this session (a branch's copy)
+    in_doubt: bool = False  # awaiting a person's word on a call in doubt
 
     def __post_init__(self) -> None:
         # An error message can carry text UTF-8 cannot hold (an exception's repr); the model

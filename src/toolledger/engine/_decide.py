@@ -125,6 +125,7 @@ class Await:
     the same call asks again (and finds the person's answer) later."""
 
     message: str
+    in_doubt: bool = False  # the question is whether to run a call in doubt again
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +311,12 @@ def after_approval(call: ToolCall, ask: Ask, decision: Decision | None) -> Actio
     if decision is None:
         return Decline(no_approver_message(call.name))
     if decision.pending:
+        if ask.in_doubt:
+            return Await(
+                f"in doubt, awaiting a person: {call.name!r} may already have happened; a "
+                "person decides whether it did or whether to run it again. Not run again yet.",
+                in_doubt=True,
+            )
         return Await(
             f"awaiting approval: {call.name!r} is queued for a person to decide; not executed yet."
         )

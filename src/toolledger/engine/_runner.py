@@ -330,7 +330,11 @@ def _steps(
                 return CallOutcome(call, Disposition.IN_DOUBT, action.message, is_error=True)
             case decide.Await():
                 return CallOutcome(
-                    call, Disposition.AWAITING_APPROVAL, action.message, is_error=True
+                    call,
+                    Disposition.AWAITING_APPROVAL,
+                    action.message,
+                    is_error=True,
+                    in_doubt=action.in_doubt,
                 )
             case decide.Decline():
                 denied = answers.denied(env, call, record, action.message)
