@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+import psycopg
 import pytest
 
 try:
@@ -815,6 +816,48 @@ def test_loops_run_step_by_step_and_dropped_keep_one_pool(
             loop.run_until_complete(_end_tasks())
             loop.close()
     wait_until(lambda: backends_named(admin, app) == [], "every connection is closed")
+
+
+def test_a_write_under_way_in_a_paused_loop_is_answered_when_its_loop_runs_again(
+    postgres_url: str, postgres_schema: str, admin: Admin
+) -> None:
+    """A loop run step by step stops while its write waits on the server (a lock); another
+    loop's first call meanwhile closes the stopped loop's idle connections — never the one its
+    write is on. Run again, the loop gets the write's answer, and the row is there."""
+    url = with_params(postgres_url, schema=postgres_schema, pool_min="1")
+    answers: list[Any] = []
+
+    def steps() -> None:
+        store = tl.open_store(url)
+        first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+        backend = store.async_backend
+
+        async def write() -> None:
+            answers.append(await backend.apply("s", [InsertEffect(make_record("s", "toolu_w"))]))
+
+        try:
+            first.run_until_complete(backend.read_effects("s"))
+            with psycopg.connect(postgres_url) as lock:
+                lock.execute(f'LOCK TABLE "{postgres_schema}".effects IN SHARE MODE')
+                task = first.create_task(write())
+                first.run_until_complete(asyncio.sleep(0.3))  # the write waits on the lock
+                second.run_until_complete(backend.read_session("s"))  # another loop's call
+            first.run_until_complete(asyncio.wait_for(task, 15))
+        finally:
+            store.close()
+            for loop in (first, second):
+                loop.run_until_complete(_end_tasks())
+                loop.close()
+
+    # In a thread of its own: a write whose socket was closed under it would never be
+    # answered, and the test must say so rather than wait with it.
+    worker = threading.Thread(target=steps, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the write was never answered"
+    assert answers == [[True]]
+    rows = in_schema(admin, postgres_schema, "SELECT tool_use_id FROM effects")
+    assert rows == [("toolu_w",)]
 
 
 def test_the_async_backend_reports_an_unreachable_server() -> None:

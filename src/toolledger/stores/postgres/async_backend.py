@@ -51,9 +51,10 @@ class AsyncPostgresBackend:
     """The native async backend. A pool needs a running event loop and belongs to it, so each
     loop that uses the store gets its own pool on first use: loops in several threads at once
     each keep theirs, and ``asyncio.run`` again opens a fresh one. A loop's pool is closed as the
-    loop ends (``_close_at_shutdown``); the pools of loops that are not running when another
-    loop makes its pool are released then (a loop run step by step and dropped), and every pool
-    left when the store closes. It expects a migrated schema: ``open_store`` migrates."""
+    loop ends (``_close_at_shutdown``); when another loop makes its pool, the pools of loops
+    closed are released and the idle connections of loops not running are closed
+    (``_open_pool``); every pool left is released when the store closes. It expects a migrated
+    schema: ``open_store`` migrates."""
 
     durable = True
     shared_clock = True  # one clock for every worker: the server's (Backend.shared_clock)
@@ -96,20 +97,26 @@ class AsyncPostgresBackend:
         return current
 
     def _open_pool(self, loop: asyncio.AbstractEventLoop) -> _LoopPool:
-        """This loop's pool, made and opening. The pools of loops that are not running are
-        released on the way: a loop closed without its shutdown (so without
-        ``_close_at_shutdown``), or one run step by step (``run_until_complete``) and left."""
+        """This loop's pool, made and opening. On the way, the pools of loops closed without
+        their shutdown (so without ``_close_at_shutdown``) are released, and the idle
+        connections of loops not running now are closed: a loop run step by step
+        (``run_until_complete``) and left holds none open. Such a loop may run again — its pool
+        stays, and a connection a call holds in it is not touched: the call goes on when its
+        loop does (a closed idle connection is replaced as a lost one is)."""
         with self._pools_lock:
             if self._closed:
                 raise StoreError(f"{self.url}: the store is closed; open it again", url=self.url)
-            idle = [p for p in self._pools.values() if p.loop is not loop and not _live(p.loop)]
-            for gone in idle:
-                del self._pools[gone.loop]
+            gone = [p for p in self._pools.values() if p.loop.is_closed()]
+            for each in gone:
+                del self._pools[each.loop]
+            paused = [p for p in self._pools.values() if p.loop is not loop and not _live(p.loop)]
             current = self._pools.get(loop)
             if current is None:
                 current = self._pools[loop] = self._new_pool(loop)
-        for gone in idle:
-            self._release(gone)
+        for each in gone:
+            self._release(each)
+        for each in paused:
+            _finish(_idle(each))
         if current.opening is None:  # made just now, in this loop's thread
             current.guard = loop.create_task(_close_at_shutdown(current))
             # Wait for the first connections before serving: a request that finds the pool
@@ -173,9 +180,11 @@ class AsyncPostgresBackend:
         # The loop is not running. If it ended through ``asyncio.run`` the pool was closed in
         # its shutdown already; if it was closed some other way, or stopped and left, nothing can
         # be awaited there, so the sockets are closed directly — and the pool's guard, should
-        # its loop end it later (or the collector), has nothing left to do.
+        # its loop end it later (or the collector), has nothing left to do. A loop only stopped
+        # may run again: a connection a call holds there (its socket still watched by that
+        # loop) is left to the call, which closes it as it ends (``_run``).
         current.released = True
-        _finish(current.conns)
+        _finish(current.conns if current.loop.is_closed() else _idle(current))
 
     def _take_all(self) -> list[_LoopPool]:
         """Mark the store closed and take every loop's pool out of it."""
@@ -211,7 +220,10 @@ class AsyncPostgresBackend:
                         timer.cancel()
                 finally:
                     current.busy.discard(conn)
-                    await pool.putconn(conn)  # rolled back, or discarded, if it must be
+                    if current.released:  # the store let this pool go while the call ran
+                        await conn.close()
+                    else:
+                        await pool.putconn(conn)  # rolled back, or discarded, if it must be
             except (psycopg.Error, UnicodeEncodeError) as exc:
                 call.cut = bool(fired)
                 error = call.failed(exc)
@@ -279,6 +291,15 @@ def _live(loop: asyncio.AbstractEventLoop) -> bool:
     return loop.is_running() and not loop.is_closed()
 
 
+def _idle(current: _LoopPool) -> list[AsyncConn]:
+    """The pool's connections that are set up and held by no call. Read from another thread
+    while its loop is not running; should it start meanwhile and change them, none are."""
+    try:
+        return [c for c in list(current.ready) if c not in current.busy]
+    except RuntimeError:  # changed while read
+        return []
+
+
 def _finish(conns: Iterable[AsyncConn]) -> None:
     """Close connections' sockets directly: their loop can run nothing for them any more."""
     for conn in list(conns):
@@ -306,4 +327,4 @@ async def _close_at_shutdown(current: _LoopPool) -> None:
             try:
                 await current.pool.close()
             finally:
-                _finish([c for c in current.ready if c not in current.busy])
+                _finish(_idle(current))
