@@ -87,6 +87,9 @@ PAIRS = [
     ("\uac00\u11a8", "\uac01"),
     ("a\u2800b", "a b"),  # braille's blank pattern
     ("\u0301x", "\u00b4x"),  # a mark before anything: it would sit on what precedes the id
+    ("x \u0301y", "x\u00b4y"),  # a mark on a space reads as an accent alone
+    ("acct\ue000", "acct\ue001"),  # private use: one box, or nothing, in most fonts
+    ("acct\u0378", "acct\ue000"),  # unassigned
     ("acct\x9bx", "acct\\x9bx"),
     ("a\u202e", "a\\u202e"),
     ("t\U000e0041", "t\\U000e0041"),
@@ -138,9 +141,18 @@ def test_a_quoted_argument_reaches_the_shell_as_it_is(arg: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "shows"),
-    [("a\u2800b", "a\\u2800b"), ("\u0301x", "\\u0301x"), ("q\u0307", "q\u0307")],
+    [
+        ("a\u2800b", "a\\u2800b"),
+        ("\u0301x", "\\u0301x"),
+        ("x \u0301y", "x \\u0301y"),
+        ("acct\ue000", "acct\\ue000"),
+        ("acct\u0378", "acct\\u0378"),
+        ("q\u0307", "q\u0307"),
+    ],
 )
 def test_what_prints_blank_or_on_what_precedes_an_id_is_escaped(text: str, shows: str) -> None:
     """Braille's blank pattern prints as a space; a mark first in an id lands on the cell's
-    padding or the space before it. A mark on a letter of an id in composed form is text."""
+    padding or the space before it, and one after a space reads as an accent alone; most fonts
+    draw private-use and unassigned code points as one box. A mark on a letter of an id in
+    composed form is text."""
     assert shown_id(text) == shows

@@ -94,14 +94,16 @@ _ACTING = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ACTING_R
 # that look alike — the Cyrillic a, U+0430 — are other letters, and print as they are.)
 _BLANK = re.compile("[\u00a0\u1680\u2000-\u200a\u202f\u205f\u2800\u3000]")  # and braille's
 _LOST_SPACE = re.compile("^ +| +$| {2,}")
+_UNDRAWN = frozenset({"Co", "Cn", "Cs"})
 _JAMO = re.compile("[\u1100-\u11ff\ua960-\ua97f\ud7b0-\ud7ff]")  # Hangul's, which NFC joins
 
 
 def invisible_spots(text: str, *, strict: bool = False) -> list[int]:
     """Where ``text`` holds a character to escape, in order: with ``strict`` (an id) every one
     of ``INVISIBLE_RANGES`` and every one that prints like something else (above), else one of
-    ``ACTING_RANGES``. In an id, a combining mark that would sit on an escape (or on what is
-    printed before the id) is escaped too: ``\\u200e`` and a raw acute print as ``\\u200é``."""
+    ``ACTING_RANGES``. In an id, a combining mark that would sit on an escape, a space or what
+    is printed before the id is escaped too: ``\\u200e`` and a raw acute print as
+    ``\\u200é``."""
     if not strict:
         return [m.start() for m in _ACTING.finditer(text)]
     spots = {m.start() for m in _INVISIBLE.finditer(text)}
@@ -110,10 +112,15 @@ def invisible_spots(text: str, *, strict: bool = False) -> list[int]:
             spots.update(range(m.start(), m.end()))
     if not text.isascii():
         spots.update(m.start() for m in _BLANK.finditer(text))
+        # Private-use, unassigned and surrogate code points: most fonts draw them all as one
+        # box, or as nothing.
+        spots.update(i for i, c in enumerate(text) if unicodedata.category(c) in _UNDRAWN)
         if not unicodedata.is_normalized("NFC", text):
             spots.update(i for i, c in enumerate(text) if _composing(c))
         for i, c in enumerate(text):
-            if (i == 0 or i - 1 in spots) and unicodedata.category(c)[0] == "M":
+            if (i == 0 or i - 1 in spots or text[i - 1] == " ") and unicodedata.category(c)[
+                0
+            ] == "M":
                 spots.add(i)
     return sorted(spots)
 

@@ -379,6 +379,25 @@ def test_a_form_settles_the_very_session_it_names(tmp_path: Path) -> None:
         spaced, plain = store.ledger("s ").get("toolu_1"), store.ledger("s").get("toolu_1")
     assert spaced is not None and spaced.status is Status.NOT_HAPPENED, "the clicked call"
     assert plain is not None and plain.status is Status.STARTED, "another session's call"
+    (notice,) = re.findall(r'<p class="notice ok" id="notice">(.*?)</p>', done.text, re.S)
+    assert "in s\\x20:" in html.unescape(notice), "the notice names the session it settled"
+
+
+def test_a_notice_names_ids_as_ids(tmp_path: Path) -> None:
+    """The notice after a person's decision names the call's session as every page does: a
+    character nobody sees is shown escaped, so ``pay-9`` and ``pay-9`` + U+2060 never read
+    alike there either."""
+    from ..cli.test_widths import started
+
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+    sid = "pay-9\u2060"
+    with tl.open_store(url) as store:
+        store.backend.apply(sid, [InsertEffect(started(sid, "toolu_1"))])
+    client = browser(create_app(url))
+    (form,) = forms_of(client.get("/in-doubt").text)
+    done = client.post("/in-doubt/resolve", data={**form, "by": "alice", "happened": "no"})
+    (notice,) = re.findall(r'<p class="notice ok" id="notice">(.*?)</p>', done.text, re.S)
+    assert "\u2060" not in notice and "in pay-9\\u2060:" in html.unescape(notice), notice
 
 
 @pytest.mark.parametrize("ch", ["\u200b", "\u200c", "\u200d", "\ufeff", "\u2060", "\u00ad"])
@@ -448,3 +467,19 @@ def test_a_pages_title_shows_its_session_id_escaped_as_text(tmp_path: Path) -> N
     assert "<" not in html.unescape(title.replace("&lt;", "")), title
     assert "esc" not in title and "\u202e" not in title and "\x9b" not in title, title
     assert "inv\\u202eoice\\x9b2J" in html.unescape(title), title
+
+
+def test_an_id_is_shown_in_the_order_it_is_stored(tmp_path: Path) -> None:
+    """A browser reorders right-to-left letters with what is around them: ``run-אב-7`` would read
+    like ``run-7-אב``. Every id is shown left to right, as stored."""
+    from ..cli.test_widths import started
+
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    with tl.open_store(url) as store:
+        for sid in ("run-\u05d0\u05d1-7", "run-7-\u05d0\u05d1"):
+            store.backend.apply(sid, [InsertEffect(started(sid, "toolu_1"))])
+    client = browser(create_app(url))
+    for path in ("/sessions/rows", "/in-doubt"):
+        page = client.get(path).text
+        for sid in ("run-\u05d0\u05d1-7", "run-7-\u05d0\u05d1"):
+            assert f'<bdo dir="ltr">{sid}</bdo>' in page, (path, sid)

@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.datastructures import FormData
 
+from .._invisible import shown_id
 from .._views.results import parse_result
 from ..approvals._queue import decide
 from ..errors import ToolLedgerError
@@ -84,9 +85,15 @@ def resolve_from(store: Store, form: FormData) -> Notice:
     what = "it happened" if happened else "it did not happen (it runs on the next run)"
     return Notice(
         True,
-        f"{record.tool} ({call}) in {session}: {what} — recorded {record.status.value} by {by}. "
+        f"{_named(record.tool, call, session)}: {what} — recorded {record.status.value} by {by}. "
         "Run the session again to go on.",
     )
+
+
+def _named(tool: str, call: str, session: str) -> str:
+    """A call as a notice names it: every id shown as an id (``shown_id``), so two that differ
+    by a character nobody sees never read alike."""
+    return f"{shown_id(tool)} ({shown_id(call)}) in {shown_id(session)}"
 
 
 def decide_from(store: Store, form: FormData) -> Notice:
@@ -103,6 +110,6 @@ def decide_from(store: Store, form: FormData) -> Notice:
         return Notice(False, f"Nothing changed: {exc}")
     return Notice(
         True,
-        f"{record.tool} ({call}) in {session}: {record.status.value} by {by}. "
+        f"{_named(record.tool, call, session)}: {record.status.value} by {by}. "
         "Run the session again to go on.",
     )

@@ -89,8 +89,14 @@ def _visible(value: Any, *, strict: bool = False) -> Any:
 
 def _shown_id(value: Any) -> Any:
     """The ``id`` filter: a session's, a call's or a tool's name, every invisible character of
-    it shown escaped."""
-    return _visible(value, strict=True)
+    it shown escaped, in left-to-right order as stored (``<bdo dir="ltr">``): a browser would
+    otherwise reorder a run of right-to-left letters with what is around it, and ``run-אב-7``
+    read like ``run-7-אב``."""
+    if not isinstance(value, str) or isinstance(value, Posted | markupsafe.Markup):
+        return value
+    shown = _visible(value, strict=True)
+    inner = shown if isinstance(shown, markupsafe.Markup) else markupsafe.escape(shown)
+    return markupsafe.Markup(f'<bdo dir="ltr">{inner}</bdo>')  # noqa: S704 - escaped above
 
 
 def _text_id(value: Any) -> Any:
