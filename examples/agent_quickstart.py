@@ -2,7 +2,8 @@
 
 With a real model, replace ``model.client()`` by ``anthropic.Anthropic()`` and ``claude-test`` by
 a model name. Kill this script at any point and run it again: it resumes, and nothing happens
-twice.
+twice. Its store is ``TOOLLEDGER_STORE``, else one file in the temporary directory that every run
+shares (delete it to start over).
 
     python examples/agent_quickstart.py
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import toolledger as tl
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
@@ -37,7 +39,8 @@ def main() -> None:
         Reply(tool_uses=[ToolUse("create_ticket", {"title": "Checkout degraded"})]),
         Reply(text="Ticket T-1 is open."),
     ]
-    db = os.environ.get("TOOLLEDGER_STORE") or f"sqlite:///{tempfile.mkdtemp()}/agent.db"
+    shared = Path(tempfile.gettempdir()) / "toolledger-agent-quickstart.db"
+    db = os.environ.get("TOOLLEDGER_STORE") or f"sqlite:///{shared}"
     with ScriptedModel(script) as model, tl.open_store(db) as store:
         # --- the part you write -------------------------------------------------------------
         agent = tl.Agent(
@@ -51,8 +54,14 @@ def main() -> None:
         print(run.status, "-", run.final_text)
         # ------------------------------------------------------------------------------------
         again = agent.run(session="outage-42", prompt="Checkout is failing for customers.")
-    print(f"ran twice, tickets opened: {len(tickets)}; second run: {again.status}")
-    if len(tickets) != 1 or run.status is not tl.RunStatus.COMPLETED:
+        # What happened in the world is in the ledger: this process, or one before it that
+        # this run resumed, opened the ticket — once.
+        made = [r for r in store.ledger("outage-42").records() if r.tool == "create_ticket"]
+    print(
+        f"ran twice, tickets opened by this process: {len(tickets)}, in the ledger: "
+        f"{len(made)}; second run: {again.status}"
+    )
+    if len(made) != 1 or len(tickets) > 1 or run.status is not tl.RunStatus.COMPLETED:
         raise SystemExit("something happened twice")
 
 

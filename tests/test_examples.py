@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
+EXAMPLES_DIR = Path(__file__).parent.parent / "examples"
+EXAMPLES = sorted(EXAMPLES_DIR.glob("*.py"))
 
 
 def test_there_are_examples() -> None:
@@ -41,3 +42,24 @@ def test_example_runs(example: Path, tmp_path: Path) -> None:
         # make test installs the frameworks: a recipe that skipped proves nothing
         assert "skipping this recipe" not in proc.stdout, proc.stdout
         assert "tickets opened: 1" in proc.stdout, proc.stdout
+
+
+def test_the_quickstart_run_again_on_its_store_finds_the_ticket_opened_once(tmp_path: Path) -> None:
+    """Run twice on one store (as after a kill, or simply again): the second process opens no
+    ticket — the ledger holds the one the first opened — and says so, without an alarm."""
+    env = {**os.environ, "TOOLLEDGER_STORE": f"sqlite:///{tmp_path}/q.db"}
+    said = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, str(EXAMPLES_DIR / "agent_quickstart.py")],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        said.append(proc.stdout)
+    assert "tickets opened by this process: 1, in the ledger: 1" in said[0], said[0]
+    assert "tickets opened by this process: 0, in the ledger: 1" in said[1], said[1]

@@ -45,3 +45,24 @@ def test_a_missing_optional_dependency_names_its_extra(extra: str) -> None:
     assert done.returncode != 0, said
     assert f"pip install 'toolledger[{extra}]'" in said, said
     assert "ConfigurationError" in said, said
+
+
+INTEGRATIONS = {
+    "langgraph": ("langgraph", ["langchain_core", "langgraph"]),
+    "pydantic-ai": ("pydantic_ai", ["pydantic_ai"]),
+    "openai-agents": ("openai_agents", ["agents"]),
+    "agent-framework": ("agent_framework", ["agent_framework"]),
+    "dbos": ("dbos", ["dbos"]),
+}
+
+
+@pytest.mark.parametrize("extra", sorted(INTEGRATIONS))
+def test_an_integration_without_its_framework_names_its_extra(extra: str) -> None:
+    module, blocked = INTEGRATIONS[extra]
+    program = BLOCK.format(blocked=blocked) + f"import toolledger.integrations.{module}"
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert f"pip install 'toolledger[{extra}]'" in said, said

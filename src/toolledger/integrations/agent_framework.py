@@ -43,7 +43,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from agent_framework import FunctionInvocationContext, FunctionMiddleware, MiddlewareFailure
+try:
+    from agent_framework import FunctionInvocationContext, FunctionMiddleware, MiddlewareFailure
+except ImportError as exc:  # pragma: no cover - the extra is installed wherever this is tested
+    raise ImportError(
+        f"toolledger.integrations.agent_framework needs Agent Framework: "
+        f"pip install 'toolledger[agent-framework]' ({exc})"
+    ) from exc
 
 from .. import keys
 from .._tool_uses import arun_tool_uses

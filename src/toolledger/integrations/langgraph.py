@@ -39,12 +39,18 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-from langchain_core.messages import ToolMessage
-from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import ToolCallRequest
-from langgraph.types import Command
+try:
+    from langchain_core.messages import ToolMessage
+    from langchain_core.runnables import RunnableConfig
+    from langchain_core.tools import BaseTool, StructuredTool
+    from langgraph.prebuilt import ToolNode
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+    from langgraph.types import Command
+except ImportError as exc:  # pragma: no cover - the extra is installed wherever this is tested
+    raise ImportError(
+        f"toolledger.integrations.langgraph needs LangGraph: "
+        f"pip install 'toolledger[langgraph]' ({exc})"
+    ) from exc
 
 from .. import keys
 from .._tool_uses import arun_tool_uses, run_tool_uses

@@ -53,9 +53,15 @@ from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-from agents import Agent, FunctionTool, RunState, ToolApprovalItem
-from agents.tool import set_function_tool_failure_error_function
-from agents.tool_context import ToolContext as SDKToolContext
+try:
+    from agents import Agent, FunctionTool, RunState, ToolApprovalItem
+    from agents.tool import set_function_tool_failure_error_function
+    from agents.tool_context import ToolContext as SDKToolContext
+except ImportError as exc:  # pragma: no cover - the extra is installed wherever this is tested
+    raise ImportError(
+        f"toolledger.integrations.openai_agents needs the OpenAI Agents SDK: "
+        f"pip install 'toolledger[openai-agents]' ({exc})"
+    ) from exc
 
 from .. import keys
 from .._tool_uses import arun_tool_uses

@@ -40,9 +40,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pydantic_ai import ModelRetry, RunContext
-from pydantic_ai.toolsets import WrapperToolset
-from pydantic_ai.toolsets.abstract import ToolsetTool
+try:
+    from pydantic_ai import ModelRetry, RunContext
+    from pydantic_ai.toolsets import WrapperToolset
+    from pydantic_ai.toolsets.abstract import ToolsetTool
+except ImportError as exc:  # pragma: no cover - the extra is installed wherever this is tested
+    raise ImportError(
+        f"toolledger.integrations.pydantic_ai needs Pydantic AI: "
+        f"pip install 'toolledger[pydantic-ai]' ({exc})"
+    ) from exc
 
 from .. import keys
 from .._tool_uses import arun_tool_uses
