@@ -13,6 +13,8 @@ import pytest
 
 import toolledger as tl
 from toolledger.cli.app import build_parser, main
+from toolledger.ops import InsertEffect
+from toolledger.testing.conformance import make_record
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import AgentSpec, World, run_agent
 
@@ -178,6 +180,35 @@ def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFi
     for command in (["show", "nobody"], ["effects", "nobody"]):
         code, out = cli(capsys, *command, "--store", missing)
         assert code == 1 and "no session 'nobody'" in out
+
+
+def test_a_mistake_on_the_command_line_is_said_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The error's kind, one space, what happened and what to do — no traceback — for a
+    call that is not in doubt, a --dir that is a file, an --output into a missing directory;
+    and ``--version`` answers."""
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    tl.open_store(url).close()
+    assert main(["resolve", "nosuch", "toolu_01", "--happened", "--store", url]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("NotInDoubtError: call 'toolu_01' has no record in session 'nosuch'")
+    assert "toolledger in-doubt" in err
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    assert main(["demo", "--dir", str(afile)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ConfigurationError: --dir ") and "is a file" in err, err
+    with tl.open_store(url) as store:
+        store.backend.apply("s", [InsertEffect(make_record("s", "toolu_1"))])
+    gone = tmp_path / "no-such-dir" / "out.jsonl"
+    assert main(["export", "s", "--output", str(gone), "--store", url]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("FileNotFoundError: ") and str(gone) in err, err
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"toolledger {tl.__version__}"
 
 
 def test_demo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

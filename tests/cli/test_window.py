@@ -63,3 +63,24 @@ def test_a_bad_range_is_a_usage_error(url: str, capsys: pytest.CaptureFixture[st
         main(["show", SESSION, "--store", url, "--turns", "five"])
     assert exc.value.code == 2
     assert "not a range" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["show", "--turns", "3-1"], "runs backwards: write 1-3"),
+        (["show", "--turns", "0-2"], "the first is 1"),
+        (["show", "--last", "-1"], "show at least 1"),
+        (["show", "--last", "0"], "show at least 1"),
+        (["effects", "--records", "2-1"], "runs backwards"),
+    ],
+)
+def test_a_range_that_shows_nothing_by_mistake_is_a_usage_error(
+    url: str, capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    """A reversed range or a count below 1 is a mistake, not "the range is past the end"."""
+    command, *options = argv
+    with pytest.raises(SystemExit) as exc:
+        main([command, SESSION, "--store", url, *options])
+    assert exc.value.code == 2
+    assert said in capsys.readouterr().err

@@ -59,7 +59,22 @@ def _range(text: str) -> tuple[int | None, int | None]:
         )
     lo = int(m[1]) if m[1] else None
     hi = int(m[3]) if m[3] else (lo if not m[2] else None)
+    if lo == 0 or hi == 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the first is 1 (the range is 1-based)")
+    if lo is not None and hi is not None and lo > hi:
+        raise argparse.ArgumentTypeError(f"{text!r} runs backwards: write {hi}-{lo}")
     return lo, hi
+
+
+def _count(text: str) -> int:
+    """``--last N``: a number of at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: show at least 1 (or --all)")
+    return n
 
 
 def add_window(p: argparse.ArgumentParser, unit: str, last: int) -> None:
@@ -67,7 +82,11 @@ def add_window(p: argparse.ArgumentParser, unit: str, last: int) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--all", dest="every", action="store_true", help=f"every {unit}")
     group.add_argument(
-        "--last", type=int, default=last, metavar="N", help=f"the latest N {unit}s (default {last})"
+        "--last",
+        type=_count,
+        default=last,
+        metavar="N",
+        help=f"the latest N {unit}s (default {last})",
     )
     group.add_argument(
         f"--{unit}s",

@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
+from .._version import __version__
 from .._views.window import LAST_RECORDS, LAST_TURNS, add_window
 from ..approvals._terminal import user
 from ..errors import ToolLedgerError
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: "
         + "; ".join(f"{code} {what.split(' (')[0]}" for code, what in EXIT_CODES.items()),
     )
+    parser.add_argument("--version", action="version", version=f"toolledger {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, handler: Handler, **kwargs: Any) -> argparse.ArgumentParser:
@@ -261,11 +263,19 @@ def main(argv: list[str] | None = None) -> int:
             emit_json({"error": type(exc).__name__, "message": str(exc)})
         else:
             _Console(stderr=True).print(
-                safe(f"{type(exc).__name__}:", "red"), safe(f" {exc}"), soft_wrap=True
+                safe(f"{type(exc).__name__}:", "red"), safe(str(exc)), soft_wrap=True
             )
         return EXIT_FAILED
     except BrokenPipeError:
         return _closed_pipe()
+    except OSError as exc:  # a file or directory named on the command line: say which, and why
+        if getattr(args, "json", False):
+            emit_json({"error": type(exc).__name__, "message": str(exc)})
+        else:
+            _Console(stderr=True).print(
+                safe(f"{type(exc).__name__}:", "red"), safe(str(exc)), soft_wrap=True
+            )
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return code

@@ -35,6 +35,7 @@ from rich.text import Text
 
 from .._shell import shown
 from ..engine._gate import ApprovalRequest, Decision
+from ..errors import ConfigurationError
 from ..records import Status
 from ..tools import ToolContext, ToolSet, tool
 
@@ -254,6 +255,15 @@ def _introduce(console: Console, store_url: str, *, kept: bool, again: bool, bas
             "plain HTTP (pip install 'toolledger[anthropic]' for your own agents)."
         )
         console.print(f"[dim]{escape(note)}[/dim]")
+
+
+def refuse_a_file(directory: Path | None) -> None:
+    """``--dir`` names a directory, made if missing: a file there is the user's mistake."""
+    if directory is not None and directory.exists() and not directory.is_dir():
+        raise ConfigurationError(
+            f"--dir {shown(str(directory))} is a file, not a directory: name a directory "
+            "(it is made if it does not exist)"
+        )
 
 
 def run_demo(console: Console, *, directory: Path | None, as_json: bool) -> int:

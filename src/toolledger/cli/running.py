@@ -88,6 +88,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     """The story end to end, offline: an agent is killed right after opening a ticket, resumed,
     and opens exactly one (--dir DIR keeps its store to look at afterwards; a rerun there
     starts afresh)."""
-    from .demo import run_demo
+    from .demo import refuse_a_file, run_demo
 
+    refuse_a_file(args.dir)
     return run_demo(console, directory=args.dir, as_json=args.json)

@@ -122,9 +122,14 @@ class Ledger:
         """
         record = self.get(tool_use_id)
         if record is None or not record.in_doubt:
-            state = "has no record" if record is None else f"is {record.status.value}"
+            state = (
+                f"has no record in session {self.session_id!r}"
+                if record is None
+                else f"is {record.status.value}"
+            )
             raise NotInDoubtError(
-                f"call {tool_use_id!r} {state}; only an in-doubt (started) call can be resolved",
+                f"call {tool_use_id!r} {state}; only an in-doubt (started) call can be resolved "
+                "(`toolledger in-doubt` lists them, with the commands that settle each)",
                 session_id=self.session_id,
                 tool_use_id=tool_use_id,
             )
