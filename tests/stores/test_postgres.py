@@ -460,6 +460,23 @@ def test_an_unreachable_server_is_store_unavailable() -> None:
     assert isinstance(info.value.__cause__, psycopg.OperationalError)
 
 
+def test_a_server_that_refuses_the_connection_is_not_called_unreachable(
+    postgres_url: str,
+) -> None:
+    """The server answered — no such database, no such role — so the message points at the
+    URL's user, password and database, not at whether the server is up."""
+    for wrong in ("toolledger_no_such_db", None):
+        if wrong is None:
+            if "://postgres@" not in postgres_url:
+                continue  # (a server named otherwise: the database case stands alone)
+            url = postgres_url.replace("://postgres@", "://toolledger_no_such_role@")
+        else:
+            url = postgres_url.rsplit("/", 1)[0] + f"/{wrong}"
+        with pytest.raises(tl.StoreUnavailableError, match="refused the connection") as info:
+            tl.open_store(url)
+        assert "user, password and database" in str(info.value)
+
+
 def test_a_closed_store_says_so(postgres_store_url: str) -> None:
     store = tl.open_store(postgres_store_url)
     store.close()

@@ -79,6 +79,13 @@ def translate(exc: psycopg.Error, *, url: str, action: str, committing: bool = F
             url=url,
             outcome_unknown=True,
         )
+    if lost and "FATAL:" in str(exc):  # the server answered, and refused this connection
+        return StoreUnavailableError(
+            f"{url}: PostgreSQL refused the connection while {action}: {str(exc).strip()}. "
+            "Nothing was written. Check the URL's user, password and database (and the "
+            "server's pg_hba.conf), then retry.",
+            url=url,
+        )
     if lost:
         return StoreUnavailableError(
             f"{url}: cannot reach PostgreSQL while {action}: {str(exc).strip()}. Nothing was "
