@@ -535,7 +535,39 @@ def test_a_call_in_doubt_in_the_queue_says_so_and_a_settled_one_cannot_be_approv
     assert main(["--store", url, "approve", "s3", "toolu_01", "--by", "ana"]) != 0
     err = capsys.readouterr().err
     assert "no longer the call in doubt" in err and "succeeded" in err, err
+    assert f"toolledger --store {url} deny s3 toolu_01` closes the request" in err, err
     with tl.open_store(url) as store:
         (request,) = store.approvals("s3")
         assert request.status is tl.ApprovalStatus.PENDING, "nothing was decided"
+    # A no is always taken: it closes the stale request, so nothing is left pending.
+    assert main(["--store", url, "deny", "s3", "toolu_01", "--by", "ana"]) == 0
+    with tl.open_store(url) as store:
+        (request,) = store.approvals("s3")
+        assert request.status is tl.ApprovalStatus.DENIED
+        assert tl.approvals.pending(store) == []
     assert sent["a@b.c"] == 1, "the e-mail went once"
+
+
+def test_a_request_toolledger_0_1_wrote_can_still_be_approved(ledger: tl.Ledger) -> None:
+    """Requests written by 0.1 carry no attempt (0): while the call is in doubt, a person's yes
+    to one is taken, as it was."""
+    from toolledger.ops import PutApproval
+    from toolledger.records import ApprovalRecord, ApprovalStatus
+
+    crash_left_started(ledger, "send", "toolu_9", to="x")
+    request = ApprovalRecord(
+        session_id=ledger.session_id,
+        tool_use_id="toolu_9",
+        tool="send",
+        input_hash=input_hash({"to": "x"}),
+        input={"to": "x"},
+        in_doubt=True,
+        reason="in doubt",
+        status=ApprovalStatus.PENDING,
+        requested_at=1.0,
+    )
+    assert ledger.store.backend.apply(ledger.session_id, [PutApproval(request, None)]) == [True]
+    decided = tl.approvals.decide(
+        ledger.store, ledger.session_id, "toolu_9", approved=True, by="ana"
+    )
+    assert decided.status is ApprovalStatus.APPROVED

@@ -474,7 +474,18 @@ def test_a_server_that_refuses_the_connection_is_not_called_unreachable(
             url = postgres_url.rsplit("/", 1)[0] + f"/{wrong}"
         with pytest.raises(tl.StoreUnavailableError, match="refused the connection") as info:
             tl.open_store(url)
-        assert "user, password and database" in str(info.value)
+        assert "Check the URL's user and database" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "said", ["sorry, too many clients already", "the database system is shutting down"]
+)
+def test_a_server_busy_or_restarting_is_not_blamed_on_the_url(said: str) -> None:
+    """A server that answers but is full, or starting, or shutting down, is the server's state:
+    the message says to check the server, not the URL's user or database."""
+    exc = psycopg.OperationalError(f"connection failed: FATAL:  {said}")
+    error = pg_store_errors.translate(exc, url="postgresql://h/db", action="connecting")
+    assert "refused" not in str(error) and "Check that the server is up" in str(error)
 
 
 def test_a_closed_store_says_so(postgres_store_url: str) -> None:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any, overload
 
 from .._liveness import Running
+from .._shell import command
 from ..engine._gate import PENDING, ApprovalRequest, Decision
 from ..errors import ConfigurationError, NotPendingError, SessionConflictError
 from ..ops import PutApproval
@@ -155,24 +156,27 @@ def _find(store: Store, session_id: str, tool_use_id: str) -> ApprovalRecord | N
 
 
 def _still_in_doubt(store: Store, request: ApprovalRecord) -> None:
-    """A request to run a call in doubt again is a question only while the call is in doubt: one
-    a person settled meanwhile (``toolledger resolve``), or another attempt ran, is answered
-    already — approving it would answer nothing, or be taken for a later question's yes."""
+    """A yes to running a call in doubt again answers a question only while the call is in
+    doubt: one a person settled meanwhile (``toolledger resolve``), or another attempt ran, is
+    answered already — a yes would answer nothing, or be taken for a later question's. (A no
+    is always taken: it closes the request, and runs nothing.)"""
     record = store.ledger(request.session_id).get(request.tool_use_id)
     if record is None:
         now = "gone from the ledger"
     elif record.status is not Status.STARTED:
         now = record.status.value
-    elif record.attempt != request.attempt:
+    elif request.attempt and record.attempt != request.attempt:  # (0: asked by toolledger 0.1)
         now = f"attempt {record.attempt}, not the attempt {request.attempt} the request is about"
     else:
         return
+    sid, tid = request.session_id, request.tool_use_id
     raise NotPendingError(
-        f"the call {request.tool_use_id!r} in session {request.session_id!r} is no longer the "
-        f"call in doubt this request asks about (it is {now}, in {store.url}): there is nothing "
-        "left to decide. `toolledger show` says what happened to it.",
-        session_id=request.session_id,
-        tool_use_id=request.tool_use_id,
+        f"the call {tid!r} in session {sid!r} is no longer the call in doubt this request asks "
+        f"about (it is {now}): there is nothing left to approve. "
+        f"`{command('deny', sid, tid, url=store.url)}` closes the request; "
+        f"`{command('show', sid, url=store.url)}` says what happened to the call.",
+        session_id=sid,
+        tool_use_id=tid,
     )
 
 
@@ -219,7 +223,7 @@ def decide(
             session_id=session_id,
             tool_use_id=tool_use_id,
         )
-    if current.in_doubt:
+    if current.in_doubt and approved:
         _still_in_doubt(store, current)
     if input_hash is not None and current.input_hash != input_hash:
         raise SessionConflictError(

@@ -268,14 +268,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     except BrokenPipeError:
         return _closed_pipe()
-    except OSError as exc:  # a file or directory named on the command line: say which, and why
-        if getattr(args, "json", False):
-            emit_json({"error": type(exc).__name__, "message": str(exc)})
-        else:
-            _Console(stderr=True).print(
-                safe(f"{type(exc).__name__}:", "red"), safe(str(exc)), soft_wrap=True
-            )
-        return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return code

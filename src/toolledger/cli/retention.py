@@ -12,8 +12,10 @@ from typing import Any, TextIO
 from rich.console import Console
 
 from .._invisible import json_invisible_escaped
+from .._shell import shown
 from .._views.format import when
 from .._views.overview import known_session
+from ..errors import ConfigurationError
 from ..masking import masked
 from ..records import StoredMessage
 from ..stores.retention import PruneReport
@@ -145,10 +147,16 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     else:
         # Created private (it may hold what --show-secrets revealed), replaced whole.
         tmp = f"{args.output}.tmp"
-        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-        with open(fd, "w", encoding="utf-8") as fh:
-            _write(fh, lines)
-        os.replace(tmp, args.output)
+        try:
+            fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+            with open(fd, "w", encoding="utf-8") as fh:
+                _write(fh, lines)
+            os.replace(tmp, args.output)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot write --output {shown(str(args.output))}: {exc.strerror or exc}. "
+                "Name a file in a directory that exists and that you may write to."
+            ) from exc
         Out(console).line(
             safe(f"wrote {len(lines)} lines of session "), safe_id(sid), safe(f" to {args.output}")
         )

@@ -60,6 +60,25 @@ def failure(
     return translate(exc, url=url, action=action, committing=committing or single)
 
 
+# What a server that answered says when it refuses a connection for something in the URL
+# (libpq gives these no SQLSTATE), and what to check. Anything else — too many clients, a
+# server starting or shutting down — is the server's state: "check that it is up" stands.
+_REFUSALS = (
+    ("does not exist", "Check the URL's user and database"),
+    ("password authentication failed", "Check the URL's user and password"),
+    ("no pg_hba.conf entry", "Check the server's pg_hba.conf allows this user and host"),
+    ("authentication failed", "Check the URL's user and password"),
+    ("permission denied for database", "Grant this user CONNECT on the database"),
+)
+
+
+def _refused(text: str) -> str | None:
+    """What to check when ``text`` is a server's refusal of the URL's user or database."""
+    if "FATAL:" not in text:
+        return None
+    return next((what for said, what in _REFUSALS if said in text), None)
+
+
 def translate(exc: psycopg.Error, *, url: str, action: str, committing: bool = False) -> StoreError:
     """A driver error in our tree, saying what happened and what to do."""
     lost = connection_lost(exc)
@@ -79,11 +98,11 @@ def translate(exc: psycopg.Error, *, url: str, action: str, committing: bool = F
             url=url,
             outcome_unknown=True,
         )
-    if lost and "FATAL:" in str(exc):  # the server answered, and refused this connection
+    refused = _refused(str(exc)) if lost else None
+    if refused is not None:  # the server answered, and refused this connection
         return StoreUnavailableError(
             f"{url}: PostgreSQL refused the connection while {action}: {str(exc).strip()}. "
-            "Nothing was written. Check the URL's user, password and database (and the "
-            "server's pg_hba.conf), then retry.",
+            f"Nothing was written. {refused}, then retry.",
             url=url,
         )
     if lost:
