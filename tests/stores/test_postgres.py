@@ -820,24 +820,30 @@ async def _end_tasks() -> None:
     await asyncio.gather(*left, return_exceptions=True)
 
 
-def test_loops_run_step_by_step_and_dropped_keep_one_pool(
+def test_loops_that_take_turns_step_by_step_do_not_pile_up_pools(
     postgres_url: str, postgres_schema: str, admin: Admin
 ) -> None:
-    """A program that makes a loop per step (``run_until_complete``) and never closes them: the
-    pool of a loop no longer running is let go when the next loop makes its own, so
-    connections do not pile up step after step."""
-    app = f"tl_steps_{uuid.uuid4().hex[:8]}"
+    """Two loops, each run step by step (``run_until_complete``) in turn and never closed
+    meanwhile: each one's first call in a step lets go of the other's pool, which that loop
+    closes, in itself, when it runs again. However many steps, the connections do not grow,
+    and the store holds only the pool of the loop it last served."""
+    app = f"tl_turns_{uuid.uuid4().hex[:8]}"
     url = with_params(postgres_url, schema=postgres_schema, application_name=app)
     store = tl.open_store(url)
-    loops: list[asyncio.AbstractEventLoop] = []
+    loops = (asyncio.new_event_loop(), asyncio.new_event_loop())
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            for loop in loops:
+                loop.run_until_complete(store.async_backend.read_effects("s"))
+
     try:
-        wait_until(lambda: len(backends_named(admin, app)) == 1, "the sync pool's connection")
-        before = 1
-        for _ in range(5):
-            loop = asyncio.new_event_loop()
-            loops.append(loop)
-            loop.run_until_complete(store.async_backend.read_effects("s"))
-        wait_until(lambda: len(backends_named(admin, app)) <= before + 1, "one loop's pool left")
+        steps(2)
+        time.sleep(0.5)
+        settled = len(backends_named(admin, app))
+        steps(12)
+        wait_until(lambda: len(backends_named(admin, app)) <= settled, "no more connections")
+        assert len(store.async_backend._pools) == 1
     finally:
         store.close()
         for loop in loops:  # the program's end: each loop's tasks ended, then it is closed

@@ -33,28 +33,25 @@ T = TypeVar("T")
 @dataclass
 class _LoopPool:
     """An async pool and the event loop it lives in (its tasks and locks belong to that loop),
-    with its connections: every one made (``conns``), those set up (``ready``) and those a
-    call holds now (``busy``)."""
+    with every connection it made (``conns``)."""
 
     pool: AsyncConnectionPool[AsyncConn]
     loop: asyncio.AbstractEventLoop
     conns: weakref.WeakSet[AsyncConn] = field(default_factory=weakref.WeakSet)
-    ready: weakref.WeakSet[AsyncConn] = field(default_factory=weakref.WeakSet)
-    busy: set[AsyncConn] = field(default_factory=set)
     opening: asyncio.Task[None] | None = None
     guard: asyncio.Task[None] | None = None
     ended: bool = False  # closed as its loop ended: that loop gets no other
-    released: bool = False  # its sockets closed from outside its loop, which is not running
+    released: bool = False  # let go by the store: a call holding a connection closes it
 
 
 class AsyncPostgresBackend:
     """The native async backend. A pool needs a running event loop and belongs to it, so each
     loop that uses the store gets its own pool on first use: loops in several threads at once
     each keep theirs, and ``asyncio.run`` again opens a fresh one. A loop's pool is closed as the
-    loop ends (``_close_at_shutdown``); when another loop makes its pool, the pools of loops
-    closed are released and the idle connections of loops not running are closed
-    (``_open_pool``); every pool left is released when the store closes. It expects a migrated
-    schema: ``open_store`` migrates."""
+    loop ends (``_close_at_shutdown``); when another loop makes its pool, the store lets go of
+    the pools of loops not running (``_open_pool``, ``_release``: each is closed in its own loop
+    if that loop runs again); every pool left is released when the store closes. It expects a
+    migrated schema: ``open_store`` migrates."""
 
     durable = True
     shared_clock = True  # one clock for every worker: the server's (Backend.shared_clock)
@@ -97,26 +94,22 @@ class AsyncPostgresBackend:
         return current
 
     def _open_pool(self, loop: asyncio.AbstractEventLoop) -> _LoopPool:
-        """This loop's pool, made and opening. On the way, the pools of loops closed without
-        their shutdown (so without ``_close_at_shutdown``) are released, and the idle
-        connections of loops not running now are closed: a loop run step by step
-        (``run_until_complete``) and left holds none open. Such a loop may run again — its pool
-        stays, and a connection a call holds in it is not touched: the call goes on when its
-        loop does (a closed idle connection is replaced as a lost one is)."""
+        """This loop's pool, made and opening. On the way, the store lets go of the pools of
+        loops that are not running (``_release``): one closed without its shutdown (so without
+        ``_close_at_shutdown``), or run step by step (``run_until_complete``) and left — the
+        store keeps no loop alive, and a loop that runs again closes its old pool itself and
+        makes a new one."""
         with self._pools_lock:
             if self._closed:
                 raise StoreError(f"{self.url}: the store is closed; open it again", url=self.url)
-            gone = [p for p in self._pools.values() if p.loop.is_closed()]
-            for each in gone:
+            idle = [p for p in self._pools.values() if p.loop is not loop and not _live(p.loop)]
+            for each in idle:
                 del self._pools[each.loop]
-            paused = [p for p in self._pools.values() if p.loop is not loop and not _live(p.loop)]
             current = self._pools.get(loop)
             if current is None:
                 current = self._pools[loop] = self._new_pool(loop)
-        for each in gone:
+        for each in idle:
             self._release(each)
-        for each in paused:
-            _finish(_idle(each))
         if current.opening is None:  # made just now, in this loop's thread
             current.guard = loop.create_task(_close_at_shutdown(current))
             # Wait for the first connections before serving: a request that finds the pool
@@ -139,14 +132,12 @@ class AsyncPostgresBackend:
     def _new_pool(self, loop: asyncio.AbstractEventLoop) -> _LoopPool:
         s = self.settings
         conns: weakref.WeakSet[AsyncConn] = weakref.WeakSet()
-        ready: weakref.WeakSet[AsyncConn] = weakref.WeakSet()
 
         async def configure(conn: AsyncConn) -> None:
             conns.add(conn)
             await aconfigure(
                 conn, schema=s.schema, clock=self.server_clock, idle_ms=idle_ms(s.op_timeout)
             )
-            ready.add(conn)
 
         pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
             s.conninfo,
@@ -159,32 +150,40 @@ class AsyncPostgresBackend:
             name="toolledger-async",
             open=False,
         )
-        return _LoopPool(pool, loop, conns, ready)
+        return _LoopPool(pool, loop, conns)
 
     def _release(self, current: _LoopPool) -> None:
-        """Close a pool without awaiting it, from whatever thread or loop we are in."""
+        """Close a pool without awaiting it, from whatever thread or loop we are in — in its
+        own loop whenever that loop can still run, so no socket its loop may be watching is
+        closed from another thread (its number could be reused under that loop's watch)."""
+        current.released = True
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if current.loop is running:
-            task = current.loop.create_task(current.pool.close())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
-        elif current.loop.is_running():
-            try:
+        try:
+            if current.loop is running:
+                self._close_in_loop(current)
+            elif current.loop.is_running():
                 asyncio.run_coroutine_threadsafe(current.pool.close(), current.loop)
-                return
-            except RuntimeError:  # the loop closed meanwhile: as below
-                pass
-        # The loop is not running. If it ended through ``asyncio.run`` the pool was closed in
-        # its shutdown already; if it was closed some other way, or stopped and left, nothing can
-        # be awaited there, so the sockets are closed directly — and the pool's guard, should
-        # its loop end it later (or the collector), has nothing left to do. A loop only stopped
-        # may run again: a connection a call holds there (its socket still watched by that
-        # loop) is left to the call, which closes it as it ends (``_run``).
-        current.released = True
-        _finish(current.conns if current.loop.is_closed() else _idle(current))
+            elif not current.loop.is_closed():
+                # Stopped, and may run again: it closes the pool first thing when it does. One
+                # never run again goes, with its pool, when the program lets go of it.
+                current.loop.call_soon_threadsafe(self._close_in_loop, current)
+            else:
+                _finish(current.conns)  # its loop is closed: nothing watches these sockets
+        except RuntimeError:  # the loop closed meanwhile
+            _finish(current.conns)
+
+    def _close_in_loop(self, current: _LoopPool) -> None:
+        """(In ``current``'s loop.) Close its pool there: the connections waiting in it at once
+        — none is watched by the loop, and a task could be cancelled before it starts (a
+        program that ends its loop cancels every task) — then the rest, in a task kept until it
+        is done."""
+        _finish(_queued(current.pool))
+        task = current.loop.create_task(current.pool.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def _take_all(self) -> list[_LoopPool]:
         """Mark the store closed and take every loop's pool out of it."""
@@ -208,7 +207,6 @@ class AsyncPostgresBackend:
             try:
                 wait_s = min(self.settings.pool_timeout, op_timeout)
                 conn = await pool.getconn(timeout=wait_s)
-                current.busy.add(conn)
                 try:
                     call.started(conn)
                     timer = asyncio.get_running_loop().call_later(
@@ -219,7 +217,6 @@ class AsyncPostgresBackend:
                     finally:
                         timer.cancel()
                 finally:
-                    current.busy.discard(conn)
                     if current.released:  # the store let this pool go while the call ran
                         await conn.close()
                     else:
@@ -291,13 +288,11 @@ def _live(loop: asyncio.AbstractEventLoop) -> bool:
     return loop.is_running() and not loop.is_closed()
 
 
-def _idle(current: _LoopPool) -> list[AsyncConn]:
-    """The pool's connections that are set up and held by no call. Read from another thread
-    while its loop is not running; should it start meanwhile and change them, none are."""
-    try:
-        return [c for c in list(current.ready) if c not in current.busy]
-    except RuntimeError:  # changed while read
-        return []
+def _queued(pool: AsyncConnectionPool[AsyncConn]) -> list[AsyncConn]:
+    """The connections waiting in ``pool`` for a call (none of them watched by its loop): read
+    before ``close`` takes them out, should it stop before closing them (``_close_at_shutdown``).
+    psycopg_pool keeps them in its ``_pool``; laid out otherwise, none are known."""
+    return list(getattr(pool, "_pool", ()))
 
 
 def _finish(conns: Iterable[AsyncConn]) -> None:
@@ -314,17 +309,18 @@ async def _close_at_shutdown(current: _LoopPool) -> None:
     for the next job for ever — so a loop that ends with the pool open can hang in its shutdown.
     Closing the pool sends each worker its stop message, which also ends the ones that
     swallowed the cancellation. The close stops there when a worker it waits for was cancelled
-    too, before it closes the idle connections it took out of the pool: those (set up, and held
-    by no call) are closed directly. One a call still holds is closed as the call gives it back
-    to the closed pool. The pool stays the loop's, closed (``ended``): a call made in the rest of
-    the shutdown is told so, and no new pool is made that nothing would close.
+    too, before it closes the idle connections it took out of the pool: those (read before it
+    began, ``_queued``) are closed directly. One a call still holds is closed as the call gives
+    it back to the closed pool. The pool stays the loop's, closed (``ended``): a call made in
+    the rest of the shutdown is told so, and no new pool is made that nothing would close.
     """
     try:
         await asyncio.get_running_loop().create_future()  # never set: cancelled at shutdown
     finally:
         current.ended = True
-        if not current.released:  # (closed from outside already: nothing to await here)
+        if not current.released:  # (let go by the store: its close is on its way)
+            idle = _queued(current.pool)
             try:
                 await current.pool.close()
             finally:
-                _finish(_idle(current))
+                _finish(idle)
