@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import psycopg
+import psycopg_pool
 from psycopg_pool import AsyncConnectionPool
 
 from ...errors import CorruptLedgerError, StoreError
@@ -70,28 +72,38 @@ class AsyncPostgresBackend:
         self._closing: set[asyncio.Future[None]] = set()
 
     async def _pool(self) -> _LoopPool:
-        if self._closed:
-            raise StoreError(f"{self.url}: the store is closed; open it again", url=self.url)
         loop = asyncio.get_running_loop()
-        current = self._pools.get(loop)
-        if current is None:
-            current = self._open_pool(loop)
-        elif current.ended:
-            raise StoreError(
-                f"{self.url}: this event loop is ending, and the store's connections in it are "
-                "closed; nothing was sent. Use the store from a loop that is running.",
-                url=self.url,
-            )
-        assert current.opening is not None
-        try:
-            await asyncio.shield(current.opening)
-        except psycopg.Error as exc:
-            # open(wait=True) closed the pool on failure: the next call starts a fresh one.
-            self._forget(current)
-            if current.guard is not None:
-                current.guard.cancel()
-            raise translate(exc, url=self.url, action="connecting") from exc
-        return current
+        while True:
+            if self._closed:
+                raise StoreError(f"{self.url}: the store is closed; open it again", url=self.url)
+            current = self._pools.get(loop)
+            if current is None:
+                current = self._open_pool(loop)
+            elif current.ended:
+                raise StoreError(
+                    f"{self.url}: this event loop is ending, and the store's connections in it "
+                    "are closed; nothing was sent. Use the store from a loop that is running.",
+                    url=self.url,
+                )
+            opening = current.opening
+            assert opening is not None
+            try:
+                await asyncio.shield(opening)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if current.released and opening.cancelled() and task and not task.cancelling():
+                    continue  # its opening was given up as it was let go: a new one
+                raise
+            except psycopg.Error as exc:
+                if current.released:
+                    continue  # let go while it opened (another loop's first call): a new one
+                # open(wait=True) closed the pool on failure: the next call starts a fresh one.
+                self._forget(current)
+                if current.guard is not None:
+                    current.guard.cancel()
+                raise translate(exc, url=self.url, action="connecting") from exc
+            if not current.released:
+                return current
 
     def _open_pool(self, loop: asyncio.AbstractEventLoop) -> _LoopPool:
         """This loop's pool, made and opening. On the way, the store lets go of the pools of
@@ -181,6 +193,10 @@ class AsyncPostgresBackend:
         program that ends its loop cancels every task) — then the rest, in a task kept until it
         is done."""
         _finish(_queued(current.pool))
+        if current.guard is not None:  # its work is done here; pending, it would be collected
+            current.guard.cancel()
+        if current.opening is not None and not current.opening.done():
+            current.opening.cancel()  # a call waiting for it goes on with a new pool (``_pool``)
         task = current.loop.create_task(current.pool.close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
@@ -222,12 +238,15 @@ class AsyncPostgresBackend:
                     else:
                         await pool.putconn(conn)  # rolled back, or discarded, if it must be
             except (psycopg.Error, UnicodeEncodeError) as exc:
+                if current.released and isinstance(exc, psycopg_pool.PoolClosed):
+                    continue  # let go while this call waited for a connection: nothing was sent
                 call.cut = bool(fired)
                 error = call.failed(exc)
                 if error is not None:
                     raise error from exc
                 if connection_lost(exc):
-                    await pool.check()
+                    with contextlib.suppress(psycopg_pool.PoolClosed):  # (let go meanwhile)
+                        await pool.check()
 
     async def _read(self, action: str, plan: Callable[[], Plan[T]]) -> T:
         return await self._run(reading(self, action, plan))
