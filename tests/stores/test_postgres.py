@@ -900,6 +900,40 @@ def test_a_call_waiting_in_a_pool_the_store_lets_go_of_goes_on_with_a_new_one(
             loop.close()
 
 
+def test_loops_that_hand_the_store_back_and_forth_end_their_calls(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    """Two loops take turns in steps shorter than a pool takes to open: each first call lets
+    go of the other's pool, again and again. A call still ends — answered, or told after the
+    pool's timeout that no connection came — instead of going round for ever."""
+    url = with_params(postgres_url, schema=postgres_schema, pool_timeout="2")
+    ended: list[BaseException | None] = []
+
+    def turns() -> None:
+        store = tl.open_store(url)
+        loops = (asyncio.new_event_loop(), asyncio.new_event_loop())
+        tasks = [loop.create_task(store.async_backend.read_effects("s")) for loop in loops]
+        try:
+            started = time.monotonic()
+            while not all(t.done() for t in tasks) and time.monotonic() - started < 20:
+                for loop in loops:
+                    loop.run_until_complete(asyncio.sleep(0))
+            ended.extend(t.exception() for t in tasks if t.done())
+        finally:
+            store.close()
+            for loop in loops:
+                loop.run_until_complete(_end_tasks())
+                loop.close()
+
+    # In a thread of its own: calls going round for ever would hold the test with them.
+    worker = threading.Thread(target=turns, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive() and len(ended) == 2, "a call went round for ever"
+    for exc in ended:
+        assert exc is None or "let go again and again" in str(exc), exc
+
+
 def test_a_write_under_way_in_a_paused_loop_is_answered_when_its_loop_runs_again(
     postgres_url: str, postgres_schema: str, admin: Admin
 ) -> None:

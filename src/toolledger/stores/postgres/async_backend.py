@@ -15,7 +15,7 @@ import psycopg
 import psycopg_pool
 from psycopg_pool import AsyncConnectionPool
 
-from ...errors import CorruptLedgerError, StoreError
+from ...errors import CorruptLedgerError, StoreError, StoreUnavailableError
 from ...ops import Op
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from .._sql import plans
@@ -71,9 +71,16 @@ class AsyncPostgresBackend:
         self._closed = False
         self._closing: set[asyncio.Future[None]] = set()
 
-    async def _pool(self) -> _LoopPool:
+    async def _pool(self, deadline: float) -> _LoopPool:
+        """This loop's pool, open. ``deadline`` (on the loop's clock) bounds the goes round a
+        call makes when the pool it waited for was let go (loops taking turns in steps shorter
+        than a pool takes to open would otherwise hand the store back and forth for ever)."""
         loop = asyncio.get_running_loop()
+        again = False
         while True:
+            if again and loop.time() > deadline:
+                raise self._no_pool()
+            again = True
             if self._closed:
                 raise StoreError(f"{self.url}: the store is closed; open it again", url=self.url)
             current = self._pools.get(loop)
@@ -104,6 +111,14 @@ class AsyncPostgresBackend:
                 raise translate(exc, url=self.url, action="connecting") from exc
             if not current.released:
                 return current
+
+    def _no_pool(self) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"{self.url}: no PostgreSQL connection became free or could be opened in time: this "
+            "loop's pool was let go again and again while it waited (other event loops using "
+            "the store between its steps). Nothing was sent; retry.",
+            url=self.url,
+        )
 
     def _open_pool(self, loop: asyncio.AbstractEventLoop) -> _LoopPool:
         """This loop's pool, made and opening. On the way, the store lets go of the pools of
@@ -216,8 +231,10 @@ class AsyncPostgresBackend:
 
     async def _run(self, call: Call[T]) -> T:
         op_timeout = op_deadline(self.settings.op_timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(self.settings.pool_timeout, op_timeout)
         while True:
-            current = await self._pool()
+            current = await self._pool(deadline)
             pool = current.pool
             fired: list[bool] = []
             try:
@@ -239,6 +256,8 @@ class AsyncPostgresBackend:
                         await pool.putconn(conn)  # rolled back, or discarded, if it must be
             except (psycopg.Error, UnicodeEncodeError) as exc:
                 if current.released and isinstance(exc, psycopg_pool.PoolClosed):
+                    if loop.time() > deadline:
+                        raise self._no_pool() from exc
                     continue  # let go while this call waited for a connection: nothing was sent
                 call.cut = bool(fired)
                 error = call.failed(exc)
