@@ -296,7 +296,7 @@ def test_the_async_backend_takes_as_many(store: tl.Store, wire: Wire) -> None:
     checkpoint = [PutSession(state, None), AppendMessages((make_message(0),)), InsertEffect(record)]
 
     async def counted() -> list[int]:
-        pool = (await twin._pool()).pool
+        pool = (await twin._pool(asyncio.get_running_loop().time() + 10)).pool
         async with pool.connection() as conn:
             traced = conn
         counts = []
