@@ -164,16 +164,12 @@ def invisible_parts(text: str, *, keep: str = "", strict: bool = False) -> list[
     return parts
 
 
-def escape_invisible(text: str, *, keep: str = "", strict: bool = False) -> str:
-    """``text`` with every character to escape (as ``has_invisible`` tells them; but those in
-    ``keep``, e.g. ``"\n"``) written as its ``\\uXXXX`` escape (``\\UXXXXXXXX`` beyond the
-    BMP): what a person or a model reads is what the text holds."""
-    if not strict:
-        return _ACTING.sub(lambda m: _escaped(m.group(), keep), text)
-    return "".join(
-        _escaped(part, keep) if hidden else part
-        for part, hidden in invisible_parts(text, keep=keep, strict=True)
-    )
+def escape_invisible(text: str, *, keep: str = "") -> str:
+    """Content (``text``) with every character that acts on what is around it
+    (``ACTING_RANGES``; but those in ``keep``, e.g. ``"\n"``) written as its ``\\uXXXX``
+    escape (``\\UXXXXXXXX`` beyond the BMP): what a person or a model reads is what the text
+    holds. An id is shown with ``shown_id``."""
+    return _ACTING.sub(lambda m: _escaped(m.group(), keep), text)
 
 
 def escape_char(c: str) -> str:

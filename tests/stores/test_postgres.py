@@ -813,6 +813,13 @@ def test_a_write_in_a_tasks_shutdown_leaves_no_connection_behind(
     wait_until(lambda: backends_named(admin, app) == [], "every connection is closed")
 
 
+def _end_loops(*loops: asyncio.AbstractEventLoop) -> None:
+    """The program's end: each loop's tasks ended, then the loop closed."""
+    for loop in loops:
+        loop.run_until_complete(_end_tasks())
+        loop.close()
+
+
 async def _end_tasks() -> None:
     """Cancel every other task of the running loop and wait for them (what ``asyncio.run``
     does as it ends)."""
@@ -851,9 +858,7 @@ def test_loops_that_take_turns_step_by_step_do_not_pile_up_pools(
         assert len(store.async_backend._pools) == 1
     finally:
         store.close()
-        for loop in loops:  # the program's end: each loop's tasks ended, then it is closed
-            loop.run_until_complete(_end_tasks())
-            loop.close()
+        _end_loops(*loops)
     wait_until(lambda: backends_named(admin, app) == [], "every connection is closed")
 
 
@@ -895,9 +900,7 @@ def test_a_call_waiting_in_a_pool_the_store_lets_go_of_goes_on_with_a_new_one(
         assert time.monotonic() - started < 5, "not after a timeout"
     finally:
         store.close()
-        for loop in (first, second):
-            loop.run_until_complete(_end_tasks())
-            loop.close()
+        _end_loops(first, second)
 
 
 def test_loops_that_hand_the_store_back_and_forth_end_their_calls(
@@ -921,9 +924,7 @@ def test_loops_that_hand_the_store_back_and_forth_end_their_calls(
             ended.extend(t.exception() for t in tasks if t.done())
         finally:
             store.close()
-            for loop in loops:
-                loop.run_until_complete(_end_tasks())
-                loop.close()
+            _end_loops(*loops)
 
     # In a thread of its own: calls going round for ever would hold the test with them.
     worker = threading.Thread(target=turns, daemon=True)
@@ -961,9 +962,7 @@ def test_a_write_under_way_in_a_paused_loop_is_answered_when_its_loop_runs_again
             first.run_until_complete(asyncio.wait_for(task, 15))
         finally:
             store.close()
-            for loop in (first, second):
-                loop.run_until_complete(_end_tasks())
-                loop.close()
+            _end_loops(first, second)
 
     # In a thread of its own: a write whose socket was closed under it would never be
     # answered, and the test must say so rather than wait with it.
