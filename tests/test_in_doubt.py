@@ -532,6 +532,62 @@ def test_a_call_in_doubt_in_the_queue_says_so_and_a_settled_one_cannot_be_approv
 
     assert main(["--store", url, "resolve", "s3", "toolu_01", "--happened", "--by", "ana"]) == 0
     capsys.readouterr()
+    # The resolve closed the request in its own commit: nobody is left asked about a call
+    # that is settled, and the session can be pruned one day.
+    with tl.open_store(url) as store:
+        (request,) = store.approvals("s3")
+        assert request.status is tl.ApprovalStatus.DENIED
+        assert request.decided_by == "ana (resolved: happened)"
+        assert tl.approvals.pending(store) == []
+        assert store.ledger("s3").get("toolu_01").status is tl.Status.SUCCEEDED  # type: ignore[union-attr]
+    assert main(["--store", url, "approve", "s3", "toolu_01", "--by", "ana"]) != 0
+    assert "denied" in capsys.readouterr().err
+    assert main(["--store", url, "approvals"]) == 0
+    assert "toolu_01" not in capsys.readouterr().out
+    with ScriptedModel([*script, Reply(text="done")]) as model, tl.open_store(url) as store:
+        agent = tl.Agent(
+            client=model.client(),
+            model="m",
+            tools=[send_email],
+            store=store,
+            approve=tl.approvals.queue,
+        )
+        assert agent.run(session="s3").status is tl.RunStatus.COMPLETED
+        assert "ana confirmed it happened" in json.dumps(model.requests[-1]["messages"][-1])
+    assert sent["a@b.c"] == 1, "the e-mail went once"
+
+
+def test_a_stale_in_doubt_request_cannot_be_approved_and_a_no_closes_it(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A request about a call in doubt that was settled without closing it (by a store written
+    before resolve closed requests, or by the call's own late outcome): a yes is refused,
+    naming the deny that closes it; a no is taken."""
+    from toolledger.cli.app import main
+    from toolledger.ops import PutApproval, UpdateEffect
+    from toolledger.records import ApprovalRecord, ApprovalStatus
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    with tl.open_store(url) as store:
+        ledger = store.ledger("s3")
+        crash_left_started(ledger, "send_email", "toolu_01", to="a@b.c")
+        record = ledger.get("toolu_01")
+        assert record is not None
+        request = ApprovalRecord(
+            session_id="s3",
+            tool_use_id="toolu_01",
+            tool="send_email",
+            input_hash=record.input_hash,
+            input={"to": "a@b.c"},
+            in_doubt=True,
+            reason="in doubt",
+            status=ApprovalStatus.PENDING,
+            requested_at=store.clock(),
+            attempt=record.attempt,
+        )
+        done = replace(record, status=tl.Status.SUCCEEDED, result='"sent"', updated_at=2.0)
+        ops = [PutApproval(request, None), UpdateEffect(done, tl.Status.STARTED, record.attempt)]
+        assert store.apply("s3", ops) == [True, True]
     assert main(["--store", url, "approve", "s3", "toolu_01", "--by", "ana"]) != 0
     err = capsys.readouterr().err
     assert "no longer the call in doubt" in err and "succeeded" in err, err
@@ -545,7 +601,46 @@ def test_a_call_in_doubt_in_the_queue_says_so_and_a_settled_one_cannot_be_approv
         (request,) = store.approvals("s3")
         assert request.status is tl.ApprovalStatus.DENIED
         assert tl.approvals.pending(store) == []
-    assert sent["a@b.c"] == 1, "the e-mail went once"
+
+
+def test_a_resolve_that_loses_its_race_closes_no_request(ledger: tl.Ledger) -> None:
+    """The request is closed in the resolve's commit, and only with it: a resolve whose call
+    moved on meanwhile (its late outcome landed) writes nothing, and the request stays."""
+    from toolledger.ops import PutApproval, UpdateEffect
+    from toolledger.records import ApprovalRecord, ApprovalStatus
+
+    store = ledger.store
+    crash_left_started(ledger, "send", "toolu_9", to="x")
+    record = ledger.get("toolu_9")
+    assert record is not None
+    request = ApprovalRecord(
+        session_id=ledger.session_id,
+        tool_use_id="toolu_9",
+        tool="send",
+        input_hash=record.input_hash,
+        input={"to": "x"},
+        in_doubt=True,
+        reason="in doubt",
+        status=ApprovalStatus.PENDING,
+        requested_at=1.0,
+        attempt=record.attempt,
+    )
+    assert store.apply(ledger.session_id, [PutApproval(request, None)]) == [True]
+    real = store.judge
+
+    def judge(r: Any, lease: Any = None) -> Any:
+        verdict = real(r, lease)
+        late = replace(r, status=tl.Status.SUCCEEDED, result='"late"', updated_at=r.updated_at + 1)
+        store.apply(ledger.session_id, [UpdateEffect(late, tl.Status.STARTED, r.attempt)])
+        return verdict
+
+    store.judge = judge  # type: ignore[method-assign]
+    with pytest.raises(tl.SessionConflictError, match="changed while it was being resolved"):
+        ledger.resolve("toolu_9", happened=False, by="ana")
+    store.judge = real  # type: ignore[method-assign]
+    assert ledger.get("toolu_9").result == '"late"'  # type: ignore[union-attr]
+    (kept,) = store.approvals(ledger.session_id)
+    assert kept.status is ApprovalStatus.PENDING
 
 
 def test_a_request_toolledger_0_1_wrote_can_still_be_approved(ledger: tl.Ledger) -> None:

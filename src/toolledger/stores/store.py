@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from .._liveness import Over, Running
 from ..codec import encode_result
 from ..errors import NotInDoubtError, SessionConflictError
-from ..ops import UpdateEffect
-from ..records import EffectRecord, RunStatus, Status
+from ..ops import PutApproval, UpdateEffect
+from ..records import ApprovalStatus, EffectRecord, RunStatus, Status
 from . import _again as again
 from . import _copies as copies
 from . import _history, retention
@@ -177,12 +177,32 @@ class Ledger:
             expect_status=record.status,
             expect_attempt=record.attempt,
             expect_at=record.updated_at,
+            guard=True,  # the request below is closed only with it
         )
-        (applied,) = self.store.apply(self.session_id, [op])
-        if not applied:
+        settled = "happened" if happened else "did not happen"
+        closed = self._close_in_doubt_request(tool_use_id, by=f"{who} (resolved: {settled})")
+        try:
+            self.store.apply(self.session_id, [op, *closed])
+        except SessionConflictError as exc:
             raise SessionConflictError(
                 f"call {tool_use_id!r} changed while it was being resolved; look again",
                 session_id=self.session_id,
                 tool_use_id=tool_use_id,
-            )
+            ) from exc
         return new
+
+    def _close_in_doubt_request(self, tool_use_id: str, *, by: str) -> list[PutApproval]:
+        """A person's question about re-running this call while it was in doubt, still pending:
+        the call is settled now, so the request is closed (declined, ``by`` saying by whom and
+        how) in the same commit — no one is left asked, nor the session kept, for nothing. It
+        applies only if the request is still pending then: a decision that beat it stands."""
+        return [
+            PutApproval(
+                replace(
+                    a, status=ApprovalStatus.DENIED, decided_at=self.store.clock(), decided_by=by
+                ),
+                expect_status=ApprovalStatus.PENDING,
+            )
+            for a in self.store.approvals(self.session_id)
+            if a.tool_use_id == tool_use_id and a.in_doubt and a.status is ApprovalStatus.PENDING
+        ]
