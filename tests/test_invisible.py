@@ -9,6 +9,8 @@ import sys
 import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolledger._invisible import (
     INVISIBLE_CLASS,
@@ -18,6 +20,7 @@ from toolledger._invisible import (
     json_invisible_escaped,
 )
 from toolledger._shell import command, quote, shown, shown_id
+from toolledger.codec import shown_as_data
 
 from .cli.test_widths import shell_words
 
@@ -156,3 +159,18 @@ def test_what_prints_blank_or_on_what_precedes_an_id_is_escaped(text: str, shows
     draw private-use and unassigned code points as one box. A mark on a letter of an id in
     composed form is text."""
     assert shown_id(text) == shows
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(
+        alphabet=st.one_of(st.sampled_from('\\u200bx"\n\x9b\u202e\u2028\ufeff'), st.characters())
+    )
+)
+def test_data_told_to_the_model_is_json_that_reads_back_as_it_was(text: str) -> None:
+    """``shown_as_data`` (a note's results, quoted for the model) hides nothing and confuses
+    nothing: no character that acts on the text around it is left raw, and the literal is JSON
+    that loads back to the very text — a literal ``\\u200b`` and a zero-width space stay two."""
+    shown = shown_as_data(text)
+    assert not has_invisible(shown)
+    assert json.loads(shown) == text
