@@ -568,7 +568,9 @@ def _gathering_interrupted(store: tl.Store, at: int) -> bool:
     def interrupt(frame: FrameType, event: str, arg: Any) -> Any:
         nonlocal entered
         task = asyncio.current_task(loop) if event == "call" else None
-        in_gathering = frame.f_code.co_name in {"_lead", "sleep"}
+        # its gathering, and the store's function it hands the group to, entered: what a
+        # signal raised there leaves is the followers' to be told, not a commit nobody makes
+        in_gathering = frame.f_code.co_name in {"_lead", "sleep", "apply_group"}
         if task is not None and task.get_name() == "leader" and in_gathering:
             entered += 1
             if entered == at + 1:
@@ -607,6 +609,50 @@ def _gathering_interrupted(store: tl.Store, at: int) -> bool:
     return interrupted
 
 
+def test_a_task_interrupted_while_its_batch_waits_in_a_group_never_has_it_written(
+    tmp_path: Path,
+) -> None:
+    """A task whose batch waits in the group another task is gathering is cancelled, then
+    interrupted (a ``KeyboardInterrupt``, as a signal raises one where the task resumes) before
+    the group is committed: it ends with the interrupt, and its batch leaves the group — never
+    written after the task ended. The leader's batch is written, and the loop commits again."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    loop = asyncio.new_event_loop()
+    entered = 0
+
+    def interrupt(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal entered
+        task = asyncio.current_task(loop) if event == "call" else None
+        if task is not None and task.get_name() == "follower" and frame.f_code.co_name == "_follow":
+            entered += 1
+            if entered == 1:
+                task.cancel()  # it queues its batch, then wakes up cancelled at its ``await``
+            elif entered == 2:
+                raise KeyboardInterrupt
+        return None
+
+    def commit(tool_use_id: str, name: str) -> asyncio.Task[list[bool]]:
+        ops = [InsertEffect(make_record("s", tool_use_id))]
+        return loop.create_task(_coroutine(store.aapply("s", ops)), name=name)
+
+    leader, follower = commit("lead", "leader"), commit("follow", "follower")
+    sys.settrace(interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(leader)
+    finally:
+        sys.settrace(None)
+    try:
+        assert entered == 2 and isinstance(follower.exception(), KeyboardInterrupt)
+        assert loop.run_until_complete(_answer(leader)) == [True]
+        after = loop.run_until_complete(_answer(commit("after", "after")))
+    finally:
+        loop.close()
+    assert after == [True]
+    assert sorted(store.backend.read_effects("s")) == ["after", "lead"], "not the interrupted one"
+    store.close()
+
+
 async def _coroutine(awaitable: Awaitable[list[bool]]) -> list[bool]:
     return await awaitable
 
@@ -625,8 +671,8 @@ def test_a_task_interrupted_once_another_threads_commit_took_its_group_is_told_t
 ) -> None:
     """The task leading a group hands it to the store while thread B commits; it waits, thread
     C takes the queued batches — the group's among them — and the task is interrupted while it
-    waits. C commits them: the task queued behind the interrupted one is told its batch landed,
-    not that nothing of it was written."""
+    waits. C commits them: the task queued behind the interrupted one waits for C's answer and
+    is told its batch landed, not that nothing of it was written."""
     store = tl.open_store(f"sqlite:///{tmp_path / 'x.db'}")
     backend = store.backend
     assert isinstance(backend, SQLiteBackend)
@@ -689,9 +735,11 @@ def test_a_task_interrupted_once_another_threads_commit_took_its_group_is_told_t
         )
         with pytest.raises(KeyboardInterrupt):
             loop.run_until_complete(leader)
-        go["C"].set()
-        c.join(10)
+        # C commits a while after the follower is woken: it waits for C's answer, not reading
+        # one nobody gave yet.
+        threading.Timer(0.2, go["C"].set).start()
         told = loop.run_until_complete(_answer(follower))
+        c.join(10)
     finally:
         loop.close()
     written = set(backend.read_effects("s"))

@@ -170,6 +170,9 @@ class Pending:
     flags: list[bool] | None = None
     error: BaseException | None = None
     done: bool = False
+    held: bool = False
+    """Taken by a commit (set under the store's lock as it takes it): that commit answers it,
+    whoever else is interrupted meanwhile."""
 
 
 class GroupCommit(Protocol):
@@ -218,7 +221,9 @@ class InlineAsync:
     A commit, once asked for, is carried out: a task cancelled while its batch waits in a group
     is cancelled when that group is committed (a commit could not be interrupted when each ran
     inline, either). It learns nothing of it — as when a connection to a server store is cut
-    mid-commit — but nothing of the task is left to land after it ended.
+    mid-commit — but nothing of the task is left to land after it ended. A task that ends
+    otherwise while its batch waits (a ``KeyboardInterrupt`` raised as it resumes) takes its
+    batch out of the group.
     """
 
     def __init__(self, backend: Backend) -> None:
@@ -244,11 +249,23 @@ class InlineAsync:
             group = self._local.group = _Group(loop)
         me = Pending(session_id, list(ops))
         if group.committed is not None:
-            await _follow(group, group.committed, me)
+            try:
+                await _follow(group, group.committed, me)
+            except BaseException:
+                # Ended before its group was handed over (a ``KeyboardInterrupt`` raised as it
+                # resumed): its batch leaves the group — nothing of a task is written after it
+                # ended. (A group is committed inline, in one step of its leader: once handed
+                # over, it is written before any follower resumes.)
+                group.followers = [f for f in group.followers if f[0] is not me]
+                raise
         elif group.alone is not None and group.alone is asyncio.current_task():
             backend.apply_group([me])  # it committed alone last time: nobody to wait for
         else:
             await _lead(group, me, backend)
+        while not me.done:
+            # Another thread's commit took it, and the task that handed it over was interrupted
+            # before that commit answered: it will (``Pending.held``).
+            await asyncio.sleep(_HELD_POLL)
         if me.error is not None:
             raise me.error
         assert me.flags is not None
@@ -269,6 +286,8 @@ class InlineAsync:
     async def close(self) -> None:
         self._backend.close()
 
+
+_HELD_POLL = 0.001
 
 GATHER_TURNS = 8
 """At most this many turns of the loop gather a group (a turn that brings a batch earns the
@@ -297,7 +316,8 @@ async def _lead(group: _Group, me: Pending, backend: GroupCommit) -> None:
     no longer the one being gathered — a later batch on this loop leads its own instead of
     waiting, forever, for a commit nobody will make. Once handed over, the backend answers every
     batch it took, interrupted or not: a batch another thread's commit took is that commit's to
-    answer (it may well be written)."""
+    answer (it may well be written; ``Pending.held``). One it never took — the interrupt struck
+    as its function was entered — is told it was not written."""
     committed = group.committed = group.loop.create_future()
     followers: list[tuple[Pending, asyncio.Future[None]]] = []
     cancelled: asyncio.CancelledError | None = None
@@ -316,10 +336,10 @@ async def _lead(group: _Group, me: Pending, backend: GroupCommit) -> None:
         handed = True
         backend.apply_group([me, *(p for p, _ in followers)])
     except BaseException as exc:
-        if not handed:
-            if group.committed is committed:  # raised while gathering
-                followers, group.followers, group.committed = group.followers, [], None
-            for p, _ in followers:
+        if not handed and group.committed is committed:  # raised while gathering
+            followers, group.followers, group.committed = group.followers, [], None
+        for p, _ in followers:
+            if not p.done and not p.held:  # no commit took it, nor will
                 p.flags, p.error, p.done = None, interrupted(backend.url, exc), True
         raise
     finally:

@@ -369,6 +369,8 @@ class SQLiteBackend:
                 if not first.done:
                     self._leading = lead = True
                     taken, self._queue = self._queue, []
+                    for p in taken:
+                        p.held = True
             if lead:
                 self._commit_group(taken)
         except BaseException as exc:
