@@ -903,6 +903,50 @@ def test_a_call_waiting_in_a_pool_the_store_lets_go_of_goes_on_with_a_new_one(
         _end_loops(first, second)
 
 
+def test_a_store_closed_while_another_threads_loop_opens_its_pool_ends_that_call_at_once(
+    postgres_url: str, postgres_schema: str
+) -> None:
+    """A loop running in another thread is opening its pool (its first call waits for it) when
+    the program closes the store: that call is told the store is closed at once, not after the
+    pool's timeout, and nothing is left open behind it."""
+    url = with_params(postgres_url, schema=postgres_schema, pool_timeout="20")
+    store = tl.open_store(url)
+    backend = store.async_backend
+    assert isinstance(backend, AsyncPostgresBackend)
+    made = backend._new_pool
+    opening = threading.Event()
+
+    def slow_to_open(loop: asyncio.AbstractEventLoop) -> Any:
+        current = made(loop)
+        open_pool = current.pool.open
+
+        async def slow(**kwargs: Any) -> None:
+            opening.set()
+            await asyncio.sleep(15)  # a server slow to answer
+            await open_pool(**kwargs)
+
+        current.pool.open = slow
+        return current
+
+    backend._new_pool = slow_to_open  # type: ignore[method-assign]
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    try:
+        call = asyncio.run_coroutine_threadsafe(backend.read_effects("s"), loop)
+        assert opening.wait(10)
+        started = time.monotonic()
+        store.close()
+        with pytest.raises(tl.StoreError, match="the store is closed"):
+            call.result(timeout=8)
+        assert time.monotonic() - started < 5, "not after the pool's timeout"
+    finally:
+        store.close()
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+        _end_loops(loop)
+
+
 def test_loops_that_hand_the_store_back_and_forth_end_their_calls(
     postgres_url: str, postgres_schema: str
 ) -> None:

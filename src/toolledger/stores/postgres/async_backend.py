@@ -191,11 +191,11 @@ class AsyncPostgresBackend:
         try:
             if current.loop is running:
                 self._close_in_loop(current)
-            elif current.loop.is_running():
-                asyncio.run_coroutine_threadsafe(current.pool.close(), current.loop)
             elif not current.loop.is_closed():
-                # Stopped, and may run again: it closes the pool first thing when it does. One
-                # never run again goes, with its pool, when the program lets go of it.
+                # Running in another thread, it closes the pool at its next turn — a call
+                # waiting for the pool to open goes on at once (``_close_in_loop``); stopped, it
+                # does so first thing when it runs again. One never run again goes, with its
+                # pool, when the program lets go of it.
                 current.loop.call_soon_threadsafe(self._close_in_loop, current)
             else:
                 _finish(current.conns)  # its loop is closed: nothing watches these sockets
