@@ -123,7 +123,7 @@ def test_a_write_kept_for_a_store_closed_already_is_tried_once_and_lets_the_call
     (never,) = [m for m in said if "never written" in m]
     assert "toolu_1" in never and "closed" in never, never
     with tl.open_store(url) as reopened:
-        assert (reopened.url, "s", "toolu_1") not in reopened.runtime.in_flight
+        assert ("s", "toolu_1") not in reopened.runtime.in_flight
         record = reopened.ledger("s").get("toolu_1")
         assert record is not None and record.status is tl.Status.STARTED  # in doubt, for a person
 

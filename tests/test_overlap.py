@@ -408,6 +408,48 @@ def test_a_call_in_flight_elsewhere_in_this_process_is_waited_for(store: tl.Stor
     assert result["content"] == '{"sent_to": "x"}' and counter["send"] == 1
 
 
+@pytest.mark.parametrize("spelling", ["sqlite", "postgresql"])
+def test_a_call_running_through_one_spelling_of_a_store_is_running_through_another(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, spelling: str
+) -> None:
+    """One process opens one database twice, by two spellings of its URL (an absolute and a
+    relative path; a PostgreSQL URL with and without an option). While a call runs through the
+    first, the second sees it running: not listed in doubt, not resolved without ``force``, not
+    run again — and the tool runs once."""
+    if spelling == "sqlite":
+        monkeypatch.chdir(tmp_path)
+        first, second = f"sqlite:///{tmp_path / 'one.db'}", "sqlite:///one.db"
+    else:
+        from .conftest import with_params
+
+        url = with_params(
+            request.getfixturevalue("postgres_url"),
+            schema=request.getfixturevalue("postgres_schema"),
+        )
+        first, second = url, f"{url}&op_timeout=9"
+    counter, entered, release = Counter(), threading.Event(), threading.Event()
+    send = _blocking(counter, entered, release)
+    block = tool_use("t", "send", to="x")
+    with tl.open_store(first) as worker, tl.open_store(second) as other:
+        running = threading.Thread(
+            target=tl.run_tool_uses, args=([block], [send]), kwargs={"ledger": worker.ledger("s")}
+        )
+        running.start()
+        try:
+            assert entered.wait(30)
+            assert other.ledger("s").in_doubt() == [] and other.in_doubt() == []
+            with pytest.raises(tl.EffectInProgressError):
+                other.ledger("s").resolve("t", happened=False, by="ana")
+            with pytest.raises(tl.EffectInProgressError):
+                tl.run_tool_uses([block], [send], ledger=other.ledger("s"))
+        finally:
+            release.set()
+            running.join(30)
+        (again,) = tl.run_tool_uses([block], [send], ledger=other.ledger("s"))
+    assert again["content"] == '{"sent_to": "x"}'
+    assert counter["send"] == 1, "the tool ran once"
+
+
 @pytest.mark.parametrize("then", ["store back", "store still gone"])
 def test_a_later_call_whose_read_fails_never_drops_an_earlier_calls_outcome(
     tmp_path: Any, then: str

@@ -19,20 +19,20 @@ __all__ = ["InFlight", "Runtime", "Watch", "flight_key", "this_process"]
 
 
 class InFlight:
-    """The attempts this process is running, by ``(store url, session_id, tool_use_id)``:
+    """The attempts this process is running, by ``(session_id, tool_use_id)`` (``flight_key``):
     registered before the intent commits, dropped after the outcome commits. Counted, so two
     threads racing on one call (only one of which will win its intent) can both register."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # A plain dict: a ``Counter`` runs Python code for a missing key and for a removal.
-        self._calls: dict[tuple[str, str, str], int] = {}
+        self._calls: dict[tuple[str, str], int] = {}
 
-    def add(self, key: tuple[str, str, str]) -> None:
+    def add(self, key: tuple[str, str]) -> None:
         with self._lock:
             self._calls[key] = self._calls.get(key, 0) + 1
 
-    def discard(self, key: tuple[str, str, str]) -> None:
+    def discard(self, key: tuple[str, str]) -> None:
         with self._lock:
             left = self._calls.get(key, 0) - 1
             if left > 0:
@@ -172,5 +172,11 @@ def this_process() -> Runtime:
 # -- the judgements -------------------------------------------------------------------------------
 
 
-def flight_key(url: str, session_id: str, tool_use_id: str) -> tuple[str, str, str]:
-    return (url, session_id, tool_use_id)
+def flight_key(session_id: str, tool_use_id: str) -> tuple[str, str]:
+    """An attempt's key in ``InFlight``: its call, whatever store object or spelling of the
+    store's URL it runs through. One database opened twice in a process (an absolute and a
+    relative path, a URL with another option) is one ledger: a call running through one is
+    running through the other. Two databases holding one session id and call id — copies —
+    only make a call look running a little longer, until the other's attempt ends: the side that
+    never runs anything twice."""
+    return (session_id, tool_use_id)

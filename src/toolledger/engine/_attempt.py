@@ -252,7 +252,7 @@ def ran(
     attempt: int,
     history: tuple[PastAttempt, ...],
     approved_by: str | None,
-    key: tuple[str, str, str],
+    key: tuple[str, str],
     env: Env,
     buf: Buffer,
 ) -> CallOutcome:
@@ -384,7 +384,7 @@ def unsent(
     error: BaseException,
     intent: EffectRecord,
     *,
-    key: tuple[str, str, str],
+    key: tuple[str, str],
     env: Env,
     buf: Buffer,
 ) -> Generator[Request, Any, None]:
@@ -415,7 +415,7 @@ def after_intent(
     intent: EffectRecord,
     *,
     record: EffectRecord | None,
-    key: tuple[str, str, str],
+    key: tuple[str, str],
     env: Env,
     buf: Buffer,
 ) -> Generator[Request, Any, EffectRecord | CallOutcome | Again]:

@@ -101,8 +101,8 @@ class Env:
     def holder(self) -> Holder | None:
         return self.ledger.store.runtime.holder
 
-    def flight(self, call: ToolCall) -> tuple[str, str, str]:
-        return flight_key(self.url, self.session_id, call.tool_use_id)
+    def flight(self, call: ToolCall) -> tuple[str, str]:
+        return flight_key(self.session_id, call.tool_use_id)
 
     def judge(self, record: EffectRecord, lease: Lease | None) -> Verdict:
         """Whether ``record``'s attempt may still take effect, as the store judges it
@@ -213,7 +213,7 @@ class Buffered:
     op: Op
     urgent: bool  # must be durable before anything else happens
     outcome: CallOutcome | None  # whose effect the op records (for alerts)
-    closes: tuple[str, str, str] | None = None  # the attempt in flight this op ends
+    closes: tuple[str, str] | None = None  # the attempt in flight this op ends
     safe: bool = False  # the tool is safe to run again: a late success duplicates nothing
     must_land: bool = False  # an outcome others cannot recompute (a check's finding): kept
 
@@ -221,7 +221,7 @@ class Buffered:
 @dataclass(slots=True)
 class Buffer:
     items: list[Buffered] = field(default_factory=list)
-    flights: list[tuple[str, str, str]] = field(default_factory=list)  # registered by us
+    flights: list[tuple[str, str]] = field(default_factory=list)  # registered by us
     kept: set[str] = field(default_factory=set)  # calls whose outcomes the background writer keeps
 
     @property
@@ -246,7 +246,7 @@ def write(new: EffectRecord, old: EffectRecord | None) -> Op:
     )
 
 
-def release(env: Env, key: tuple[str, str, str], buf: Buffer) -> None:
+def release(env: Env, key: tuple[str, str], buf: Buffer) -> None:
     if key in buf.flights:
         buf.flights.remove(key)
         env.ledger.store.runtime.in_flight.discard(key)

@@ -184,7 +184,7 @@ def flush(
             keys = [i.closes for i in held if i.closes is not None]
             for key in keys:
                 buf.flights.remove(key)  # ours no more: the background writer releases them
-                buf.kept.add(key[2])
+                buf.kept.add(key[1])
             yield Remember([i.op for i in held], keys, moved=partial(kept_late, held, env))
     for item, ok in zip(items, applied, strict=True):
         if item.closes is not None and item not in held:

@@ -84,7 +84,7 @@ def plan(call: ToolCall, env: Env) -> Plan | None:
 
 
 # An attempt begun: its key in flight, its start (monotonic), its intent.
-_Begun = tuple[tuple[str, str, str], float, EffectRecord]
+_Begun = tuple[tuple[str, str], float, EffectRecord]
 
 
 def call(
@@ -193,7 +193,7 @@ def _ran(
     answered: Any,
     *,
     intent: EffectRecord,
-    key: tuple[str, str, str],
+    key: tuple[str, str],
 ) -> CallOutcome:
     """The tool answered: its outcome, its write buffered (``_attempt.ran``)."""
     crash_point("before_record")

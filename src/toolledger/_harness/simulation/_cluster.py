@@ -140,10 +140,10 @@ class _WatchedInFlight(InFlight):
         super().__init__()
         self.process = process
 
-    def discard(self, key: tuple[str, str, str]) -> None:
+    def discard(self, key: tuple[str, str]) -> None:
         super().discard(key)
         if key not in self:
-            self.process.sim.let_go(self.process, key[1], key[2])
+            self.process.sim.let_go(self.process, key[0], key[1])
 
 
 class SimProc:
