@@ -9,7 +9,7 @@ import sys
 import unicodedata
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from toolledger._invisible import (
@@ -162,6 +162,7 @@ def test_what_prints_blank_or_on_what_precedes_an_id_is_escaped(text: str, shows
 
 
 @settings(max_examples=300, deadline=None)
+@example("\\u200b\u200b")  # the literal six characters, then the character
 @given(
     st.text(
         alphabet=st.one_of(st.sampled_from('\\u200bx"\n\x9b\u202e\u2028\ufeff'), st.characters())

@@ -746,3 +746,139 @@ def test_a_task_interrupted_once_another_threads_commit_took_its_group_is_told_t
     assert "follow" in written, "C's commit wrote the follower's batch"
     assert told == [True], f"told {told!r} of a batch that was written"
     store.close()
+
+
+def test_a_follower_no_commit_took_is_told_even_if_its_leader_is_interrupted_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C twice: the task leading a group is interrupted as it hands the group to the
+    store, then again as it tells the task queued behind it that its batch was not written.
+    That task is still answered — not left waiting, for ever, for a commit nobody makes."""
+    from toolledger.stores import contract
+
+    real = contract.interrupted
+
+    def interrupted_again(url: str, exc: BaseException | None = None) -> tl.StoreError:
+        monkeypatch.setattr(contract, "interrupted", real)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(contract, "interrupted", interrupted_again)
+    store = tl.open_store(f"sqlite:///{tmp_path / 'd.db'}")
+    loop = asyncio.new_event_loop()
+    hit: list[str] = []
+
+    def interrupt(frame: FrameType, event: str, arg: Any) -> Any:
+        task = asyncio.current_task(loop) if event == "call" else None
+        named = task is not None and task.get_name() == "leader"
+        if named and frame.f_code.co_name == "apply_group" and not hit:
+            hit.append("apply_group")
+            raise KeyboardInterrupt
+        return None
+
+    def commit(tool_use_id: str, name: str) -> asyncio.Task[list[bool]]:
+        ops = [InsertEffect(make_record("s", tool_use_id))]
+        return loop.create_task(_coroutine(store.aapply("s", ops)), name=name)
+
+    leader, follower = commit("lead", "leader"), commit("follow", "follower")
+    sys.settrace(interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(leader)
+    finally:
+        sys.settrace(None)
+    try:
+        told = loop.run_until_complete(_answer(follower))
+        if not follower.done():
+            follower.cancel()
+            loop.run_until_complete(asyncio.wait({follower}, timeout=2))
+    finally:
+        loop.close()
+    assert hit == ["apply_group"]
+    assert isinstance(told, tl.StoreError) and "nothing of it was written" in str(told), told
+    assert store.backend.read_effects("s") == {}
+    store.close()
+
+
+def test_a_cancelled_task_whose_batch_another_threads_commit_took_ends_once_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above (thread C takes the group a task handed over, and that task is interrupted),
+    and the task queued behind it is cancelled meanwhile (a caller's timeout): it ends only
+    once C's commit answered its batch — nothing of it lands after it ended."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'x.db'}")
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    commit_group = backend._commit_group
+    entered = {name: threading.Event() for name in "BC"}
+    go = {name: threading.Event() for name in "BC"}
+
+    def held_commit(group: list[Pending]) -> None:
+        name = threading.current_thread().name
+        if name in entered:
+            entered[name].set()
+            go[name].wait(10)
+        commit_group(group)
+
+    monkeypatch.setattr(backend, "_commit_group", held_commit)
+
+    def thread(name: str) -> threading.Thread:
+        batch = [Pending("s", [InsertEffect(make_record("s", name))])]
+        return threading.Thread(target=backend.apply_group, args=(batch,), name=name)
+
+    b, c = thread("B"), thread("C")
+    condition = backend._queue_cv
+    tasks: dict[str, asyncio.Task[list[bool]]] = {}
+
+    class Interrupting:
+        """The store's condition; the loop's thread, told to wait, lets B finish and C take
+        the queue, then its follower is cancelled and it is interrupted."""
+
+        def __enter__(self) -> Any:
+            return condition.__enter__()
+
+        def __exit__(self, *exc: Any) -> Any:
+            return condition.__exit__(*exc)
+
+        def notify_all(self) -> None:
+            condition.notify_all()
+
+        def wait(self, timeout: float | None = None) -> bool:
+            if threading.current_thread() is not threading.main_thread():
+                return condition.wait(timeout)
+            condition.release()
+            try:
+                go["B"].set()
+                b.join(10)
+                c.start()
+                entered["C"].wait(10)
+            finally:
+                condition.acquire()
+            tasks["follower"].cancel()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(backend, "_queue_cv", Interrupting())
+    b.start()
+    assert entered["B"].wait(10)
+    loop = asyncio.new_event_loop()
+    written_when_it_ended: list[bool] = []
+    try:
+        leader = loop.create_task(
+            _coroutine(store.aapply("s", [InsertEffect(make_record("s", "lead"))]))
+        )
+        follower = tasks["follower"] = loop.create_task(
+            _coroutine(store.aapply("s", [InsertEffect(make_record("s", "follow"))]))
+        )
+        follower.add_done_callback(
+            lambda _: written_when_it_ended.append("follow" in backend.read_effects("s"))
+        )
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(leader)
+        threading.Timer(0.2, go["C"].set).start()
+        loop.run_until_complete(asyncio.wait({follower}, timeout=5))
+        assert follower.cancelled()
+        c.join(10)
+    finally:
+        loop.close()
+    assert "follow" in backend.read_effects("s"), "C's commit wrote it"
+    assert written_when_it_ended == [True], "the task ended only once its batch was written"
+    store.close()

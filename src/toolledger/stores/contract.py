@@ -255,17 +255,19 @@ class InlineAsync:
                 # Ended before its group was handed over (a ``KeyboardInterrupt`` raised as it
                 # resumed): its batch leaves the group — nothing of a task is written after it
                 # ended. (A group is committed inline, in one step of its leader: once handed
-                # over, it is written before any follower resumes.)
+                # over, it is written before any follower resumes.) Cancelled once another
+                # thread's commit took it: it ends once that commit answered.
                 group.followers = [f for f in group.followers if f[0] is not me]
+                while me.held and not me.done:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.sleep(_HELD_POLL)
                 raise
         elif group.alone is not None and group.alone is asyncio.current_task():
             backend.apply_group([me])  # it committed alone last time: nobody to wait for
         else:
             await _lead(group, me, backend)
-        while not me.done:
-            # Another thread's commit took it, and the task that handed it over was interrupted
-            # before that commit answered: it will (``Pending.held``).
-            await asyncio.sleep(_HELD_POLL)
+        if not me.done:
+            await _answered(me, self._backend.url)
         if me.error is not None:
             raise me.error
         assert me.flags is not None
@@ -351,15 +353,26 @@ async def _lead(group: _Group, me: Pending, backend: GroupCommit) -> None:
         raise cancelled
 
 
-def interrupted(url: str, exc: BaseException) -> StoreError:
+def interrupted(url: str, exc: BaseException | None = None) -> StoreError:
     """What a batch's caller is told when the commit that was to hold it was interrupted
-    (``exc``) before it was written."""
+    (``exc``, when known) before it was written."""
+    how = "" if exc is None else f" ({type(exc).__name__})"
     return StoreError(
-        f"{url}: the commit that was to hold this batch was interrupted "
-        f"({type(exc).__name__}) before it was written; nothing of it was written. "
-        "Send it again.",
+        f"{url}: the commit that was to hold this batch was interrupted{how} before it was "
+        "written; nothing of it was written. Send it again.",
         url=url,
     )
+
+
+async def _answered(me: Pending, url: str) -> None:
+    """``me`` answered. Unanswered once its group's commit is over, it was handed over by a
+    task interrupted before it told it anything: held by another thread's commit, which will
+    answer it (``Pending.held``) — or taken by none, nor ever: not written, as it is told."""
+    while not me.done:
+        if not me.held:
+            me.flags, me.error, me.done = None, interrupted(url), True
+            return
+        await asyncio.sleep(_HELD_POLL)
 
 
 async def _follow(group: _Group, committed: asyncio.Future[None], me: Pending) -> None:
