@@ -10,6 +10,7 @@ import logging
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -17,6 +18,9 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger.codec import input_hash
+from toolledger.ops import InsertEffect
+from toolledger.testing.conformance import make_record
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 from .conftest import tool_use
@@ -64,6 +68,72 @@ def test_a_cancelled_run_waits_for_its_plain_tool_so_a_retry_never_runs_it_again
     assert effects == ["bob"], "the retry did not run the tool again"
     assert again["content"] == "sent" and not again.get("is_error")
     store.close()
+
+
+@pytest.mark.parametrize("path", ["straight", "general"])
+def test_an_async_tool_cancelled_by_its_caller_stays_running_until_its_deadline(
+    tmp_path: Path, path: str
+) -> None:
+    """An ``async def`` tool hands its effect to a thread (``asyncio.to_thread``, a blocking
+    client) and its run is cancelled by the caller (``asyncio.wait_for``) long before the tool's
+    deadline. The thread cannot be stopped and may still take effect: until the deadline the
+    process judges the call running — not listed in doubt, not run again — and after it a retry
+    settles the call by its check. The effect happened once."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'c.db'}")
+    ledger = store.ledger("s")
+    effects: list[str] = []
+
+    def blocking_send(to: str) -> None:
+        time.sleep(0.5)
+        effects.append(to)
+
+    @tl.tool(effect="non_idempotent", timeout=1.5)
+    async def send(to: str) -> str:
+        await asyncio.to_thread(blocking_send, to)
+        return "sent"
+
+    @send.check
+    def _sent(to: str) -> str | None:
+        return "sent" if effects else None
+
+    block = tool_use("toolu_1", "send", to="bob")
+    tools: list[Any] = [send] if path == "straight" else [send, _safe_tool()]
+
+    async def main() -> Any:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(tl.arun_tool_uses([block], tools, ledger=ledger), 0.1)
+        assert ledger.in_doubt() == [], "its thread may still take effect"
+        # Held in this store alone: another database's call of the same session and id, its
+        # attempt released long ago, is in doubt there.
+        with tl.open_store(f"sqlite:///{tmp_path / 'other.db'}") as other:
+            gone = replace(
+                make_record("s", "toolu_1", status=tl.Status.STARTED),
+                tool="send",
+                input_hash=input_hash({"to": "bob"}),
+                deadline=other.now() - 5,
+            )
+            assert other.apply("s", [InsertEffect(gone)]) == [True]
+            assert [r.tool_use_id for r in other.ledger("s").in_doubt()] == ["toolu_1"]
+        with pytest.raises(tl.EffectInProgressError):
+            await tl.arun_tool_uses([block], tools, ledger=ledger)
+        (again,) = await tl.arun_tool_uses([block], tools, ledger=ledger, wait=10)
+        return again
+
+    again = asyncio.run(main())
+    assert effects == ["bob"], "the tool's effect happened once"
+    assert again["content"] == "sent" and not again.get("is_error")
+    store.close()
+
+
+def _safe_tool() -> tl.Tool[Any, Any]:
+    """A second tool: a batch that is not one known call alone takes the general path."""
+
+    @tl.tool(effect="read_only")
+    def look() -> str:
+        """Look."""
+        return "ok"
+
+    return look
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -123,7 +193,7 @@ def test_a_write_kept_for_a_store_closed_already_is_tried_once_and_lets_the_call
     (never,) = [m for m in said if "never written" in m]
     assert "toolu_1" in never and "closed" in never, never
     with tl.open_store(url) as reopened:
-        assert ("s", "toolu_1") not in reopened.runtime.in_flight
+        assert (reopened.place, "s", "toolu_1") not in reopened.runtime.in_flight
         record = reopened.ledger("s").get("toolu_1")
         assert record is not None and record.status is tl.Status.STARTED  # in doubt, for a person
 

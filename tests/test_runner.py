@@ -667,5 +667,5 @@ def test_an_interrupted_tool_leaves_its_call_in_doubt_and_no_longer_in_flight(
     assert raised.value is not None  # the traceback (and every frame in it) is still alive
     record = ledger.get("toolu_0")
     assert record is not None and record.status is Status.STARTED
-    assert ("s", "toolu_0") not in store.runtime.in_flight
+    assert (store.place, "s", "toolu_0") not in store.runtime.in_flight
     assert ledger.get("toolu_1") is None, "nothing after the interrupted call ran"

@@ -109,12 +109,13 @@ def judge(
     """Whether the attempt behind a ``started`` record may still take effect.
 
     ``now`` is the store's clock; ``lease`` the session's current lease (``None`` if there is
-    none); ``url`` the store's (the leases and attempts it watches are its own); ``shared_clock``
+    none); ``url`` the store's place (``StoreCore.place``: attempts in flight are registered, and
+    leases watched, per database); ``shared_clock``
     whether that clock is one every worker reads (PostgreSQL's) rather than each machine's own.
     """
     if record.status is not Status.STARTED:
         return Over(f"it is {record.status.value}")
-    if flight_key(record.session_id, record.tool_use_id) in runtime.in_flight:
+    if flight_key(url, record.session_id, record.tool_use_id) in runtime.in_flight:
         return Running("this process is running it")
     holder = record.holder
     if holder is None:

@@ -19,20 +19,23 @@ __all__ = ["InFlight", "Runtime", "Watch", "flight_key", "this_process"]
 
 
 class InFlight:
-    """The attempts this process is running, by ``(session_id, tool_use_id)`` (``flight_key``):
+    """The attempts this process is running, by ``(store place, session_id, tool_use_id)``
+    (``flight_key``):
     registered before the intent commits, dropped after the outcome commits. Counted, so two
     threads racing on one call (only one of which will win its intent) can both register."""
 
-    def __init__(self) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         # A plain dict: a ``Counter`` runs Python code for a missing key and for a removal.
-        self._calls: dict[tuple[str, str], int] = {}
+        self._calls: dict[tuple[str, str, str], int] = {}
+        self._held: dict[tuple[str, str, str], float] = {}  # kept in flight until (``hold``)
+        self._monotonic = monotonic
 
-    def add(self, key: tuple[str, str]) -> None:
+    def add(self, key: tuple[str, str, str]) -> None:
         with self._lock:
             self._calls[key] = self._calls.get(key, 0) + 1
 
-    def discard(self, key: tuple[str, str]) -> None:
+    def discard(self, key: tuple[str, str, str]) -> None:
         with self._lock:
             left = self._calls.get(key, 0) - 1
             if left > 0:
@@ -40,13 +43,32 @@ class InFlight:
             else:
                 self._calls.pop(key, None)
 
+    def hold(self, key: tuple[str, str, str], until: float) -> None:
+        """Keep ``key`` in flight until ``until`` (this process's monotonic clock), whatever
+        is discarded meanwhile: an attempt this process stopped awaiting whose work may still
+        take effect — an ``async def`` tool cancelled by its caller may have handed its effect to
+        a thread, which nothing stops — until its deadline."""
+        with self._lock:
+            self._held[key] = max(until, self._held.get(key, until))
+
     def __contains__(self, key: object) -> bool:
         with self._lock:
-            return key in self._calls
+            if key in self._calls:
+                return True
+            if not self._held:
+                return False
+            until = self._held.get(key)  # type: ignore[call-overload]
+            if until is None:
+                return False
+            if self._monotonic() < until:
+                return True
+            del self._held[key]  # type: ignore[arg-type]
+            return False
 
     def clear(self) -> None:
         with self._lock:
             self._calls.clear()
+            self._held.clear()
 
 
 class Watch:
@@ -95,7 +117,7 @@ class Runtime:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.proc: ProcView = proc if proc is not None else RealProc()
-        self.in_flight = in_flight if in_flight is not None else InFlight()
+        self.in_flight = in_flight if in_flight is not None else InFlight(monotonic)
         self.live_runs: set[str] = set()
         """Lease owners of this process's agent runs that are still going."""
         self.monotonic = monotonic
@@ -155,7 +177,7 @@ class _ThisProcess(Runtime):
 
     def _forked(self) -> None:
         # A forked child runs none of its parent's attempts or runs, and is another holder.
-        self.in_flight = InFlight()
+        self.in_flight = InFlight(self.monotonic)
         self.live_runs = set()
         self.watch = Watch(self.monotonic)
         self._pid = -1
@@ -172,11 +194,10 @@ def this_process() -> Runtime:
 # -- the judgements -------------------------------------------------------------------------------
 
 
-def flight_key(session_id: str, tool_use_id: str) -> tuple[str, str]:
-    """An attempt's key in ``InFlight``: its call, whatever store object or spelling of the
-    store's URL it runs through. One database opened twice in a process (an absolute and a
-    relative path, a URL with another option) is one ledger: a call running through one is
-    running through the other. Two databases holding one session id and call id — copies —
-    only make a call look running a little longer, until the other's attempt ends: the side that
-    never runs anything twice."""
-    return (session_id, tool_use_id)
+def flight_key(place: str, session_id: str, tool_use_id: str) -> tuple[str, str, str]:
+    """An attempt's key in ``InFlight``: its call, in the database it is recorded in
+    (``StoreCore.place``: the file, the directory, the server's schema — whatever store object
+    or spelling of the URL it runs through). One database opened twice in a process (an absolute
+    and a relative path, a URL with another option) is one ledger: a call running through one is
+    running through the other."""
+    return (place, session_id, tool_use_id)

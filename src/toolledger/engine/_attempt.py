@@ -8,6 +8,7 @@ the same generator (every piece of I/O is yielded). What the tool's exception me
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Generator
 from dataclasses import dataclass, replace
@@ -30,6 +31,7 @@ from ._outcomes import (
     Env,
     Flushed,
     flush,
+    hold_while_it_may_run,
     release,
     write,
 )
@@ -211,6 +213,10 @@ def run(
     except CancelledAfterAnswer as late:
         answer = late.answer
         cancelled: CancelledAfterAnswer | None = late
+    except asyncio.CancelledError:
+        if intent is not None:
+            hold_while_it_may_run(env, key, began + tool.timeout)
+        raise
     else:
         cancelled = None
     crash_point("before_record")
@@ -252,7 +258,7 @@ def ran(
     attempt: int,
     history: tuple[PastAttempt, ...],
     approved_by: str | None,
-    key: tuple[str, str],
+    key: tuple[str, str, str],
     env: Env,
     buf: Buffer,
 ) -> CallOutcome:
@@ -384,7 +390,7 @@ def unsent(
     error: BaseException,
     intent: EffectRecord,
     *,
-    key: tuple[str, str],
+    key: tuple[str, str, str],
     env: Env,
     buf: Buffer,
 ) -> Generator[Request, Any, None]:
@@ -415,7 +421,7 @@ def after_intent(
     intent: EffectRecord,
     *,
     record: EffectRecord | None,
-    key: tuple[str, str],
+    key: tuple[str, str, str],
     env: Env,
     buf: Buffer,
 ) -> Generator[Request, Any, EffectRecord | CallOutcome | Again]:

@@ -161,7 +161,7 @@ class _Kept:
     store: Store
     session_id: str
     ops: list[Op]
-    keys: list[tuple[str, str]]
+    keys: list[tuple[str, str, str]]
     due: float
     delay: float
     moved: Callable[[int], None] | None = None
@@ -203,7 +203,7 @@ class Keeper:
         store: Store,
         session_id: str,
         ops: list[Op],
-        keys: list[tuple[str, str]],
+        keys: list[tuple[str, str, str]],
         moved: Callable[[int], None] | None = None,
     ) -> None:
         """Commit ``ops`` (unfenced) in the background; then release the calls ``keys`` held
@@ -240,7 +240,7 @@ class Keeper:
                         "toolledger: the outcome of %s in session %r was never written: the "
                         "store was closed first (its last try: %s). A resume finds the call in "
                         "doubt.",
-                        ", ".join(k[1] for k in job.keys),
+                        ", ".join(k[2] for k in job.keys),
                         job.session_id,
                         job.why,
                     )

@@ -27,6 +27,7 @@ __all__ = [
     "Disposition",
     "Env",
     "Flushed",
+    "hold_while_it_may_run",
     "release",
     "write",
 ]
@@ -101,8 +102,8 @@ class Env:
     def holder(self) -> Holder | None:
         return self.ledger.store.runtime.holder
 
-    def flight(self, call: ToolCall) -> tuple[str, str]:
-        return flight_key(self.session_id, call.tool_use_id)
+    def flight(self, call: ToolCall) -> tuple[str, str, str]:
+        return flight_key(self.ledger.store.place, self.session_id, call.tool_use_id)
 
     def judge(self, record: EffectRecord, lease: Lease | None) -> Verdict:
         """Whether ``record``'s attempt may still take effect, as the store judges it
@@ -113,7 +114,7 @@ class Env:
             now=store.now(),
             lease=lease,
             runtime=store.runtime,
-            url=store.url,
+            url=store.place,
             shared_clock=store.shared_clock,
         )
 
@@ -213,7 +214,7 @@ class Buffered:
     op: Op
     urgent: bool  # must be durable before anything else happens
     outcome: CallOutcome | None  # whose effect the op records (for alerts)
-    closes: tuple[str, str] | None = None  # the attempt in flight this op ends
+    closes: tuple[str, str, str] | None = None  # the attempt in flight this op ends
     safe: bool = False  # the tool is safe to run again: a late success duplicates nothing
     must_land: bool = False  # an outcome others cannot recompute (a check's finding): kept
 
@@ -221,7 +222,7 @@ class Buffered:
 @dataclass(slots=True)
 class Buffer:
     items: list[Buffered] = field(default_factory=list)
-    flights: list[tuple[str, str]] = field(default_factory=list)  # registered by us
+    flights: list[tuple[str, str, str]] = field(default_factory=list)  # registered by us
     kept: set[str] = field(default_factory=set)  # calls whose outcomes the background writer keeps
 
     @property
@@ -246,7 +247,17 @@ def write(new: EffectRecord, old: EffectRecord | None) -> Op:
     )
 
 
-def release(env: Env, key: tuple[str, str], buf: Buffer) -> None:
+def hold_while_it_may_run(env: Env, key: tuple[str, str, str], until: float) -> None:
+    """The run stopped awaiting its tool (a cancellation) with no answer from it, and the
+    tool's work may go on without it — an ``async def`` tool's thread (``asyncio.to_thread``, a
+    blocking client) runs on, and nothing stops it: the attempt stays in flight here until its
+    deadline (``until``, on this process's monotonic clock), as a worker of another process
+    judges a live holder's attempt running. Released at once, a retry in this process would
+    find the call in doubt and could run it again while the first still takes effect."""
+    env.ledger.store.runtime.in_flight.hold(key, until)
+
+
+def release(env: Env, key: tuple[str, str, str], buf: Buffer) -> None:
     if key in buf.flights:
         buf.flights.remove(key)
         env.ledger.store.runtime.in_flight.discard(key)

@@ -35,7 +35,18 @@ from .._crash import hit as crash_point
 from ..errors import LeaseLostError, SessionConflictError, StoreError
 from ..ops import AppendMessages, Op, PutSession, UpdateEffect
 from ..records import Status
-from ._batch import Batch, Buffer, Buffered, CallOutcome, Disposition, Env, Flushed, release, write
+from ._batch import (
+    Batch,
+    Buffer,
+    Buffered,
+    CallOutcome,
+    Disposition,
+    Env,
+    Flushed,
+    hold_while_it_may_run,
+    release,
+    write,
+)
 from ._drivers import Commit, Failure, IOContext, Remember, Request, commit_now, drive
 from ._late import kept_late, late, write_failed
 from ._reconcile import commit
@@ -51,6 +62,7 @@ __all__ = [
     "ahead",
     "flush",
     "flush_now",
+    "hold_while_it_may_run",
     "release",
     "write",
 ]
@@ -184,7 +196,7 @@ def flush(
             keys = [i.closes for i in held if i.closes is not None]
             for key in keys:
                 buf.flights.remove(key)  # ours no more: the background writer releases them
-                buf.kept.add(key[1])
+                buf.kept.add(key[2])
             yield Remember([i.op for i in held], keys, moved=partial(kept_late, held, env))
     for item, ok in zip(items, applied, strict=True):
         if item.closes is not None and item not in held:

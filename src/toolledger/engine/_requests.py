@@ -113,7 +113,7 @@ class Remember:
     are refused, then release the calls in flight (``keys``). Answered at once with ``None``."""
 
     ops: list[Op]
-    keys: list[tuple[str, str]]
+    keys: list[tuple[str, str, str]]
     moved: Callable[[int], None] | None = None
     """Called in the background with the index of each outcome refused because its record
     moved on meanwhile (a person settled it, another attempt ran): what the run does with an

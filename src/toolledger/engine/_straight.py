@@ -18,6 +18,7 @@ general path: the test suites run both (docs/architecture.md).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +48,7 @@ from ._drivers import (
     drive,
     invoke_now,
 )
-from ._outcomes import Buffer, CallOutcome, Env, Flushed, flush
+from ._outcomes import Buffer, CallOutcome, Env, Flushed, flush, hold_while_it_may_run
 
 __all__ = ["Plan", "call", "plan", "run"]
 
@@ -84,7 +85,7 @@ def plan(call: ToolCall, env: Env) -> Plan | None:
 
 
 # An attempt begun: its key in flight, its start (monotonic), its intent.
-_Begun = tuple[tuple[str, str], float, EffectRecord]
+_Begun = tuple[tuple[str, str, str], float, EffectRecord]
 
 
 def call(
@@ -168,6 +169,9 @@ def _answered(
     except CancelledAfterAnswer as late:  # recorded, then the cancellation goes on
         _ran(p, env, buf, late.answer, intent=intent, key=key)
         yield from recorded_then_raised(late, env, buf)
+    except asyncio.CancelledError:
+        hold_while_it_may_run(env, key, began + p.tool.timeout)
+        raise
     return _ran(p, env, buf, answered, intent=intent, key=key)
 
 
@@ -193,7 +197,7 @@ def _ran(
     answered: Any,
     *,
     intent: EffectRecord,
-    key: tuple[str, str],
+    key: tuple[str, str, str],
 ) -> CallOutcome:
     """The tool answered: its outcome, its write buffered (``_attempt.ran``)."""
     crash_point("before_record")

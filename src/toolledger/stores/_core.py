@@ -141,6 +141,10 @@ class StoreCore:
         self.redact = redact
         self.runtime = runtime or this_process()
         """This process as liveness sees it (identity, attempts in flight, leases watched)."""
+        self.place: str = getattr(backend, "place", None) or backend.url
+        """The database itself, whatever the spelling of its URL (a backend's ``place``: its
+        file's device and inode, its directory's, its server and schema; else its URL): the
+        attempts this process runs are registered, and the leases it watches kept, by it."""
         self.shared_clock = bool(getattr(backend, "shared_clock", False))
         """Whether ``now()`` is one clock every worker reads (a database server's) rather than
         each machine's own (a file store's): on a shared clock a lease expires by its expiry;
@@ -189,7 +193,7 @@ class StoreCore:
             now=self.now(),
             lease=lease,
             runtime=self.runtime,
-            url=self.url,
+            url=self.place,
             shared_clock=self.shared_clock,
         )
 
@@ -257,7 +261,7 @@ class StoreCore:
             lease,
             now=self.now(),
             runtime=self.runtime,
-            url=self.url,
+            url=self.place,
             shared_clock=self.shared_clock,
         )
 

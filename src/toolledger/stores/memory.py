@@ -30,6 +30,7 @@ class MemoryBackend:
 
     def __init__(self, url: str = "memory://", *, clock: Callable[[], float] = time.time) -> None:
         self.url = url
+        self.place = f"memory:{id(self)}"  # each one holds its own sessions
         self._clock = clock
         self._lock = threading.Lock()
         self._sessions: dict[str, SessionData] = {}

@@ -8,6 +8,7 @@ one fsync.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -114,6 +115,7 @@ class SQLiteBackend:
         self._waiting = 0
         self.commits = 0  # physical commits (transactions), for tests and benchmarks
         self._probe: sqlite3.Connection | None = None  # reads the schema version (_check_schema)
+        self.place = _place(path, url, self)
         if self.read_only:
             self._conn = open_read_only(path, url, busy_timeout_ms=BUSY_TIMEOUT_MS)
             self._identity = None
@@ -128,6 +130,8 @@ class SQLiteBackend:
             raise translate(exc, url, "opening") from exc
         try:
             self._identity = identity(path, url)
+            if self._identity is not None:
+                self.place = "sqlite:{}:{}".format(*self._identity)
             self._configure()
             self._migrate()
         except sqlite3.Error as exc:
@@ -581,3 +585,17 @@ class SQLiteBackend:
             self._conn.close()
             if self._probe is not None:
                 self._probe.close()
+
+
+def _place(path: str, url: str, backend: SQLiteBackend) -> str:
+    """The database file as ``StoreCore.place`` names it: its device and inode, whatever path
+    reaches it (``identity``: a second name is refused); for an in-memory database, or a file
+    not made yet, the backend itself."""
+    if path != ":memory:":
+        try:
+            st = os.stat(path)
+        except OSError:
+            pass
+        else:
+            return f"sqlite:{st.st_dev}:{st.st_ino}"
+    return f"sqlite:{url}:{id(backend)}"

@@ -137,13 +137,13 @@ class _WatchedInFlight(InFlight):
     """The process's calls in flight, telling the simulation when it lets go of one entirely."""
 
     def __init__(self, process: SimProcess) -> None:
-        super().__init__()
+        super().__init__(lambda: process.sim.t)
         self.process = process
 
-    def discard(self, key: tuple[str, str]) -> None:
+    def discard(self, key: tuple[str, str, str]) -> None:
         super().discard(key)
         if key not in self:
-            self.process.sim.let_go(self.process, key[0], key[1])
+            self.process.sim.let_go(self.process, key[1], key[2])
 
 
 class SimProc:

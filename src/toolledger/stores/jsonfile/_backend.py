@@ -53,6 +53,8 @@ class JSONBackend:
         self.url = url
         self._files = Directory(directory, url=url, create=create)
         self.dir = self._files.path
+        found = self.dir.stat()  # the directory, whatever path reaches it (``StoreCore.place``)
+        self.place = f"json:{found.st_dev}:{found.st_ino}"
         self._format = Format(self.dir, url)
         self._format.check()
         if create and self._format.stamp():

@@ -44,7 +44,7 @@ class PostgresBackend:
         self._twin: _Twin | None = None
         self.server_clock = ServerClock()
         self.orphans = Orphans()
-        self.schema_version = migrate(self.settings, create=create, read_only=read_only)
+        self.schema_version, self.place = migrate(self.settings, create=create, read_only=read_only)
         s = self.settings
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             s.conninfo,

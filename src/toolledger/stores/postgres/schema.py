@@ -81,9 +81,9 @@ def integrity() -> Plan[list[str]]:
     return problems
 
 
-def migrate(settings: Settings, *, create: bool = True, read_only: bool = False) -> int:
+def migrate(settings: Settings, *, create: bool = True, read_only: bool = False) -> tuple[int, str]:
     """Bring the schema up to date on a connection of its own, then wait out the writes that
-    were in flight; return the schema version.
+    were in flight; return the schema version, and the store's place (``place``).
 
     Each migration commits in its own transaction together with its ``toolledger_schema`` row,
     under a transaction-level advisory lock, so workers starting together queue instead of
@@ -101,9 +101,29 @@ def migrate(settings: Settings, *, create: bool = True, read_only: bool = False)
             configure(conn, schema=settings.schema)
             version = _upgrade(conn, settings, create=create, read_only=read_only)
             _await_writes_in_flight(conn)
-            return version
+            return version, place(conn, settings)
     except psycopg.Error as exc:
         raise translate(exc, url=url, action="preparing the schema") from exc
+
+
+def place(conn: Conn, settings: Settings) -> str:
+    """The store as ``StoreCore.place`` names it, whatever the spelling of its URL (a host's
+    other name, another option): the server's cluster (its system identifier), the database and
+    the schema. Where the server will not tell its identifier, its address and port as it sees
+    this connection."""
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT system_identifier::text, current_database() FROM pg_control_system()"
+            ).fetchone()
+    except psycopg.Error:
+        row = conn.execute(
+            "SELECT coalesce(host(inet_server_addr()) || ':' || inet_server_port(), "
+            "current_setting('unix_socket_directories') || ':' || current_setting('port')), "
+            "current_database()"
+        ).fetchone()
+    assert row is not None
+    return f"postgresql:{row[0]}:{row[1]}:{settings.schema}"
 
 
 def _await_writes_in_flight(conn: Conn) -> None:
