@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -241,6 +243,79 @@ def test_demo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
         check=False,
     )
     assert shown.returncode == 0 and "create_ticket" in shown.stdout, shown.stderr
+
+
+def _theirs(path: Path, sessions: list[str] | None) -> list[Any]:
+    """A store of the user's at ``path`` holding a record in each of ``sessions`` (``None``:
+    another program's SQLite database); what it holds, read back."""
+    if sessions is None:
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE customers (name TEXT)")
+            conn.execute("INSERT INTO customers VALUES ('acme-corp')")
+        conn.close()
+        return _held(path, None)
+    with tl.open_store(f"sqlite:///{path}") as store:
+        for sid in sessions:
+            store.backend.apply(sid, [InsertEffect(make_record(sid, "toolu_1"))])
+    return _held(path, sessions)
+
+
+def _held(path: Path, sessions: list[str] | None) -> list[Any]:
+    query = (
+        "SELECT name FROM customers"
+        if sessions is None
+        else "SELECT session_id, tool_use_id FROM effects ORDER BY session_id"
+    )
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute(query).fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    "sessions", [["mine"], ["outage-42", "mine"], None], ids=["other", "demo-and-other", "foreign"]
+)
+def test_demo_leaves_a_demo_db_it_did_not_make_alone(
+    sessions: list[str] | None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--dir naming a directory whose demo.db is the user's own (a store with a session the
+    demo does not make, or not a toolledger store at all): the demo refuses in one line and
+    removes nothing — not the file, not a row in it, not the world beside it."""
+    where = tmp_path / "dir"
+    where.mkdir()
+    held = _theirs(tmp_path / "theirs.db", sessions)
+    assert held
+    shutil.copyfile(tmp_path / "theirs.db", where / "demo.db")
+    tickets = where / "world" / "tickets"
+    tickets.mkdir(parents=True)
+    (tickets / "T-1.json").write_text('{"id": "T-1"}')
+    before = (where / "demo.db").read_bytes()
+    assert main(["demo", "--dir", str(where)]) == 1
+    captured = capsys.readouterr()
+    err = captured.err
+    assert err.startswith(f"ConfigurationError: --dir {where} holds a demo.db the demo did not")
+    assert "nothing was removed" in err and "Choose another --dir" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "agent starts" not in captured.out, "the story did not begin"
+    assert (where / "demo.db").read_bytes() == before
+    assert _held(where / "demo.db", sessions) == held
+    assert (tickets / "T-1.json").read_text() == '{"id": "T-1"}'
+
+
+def test_demo_leaves_a_world_without_its_store_alone(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """world/tickets in --dir with no demo.db beside it is not an earlier run's: kept."""
+    tickets = tmp_path / "world" / "tickets"
+    tickets.mkdir(parents=True)
+    (tickets / "T-1.json").write_text('{"id": "T-1"}')
+    assert main(["demo", "--dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"ConfigurationError: --dir {tmp_path} holds demo files"), err
+    assert "no demo.db" in err and "nothing was removed" in err
+    assert (tickets / "T-1.json").read_text() == '{"id": "T-1"}'
+    assert not (tmp_path / "demo.db").exists()
 
 
 def test_demo_as_a_newcomer_runs_it() -> None:

@@ -11,7 +11,8 @@ is installed, else by a few lines of plain HTTP (the demo runs on a core install
 ``python -m toolledger.cli.demo --child ...``.
 
 ``--dir DIR`` keeps the store and the world in DIR (a rerun there starts a fresh story: the
-previous run's own files are removed, and it says so); without it they live in a temporary
+previous run's own files are removed, and it says so; a demo.db or world there that the demo
+did not make is left alone, and the demo refuses); without it they live in a temporary
 directory, removed at the end, and the demo says that too.
 """
 
@@ -35,7 +36,7 @@ from rich.text import Text
 
 from .._shell import shown
 from ..engine._gate import ApprovalRequest, Decision
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ToolLedgerError
 from ..records import Status
 from ..tools import ToolContext, ToolSet, tool
 
@@ -214,22 +215,55 @@ def _spawn(
 
 
 DEMO_FILES = ("demo.db", "demo.db-wal", "demo.db-shm")
+WORLD_PARTS = ("tickets", "outbox")
 
 
 def _fresh(base: Path) -> bool:
     """Remove what an earlier demo run left in ``base`` — its store and its world, nothing
-    else — so the story starts again. Whether there was any."""
-    found = False
-    for name in DEMO_FILES:
-        if (base / name).exists():
-            (base / name).unlink()
-            found = True
-    for part in ("tickets", "outbox"):
-        where = base / "world" / part
-        if where.is_dir():
-            shutil.rmtree(where)
-            found = True
-    return found
+    else — so the story starts again. Whether there was any. What is there but not provably
+    the demo's is left alone, and the demo refuses (``ConfigurationError``): ``--dir`` may
+    name a directory that already holds the user's own files."""
+    files = [base / name for name in DEMO_FILES if (base / name).exists()]
+    parts = [base / "world" / part for part in WORLD_PARTS if (base / "world" / part).is_dir()]
+    if not files and not parts:
+        return False
+    _refuse_unless_ours(base)
+    for path in files:
+        path.unlink()
+    for where in parts:
+        shutil.rmtree(where)
+    return True
+
+
+def _refuse_unless_ours(base: Path) -> None:
+    """Raise unless ``base/demo.db`` is a store an earlier demo run made."""
+    db = base / "demo.db"
+    if not db.exists():
+        raise ConfigurationError(
+            f"--dir {shown(str(base))} holds demo files (demo.db-wal, demo.db-shm, "
+            "world/tickets or world/outbox) but no demo.db: they are not an earlier demo run's, "
+            "so nothing was removed. Choose another --dir, or remove them yourself."
+        )
+    if not _ours(db):
+        raise ConfigurationError(
+            f"--dir {shown(str(base))} holds a demo.db the demo did not make (not a "
+            f"toolledger store holding session {SESSION} alone): nothing was removed. Choose "
+            "another --dir, or remove that demo.db yourself."
+        )
+
+
+def _ours(db: Path) -> bool:
+    """Whether ``db`` holds the demo's session and no other, looked at read-only. Holding no
+    session is not enough: an empty file, or another program's SQLite database, reads as a
+    store with none (an older schema is migrated in memory). A file that cannot be read as a
+    store, or is damaged, is not the demo's either."""
+    from ..stores import open_store
+
+    try:
+        with open_store(f"sqlite:///{db}", read_only=True) as store:
+            return store.sessions() == [SESSION]
+    except ToolLedgerError:
+        return False
 
 
 def _introduce(console: Console, store_url: str, *, kept: bool, again: bool, base: Path) -> None:
