@@ -184,6 +184,19 @@ def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFi
         assert code == 1 and "no session 'nobody'" in out
 
 
+def test_a_store_url_naming_a_directory_says_it_is_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """sqlite:/// naming a directory that exists: the error says it is a directory (not that it
+    does not exist), for a command that looks and one that writes, and nothing is made in it."""
+    for command in (["sessions"], ["prune", "--older-than", "1h"]):
+        assert main(["--store", f"sqlite:///{tmp_path}", *command]) == 1
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"{tmp_path} is a directory, not a database file" in err, err
+        assert "does not exist" not in err and f"sqlite:///{tmp_path}/toolledger.db" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_mistake_on_the_command_line_is_said_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

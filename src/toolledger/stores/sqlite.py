@@ -98,6 +98,14 @@ class SQLiteBackend:
         self.url = url
         self.path = path
         self.read_only = read_only and path != ":memory:"
+        if path != ":memory:" and Path(path).is_dir():
+            # Said before SQLite tries it: it would say only "unable to open database file".
+            raise StoreUnavailableError(
+                f"no store at {url}: {Path(path).resolve()} is a directory, not a database "
+                "file. Name a file in it (--store or $TOOLLEDGER_STORE; e.g. "
+                f"sqlite:///{Path(path).resolve() / 'toolledger.db'}).",
+                url=url,
+            )
         if (not create or self.read_only) and path != ":memory:" and not Path(path).is_file():
             raise StoreUnavailableError(
                 f"no store at {url}: {Path(path).resolve()} does not exist. Check the URL "
