@@ -88,6 +88,22 @@ def test_a_bad_age_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) 
     assert "is not a duration" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("age", "said"),
+    [("30d", "30d"), ("12h", "12h"), ("90m", "90m"), ("1.5h", "90m"), ("2w", "2w"), ("45s", "45s")],
+)
+def test_prune_says_the_age_in_whole_units(
+    age: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    tl.open_store(url).close()
+    code, text = cli(capsys, "--store", url, "prune", "--older-than", age)
+    assert code == 0
+    assert " ".join(text.split()).endswith(
+        f"nothing to remove: no ended session idle for longer than {said}"
+    ), text
+
+
 def test_a_session_being_run_is_kept_and_its_call_runs_once(tmp_path: Path) -> None:
     """A worker continues a completed session; prune runs while its tool is running. The
     session is kept (its lease is held, its call in progress); the tool runs once; once the run

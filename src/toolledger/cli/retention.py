@@ -41,6 +41,15 @@ def duration(text: str) -> float:
     return float(m[1]) * _UNITS[m[2]]
 
 
+def spoken(seconds: float) -> str:
+    """``seconds`` as ``duration`` reads it, in the largest unit that holds it whole (30d, not
+    2.592e+06s): what the user wrote, or the same age said as plainly."""
+    for unit, size in sorted(_UNITS.items(), key=lambda item: -item[1]):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
 def cmd_prune(args: argparse.Namespace, console: Console) -> int:
     """Remove ended sessions (completed, max_turns, failed, or records alone) idle for longer
     than --older-than, one transaction each: state, transcript, records, approvals. Never one
@@ -67,7 +76,9 @@ def cmd_prune(args: argparse.Namespace, console: Console) -> int:
             )
         out.grid(table)
     else:
-        out.note(f"nothing to remove: no ended session idle for longer than {args.older_than:g}s")
+        out.note(
+            f"nothing to remove: no ended session idle for longer than {spoken(args.older_than)}"
+        )
     for k in report.kept:
         out.note(
             safe("kept ", "yellow"), safe_id(k.session_id, "yellow"), safe(f": {k.why}", "yellow")
