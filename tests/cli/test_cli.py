@@ -55,7 +55,34 @@ def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]
         main([command, "--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    assert f"toolledger {command}" in out and "--store" in out and "--json" in out
+    assert f"toolledger {command}" in out and "--json" in out
+    # The demo makes its own store: it offers no --store (one given to it is refused).
+    assert ("--store" in out) is (command != "demo")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--store", "sqlite:///mine.db", "demo", "--dir", "d"],
+        ["demo", "--store", "sqlite:///mine.db", "--dir", "d"],
+    ],
+)
+def test_demo_refuses_a_store_it_would_ignore(
+    argv: list[str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--store with demo, before the command or after it: a usage error that says the demo
+    makes its own store, and nothing runs — no store, no --dir made."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error: demo takes no --store: it makes its own store" in err, err
+    assert "use --dir DIR" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_parser_knows_every_command() -> None:

@@ -76,17 +76,26 @@ def _watch(p: argparse.ArgumentParser, default: float) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _common(*, store: bool) -> argparse.ArgumentParser:
+    """The options every command takes. The demo makes its own store: its help offers no
+    --store, and one given to it is refused (``_no_store_for_the_demo``), not ignored."""
     # SUPPRESS: an option given before the command must not be reset by the command's parser.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store",
         default=argparse.SUPPRESS,
-        help=f"store URL (default: $TOOLLEDGER_STORE or {DEFAULT_STORE_URL})",
+        help=f"store URL (default: $TOOLLEDGER_STORE or {DEFAULT_STORE_URL})"
+        if store
+        else argparse.SUPPRESS,
     )
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
     )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common(store=True)
     parser = argparse.ArgumentParser(
         prog="toolledger",
         parents=[common],
@@ -98,15 +107,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"toolledger {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, handler: Handler, **kwargs: Any) -> argparse.ArgumentParser:
+    def add(
+        name: str, handler: Handler, *, store: bool = True, **kwargs: Any
+    ) -> argparse.ArgumentParser:
         doc = (handler.__doc__ or "").strip()
+        parents = [common if store else _common(store=False)]
         p = sub.add_parser(
-            name, parents=[common], help=_first_sentence(doc), description=doc, **kwargs
+            name, parents=parents, help=_first_sentence(doc), description=doc, **kwargs
         )
         p.set_defaults(handler=handler)
         return p
 
-    p = add("demo", cmd_demo)
+    p = add("demo", cmd_demo, store=False)
     p.add_argument(
         "--dir",
         type=Path,
@@ -250,7 +262,9 @@ class _Console(Console):
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit status (``EXIT_CODES``)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _no_store_for_the_demo(parser, args)
     args.store = getattr(args, "store", None)
     args.json = getattr(args, "json", False)
     console = _Console()
@@ -271,6 +285,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return code
+
+
+def _no_store_for_the_demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--store`` with ``demo``, before or after the command, is a usage error (exit 2): the
+    demo makes its own store, so the one named would be silently ignored."""
+    if args.handler is cmd_demo and hasattr(args, "store"):
+        parser.error(
+            "demo takes no --store: it makes its own store, demo.db in --dir DIR (or in a "
+            "temporary directory, removed when it ends). Drop --store; use --dir DIR to keep "
+            "the store and look at it afterwards."
+        )
 
 
 def _closed_pipe() -> int:
