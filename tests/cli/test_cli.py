@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -222,6 +223,31 @@ def test_a_store_url_naming_a_directory_says_it_is_one(
         assert f"{tmp_path} is a directory, not a database file" in err, err
         assert "does not exist" not in err and f"sqlite:///{tmp_path}/toolledger.db" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_verify_and_prune_refuse_another_application_s_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--store pointed at some other program's SQLite file: looking (verify) says it is not a
+    toolledger store instead of "ok", writing (prune) refuses instead of adding our tables to
+    it; both exit 1 and leave the file's bytes as they were."""
+    db = tmp_path / "app.db"
+    with sqlite3.connect(db) as raw:
+        raw.execute("CREATE TABLE notes (body TEXT)")
+    raw.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    url = f"sqlite:///{db}"
+    for command in (["verify"], ["prune", "--older-than", "1d"]):
+        assert main([*command, "--store", url]) == 1
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err.startswith(f"StoreUnavailableError: {url} is not a toolledger store: "), err
+        assert "Nothing was written to it" in err and "Traceback" not in err
+    code, report = cli(capsys, "verify", "--store", url, "--json")
+    assert code == 1 and report["error"] == "StoreUnavailableError"
+    assert "is not a toolledger store" in report["message"]
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
 
 
 def test_a_mistake_on_the_command_line_is_said_in_one_line(

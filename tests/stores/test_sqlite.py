@@ -133,6 +133,55 @@ def test_a_file_that_is_not_a_database_is_corrupt_not_empty(tmp_path: Path) -> N
         tl.open_store(f"sqlite:///{db}")
 
 
+def _foreign(db: Path, *statements: str) -> bytes:
+    """Another application's database, made of ``statements``; its bytes."""
+    with sqlite3.connect(db) as raw:
+        for statement in statements:
+            raw.execute(statement)
+    raw.close()
+    return db.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "statements",
+    [
+        ("CREATE TABLE notes (body TEXT)",),
+        # A user_version of its own is not one of our schema versions: neither migrated on
+        # from 3 nor called "written by a newer toolledger".
+        ("CREATE TABLE notes (body TEXT)", "PRAGMA user_version = 3"),
+        ("CREATE TABLE notes (body TEXT)", f"PRAGMA user_version = {len(MIGRATIONS) + 5}"),
+        # A table of its own that happens to share a name with one of ours.
+        ("CREATE TABLE effects (what TEXT)",),
+    ],
+    ids=["tables", "own-user-version", "high-user-version", "own-effects-table"],
+)
+def test_another_application_s_database_is_refused_and_left_as_it_was(
+    tmp_path: Path, statements: tuple[str, ...]
+) -> None:
+    """A file holding tables and no toolledger schema is somebody else's database: opening it,
+    to write or only to look, is an error that names it — never a migration that adds our
+    tables to it, nor an empty ledger. Not a byte of it changes, and no WAL appears beside
+    it. An empty file, or a database with no tables, still becomes a store."""
+    db = tmp_path / "app.db"
+    before = _foreign(db, *statements)
+    for options in ({}, {"create": False}, {"read_only": True}):
+        with pytest.raises(tl.StoreUnavailableError, match="is not a toolledger store") as err:
+            tl.open_store(f"sqlite:///{db}", **options)
+        assert str(db) in str(err.value) and "Nothing was written to it" in str(err.value)
+        assert "--store" in str(err.value)
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    bare = tmp_path / "bare.db"
+    _foreign(bare, "PRAGMA journal_mode = WAL")
+    for path in (empty, bare):
+        with tl.open_store(f"sqlite:///{path}") as store:
+            assert store.sessions() == []
+        version = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0]
+        assert version == len(MIGRATIONS)
+
+
 def test_reopening_runs_no_migration_twice(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
     for _ in range(3):

@@ -12,9 +12,26 @@ from ..errors import CorruptLedgerError, StoreError, StoreUnavailableError
 from ._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
 from ._sql.schema import sqlite_versioned, too_new
 
-__all__ = ["BUSY_TIMEOUT_S", "create_owner_only", "identity", "open_read_only", "translate"]
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "create_owner_only",
+    "identity",
+    "open_read_only",
+    "refuse_foreign",
+    "translate",
+]
 
 BUSY_TIMEOUT_S = 10
+
+OUR_FIRST_TABLE = "effects"
+"""The table schema 1 creates: every toolledger store from then on holds it."""
+
+# One statement, so the version and the tables come from one snapshot: read in two, a store
+# another process is creating could show schema 0 and then its freshly committed tables.
+_CONTENTS = (
+    "SELECT (SELECT user_version FROM pragma_user_version), name FROM sqlite_master "
+    "WHERE type IN ('table', 'view') ORDER BY name"
+)
 
 
 def translate(exc: sqlite3.Error, url: str, action: str) -> StoreError:
@@ -45,6 +62,28 @@ def translate(exc: sqlite3.Error, url: str, action: str) -> StoreError:
             f"{url}: the disk is full while {action} ({text}); free space and retry", url=url
         )
     return StoreError(f"{url}: {action} failed: {text}", url=url)
+
+
+def refuse_foreign(conn: sqlite3.Connection, path: str, url: str) -> None:
+    """Raise ``StoreUnavailableError`` if the file is some other application's database: it
+    holds tables or views, and no toolledger schema (version 0, or no ``effects`` table). A
+    toolledger store is never at version 0 with tables — each migration commits with its
+    version — so this refuses no store of ours, of any release. Called before anything is
+    written (switching to WAL rewrites the file's header) and before the version is judged (a
+    foreign ``user_version`` would read as a newer toolledger). An empty or new file passes: it
+    becomes a store."""
+    rows = conn.execute(_CONTENTS).fetchall()
+    names = [str(name) for _, name in rows]
+    if not rows or (int(rows[0][0]) > 0 and OUR_FIRST_TABLE in names):
+        return
+    shown = ", ".join(repr(name) for name in names[:3]) + (", ..." if len(names) > 3 else "")
+    raise StoreUnavailableError(
+        f"{url} is not a toolledger store: {Path(path).resolve()} is an SQLite database that "
+        f"holds tables of its own ({shown}) and none of toolledger's. Nothing was written to "
+        "it. Point the store URL (--store, $TOOLLEDGER_STORE) at the ledger's file, or at a "
+        "new path for a new ledger.",
+        url=url,
+    )
 
 
 def open_read_only(path: str, url: str, *, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -85,6 +124,14 @@ def open_read_only(path: str, url: str, *, busy_timeout_ms: int) -> sqlite3.Conn
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         except sqlite3.Error as exc2:
             raise translate(exc2, url, "opening read-only") from exc2
+    try:
+        refuse_foreign(conn, path, url)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise translate(exc, url, "opening read-only") from exc
+    except BaseException:
+        conn.close()
+        raise
     error = too_new(version, url)
     if error is not None:
         conn.close()

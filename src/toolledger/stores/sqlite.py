@@ -31,7 +31,14 @@ from ._sql import statements as q
 from ._sql.plans import Outcome, Step
 from ._sql.schema import SQLITE_MIGRATIONS as MIGRATIONS
 from ._sql.schema import sqlite_versioned, too_new
-from ._sqlite_files import BUSY_TIMEOUT_S, create_owner_only, identity, open_read_only, translate
+from ._sqlite_files import (
+    BUSY_TIMEOUT_S,
+    create_owner_only,
+    identity,
+    open_read_only,
+    refuse_foreign,
+    translate,
+)
 from .contract import Pending, interrupted
 
 __all__ = ["SQLiteBackend", "translate"]
@@ -140,6 +147,7 @@ class SQLiteBackend:
             self._identity = identity(path, url)
             if self._identity is not None:
                 self.place = "sqlite:{}:{}".format(*self._identity)
+            refuse_foreign(self._conn, path, url)  # before _configure: WAL rewrites the header
             self._configure()
             self._migrate()
         except sqlite3.Error as exc:
