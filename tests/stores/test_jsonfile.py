@@ -66,6 +66,40 @@ def test_missing_file_is_an_empty_ledger(tmp_path: Path) -> None:
         assert store.ledger("s").records() == []
 
 
+def _contents(directory: Path) -> dict[str, bytes | None]:
+    return {p.name: p.read_bytes() if p.is_file() else None for p in directory.iterdir()}
+
+
+def test_a_directory_of_other_files_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """A directory holding files of its own and none of toolledger's is not a store: opening
+    it, to write or only to look, is an error that names it — never a format file, a lock file
+    or an empty ledger written into it. An empty directory, one with only hidden files, and a
+    0.1 store (no format file: its lock file or its ledgers say it is one) still open."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    (theirs / "photos").mkdir()
+    before = _contents(theirs)
+    for options in ({}, {"create": False}, {"read_only": True}):
+        with pytest.raises(tl.StoreUnavailableError, match="is not a toolledger store") as err:
+            tl.open_store(f"json:///{theirs}", **options)
+        assert str(theirs) in str(err.value) and "Nothing was written to it" in str(err.value)
+        assert "'notes.txt'" in str(err.value)
+    assert _contents(theirs) == before
+    ok = [tmp_path / name for name in ("empty", "hidden", "locked", "ledgers")]
+    for directory in ok:
+        directory.mkdir()
+    (tmp_path / "hidden" / ".gitkeep").touch()
+    (tmp_path / "locked" / ".toolledger.lock").touch()
+    _, ledger = written_ledger(tmp_path)
+    os.replace(ledger, tmp_path / "ledgers" / ledger.name)  # copied without its dotfiles
+    for directory in ok:
+        with tl.open_store(f"json:///{directory}") as store:
+            assert store.session_states() == []
+        assert (directory / ".toolledger-format").exists()
+    assert tl.open_store(f"json:///{tmp_path / 'ledgers'}").ledger("s").records() != []
+
+
 def test_truncation_at_every_byte_offset_is_detected(tmp_path: Path) -> None:
     url, path = written_ledger(tmp_path)
     whole = path.read_bytes()

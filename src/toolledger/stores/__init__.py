@@ -59,6 +59,8 @@ def open_store(
     release's file through a migrated copy in memory; a write raises ``StoreUnavailableError``.
     PostgreSQL's schema is not migrated either (an older one is an error saying how). It
     implies ``create=False``.
+    An SQLite file or a JSON directory that holds someone else's data and no toolledger store
+    is refused with ``StoreUnavailableError`` ("not a toolledger store"), written to by neither.
     Raises ``ConfigurationError`` for a URL we cannot use and ``StoreError`` for a store we
     cannot open.
     """

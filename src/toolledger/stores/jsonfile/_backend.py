@@ -35,7 +35,7 @@ from ._codec import (
     record_line,
 )
 from ._files import LOG_SUFFIX, SUFFIX, Directory
-from ._format import Format, format_file
+from ._format import Format, format_file, refuse_foreign
 
 __all__ = ["JSONBackend"]
 
@@ -55,6 +55,7 @@ class JSONBackend:
         self.dir = self._files.path
         found = self.dir.stat()  # the directory, whatever path reaches it (``StoreCore.place``)
         self.place = f"json:{found.st_dev}:{found.st_ino}"
+        refuse_foreign(self.dir, url)  # before the format file is written below
         self._format = Format(self.dir, url)
         self._format.check()
         if create and self._format.stamp():

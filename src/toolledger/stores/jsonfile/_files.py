@@ -19,6 +19,7 @@ from urllib.parse import quote, unquote
 from ...errors import StoreUnavailableError
 
 __all__ = [
+    "LOCK_FILE",
     "LOCK_TIMEOUT_S",
     "LOG_SUFFIX",
     "SUFFIX",
@@ -30,6 +31,7 @@ __all__ = [
 LOCK_TIMEOUT_S = 10.0
 SUFFIX = ".effects.json"
 LOG_SUFFIX = ".session.jsonl"
+LOCK_FILE = ".toolledger.lock"
 _MAX_STEM_BYTES = 180
 
 
@@ -131,7 +133,7 @@ class Directory:
             if self._locking:  # this thread holds it already (a rename inside a commit)
                 yield
                 return
-            fd = os.open(self.path / ".toolledger.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            fd = os.open(self.path / LOCK_FILE, os.O_CREAT | os.O_RDWR, 0o600)
             self._locking = True
             try:
                 deadline = time.monotonic() + LOCK_TIMEOUT_S
@@ -142,7 +144,7 @@ class Directory:
                     except BlockingIOError:
                         if time.monotonic() > deadline:
                             raise StoreUnavailableError(
-                                f"{self.path / '.toolledger.lock'} stayed locked for "
+                                f"{self.path / LOCK_FILE} stayed locked for "
                                 f"{LOCK_TIMEOUT_S:g}s: another process holds the json store's "
                                 "write lock (stuck, or stopped in a debugger)",
                                 url=self.url,

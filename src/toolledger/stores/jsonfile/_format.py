@@ -7,6 +7,10 @@ on opening — and by a worker that meets it mid-run (a newer release upgraded t
 it ran), on its next write or on a line it cannot read — with ``SchemaVersionError``: "written
 by a newer toolledger — upgrade". Never "corrupt": moving such a file aside would re-run every
 call it records.
+
+A directory that holds files and none of toolledger's — no format file, no write lock, no
+ledger or log file — is somebody else's, and is refused on opening (``refuse_foreign``) before
+anything is written to it.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import json
 import os
 from pathlib import Path
 
-from ...errors import SchemaVersionError
+from ...errors import SchemaVersionError, StoreUnavailableError
+from ._files import LOCK_FILE, LOG_SUFFIX, SUFFIX
 
-__all__ = ["FORMAT", "FORMAT_FILE", "Format", "format_file", "too_new"]
+__all__ = ["FORMAT", "FORMAT_FILE", "Format", "format_file", "refuse_foreign", "too_new"]
 
 FORMAT = 2
 """The newest format this release reads, and the one it writes. 1: toolledger 0.1 (no file)."""
@@ -65,6 +70,34 @@ class Format:
     def stamp(self) -> bool:
         """Whether the directory needs ``data`` written as its format file (it is older)."""
         return self.read() < FORMAT
+
+
+def refuse_foreign(directory: Path, url: str) -> None:
+    """Raise ``StoreUnavailableError`` if ``directory`` holds files of its own and none of
+    toolledger's, before the first write stamps it as a store. A store of 0.1 has no format file
+    but has its lock file (every write takes it) or its ledger and log files, so it passes; so
+    does an empty directory, or one holding only hidden files (``.gitkeep``, ``.DS_Store``).
+    Stops at the first file of ours: an old store with many sessions costs one entry or few."""
+    if (directory / FORMAT_FILE).exists():
+        return
+    theirs: list[str] = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name == LOCK_FILE or entry.name.endswith((SUFFIX, LOG_SUFFIX)):
+                return
+            if not entry.name.startswith("."):
+                theirs.append(entry.name)
+    if not theirs:
+        return
+    shown = ", ".join(repr(name) for name in sorted(theirs)[:3])
+    raise StoreUnavailableError(
+        f"{url} is not a toolledger store: {directory.resolve()} holds files of its own "
+        f"({shown}{', ...' if len(theirs) > 3 else ''}) and none of toolledger's (no "
+        f"{FORMAT_FILE}). Nothing was written to it. Point the store URL (--store, "
+        "$TOOLLEDGER_STORE) at the ledger's directory, or at a new or empty one for a new "
+        "ledger.",
+        url=url,
+    )
 
 
 def too_new(version: int, url: str) -> SchemaVersionError:
