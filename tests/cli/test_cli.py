@@ -193,6 +193,36 @@ def test_approvals_from_the_command_line(
     assert [a["status"] for a in cli(capsys, "approvals", "--all", "--json")[1]] == ["used"]
 
 
+@pytest.mark.parametrize("damage", ["not a database", "truncated"])
+def test_verify_reports_a_store_too_damaged_to_open(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    """Other commands say a damaged store is damaged and point to verify; verify itself
+    reports it as its finding — what is damaged, restore from a backup, how an SQLite file's
+    readable rows may be salvaged — instead of failing with the error that sent the user to it."""
+    bad = tmp_path / "bad.db"
+    if damage == "not a database":
+        bad.write_bytes(b"not a database" * 100)
+    else:
+        with tl.open_store(f"sqlite:///{bad}") as store:
+            for n in range(200):
+                store.apply("s", [InsertEffect(make_record("s", f"toolu_{n}"))])
+        bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+        for extra in ("bad.db-wal", "bad.db-shm"):
+            (tmp_path / extra).unlink(missing_ok=True)
+    url = f"sqlite:///{bad}"
+    assert main(["sessions", "--store", url]) == 1
+    assert "toolledger verify" in capsys.readouterr().err
+    assert main(["verify", "--store", url]) == 1
+    out, err = capsys.readouterr()
+    flat = " ".join(out.split())
+    assert "is damaged" in flat and "Restore it from a backup" in flat and ".recover" in flat
+    assert "run `toolledger verify`" not in flat and err == ""
+    code, report = cli(capsys, "verify", "--store", url, "--json")
+    assert code == 1 and report["ok"] is False and report["store"] == url
+    assert "is damaged" in report["problems"][0]["message"]
+
+
 def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"not a database" * 100)

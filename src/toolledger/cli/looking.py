@@ -8,10 +8,11 @@ from rich.console import Console
 from rich.text import Text
 
 from .._liveness import Over, Running
-from .._verify import Severity, verify
+from .._verify import Problem, Severity, verify
 from .._views.overview import known_session, overview
 from .._views.timeline import timeline_window
 from .._views.window import window_of
+from ..errors import CorruptLedgerError
 from ..records import RunStatus
 from . import render
 from ._command import emit_json, no_session, store_of, url_of
@@ -158,11 +159,35 @@ def cmd_in_doubt(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _unreadable(exc: CorruptLedgerError, url: str) -> Problem:
+    """A store too damaged to open is verify's finding — what is damaged, and what can still
+    be done — not an error that sends the reader back to verify."""
+    why = str(exc).split(" It is not read as empty", 1)[0].rstrip(".")
+    salvage = (
+        " An SQLite file's readable rows may be salvaged into a new one (`sqlite3 DAMAGED "
+        ".recover | sqlite3 NEW`), which verify can then check."
+        if url.startswith("sqlite:")
+        else ""
+    )
+    return Problem(
+        Severity.ERROR,
+        None,
+        f"{why}: nothing of it can be read, and it is not read as empty (that would re-run "
+        f"every recorded effect). Restore it from a backup.{salvage}",
+    )
+
+
 def cmd_verify(args: argparse.Namespace, console: Console) -> int:
     """Check the store's integrity and that every transcript agrees with its ledger."""
-    with store_of(args) as store:
-        problems = verify(store)
-        url = store.url
+    try:
+        opened = store_of(args)
+    except CorruptLedgerError as exc:  # too damaged to open: that is the finding
+        url = exc.url or url_of(args)
+        problems = [_unreadable(exc, url)]
+    else:
+        with opened as store:
+            problems = verify(store)
+            url = store.url
     errors = [p for p in problems if p.severity is Severity.ERROR]
     if args.json:
         emit_json(
