@@ -43,8 +43,10 @@ __all__ = [
 
 def cmd_fork(args: argparse.Namespace, console: Console) -> int:
     """Fork a session: a new session whose transcript is this one's through the end of turn K,
-    carrying those turns' ledger records. Every call after turn K that took effect (or may have)
-    is listed on the fork and, unless --ignore-effects, told to the model in a note."""
+    carrying a copy of every ledger record of its lineage (the calls of the turns it keeps and
+    those after turn K, so none of them runs again on the fork). Every call after turn K that
+    took effect (or may have) is listed on the fork and, unless --ignore-effects, told to the
+    model in a note."""
     with store_of(args, write=True) as store:
         if not known_session(store, args.session):
             return no_session(console, args, store)
