@@ -253,6 +253,13 @@ def test_a_store_url_naming_a_directory_says_it_is_one(
         assert f"{tmp_path} is a directory, not a database file" in err, err
         assert "does not exist" not in err and f"sqlite:///{tmp_path}/toolledger.db" in err
     assert list(tmp_path.iterdir()) == []
+    # And a json:/// URL naming a file: it says so, for both kinds of command.
+    (tmp_path / "notes.txt").write_text("mine")
+    for command in (["sessions"], ["prune", "--older-than", "1h"]):
+        assert main(["--store", f"json:///{tmp_path / 'notes.txt'}", *command]) == 1
+        err = " ".join(capsys.readouterr().err.split())
+        assert "notes.txt is a file, not a directory" in err, err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_verify_and_prune_refuse_another_application_s_database(

@@ -72,6 +72,13 @@ class Directory:
     def __init__(self, directory: str, *, url: str, create: bool = True) -> None:
         self.url = url
         self.path = Path(directory)
+        if self.path.exists() and not self.path.is_dir():
+            raise StoreUnavailableError(
+                f"no store at {url}: {self.path.resolve()} is a file, not a directory: a json "
+                "store is a directory of files. Name a directory (json:///relative/dir, "
+                "json:////absolute/dir); a missing one is made.",
+                url=url,
+            )
         if not create and not self.path.is_dir():
             raise StoreUnavailableError(
                 f"no store at {url}: {self.path.resolve()} does not exist. Check the URL "
