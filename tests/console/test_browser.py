@@ -382,6 +382,8 @@ def test_a_cross_site_post_changes_nothing(browser: Any, stage: Stage) -> None:
         "session": "pay-3",
         "tool_use_id": request.tool_use_id,
         "input_hash": request.input_hash,
+        "in_doubt": "yes" if request.in_doubt else "no",
+        "attempt": str(request.attempt),
         "by": "mallory",
         "decision": "approve",
     }

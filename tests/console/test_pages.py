@@ -8,6 +8,7 @@ import contextlib
 import html
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -192,6 +193,51 @@ def test_a_changed_request_is_refused_not_approved(client: TestClient, scene: Sc
     with tl.open_store(scene.url) as store:
         (still,) = store.approvals("pay-1")
     assert still.status is ApprovalStatus.PENDING and still.decided_by is None
+
+
+@pytest.mark.parametrize("now", ["in doubt", "another attempt"])
+def test_a_first_runs_card_cannot_approve_a_re_run(
+    client: TestClient, scene: Scene, now: str
+) -> None:
+    """A card shown for a call's first run (no red warning) stays open while the request
+    becomes another question with the same input: a re-run of the call in doubt — which may
+    already have happened — or one about another attempt. Approving from the old card is
+    refused, and the request stays pending for a person who sees what it now asks."""
+    form = form_for(client, "/approvals", "pay-1")
+    assert form["in_doubt"] == "no" and form["attempt"] == "0"
+    with tl.open_store(scene.url) as store:  # asked again after an attempt was lost
+        (shown,) = store.approvals("pay-1")
+        again = replace(
+            shown,
+            in_doubt=now == "in doubt",
+            attempt=1 if now == "in doubt" else 2,
+            requested_at=shown.requested_at + 1,
+        )
+        assert store.apply("pay-1", [PutApproval(again, ApprovalStatus.PENDING)]) == [True]
+    before = scene.dump()
+    refused = client.post("/approvals/decide", data={**form, "by": "ana", "decision": "approve"})
+    text = html.unescape(refused.text)
+    assert refused.status_code == 409 and "is not the one you were shown" in text
+    if now == "in doubt":
+        assert "may already have happened" in text
+    assert scene.dump() == before
+    with tl.open_store(scene.url) as store:
+        (still,) = store.approvals("pay-1")
+    assert still.status is ApprovalStatus.PENDING and still.decided_by is None
+
+
+def test_a_form_that_does_not_say_which_request_it_showed_decides_nothing(
+    client: TestClient, scene: Scene
+) -> None:
+    form = form_for(client, "/approvals", "pay-1")
+    before = scene.dump()
+    for dropped in ("in_doubt", "attempt"):
+        partial = {k: v for k, v in form.items() if k != dropped}
+        refused = client.post(
+            "/approvals/decide", data={**partial, "by": "ana", "decision": "approve"}
+        )
+        assert refused.status_code == 409 and f"the form has no {dropped}" in refused.text
+    assert scene.dump() == before
 
 
 def test_deciding_twice_is_refused(client: TestClient, scene: Scene) -> None:

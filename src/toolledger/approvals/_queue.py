@@ -180,6 +180,24 @@ def _still_in_doubt(store: Store, request: ApprovalRecord) -> None:
     )
 
 
+def _changed(
+    current: ApprovalRecord, *, input_hash: str | None, in_doubt: bool | None, attempt: int | None
+) -> str:
+    """How ``current`` differs from the request as shown (each part given), or ``""``."""
+    if input_hash is not None and current.input_hash != input_hash:
+        return f"its input changed (hash {current.input_hash}, not {input_hash})"
+    if in_doubt is not None and current.in_doubt != in_doubt:
+        return (
+            "it now asks to run again a call that may already have happened (an attempt "
+            "started and its outcome is unknown)"
+            if current.in_doubt
+            else "it no longer asks about a call in doubt"
+        )
+    if attempt is not None and current.attempt != attempt:
+        return f"it now asks about attempt {current.attempt}, not {attempt}"
+    return ""
+
+
 def pending(store: Store, session_id: str | None = None) -> list[ApprovalRecord]:
     """Requests waiting for a person, oldest first."""
     waiting = [a for a in store.approvals(session_id) if a.status is ApprovalStatus.PENDING]
@@ -194,15 +212,20 @@ def decide(
     approved: bool,
     by: str,
     input_hash: str | None = None,
+    in_doubt: bool | None = None,
+    attempt: int | None = None,
 ) -> ApprovalRecord:
     """Approve or deny a pending request (one compare-and-set). Raises ``NotPendingError`` when
     there is no pending request for that call, ``SessionConflictError`` when it was decided by
     someone else meanwhile.
 
-    ``input_hash``: the hash of the input the person was shown. A request whose input is another
-    one by now is refused (``SessionConflictError``), not decided. The decision written is the
-    request as read, hash included, so a request replaced between that read and the write is
-    not decided either: its hash differs, and the queue asks again."""
+    ``input_hash``, ``in_doubt``, ``attempt``: the request as the person was shown it — its
+    input's hash, whether it asked to run again a call in doubt, the attempt it asked about. A
+    request that is another question by now (another input; a first run's question become an
+    in-doubt re-run's, which runs a call that may already have happened) is refused
+    (``SessionConflictError``), not decided. The decision written is the request as read, so a
+    request replaced between that read and the write is not decided either: it is another
+    question, and the queue asks again."""
     current = _find(store, session_id, tool_use_id)
     if current is None or current.status is not ApprovalStatus.PENDING:
         if current is None:
@@ -223,15 +246,16 @@ def decide(
             session_id=session_id,
             tool_use_id=tool_use_id,
         )
-    if current.in_doubt and approved:
-        _still_in_doubt(store, current)
-    if input_hash is not None and current.input_hash != input_hash:
+    changed = _changed(current, input_hash=input_hash, in_doubt=in_doubt, attempt=attempt)
+    if changed:
         raise SessionConflictError(
-            f"the request for {tool_use_id!r} is not the one you were shown: its input changed "
-            f"(hash {current.input_hash}, not {input_hash}); look at it again",
+            f"the request for {tool_use_id!r} is not the one you were shown: {changed}; "
+            "look at it again",
             session_id=session_id,
             tool_use_id=tool_use_id,
         )
+    if current.in_doubt and approved:
+        _still_in_doubt(store, current)
     decided = replace(
         current,
         status=ApprovalStatus.APPROVED if approved else ApprovalStatus.DENIED,

@@ -101,11 +101,24 @@ def decide_from(store: Store, form: FormData) -> Notice:
     try:
         session, call = _call(form)
         shown = _field(form, "input_hash", exact=True)
+        in_doubt = {"yes": True, "no": False}.get(_field(form, "in_doubt"))
+        attempt = _field(form, "attempt")
+        if in_doubt is None or not attempt.isdigit():
+            raise Refused("the form does not say which request it showed; load the page again")
         by = _name(form)
         approved = {"approve": True, "deny": False}.get(_field(form, "decision"))
         if approved is None:
             raise Refused("say approve or deny")
-        record = decide(store, session, call, approved=approved, by=by, input_hash=shown)
+        record = decide(
+            store,
+            session,
+            call,
+            approved=approved,
+            by=by,
+            input_hash=shown,
+            in_doubt=in_doubt,
+            attempt=int(attempt),
+        )
     except (Refused, ToolLedgerError) as exc:
         return Notice(False, f"Nothing changed: {exc}")
     return Notice(
