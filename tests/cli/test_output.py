@@ -340,3 +340,100 @@ def test_top_level_help_gives_each_command_a_whole_sentence(
         line = next(ln for ln in out.splitlines() if ln.strip().startswith(command + " "))
         text = line.strip()[len(command) :].strip()
         assert text.endswith("."), f"{command}: help cut mid-sentence: {text!r}"
+
+
+def stopped_in_doubt(url: str, *, queue: bool) -> tl.RunStatus:
+    """A session ``s3`` whose ``send_email`` (``toolu_01``) is in doubt, stopped for a person:
+    ``needs_attention``, or — with the approval queue, run once more — ``awaiting_approval``
+    on the request to run it again."""
+
+    @tl.tool
+    def send_email(to: str) -> str:
+        """Send."""
+        raise tl.OutcomeUnknown("the mail server did not answer")
+
+    script = [Reply(tool_uses=[ToolUse("send_email", {"to": "a@b.c"}, id="toolu_01")])]
+    approve = tl.approvals.queue if queue else None
+    with ScriptedModel([*script, Reply(text="done")]) as model, tl.open_store(url) as store:
+        agent = tl.Agent(
+            client=model.client(), model="m", tools=[send_email], store=store, approve=approve
+        )
+        run = agent.run(session="s3", prompt="mail")
+        assert run.status is tl.RunStatus.NEEDS_ATTENTION
+        if queue:
+            run = agent.run(session="s3")
+            assert run.status is tl.RunStatus.AWAITING_APPROVAL
+            assert [a.in_doubt for a in tl.approvals.pending(store, "s3")] == [True]
+    return run.status
+
+
+@pytest.mark.parametrize("queue", [False, True], ids=["needs_attention", "awaiting_approval"])
+def test_a_stop_reason_settled_since_says_so_and_points_to_the_next_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], queue: bool
+) -> None:
+    """A session stopped for a person keeps its run's reason, commands and all. Once a person
+    settled the call, ``sessions`` and ``show`` — on a terminal, in a pipe, in JSON — still
+    show the reason, and say it is settled since: run the session again (its resolve is refused
+    now, its approve too)."""
+    from .test_widths import in_terminal
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    status = stopped_in_doubt(url, queue=queue)
+
+    def looked() -> dict[str, str]:
+        seen = {f"{c} piped": run(capsys, c, *a, "--store", url)[1] for c, *a in LOOKS}
+        seen |= {f"{c} on a terminal": in_terminal([c, *a, "--store", url], 200) for c, *a in LOOKS}
+        return {where: " ".join(out.split()) for where, out in seen.items()}
+
+    def in_json() -> list[dict[str, Any]]:
+        (listed,) = json.loads(run(capsys, "sessions", "--store", url, "--json")[1])["sessions"]
+        shown = json.loads(run(capsys, "show", "s3", "--store", url, "--json")[1])["session"]
+        assert listed["reason"] == shown["reason"] and "resolve s3 toolu_01" in shown["reason"]
+        assert listed["status"] == shown["status"] == status.value
+        return [listed, shown]
+
+    for where, out in looked().items():
+        assert "may already have happened" in out, where
+        assert "settled since" not in out, f"{where}: nothing is settled yet"
+    before = in_json()
+
+    assert main(["--store", url, "resolve", "s3", "toolu_01", "--happened", "--by", "ana"]) == 0
+    capsys.readouterr()
+
+    for where, out in looked().items():
+        assert "may already have happened" in out, f"{where}: the stored reason is kept"
+        assert "settled since: that was so when the run stopped" in out, where
+        assert "Run the session again to go on (not the commands it names)" in out, where
+    assert [s.get("settled_since") for s in before] == [False, False]
+    assert [s.get("settled_since") for s in in_json()] == [True, True]
+    # What it says is so: the reason's commands are spent.
+    assert main(["--store", url, "resolve", "s3", "toolu_01", "--not-happened"]) == 1
+    if queue:
+        assert main(["--store", url, "approve", "s3", "toolu_01"]) == 1
+
+
+LOOKS = [("sessions",), ("show", "s3")]
+
+
+def test_a_stop_that_waited_on_no_call_is_not_called_settled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``needs_attention`` for something else than a call in doubt — a late outcome the ledger
+    cannot vouch for — has no call in doubt from the start: nothing was settled since, and its
+    reason is still what a person must look at."""
+    from dataclasses import replace
+
+    from toolledger.ops import PutSession
+    from toolledger.testing.conformance import make_record, make_state
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    reason = "'create_ticket' (toolu_1) in session 's': attempt 1 took effect after it was settled"
+    stopped = replace(make_state(status=tl.RunStatus.NEEDS_ATTENTION, version=2), reason=reason)
+    done = make_record(status=Status.SUCCEEDED, result="T-1", at=stopped.updated_at - 1)
+    with tl.open_store(url) as store:
+        store.apply("s", [PutSession(stopped, None), InsertEffect(done)])
+    for argv in (["sessions"], ["show", "s"]):
+        code, out = run(capsys, *argv, "--store", url)
+        assert code == 0 and reason in out and "settled since" not in out, argv
+    (listed,) = json.loads(run(capsys, "sessions", "--store", url, "--json")[1])["sessions"]
+    assert listed["reason"] == reason and listed["settled_since"] is False

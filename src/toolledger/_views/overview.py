@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._liveness import Running, Verdict
-from ..records import Lease, SessionState
+from ..records import ApprovalStatus, Lease, RunStatus, SessionState, Status
 from ..stores import Store
 from .format import when
 
-__all__ = ["Overview", "known_session", "lease_text", "overview"]
+__all__ = ["Overview", "known_session", "lease_text", "overview", "settled_since"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,41 @@ def overview(store: Store) -> Overview:
         kind = "in progress" if isinstance(verdict, Running) else "in doubt"
         calls.setdefault(record.session_id, []).append(kind)
     return Overview(states, ledger_only, held, calls)
+
+
+def settled_since(store: Store, state: SessionState) -> bool | None:
+    """Whether what stopped the session's last run for a person has been settled since, so that
+    its stored reason (and the commands in it) describes the store as it was then, not now.
+    ``None`` for a session that did not stop for a person (it is neither ``awaiting_approval``
+    nor ``needs_attention``): only those two are looked into, so a listing stays cheap.
+
+    Settled means nothing waits for a person any more — no approval request of the session is
+    pending, no call of it is started without an outcome — *and* something was decided since the
+    run stopped (a request decided, a record settled after the session's last write). The
+    second half keeps a stop that never waited on a call (a late outcome the ledger cannot vouch
+    for, a record that moved on while the run ran it) from being called settled: its reason is
+    still what a person must look at."""
+    sid, stopped = state.session_id, state.updated_at
+    if state.status is RunStatus.AWAITING_APPROVAL:
+        requests = store.approvals(sid)
+        if any(a.status is ApprovalStatus.PENDING for a in requests):
+            return False
+        return any((a.decided_at or 0.0) > stopped for a in requests)
+    if state.status is RunStatus.NEEDS_ATTENTION:
+        moved = False
+        for record in store.ledger(sid).records():
+            r = record
+            if r.status is Status.STARTED and r.copied and r.origin is not None:
+                # A branch's copy stands for its lineage's record: it is settled there, and
+                # this session takes that outcome at its next run.
+                there = store.ledger(r.origin).get(r.tool_use_id)
+                if there is not None and (there.tool, there.input_hash) == (r.tool, r.input_hash):
+                    r = there
+            if r.status is Status.STARTED:
+                return False  # in doubt (or in progress) still: nothing is settled
+            moved = moved or r.updated_at > stopped
+        return moved
+    return None
 
 
 def known_session(store: Store, session_id: str) -> bool:

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from .._liveness import Over, Running
 from .._verify import Problem, Severity, verify
-from .._views.overview import known_session, overview
+from .._views.overview import known_session, overview, settled_since
 from .._views.timeline import timeline_window
 from .._views.window import window_of
 from ..errors import CorruptLedgerError
@@ -33,6 +33,8 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
     """List sessions: agent sessions with their status, and ledgers used on their own."""
     with store_of(args) as store:
         seen = overview(store)
+        # Only sessions stopped for a person are looked into (``settled_since``).
+        settled = {s.session_id: settled_since(store, s) for s in seen.states}
     states, ledger_only, held, calls = seen.states, seen.ledger_only, seen.held, seen.calls
     if args.json:
         emit_json(
@@ -40,6 +42,8 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
                 "sessions": [
                     {
                         **render.session_json(s),
+                        # stopped for a person, and settled since: the reason is history
+                        "settled_since": settled[s.session_id],
                         "lease": {k: v for k, v in held[s.session_id].items() if k != "text"}
                         if s.session_id in held
                         else None,
@@ -55,7 +59,8 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
     else:
         summary = seen.started_summary()
         text = {sid: h["text"] for sid, h in held.items()}
-        Out(console).grid(render.sessions_table(states, ledger_only, text, summary))
+        known = {sid: v for sid, v in settled.items() if v is not None}
+        Out(console).grid(render.sessions_table(states, ledger_only, text, summary, known))
     return 0
 
 
@@ -65,6 +70,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         if not known_session(store, args.session):
             return no_session(console, args, store)
         state = store.session(args.session)
+        settled = settled_since(store, state) if state else None
         events, window = timeline_window(
             store,
             args.session,
@@ -75,7 +81,9 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         emit_json(
             {
                 "window": window.as_json(),
-                "session": render.session_json(state) if state else None,
+                "session": {**render.session_json(state), "settled_since": settled}
+                if state
+                else None,
                 "lineage": [branch_json(b, reveal=args.show_secrets) for b in state.lineage]
                 if state
                 else [],
@@ -93,6 +101,8 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         )
         if state.reason:
             out.note(safe(f"  {state.reason}"))
+            if settled:
+                out.note(safe(f"  {render.SETTLED_SINCE}"))
         for b in state.lineage:
             for line in branch_lines(b, reveal=args.show_secrets):
                 out.note(Text("  ").append_text(line))

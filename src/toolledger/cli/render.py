@@ -35,6 +35,7 @@ from .output import Col, Grid
 __all__ = [
     "HAPPENED",
     "NOT_HAPPENED",
+    "SETTLED_SINCE",
     "STATUS_STYLE",
     "Event",
     "approval_json",
@@ -55,6 +56,7 @@ __all__ = [
     "sessions_table",
     "settle_command",
     "settle_commands",
+    "stopped_reason",
     "styled",
     "timeline",
     "timeline_json",
@@ -96,6 +98,21 @@ def command(*argv: str, options: Sequence[str] = (), url: str | None = None) -> 
     ``--store`` when the store is not the default, ``--`` before ids that begin with ``-``
     (``toolledger._shell.command``)."""
     return shell_command(*argv, options=options, url=url, default_url=DEFAULT_STORE_URL)
+
+
+SETTLED_SINCE = (
+    "settled since: that was so when the run stopped, and nothing in it waits for a person now. "
+    "Run the session again to go on (not the commands it names)."
+)
+
+
+def stopped_reason(s: SessionState, settled: bool | None) -> str:
+    """Why the session's last run stopped, as stored — followed, when it has been settled since
+    (``toolledger._views.overview.settled_since``), by a plain word that it is history: its
+    commands were right for that moment and the store then (an approve now refused, a call no
+    longer in doubt, a store named by the URL that run was given)."""
+    reason = s.reason or ""
+    return f"{reason} — {SETTLED_SINCE}" if reason and settled else reason
 
 
 # -- JSON ----------------------------------------------------------------------------------------
@@ -188,7 +205,10 @@ def sessions_table(
     ledger_only: list[str],
     leases: dict[str, str] | None = None,
     started: dict[str, str] | None = None,
+    settled: dict[str, bool] | None = None,
 ) -> Grid:
+    """``settled``: per session stopped for a person, whether that is settled since
+    (``stopped_reason``)."""
     grid = Grid(
         "sessions",
         [
@@ -202,7 +222,7 @@ def sessions_table(
             Col("reason"),  # whole: it names the commands that settle the session's calls
         ],
     )
-    leases, started = leases or {}, started or {}
+    leases, started, settled = leases or {}, started or {}, settled or {}
     for s in sorted(states, key=lambda s: s.updated_at, reverse=True):
         held = leases.get(s.session_id, "")
         if not held and s.status is RunStatus.RUNNING:
@@ -215,7 +235,7 @@ def sessions_table(
             when(s.updated_at),
             safe(held),
             safe(started.get(s.session_id, "")),
-            safe(s.reason or ""),
+            safe(stopped_reason(s, settled.get(s.session_id))),
         )
     for sid in ledger_only:
         grid.add(
