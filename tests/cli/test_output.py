@@ -437,3 +437,31 @@ def test_a_stop_that_waited_on_no_call_is_not_called_settled(
         assert code == 0 and reason in out and "settled since" not in out, argv
     (listed,) = json.loads(run(capsys, "sessions", "--store", url, "--json")[1])["sessions"]
     assert listed["reason"] == reason and listed["settled_since"] is False
+
+
+def test_approving_a_call_in_doubt_says_it_runs_again_and_how_to_settle_it_instead(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The queue lists a request about a call in doubt as one whose yes runs it again; the yes
+    itself says the call may already have happened and names the resolve that settles it
+    instead — which still works after the yes, until the next run."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    stopped_in_doubt(url, queue=True)
+    code, out = run(capsys, "approvals", "--store", url)
+    (row,) = [line.split("\t") for line in out.splitlines() if line.startswith("s3\t")]
+    assert code == 0 and "YES: approving runs it again" in row
+
+    code, out = run(capsys, "approve", "s3", "toolu_01", "--by", "ana", "--store", url)
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "approved by ana" in flat
+    assert "it may already have happened" in flat
+    assert "the next run executes it again (a second effect if it had)" in flat
+    assert "If it did happen, settle it instead" in flat
+    resolve = f"toolledger --store {url} resolve s3 toolu_01 --happened"
+    assert resolve in out.splitlines(), "the command alone on its line, to paste"
+    assert run(capsys, *shlex.split(resolve)[1:])[0] == 0, "it settles the call after the yes"
+    with tl.open_store(url) as store:
+        assert store.ledger("s3").get("toolu_01").status is Status.SUCCEEDED  # type: ignore[union-attr]
+    code, out = run(capsys, "approvals", "--all", "--store", url)
+    assert "approving runs it again" not in out, "said of a request that waits, not a decided one"

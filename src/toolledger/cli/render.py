@@ -23,6 +23,7 @@ from .._views.timeline import Event, timeline
 from ..masking import is_secret_key, masked, masked_text
 from ..records import (
     ApprovalRecord,
+    ApprovalStatus,
     EffectRecord,
     PastAttempt,
     RunStatus,
@@ -385,12 +386,19 @@ def approvals_table(records: list[ApprovalRecord], *, reveal: bool = False) -> G
             safe_id(a.tool_use_id),
             safe_id(a.tool),
             safe(preview(json.dumps(a.input if reveal else masked(a.input), ensure_ascii=False))),
-            "YES" if a.in_doubt else "",
+            # It may already have happened: a yes to a pending request runs it a second time.
+            _in_doubt_cell(a),
             styled(a.status.value),
             when(a.requested_at),
             safe(a.decided_by or ""),
         )
     return grid
+
+
+def _in_doubt_cell(a: ApprovalRecord) -> str:
+    if not a.in_doubt:
+        return ""
+    return "YES: approving runs it again" if a.status is ApprovalStatus.PENDING else "YES"
 
 
 def timeline_table(events: Sequence[Event], title: str) -> Grid:

@@ -11,7 +11,7 @@ from rich.markup import escape
 from .._views.results import parse_result
 from ..approvals import _queue as approvals
 from . import render
-from ._command import emit_json, store_of
+from ._command import emit_json, store_of, url_of
 from .output import Out
 from .render import safe
 
@@ -77,9 +77,24 @@ def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
         )
     if args.json:
         emit_json(render.approval_json(record))
-    else:
-        what = f"{record.tool} ({record.tool_use_id}): "
-        _settled(console, what, record.status.value, f" by {record.decided_by}")
+        return 0
+    what = f"{record.tool} ({record.tool_use_id}): "
+    _settled(console, what, record.status.value, f" by {record.decided_by}")
+    if approved and record.in_doubt:
+        # The yes is to running it again, whatever the first attempt did. The call stays in
+        # doubt until that run, so a resolve still settles it — and then nothing runs again.
+        out = Out(console)
+        out.line(
+            safe(
+                "It was in doubt: it may already have happened, and the next run executes it "
+                "again (a second effect if it had). If it did happen, settle it instead, before "
+                "that run:",
+                "yellow",
+            )
+        )
+        happened = ["--happened"]
+        sid, tid = record.session_id, record.tool_use_id
+        out.command(render.command("resolve", sid, tid, options=happened, url=url_of(args)))
     return 0
 
 
