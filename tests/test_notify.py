@@ -104,6 +104,11 @@ def test_a_queued_approval_is_posted_once_signed_and_masked(hook: Hook, tmp_path
     assert not verify_signature("another-secret", body, stamp, signature)
     assert not verify_signature(SECRET, body + b" ", stamp, signature)
     assert not verify_signature(SECRET, body, stamp, signature, now=int(stamp) + 301)
+    # What anyone may send is answered no, never raised: a header that is not ASCII, a
+    # timestamp that is not a number.
+    assert not verify_signature(SECRET, body, stamp, "sha256=é")
+    assert not verify_signature(SECRET, body, stamp, signature[:-1] + "\u0663")
+    assert not verify_signature(SECRET, body, "soon", signature)
 
 
 def test_a_failing_webhook_is_retried_with_the_same_delivery_id(hook: Hook) -> None:

@@ -81,6 +81,31 @@ def test_prune_and_export_from_the_command_line(
     assert code == 1  # gone
 
 
+def test_export_to_a_file_is_private_whatever_lies_beside_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``export -o FILE`` with what --show-secrets revealed: the file is a new one, 0600, put in
+    place whole — never a world-readable file left over or planted beside it, never written
+    through a symbolic link to somewhere else — and nothing is left behind."""
+    db = tmp_path / "l.db"
+    run_one(db, "old")
+    url = f"sqlite:///{db}"
+    target = tmp_path / "out.jsonl"
+    target.write_text("an older export")
+    target.chmod(0o644)
+    planted = tmp_path / "out.jsonl.tmp"
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("not yours")
+    planted.symlink_to(elsewhere)
+    code, _ = cli(capsys, "--store", url, "export", "old", "--show-secrets", "-o", str(target))
+    assert code == 0
+    assert not target.is_symlink() and "k9" in target.read_text()
+    assert target.stat().st_mode & 0o777 == 0o600
+    assert elsewhere.read_text() == "not yours" and planted.is_symlink()
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.jsonl")]
+    assert left == [], "no temporary file left"
+
+
 def test_a_bad_age_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["prune", "--older-than", "30 days"])

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -156,18 +159,26 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     if args.output is None:
         _write(sys.stdout, lines)
     else:
-        # Created private (it may hold what --show-secrets revealed), replaced whole.
-        tmp = f"{args.output}.tmp"
+        # Created private (it may hold what --show-secrets revealed) under a name of its own —
+        # a new file (``mkstemp``: 0600, never one left over or planted, never through a link)
+        # — then put in place whole.
+        target = Path(args.output)
+        tmp: str | None = None
         try:
-            fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
             with open(fd, "w", encoding="utf-8") as fh:
                 _write(fh, lines)
-            os.replace(tmp, args.output)
+            os.replace(tmp, target)
+            tmp = None
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot write --output {shown(str(args.output))}: {exc.strerror or exc}. "
                 "Name a file in a directory that exists and that you may write to."
             ) from exc
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
         Out(console).line(
             safe(f"wrote {len(lines)} lines of session "), safe_id(sid), safe(f" to {args.output}")
         )
