@@ -8,8 +8,10 @@ one, is needed on every request; a non-loopback address needs one to start."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -264,6 +266,11 @@ def test_a_token_is_needed_on_every_request(built: Scene) -> None:
     )
     first = person.get("/approvals?token=s3cret-token")
     assert first.status_code == 303 and first.headers["location"] == "/approvals"
+    for path in ("//evil.example/x", "/\\evil.example/x", "///evil.example"):
+        status, location = _first_visit(app, path, "token=s3cret-token")
+        assert status == 303 and location.startswith("/"), (path, location)
+        assert not location.startswith(("//", "/\\")), "not a network path: another site"
+        assert location.endswith(("evil.example/x", "evil.example"))
     assert first.headers["set-cookie"].startswith("toolledger_token_80=")
     assert "httponly" in first.headers["set-cookie"].lower()
     assert "samesite=strict" in first.headers["set-cookie"].lower()
@@ -275,6 +282,37 @@ def test_a_token_is_needed_on_every_request(built: Scene) -> None:
     with tl.open_store(built.url) as store:
         (decided,) = store.approvals("pay-2")
     assert decided.status is ApprovalStatus.DENIED and decided.decided_by == "ana"
+
+
+def _first_visit(app: Any, path: str, query: str) -> tuple[int, str]:
+    """A GET of exactly ``path`` (as a raw request line carries it, which an HTTP client would
+    normalise) with ``query``: the status and the Location the console answers."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"host", b"console.example")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("console.example", 80),
+    }
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    return start["status"], headers.get("location", "")
 
 
 def test_beyond_loopback_the_console_refuses_to_start_without_a_token(

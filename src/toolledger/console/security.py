@@ -219,7 +219,10 @@ class GuardMiddleware(BaseHTTPMiddleware):
             offered = request.query_params.get("token")
             if offered is not None and guard.token_ok(offered) and request.method == "GET":
                 rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-                target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+                # This console's own path: ``//host`` or ``/\host`` at its start would send the
+                # browser to another site (a Location read as a network path).
+                path = "/" + request.url.path.lstrip("/\\")
+                target = path + (f"?{urlencode(rest)}" if rest else "")
                 response = RedirectResponse(target, status_code=303)
                 response.set_cookie(
                     cookie_name(TOKEN_COOKIE, request),
