@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 import toolledger as tl
 from toolledger._invisible import escape_char
 from toolledger.console import create_app
-from toolledger.ops import InsertEffect, PutApproval
+from toolledger.ops import InsertEffect, PutApproval, UpdateEffect
 from toolledger.records import ApprovalStatus, Status
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
@@ -104,6 +104,24 @@ def test_resolving_not_happened_lets_the_next_run_run_it(client: TestClient, sce
     assert done.status_code == 200 and "recorded not_happened by bo" in done.text
     assert scene.run("mail-1", "send_email", MAIL).status is tl.RunStatus.COMPLETED
     assert scene.ran["send_email"] == 2, "it did not happen, so it ran once more"
+
+
+def test_a_card_settles_only_the_attempt_it_showed(client: TestClient, scene: Scene) -> None:
+    """An in-doubt card shows attempt 1. Meanwhile someone says it did not happen, the next run
+    runs it again, and that attempt is lost too: the call is in doubt again, for attempt 2. "It
+    happened" from the old card was a word about attempt 1: refused, nothing written."""
+    form = form_for(client, "/in-doubt", "mail-1")
+    assert form["attempt"] == "1"
+    with tl.open_store(scene.url) as store:
+        (record,) = [r for r in store.ledger("mail-1").records() if r.tool == "send_email"]
+        lost_again = replace(record, attempt=2, updated_at=record.updated_at + 1)
+        ops = [UpdateEffect(lost_again, record.status, record.attempt)]
+        assert store.apply("mail-1", ops) == [True]
+    before = scene.dump()
+    refused = client.post("/in-doubt/resolve", data={**form, "by": "ana", "happened": "yes"})
+    text = html.unescape(refused.text)
+    assert refused.status_code == 409 and "in doubt for attempt 2 now, not the attempt 1" in text
+    assert scene.dump() == before
 
 
 @pytest.mark.parametrize(

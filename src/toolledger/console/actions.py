@@ -66,6 +66,9 @@ def resolve_from(store: Store, form: FormData) -> Notice:
     model is told) or it did not (it runs on the next run)."""
     try:
         session, call = _call(form)
+        attempt = _field(form, "attempt")
+        if not attempt.isdigit():
+            raise Refused("the form does not say which attempt it showed; load the page again")
         by = _name(form)
         happened = {"yes": True, "no": False}.get(_field(form, "happened"))
         if happened is None:
@@ -79,7 +82,9 @@ def resolve_from(store: Store, form: FormData) -> Notice:
                 result = parse_result(text)
             except ValueError as exc:
                 raise Refused(f"the result is not JSON the model can be told: {exc}") from None
-        record = store.ledger(session).resolve(call, happened=happened, result=result, by=by)
+        record = store.ledger(session).resolve(
+            call, happened=happened, result=result, by=by, attempt=int(attempt)
+        )
     except (Refused, ToolLedgerError) as exc:
         return Notice(False, f"Nothing changed: {exc}")
     what = "it happened" if happened else "it did not happen (it runs on the next run)"

@@ -328,6 +328,7 @@ class DoubtRow:
     attempts: list[str]
     why: str
     in_progress: bool
+    attempt: int = 0  # the attempt in doubt: a settling form is bound to it
 
 
 def in_doubt_view(store: Store) -> dict[str, Any]:
@@ -350,6 +351,7 @@ def in_doubt_view(store: Store) -> dict[str, Any]:
                 attempts=_attempts(record),
                 why=verdict.why,
                 in_progress=isinstance(verdict, Running),
+                attempt=record.attempt,
             )
         )
     return {

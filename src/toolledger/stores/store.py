@@ -103,6 +103,7 @@ class Ledger:
         force: bool = False,
         watch: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
+        attempt: int | None = None,
     ) -> EffectRecord:
         """Settle an in-doubt call by a person's word.
 
@@ -119,6 +120,10 @@ class Ledger:
         it watches for up to ``watch`` seconds first. The record then says
         what was overridden; if that attempt does report later, its outcome is kept beside the
         person's word and raised as an alert.
+
+        ``attempt``: the attempt the person was shown in doubt. A call in doubt by now for
+        another attempt (settled, run again and lost again meanwhile) is refused
+        (``SessionConflictError``): a word about one attempt is not a word about the next.
         """
         record = self.get(tool_use_id)
         if record is None or not record.in_doubt:
@@ -130,6 +135,13 @@ class Ledger:
             raise NotInDoubtError(
                 f"call {tool_use_id!r} {state}; only an in-doubt (started) call can be resolved "
                 "(`toolledger in-doubt` lists them, with the commands that settle each)",
+                session_id=self.session_id,
+                tool_use_id=tool_use_id,
+            )
+        if attempt is not None and record.attempt != attempt:
+            raise SessionConflictError(
+                f"call {tool_use_id!r} is in doubt for attempt {record.attempt} now, not the "
+                f"attempt {attempt} you were shown; look again",
                 session_id=self.session_id,
                 tool_use_id=tool_use_id,
             )
