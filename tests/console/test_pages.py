@@ -106,6 +106,22 @@ def test_resolving_not_happened_lets_the_next_run_run_it(client: TestClient, sce
     assert scene.ran["send_email"] == 2, "it did not happen, so it ran once more"
 
 
+def test_a_stop_reason_settled_since_says_so(client: TestClient, scene: Scene) -> None:
+    """The session stopped for a person (its call awaits approval): its stored reason is shown
+    as it was. Once the request is decided, the session's page and the sessions list say that
+    reason was so when the run stopped, and that running the session again goes on."""
+    settled = "settled since: that was so when the run stopped"
+    before = html.unescape(client.get("/session?id=pay-1").text)
+    assert "awaiting" in before and settled not in before
+    form = form_for(client, "/approvals", "pay-1")
+    done = client.post("/approvals/decide", data={**form, "by": "ana", "decision": "deny"})
+    assert done.status_code == 200
+    page = html.unescape(client.get("/session?id=pay-1").text)
+    assert settled in page and "Run the session again to go on" in page
+    listed = html.unescape(client.get("/").text)
+    assert listed.count(settled) == 1, "the settled session alone"
+
+
 def test_a_card_settles_only_the_attempt_it_showed(client: TestClient, scene: Scene) -> None:
     """An in-doubt card shows attempt 1. Meanwhile someone says it did not happen, the next run
     runs it again, and that attempt is lost too: the call is in doubt again, for attempt 2. "It

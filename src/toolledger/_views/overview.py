@@ -10,7 +10,14 @@ from ..records import ApprovalStatus, Lease, RunStatus, SessionState, Status
 from ..stores import Store
 from .format import when
 
-__all__ = ["Overview", "known_session", "lease_text", "overview", "settled_since"]
+__all__ = [
+    "SETTLED_SINCE",
+    "Overview",
+    "known_session",
+    "lease_text",
+    "overview",
+    "settled_since",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,14 @@ def overview(store: Store) -> Overview:
         kind = "in progress" if isinstance(verdict, Running) else "in doubt"
         calls.setdefault(record.session_id, []).append(kind)
     return Overview(states, ledger_only, held, calls)
+
+
+SETTLED_SINCE = (
+    "settled since: that was so when the run stopped, and nothing in it waits for a person now. "
+    "Run the session again to go on (not the commands it names)."
+)
+"""What follows a stored stop reason that ``settled_since`` finds settled (the command line,
+the console)."""
 
 
 def settled_since(store: Store, state: SessionState) -> bool | None:

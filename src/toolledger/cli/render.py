@@ -19,6 +19,7 @@ from .._liveness import Running, Verdict
 from .._shell import command as shell_command
 from .._shell import shown, shown_id
 from .._views.format import STATUS_STYLE, owner, when
+from .._views.overview import SETTLED_SINCE
 from .._views.timeline import Event, timeline
 from ..masking import is_secret_key, masked, masked_text
 from ..records import (
@@ -99,12 +100,6 @@ def command(*argv: str, options: Sequence[str] = (), url: str | None = None) -> 
     ``--store`` when the store is not the default, ``--`` before ids that begin with ``-``
     (``toolledger._shell.command``)."""
     return shell_command(*argv, options=options, url=url, default_url=DEFAULT_STORE_URL)
-
-
-SETTLED_SINCE = (
-    "settled since: that was so when the run stopped, and nothing in it waits for a person now. "
-    "Run the session again to go on (not the commands it names)."
-)
 
 
 def stopped_reason(s: SessionState, settled: bool | None) -> str:
