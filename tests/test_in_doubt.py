@@ -603,6 +603,38 @@ def test_a_stale_in_doubt_request_cannot_be_approved_and_a_no_closes_it(
         assert tl.approvals.pending(store) == []
 
 
+@pytest.mark.parametrize("happened", [True, False])
+def test_a_first_run_request_is_closed_by_happened_and_kept_by_not_happened(
+    ledger: tl.Ledger, happened: bool
+) -> None:
+    """A request about running the call (not one about a call in doubt) is pending while the
+    call is in doubt. "It happened": the call will not run again, so the request is closed with
+    the resolve. "It did not happen": the next run asks it still, so it stays pending."""
+    from toolledger.ops import PutApproval
+    from toolledger.records import ApprovalRecord, ApprovalStatus
+
+    crash_left_started(ledger, "send", "toolu_9", to="x")
+    request = ApprovalRecord(
+        session_id=ledger.session_id,
+        tool_use_id="toolu_9",
+        tool="send",
+        input_hash=input_hash({"to": "x"}),
+        input={"to": "x"},
+        in_doubt=False,
+        reason="high impact",
+        status=ApprovalStatus.PENDING,
+        requested_at=1.0,
+    )
+    assert ledger.store.apply(ledger.session_id, [PutApproval(request, None)]) == [True]
+    ledger.resolve("toolu_9", happened=happened, by="ana")
+    (after,) = ledger.store.approvals(ledger.session_id)
+    if happened:
+        assert after.status is ApprovalStatus.DENIED
+        assert after.decided_by == "ana (resolved: happened)"
+    else:
+        assert after.status is ApprovalStatus.PENDING and after.decided_by is None
+
+
 def test_a_resolve_that_loses_its_race_closes_no_request(ledger: tl.Ledger) -> None:
     """The request is closed in the resolve's commit, and only with it: a resolve whose call
     moved on meanwhile (its late outcome landed) writes nothing, and the request stays."""

@@ -192,7 +192,9 @@ class Ledger:
             guard=True,  # the request below is closed only with it
         )
         settled = "happened" if happened else "did not happen"
-        closed = self._close_in_doubt_request(tool_use_id, by=f"{who} (resolved: {settled})")
+        closed = self._close_requests(
+            tool_use_id, happened=happened, by=f"{who} (resolved: {settled})"
+        )
         try:
             self.store.apply(self.session_id, [op, *closed])
         except SessionConflictError as exc:
@@ -203,11 +205,14 @@ class Ledger:
             ) from exc
         return new
 
-    def _close_in_doubt_request(self, tool_use_id: str, *, by: str) -> list[PutApproval]:
-        """A person's question about re-running this call while it was in doubt, still pending:
-        the call is settled now, so the request is closed (declined, ``by`` saying by whom and
-        how) in the same commit — no one is left asked, nor the session kept, for nothing. It
-        applies only if the request is still pending then: a decision that beat it stands."""
+    def _close_requests(self, tool_use_id: str, *, happened: bool, by: str) -> list[PutApproval]:
+        """The call's request still pending that its settling answers: a question about
+        running it again while it was in doubt (it is not in doubt any more), and — when it
+        happened — any question about running it (it will not run again). Each is closed
+        (declined, ``by`` saying by whom and how) in the same commit: no one is left asked, nor
+        the session kept, for nothing. One about a first run when the call did not happen is
+        kept: the next run asks it still. It applies only if the request is still pending then:
+        a decision that beat it stands."""
         return [
             PutApproval(
                 replace(
@@ -216,5 +221,7 @@ class Ledger:
                 expect_status=ApprovalStatus.PENDING,
             )
             for a in self.store.approvals(self.session_id)
-            if a.tool_use_id == tool_use_id and a.in_doubt and a.status is ApprovalStatus.PENDING
+            if a.tool_use_id == tool_use_id
+            and a.status is ApprovalStatus.PENDING
+            and (a.in_doubt or happened)
         ]
