@@ -13,7 +13,10 @@ In any JSON value of a tool input, a tool result or an approval request:
   ``header`` and ``value``) — has its value masked when the name is a secret's;
 * a password in a URL (``postgres://user:pw@host``) is ``***``, in any string;
 * ``Bearer …`` / ``Basic …`` credentials (8 or more characters, a digit or a symbol among
-  them) in any string are ``***``.
+  them) in any string are ``***``;
+* a string that holds a JSON object or array (a tool result, a call's ``arguments`` in OpenAI's
+  APIs) is masked as the JSON it holds, and written again as JSON (``json.dumps`` without ASCII
+  escapes, unless it holds a lone surrogate, which UTF-8 cannot write).
 
 Masking hides what a reader should not see at a glance; it is not redaction (the store still
 holds the values: ``open_store(..., redact=)`` keeps them out of it).
@@ -91,8 +94,27 @@ def masked(value: Any) -> Any:
     if isinstance(value, list):
         return [masked(v) for v in value]
     if isinstance(value, str):
-        return _masked_string(value)
+        return _masked_json_or_string(value)
     return value
+
+
+def _masked_json_or_string(text: str) -> str:
+    # Only text that starts as an object or an array is parsed: a JSON string or number is
+    # masked as the text it is, and prose is not handed to the parser at all.
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, dict | list):
+            shown = masked(value)
+            out = json.dumps(shown, ensure_ascii=False)
+            try:
+                out.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: kept as the escape it was stored as
+                out = json.dumps(shown)
+            return out
+    return _masked_string(text)
 
 
 @overload
@@ -100,14 +122,6 @@ def masked_text(text: str) -> str: ...
 @overload
 def masked_text(text: None) -> None: ...
 def masked_text(text: str | None) -> str | None:
-    """``text`` with its secrets masked: as JSON when it is a JSON object or array, else as a
-    string (URL passwords, bearer credentials)."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return _masked_string(text)
-    if not isinstance(value, dict | list):
-        return _masked_string(text)
-    return json.dumps(masked(value), ensure_ascii=False)
+    """``text`` with its secrets masked, as ``masked`` masks a string: as JSON when it is a
+    JSON object or array, else as a string (URL passwords, bearer credentials)."""
+    return None if text is None else _masked_json_or_string(text)

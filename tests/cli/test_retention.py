@@ -15,6 +15,8 @@ import toolledger as tl
 from toolledger.cli.app import main
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
+from .test_show_transcripts import SECRETS, _run_kind
+
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
     code = main(list(argv))
@@ -104,6 +106,36 @@ def test_export_to_a_file_is_private_whatever_lies_beside_it(
     assert elsewhere.read_text() == "not yours" and planted.is_symlink()
     left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.jsonl")]
     assert left == [], "no temporary file left"
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "chat", "responses"])
+def test_export_masks_the_secrets_in_tool_inputs_and_results_of_every_api(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A call's input and its result are JSON held in a string in OpenAI's transcripts (the
+    ``arguments``, the tool message's content) and in Anthropic's (the ``tool_result``'s
+    content): export masks what is inside them, as ``show`` does, and ``--show-secrets`` writes
+    every message and record as stored."""
+    if kind != "anthropic":
+        pytest.importorskip("openai")
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    _run_kind(kind, url)
+    code, out = cli(capsys, "--store", url, "export", "s")
+    assert code == 0, out
+    assert [secret for secret in SECRETS if secret in out] == [], out
+    assert "***" in out
+
+    code, out = cli(capsys, "--store", url, "export", "s", "--show-secrets")
+    assert code == 0, out
+    assert [secret for secret in SECRETS if secret in out] == list(SECRETS)
+    lines = [json.loads(line) for line in out.splitlines()]
+    with tl.open_store(url) as store:
+        assert [(m["seq"], m["content"]) for m in lines if m["kind"] == "message"] == [
+            (m.seq, m.content) for m in store.messages("s")
+        ]
+        assert [e["result"] for e in lines if e["kind"] == "effect"] == [
+            None if r.result is None else json.loads(r.result) for r in store.ledger("s").records()
+        ]
 
 
 def test_a_bad_age_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:

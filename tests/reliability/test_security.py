@@ -175,6 +175,18 @@ def test_header_pairs_url_passwords_and_credentials_in_strings_are_masked() -> N
     assert masked_text("not json: https://a:b@h") == "not json: https://a:***@h"
 
 
+def test_json_held_in_a_string_is_masked_as_the_json_it_holds() -> None:
+    """OpenAI's ``arguments`` and every stored tool result are JSON in a string."""
+    call = {"function": {"name": "f", "arguments": '{"user":"ana","password":"p1"}'}}
+    assert masked(call) == {
+        "function": {"name": "f", "arguments": '{"user": "ana", "password": "***"}'}
+    }
+    nested = json.dumps({"output": json.dumps({"token": "t1"})})
+    assert json.loads(json.loads(masked_text(nested))["output"]) == {"token": "***"}
+    assert masked("[not json] token=t1") == "[not json] token=t1"
+    assert masked_text('{"a": "\\ud800", "token": "t1"}') == '{"a": "\\ud800", "token": "***"}'
+
+
 SECRETS = ["sk-live-4f9a", "tok-7c2e", "Bearer-e81d", "hunter2-b5"]
 
 
