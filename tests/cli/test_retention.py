@@ -138,6 +138,33 @@ def test_export_masks_the_secrets_in_tool_inputs_and_results_of_every_api(
         ]
 
 
+def test_a_records_error_text_is_masked_wherever_it_is_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tool's error may carry a credential (a URL's password, a bearer token): ``effects``
+    (table and --json) and ``export`` mask it as ``show`` does, unless --show-secrets."""
+    from dataclasses import replace
+
+    from toolledger.ops import InsertEffect
+    from toolledger.testing.conformance import make_record
+
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    failed = replace(
+        make_record("s", "toolu_1", status=tl.Status.FAILED),
+        result=None,
+        error="could not connect to postgres://app:hunter2@db/x (Bearer sk-live-12345678)",
+    )
+    with tl.open_store(url) as store:
+        assert store.apply("s", [InsertEffect(failed)]) == [True]
+    for argv in (["effects", "s"], ["effects", "s", "--json"], ["export", "s"]):
+        code, out = cli(capsys, "--store", url, *argv)
+        text = out if isinstance(out, str) else json.dumps(out)
+        assert code == 0 and "could not connect" in text, argv
+        assert "hunter2" not in text and "sk-live-12345678" not in text, argv
+    code, out = cli(capsys, "--store", url, "export", "s", "--show-secrets")
+    assert "hunter2" in out and "sk-live-12345678" in out
+
+
 def test_a_bad_age_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["prune", "--older-than", "30 days"])

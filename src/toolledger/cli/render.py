@@ -119,6 +119,7 @@ def effect_json(
 ) -> dict[str, Any]:
     result = None if r.result is None else json.loads(r.result)
     succeeded = r.status is Status.SUCCEEDED
+    said = r.error if reveal else masked_text(r.error)  # an error's text may carry a credential
     out: dict[str, Any] = {
         "session_id": r.session_id,
         "tool_use_id": r.tool_use_id,
@@ -128,8 +129,8 @@ def effect_json(
         "input_hash": r.input_hash,
         "result": result if reveal else masked(result),
         # On a success the text says how it was settled: a note, not an error.
-        "error": None if succeeded else r.error,
-        "note": r.error if succeeded else None,
+        "error": None if succeeded else said,
+        "note": said if succeeded else None,
         "created_at": r.created_at,
         "updated_at": r.updated_at,
         "approved_by": r.approved_by,
@@ -261,8 +262,9 @@ def effects_table(records: list[EffectRecord], title: str, *, reveal: bool = Fal
     )
     for r in records:
         succeeded = r.status is Status.SUCCEEDED
-        shown_ = (r.result if reveal else masked_text(r.result)) if succeeded else r.error
-        note = f" ({r.error})" if succeeded and r.error else ""
+        said = r.error if reveal else masked_text(r.error)
+        shown_ = (r.result if reveal else masked_text(r.result)) if succeeded else said
+        note = f" ({said})" if succeeded and said else ""
         grid.add(
             safe_id(r.tool_use_id),
             safe_id(r.tool),
