@@ -56,7 +56,11 @@ _SECRET_WORDS = frozenset(
 )
 _SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key")})
 _PAIR_NAMES = ("name", "key", "header")
-_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)[^/\s@]+(?=@)")
+# A scheme starts where no scheme character precedes it: a match is tried once per run of
+# such characters, not at each of them (a long hex string would otherwise cost its square).
+_URL_PASSWORD = re.compile(
+    r"(?<![a-zA-Z0-9+.-])(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)[^/\s@]+(?=@)"
+)
 # A credential has a digit or a symbol in it: "Basic arithmetic" is prose, not a credential.
 _SCHEME_CREDENTIAL = re.compile(
     r"\b(?P<head>(?:Bearer|Basic)\s+)(?=[A-Za-z._~+/=-]*[0-9._~+/=-])[A-Za-z0-9._~+/=-]{8,}"
@@ -77,8 +81,21 @@ def _masked_string(text: str) -> str:
     return _SCHEME_CREDENTIAL.sub(lambda m: m.group("head") + MASK, text)
 
 
+TOO_DEEP = f"{MASK} (nested too deep to look for secrets in; --show-secrets shows it)"
+"""What a value nested past the interpreter's limit is shown as, masked: it cannot be looked
+through, and it may hold a secret."""
+
+
 def masked(value: Any) -> Any:
-    """A copy of a JSON value with every secret in it replaced by ``***``."""
+    """A copy of a JSON value with every secret in it replaced by ``***`` (``TOO_DEEP`` for one
+    nested too deep to look through)."""
+    try:
+        return _masked(value)
+    except RecursionError:
+        return TOO_DEEP
+
+
+def _masked(value: Any) -> Any:
     if isinstance(value, dict):
         pair_name = next(
             (value[k] for k in _PAIR_NAMES if isinstance(value.get(k), str) and "value" in value),
@@ -89,16 +106,20 @@ def masked(value: Any) -> Any:
             secret = is_secret_key(str(k)) or (
                 k == "value" and pair_name is not None and is_secret_key(pair_name)
             )
-            out[k] = MASK if secret and v is not None else masked(v)
+            out[k] = MASK if secret and v is not None else _masked(v)
         return out
     if isinstance(value, list):
-        return [masked(v) for v in value]
+        return [_masked(v) for v in value]
     if isinstance(value, str):
-        return _masked_json_or_string(value)
+        return _masked_json_or_string(value, canonical=False)
     return value
 
 
-def _masked_json_or_string(text: str) -> str:
+def _masked_json_or_string(text: str, *, canonical: bool) -> str:
+    """A string masked: as the JSON it holds when it is an object or an array, else as text.
+    ``canonical``: JSON is written again even when nothing in it was masked (what a display
+    shows: its escapes as the characters they are); without, such text is kept as it was — a
+    value (an export) keeps its bytes unless a secret was taken out of it."""
     # Only text that starts as an object or an array is parsed: a JSON string or number is
     # masked as the text it is, and prose is not handed to the parser at all.
     if text.lstrip()[:1] in ("{", "["):
@@ -107,7 +128,9 @@ def _masked_json_or_string(text: str) -> str:
         except (ValueError, RecursionError):
             value = None
         if isinstance(value, dict | list):
-            shown = masked(value)
+            shown = _masked(value)
+            if not canonical and shown == value:
+                return text
             out = json.dumps(shown, ensure_ascii=False)
             try:
                 out.encode("utf-8")
@@ -124,4 +147,9 @@ def masked_text(text: None) -> None: ...
 def masked_text(text: str | None) -> str | None:
     """``text`` with its secrets masked, as ``masked`` masks a string: as JSON when it is a
     JSON object or array, else as a string (URL passwords, bearer credentials)."""
-    return None if text is None else _masked_json_or_string(text)
+    if text is None:
+        return None
+    try:
+        return _masked_json_or_string(text, canonical=True)
+    except RecursionError:
+        return TOO_DEEP

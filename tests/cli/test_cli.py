@@ -406,6 +406,17 @@ def test_demo_leaves_a_demo_db_it_did_not_make_alone(
     assert (tickets / "T-1.json").read_text() == '{"id": "T-1"}'
 
 
+def test_demo_starts_over_where_a_stopped_run_left_an_empty_store(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A demo run stopped before it wrote its session leaves a toolledger store with nothing
+    in it: that is an earlier run's too, and the demo starts over (nothing is lost)."""
+    tl.open_store(f"sqlite:///{tmp_path / 'demo.db'}").close()
+    (tmp_path / "world" / "tickets").mkdir(parents=True)
+    assert main(["demo", "--dir", str(tmp_path)]) == 0
+    assert "held an earlier demo run" in " ".join(capsys.readouterr().out.split())
+
+
 def test_demo_leaves_a_world_without_its_store_alone(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -138,6 +138,33 @@ def test_export_masks_the_secrets_in_tool_inputs_and_results_of_every_api(
         ]
 
 
+def test_export_to_a_pipe_writes_into_it_and_leaves_it_a_pipe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-o`` naming what is not a file — a named pipe, /dev/stdout, a shell's ``>(…)`` — is
+    written to, never replaced by a file of the same name."""
+    import contextlib
+    import os
+    import stat
+
+    db = tmp_path / "l.db"
+    run_one(db, "old")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    read: list[str] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text()), daemon=True)
+    reader.start()
+    code, _ = cli(capsys, "--store", f"sqlite:///{db}", "export", "old", "-o", str(fifo))
+    reader.join(10)
+    if reader.is_alive():  # nothing was written into the pipe: let the reader go
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10)
+    assert code == 0 and stat.S_ISFIFO(fifo.lstat().st_mode), "still a pipe"
+    (text,) = read
+    assert json.loads(text.splitlines()[0])["kind"] == "session" and "k9" not in text
+
+
 def test_a_records_error_text_is_masked_wherever_it_is_shown(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 import toolledger as tl
 from toolledger.cli.app import main
-from toolledger.masking import is_secret_key, masked, masked_text
+from toolledger.masking import TOO_DEEP, is_secret_key, masked, masked_text
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 SRC = Path(tl.__file__).parent
@@ -185,6 +185,32 @@ def test_json_held_in_a_string_is_masked_as_the_json_it_holds() -> None:
     assert json.loads(json.loads(masked_text(nested))["output"]) == {"token": "***"}
     assert masked("[not json] token=t1") == "[not json] token=t1"
     assert masked_text('{"a": "\\ud800", "token": "t1"}') == '{"a": "\\ud800", "token": "***"}'
+
+
+def test_a_value_keeps_its_text_unless_a_secret_was_taken_out_of_it() -> None:
+    """A string inside a value (what export writes) that holds JSON with nothing to mask is
+    kept byte for byte — its spacing, its escapes, its numbers — where a display shows it
+    written again (``masked_text``)."""
+    held = '{"b":  0.10000000000000000555, "e": "\\u00e9", "n": [1,2]}'
+    assert masked({"content": held}) == {"content": held}
+    assert masked_text(held) == '{"b": 0.1, "e": "é", "n": [1, 2]}'
+
+
+def test_json_nested_past_the_interpreters_limit_is_masked_whole_not_raised() -> None:
+    """A result nested deeper than masking can look through (``json.loads`` reads it) is shown
+    masked whole — it may hold a secret — instead of failing the display or the export."""
+    deep = "[" * 900 + '{"token": "t1"}' + "]" * 900
+    assert masked(deep) == TOO_DEEP and masked_text(deep) == TOO_DEEP
+    assert masked({"content": [{"type": "tool_result", "content": deep}]}) == TOO_DEEP
+
+
+def test_a_urls_password_is_found_beside_long_runs_of_letters() -> None:
+    """The URL-password pattern starts a scheme only where no scheme character precedes it
+    (tried once per run of them, not at each); a long hex blob is left as it is, and a
+    URL between two of them is still found."""
+    blob = "ab12" * 5_000
+    assert masked_text(blob) == blob
+    assert masked_text(f"{blob} postgres://u:pw@h {blob}") == f"{blob} postgres://u:***@h {blob}"
 
 
 SECRETS = ["sk-live-4f9a", "tok-7c2e", "Bearer-e81d", "hunter2-b5"]

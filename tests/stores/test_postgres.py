@@ -1219,3 +1219,50 @@ def test_a_run_s_operations_are_bounded_by_a_third_of_its_lease(
         assert took < 5.0, f"cut after {took:.1f}s, not at the run's budget"
         # Outside a run, the store's own deadline applies: the same write goes through now.
         assert store.apply("s", [HoldLease("s", 1, store.now() + 1)]) == [True]
+
+
+def test_a_stores_place_is_the_database_however_it_is_reached(
+    postgres_url: str, postgres_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``StoreCore.place`` — what the attempts this process runs are registered by — names the
+    cluster, the database and the schema in use, however the URL spells them: a schema named or
+    left to the server's search path, TCP or the socket; and, where the server will not tell
+    its system identifier, the same for every way in (never failing the open)."""
+    from toolledger.stores.postgres import schema as pg_schema
+
+    def place_of(url: str) -> str:
+        settings = parse_url(url)
+        with psycopg.connect(settings.conninfo, autocommit=True) as conn:
+            if settings.schema:
+                conn.execute(
+                    sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema))
+                )
+            return pg_schema.place(conn, settings)
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(postgres_schema)))
+        named = with_params(postgres_url, schema=postgres_schema)
+        searched = with_params(postgres_url, options=f"-csearch_path={postgres_schema}")
+        public = place_of(postgres_url)
+        assert place_of(named) == place_of(searched) != public
+        assert public.endswith(":public") and "None" not in public
+
+        class Refusing:  # a server that does not grant pg_control_system()
+            def __init__(self, conn: Any) -> None:
+                self.conn = conn
+
+            def transaction(self) -> Any:
+                return self.conn.transaction()
+
+            def execute(self, query: str, *args: Any) -> Any:
+                if "pg_control_system" in query:
+                    raise psycopg.errors.InsufficientPrivilege("permission denied")
+                return self.conn.execute(query, *args)
+
+        settings = parse_url(postgres_url)
+        by_tcp = pg_schema.place(Refusing(conn), settings)  # type: ignore[arg-type]
+        host = conn.execute("SHOW unix_socket_directories").fetchone()[0].split(",")[0]
+        info = psycopg.conninfo.conninfo_to_dict(settings.conninfo) | {"host": host.strip()}
+        with psycopg.connect(**info, autocommit=True) as by_socket:
+            assert pg_schema.place(Refusing(by_socket), settings) == by_tcp  # type: ignore[arg-type]
+        assert by_tcp.startswith("postgresql:started ") and by_tcp.endswith(":public")

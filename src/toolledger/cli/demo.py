@@ -253,15 +253,16 @@ def _refuse_unless_ours(base: Path) -> None:
 
 
 def _ours(db: Path) -> bool:
-    """Whether ``db`` holds the demo's session and no other, looked at read-only. Holding no
-    session is not enough: an empty file, or another program's SQLite database, reads as a
-    store with none (an older schema is migrated in memory). A file that cannot be read as a
+    """Whether ``db`` is a toolledger store holding the demo's session and no other, or none
+    (a run stopped before it wrote its session), looked at read-only. Another program's SQLite
+    database is refused as no store (``refuse_foreign``); a file that cannot be read as a
     store, or is damaged, is not the demo's either."""
     from ..stores import open_store
 
     try:
         with open_store(f"sqlite:///{db}", read_only=True) as store:
-            return store.sessions() == [SESSION]
+            # (none yet: a run stopped before its session was written — nothing to lose)
+            return store.sessions() in ([], [SESSION])
     except ToolLedgerError:
         return False
 

@@ -158,6 +158,15 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
             )
     if args.output is None:
         _write(sys.stdout, lines)
+    elif Path(args.output).exists() and not Path(args.output).is_file():
+        # A device or a pipe (/dev/stdout, a shell's >(…)): written to, never replaced.
+        try:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                _write(fh, lines)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot write --output {shown(str(args.output))}: {exc.strerror or exc}."
+            ) from exc
     else:
         # Created private (it may hold what --show-secrets revealed) under a name of its own —
         # a new file (``mkstemp``: 0600, never one left over or planted, never through a link)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import threading
 import time
@@ -24,13 +25,18 @@ _named: dict[str, MemoryBackend] = {}
 _named_lock = threading.Lock()
 
 
+_PLACES = itertools.count(1)
+"""Numbers for ``place``: an object's ``id`` is reused once it is gone, and what this process
+holds in flight for one store must never be taken for another's."""
+
+
 class MemoryBackend:
     durable = False
     shared_clock = True  # one process, one clock (or the one given: the simulator's)
 
     def __init__(self, url: str = "memory://", *, clock: Callable[[], float] = time.time) -> None:
         self.url = url
-        self.place = f"memory:{id(self)}"  # each one holds its own sessions
+        self.place = f"memory:{next(_PLACES)}"  # each one its own, never one reused
         self._clock = clock
         self._lock = threading.Lock()
         self._sessions: dict[str, SessionData] = {}

@@ -8,6 +8,7 @@ one fsync.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
 import threading
@@ -130,7 +131,7 @@ class SQLiteBackend:
         self._waiting = 0
         self.commits = 0  # physical commits (transactions), for tests and benchmarks
         self._probe: sqlite3.Connection | None = None  # reads the schema version (_check_schema)
-        self.place = _place(path, url, self)
+        self.place = _place(path, url)
         if self.read_only:
             self._conn = open_read_only(path, url, busy_timeout_ms=BUSY_TIMEOUT_MS)
             self._identity = None
@@ -603,10 +604,10 @@ class SQLiteBackend:
                 self._probe.close()
 
 
-def _place(path: str, url: str, backend: SQLiteBackend) -> str:
+def _place(path: str, url: str) -> str:
     """The database file as ``StoreCore.place`` names it: its device and inode, whatever path
     reaches it (``identity``: a second name is refused); for an in-memory database, or a file
-    not made yet, the backend itself."""
+    not made yet, a number of its own."""
     if path != ":memory:":
         try:
             st = os.stat(path)
@@ -614,4 +615,8 @@ def _place(path: str, url: str, backend: SQLiteBackend) -> str:
             pass
         else:
             return f"sqlite:{st.st_dev}:{st.st_ino}"
-    return f"sqlite:{url}:{id(backend)}"
+    return f"sqlite:{url}:{next(_PLACES)}"
+
+
+_PLACES = itertools.count(1)
+"""Numbers for an in-memory database's ``place``: each its own, never one reused."""

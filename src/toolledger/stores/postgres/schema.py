@@ -108,22 +108,28 @@ def migrate(settings: Settings, *, create: bool = True, read_only: bool = False)
 
 def place(conn: Conn, settings: Settings) -> str:
     """The store as ``StoreCore.place`` names it, whatever the spelling of its URL (a host's
-    other name, another option): the server's cluster (its system identifier), the database and
-    the schema. Where the server will not tell its identifier, its address and port as it sees
-    this connection."""
+    other name, a socket or TCP, another option): the server's cluster, the database and the
+    schema in use. The cluster is its system identifier; where the server will not tell it
+    (``pg_control_system`` not granted), the time its server started — the same however it is
+    reached. Never fails the open: with neither, the URL's own server and database."""
     try:
         with conn.transaction():
             row = conn.execute(
-                "SELECT system_identifier::text, current_database() FROM pg_control_system()"
+                "SELECT system_identifier::text, current_database(), current_schema() "
+                "FROM pg_control_system()"
             ).fetchone()
     except psycopg.Error:
-        row = conn.execute(
-            "SELECT coalesce(host(inet_server_addr()) || ':' || inet_server_port(), "
-            "current_setting('unix_socket_directories') || ':' || current_setting('port')), "
-            "current_database()"
-        ).fetchone()
-    assert row is not None
-    return f"postgresql:{row[0]}:{row[1]}:{settings.schema}"
+        try:
+            with conn.transaction():
+                row = conn.execute(
+                    "SELECT 'started ' || pg_postmaster_start_time()::text, current_database(), "
+                    "current_schema()"
+                ).fetchone()
+        except psycopg.Error:
+            row = None
+    if row is None:
+        return f"postgresql:{settings.display}"
+    return f"postgresql:{row[0]}:{row[1]}:{row[2]}"
 
 
 def _await_writes_in_flight(conn: Conn) -> None:
