@@ -164,3 +164,34 @@ def test_the_command_line_prints_the_figures(capsys: pytest.CaptureFixture[str])
     for figure in (*figures, "judged ended"):
         assert f"  {figure} " in out, figure
     assert "violations             0" in out, out
+
+
+def test_an_alert_only_the_logger_carries_is_counted_as_alerted() -> None:
+    """The background writer, finding an outcome it kept arrive late, alerts through the
+    ``toolledger`` logger alone (its run has returned: no hook to call). The torture's workers
+    log such an alert too, so the check that every late success was alerted sees it."""
+    import logging
+
+    from toolledger._harness._concurrent_worker import _LoggedAlerts
+    from toolledger.engine._drivers import _emit
+    from toolledger.errors import LateOutcomeError
+
+    logged: list[tuple[str, dict[str, Any]]] = []
+
+    class World:
+        def log(self, ev: str, **fields: Any) -> None:
+            logged.append((ev, fields))
+
+    alert = LateOutcomeError(
+        "late", session_id="s", tool_use_id="t", tool="x", result="r", attempt=1, current="c"
+    )
+    handler = _LoggedAlerts(World())  # type: ignore[arg-type]
+    logger = logging.getLogger("toolledger")
+    logger.addHandler(handler)
+    try:
+        _emit(alert, None)
+    finally:
+        logger.removeHandler(handler)
+    assert logged == [
+        ("alert_logged", {"type": "LateOutcomeError", "sid": "s", "tid": "t", "attempt": 1})
+    ]

@@ -92,10 +92,12 @@ class _Run:
         for ev in e.events:
             if ev["ev"] == "judged":
                 self.judged[(ev["tid"], ev["attempt"])].append(ev)
+        # Alerted through a run's hook, or — by the background writer, whose run has returned —
+        # through the toolledger logger alone.
         self.late_alerts = {
             (ev["tid"], ev["attempt"])
             for ev in e.events
-            if ev["ev"] == "alert" and ev["type"] == "LateOutcomeError"
+            if ev["ev"] in ("alert", "alert_logged") and ev["type"] == "LateOutcomeError"
         }
         self.tickets: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for t in e.tickets:

@@ -7,6 +7,7 @@ until the world says stop. Everything it sees goes into its log (``SharedWorld.l
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import signal
@@ -93,6 +94,7 @@ def _worker(spec: WorkerSpec, shared: Shared) -> None:
     if shared.setup is not None:
         shared.setup()
     _log_judgements(shared.world)
+    logging.getLogger("toolledger").addHandler(_LoggedAlerts(shared.world))
     offset = spec.offset
     with open_store(
         shared.store_url,
@@ -149,6 +151,32 @@ def _log_judgements(world: SharedWorld) -> None:
 
     for name, inner in held.items():
         sys.modules[name].judge = wrap(inner)  # type: ignore[attr-defined]
+
+
+# An alert raised where no run's hook can be called — the background writer finding a kept
+# outcome late, after its run returned — goes to the ``toolledger`` logger only, with the
+# alert's dict as ``record.toolledger``: logged as the hook logs one.
+_ALERT_TYPES = {"late_outcome": "LateOutcomeError", "ledger_write_failed": "LedgerWriteError"}
+
+
+class _LoggedAlerts(logging.Handler):
+    def __init__(self, world: SharedWorld) -> None:
+        super().__init__(logging.ERROR)
+        self.world = world
+
+    def emit(self, record: logging.LogRecord) -> None:
+        alert = getattr(record, "toolledger", None)
+        if not isinstance(alert, dict) or alert.get("alert") not in _ALERT_TYPES:
+            return
+        # Every alert is logged; a run's own also reach its hook (``alert_hook``, "alert"):
+        # told apart, so that none is counted twice.
+        self.world.log(
+            "alert_logged",
+            type=_ALERT_TYPES[alert["alert"]],
+            sid=alert.get("session_id"),
+            tid=alert.get("tool_use_id"),
+            attempt=alert.get("attempt"),
+        )
 
 
 def alert_hook(world: SharedWorld) -> Callable[[LedgerWriteError], None]:

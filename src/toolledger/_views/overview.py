@@ -17,6 +17,7 @@ __all__ = [
     "lease_text",
     "overview",
     "settled_since",
+    "stopped_reason",
 ]
 
 
@@ -69,6 +70,15 @@ SETTLED_SINCE = (
 )
 """What follows a stored stop reason that ``settled_since`` finds settled (the command line,
 the console)."""
+
+
+def stopped_reason(s: SessionState, settled: bool | None) -> str:
+    """Why the session's last run stopped, as stored — followed, when it has been settled since
+    (``settled_since``), by a plain word that it is history: its commands were right for that
+    moment and the store then (an approve now refused, a call no longer in doubt, a store named
+    by the URL that run was given)."""
+    reason = s.reason or ""
+    return f"{reason} — {SETTLED_SINCE}" if reason and settled else reason
 
 
 def settled_since(store: Store, state: SessionState) -> bool | None:

@@ -19,7 +19,7 @@ from .._liveness import Running, Verdict
 from .._shell import command as shell_command
 from .._shell import shown, shown_id
 from .._views.format import STATUS_STYLE, owner, when
-from .._views.overview import SETTLED_SINCE
+from .._views.overview import SETTLED_SINCE, stopped_reason
 from .._views.timeline import Event, timeline
 from ..masking import is_secret_key, masked, masked_text
 from ..records import (
@@ -100,15 +100,6 @@ def command(*argv: str, options: Sequence[str] = (), url: str | None = None) -> 
     ``--store`` when the store is not the default, ``--`` before ids that begin with ``-``
     (``toolledger._shell.command``)."""
     return shell_command(*argv, options=options, url=url, default_url=DEFAULT_STORE_URL)
-
-
-def stopped_reason(s: SessionState, settled: bool | None) -> str:
-    """Why the session's last run stopped, as stored — followed, when it has been settled since
-    (``toolledger._views.overview.settled_since``), by a plain word that it is history: its
-    commands were right for that moment and the store then (an approve now refused, a call no
-    longer in doubt, a store named by the URL that run was given)."""
-    reason = s.reason or ""
-    return f"{reason} — {SETTLED_SINCE}" if reason and settled else reason
 
 
 # -- JSON ----------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from .._liveness import Running, Verdict
 from .._verify import Problem, verify
 from .._views.branch import STATE_STYLE, rewound, told
 from .._views.format import owner, when
-from .._views.overview import SETTLED_SINCE, overview, settled_since
+from .._views.overview import overview, settled_since, stopped_reason
 from .._views.timeline import Event, timeline
 from ..adapters import transcript_reader
 from ..approvals._queue import pending
@@ -111,13 +111,6 @@ class SessionRow:
     reason: str
 
 
-def _stopped_reason(store: Store, state: SessionState) -> str:
-    """The session's stored stop reason, and — when what stopped it for a person has been
-    settled since (``settled_since``) — that it was so then, not now."""
-    reason = state.reason or ""
-    return f"{reason} — {SETTLED_SINCE}" if reason and settled_since(store, state) else reason
-
-
 def sessions_view(store: Store, status: str | None) -> dict[str, Any]:
     """Every session (newest activity first), or those with ``status`` (``ledger_only``: ledgers
     used without an agent)."""
@@ -138,7 +131,7 @@ def sessions_view(store: Store, status: str | None) -> dict[str, Any]:
                 updated_at=s.updated_at,
                 held=held,
                 started=summary.get(s.session_id, ""),
-                reason=_stopped_reason(store, s),
+                reason=stopped_reason(s, settled_since(store, s)),
             )
         )
     for sid in seen.ledger_only:
@@ -285,7 +278,7 @@ def session_view(store: Store, session_id: str) -> dict[str, Any]:
     return {
         "session_id": session_id,
         "state": state,
-        "reason": _stopped_reason(store, state) if state else "",
+        "reason": stopped_reason(state, settled_since(store, state)) if state else "",
         "updated": when(state.updated_at) if state else "-",
         "events": [
             {
