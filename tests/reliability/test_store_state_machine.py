@@ -148,6 +148,18 @@ def machine_for(open_url: Callable[[], tuple[str, Callable[[], None]]]) -> type[
             new = ledger.resolve(tid, happened=happened, by="ana", force=True)
             assert new.status is (Status.SUCCEEDED if happened else Status.NOT_HAPPENED)
             self.effects[(sid, tid)] = new
+            # A request still pending that the settling answers is closed in the same commit:
+            # one about a call in doubt, and — when it happened — any (``Ledger.resolve``).
+            asked = self.approvals.get((sid, tid))
+            pending = asked is not None and asked.status is ApprovalStatus.PENDING
+            if asked is not None and pending and (asked.in_doubt or happened):
+                (stored,) = [a for a in self.handles[h].approvals(sid) if a.tool_use_id == tid]
+                settled = "happened" if happened else "did not happen"
+                assert stored.status is ApprovalStatus.DENIED
+                assert stored.decided_by == f"ana (resolved: {settled})"
+                unchanged = replace(stored, status=asked.status, decided_at=None, decided_by=None)
+                assert unchanged == asked
+                self.approvals[(sid, tid)] = stored
 
         # -- approvals --------------------------------------------------------------------------
 
