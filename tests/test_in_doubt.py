@@ -42,6 +42,35 @@ def crash_left_started(ledger: tl.Ledger, tool: str, tool_use_id: str, **input: 
     assert ledger.store.backend.apply(ledger.session_id, [InsertEffect(record)]) == [True]
 
 
+def queue_request(
+    ledger: tl.Ledger,
+    tool: str,
+    tool_use_id: str,
+    *,
+    in_doubt: bool,
+    attempt: int = 0,
+    **input: Any,
+) -> None:
+    """Write a pending approval request for ``tool_use_id`` straight into the store, as the
+    queue would (``attempt`` 0: one written by toolledger 0.1)."""
+    from toolledger.ops import PutApproval
+    from toolledger.records import ApprovalRecord, ApprovalStatus
+
+    request = ApprovalRecord(
+        session_id=ledger.session_id,
+        tool_use_id=tool_use_id,
+        tool=tool,
+        input_hash=input_hash(input),
+        input=input,
+        in_doubt=in_doubt,
+        reason="in doubt" if in_doubt else "high impact",
+        status=ApprovalStatus.PENDING,
+        requested_at=1.0,
+        attempt=attempt,
+    )
+    assert ledger.store.apply(ledger.session_id, [PutApproval(request, None)]) == [True]
+
+
 def test_plain_non_idempotent_call_in_doubt_is_never_rerun_silently(
     run: Runner, ledger: tl.Ledger
 ) -> None:
@@ -610,22 +639,10 @@ def test_a_first_run_request_is_closed_by_happened_and_kept_by_not_happened(
     """A request about running the call (not one about a call in doubt) is pending while the
     call is in doubt. "It happened": the call will not run again, so the request is closed with
     the resolve. "It did not happen": the next run asks it still, so it stays pending."""
-    from toolledger.ops import PutApproval
-    from toolledger.records import ApprovalRecord, ApprovalStatus
+    from toolledger.records import ApprovalStatus
 
     crash_left_started(ledger, "send", "toolu_9", to="x")
-    request = ApprovalRecord(
-        session_id=ledger.session_id,
-        tool_use_id="toolu_9",
-        tool="send",
-        input_hash=input_hash({"to": "x"}),
-        input={"to": "x"},
-        in_doubt=False,
-        reason="high impact",
-        status=ApprovalStatus.PENDING,
-        requested_at=1.0,
-    )
-    assert ledger.store.apply(ledger.session_id, [PutApproval(request, None)]) == [True]
+    queue_request(ledger, "send", "toolu_9", in_doubt=False, to="x")
     ledger.resolve("toolu_9", happened=happened, by="ana")
     (after,) = ledger.store.approvals(ledger.session_id)
     if happened:
@@ -638,26 +655,14 @@ def test_a_first_run_request_is_closed_by_happened_and_kept_by_not_happened(
 def test_a_resolve_that_loses_its_race_closes_no_request(ledger: tl.Ledger) -> None:
     """The request is closed in the resolve's commit, and only with it: a resolve whose call
     moved on meanwhile (its late outcome landed) writes nothing, and the request stays."""
-    from toolledger.ops import PutApproval, UpdateEffect
-    from toolledger.records import ApprovalRecord, ApprovalStatus
+    from toolledger.ops import UpdateEffect
+    from toolledger.records import ApprovalStatus
 
     store = ledger.store
     crash_left_started(ledger, "send", "toolu_9", to="x")
     record = ledger.get("toolu_9")
     assert record is not None
-    request = ApprovalRecord(
-        session_id=ledger.session_id,
-        tool_use_id="toolu_9",
-        tool="send",
-        input_hash=record.input_hash,
-        input={"to": "x"},
-        in_doubt=True,
-        reason="in doubt",
-        status=ApprovalStatus.PENDING,
-        requested_at=1.0,
-        attempt=record.attempt,
-    )
-    assert store.apply(ledger.session_id, [PutApproval(request, None)]) == [True]
+    queue_request(ledger, "send", "toolu_9", in_doubt=True, attempt=record.attempt, to="x")
     real = store.judge
 
     def judge(r: Any, lease: Any = None) -> Any:
@@ -678,22 +683,10 @@ def test_a_resolve_that_loses_its_race_closes_no_request(ledger: tl.Ledger) -> N
 def test_a_request_toolledger_0_1_wrote_can_still_be_approved(ledger: tl.Ledger) -> None:
     """Requests written by 0.1 carry no attempt (0): while the call is in doubt, a person's yes
     to one is taken, as it was."""
-    from toolledger.ops import PutApproval
-    from toolledger.records import ApprovalRecord, ApprovalStatus
+    from toolledger.records import ApprovalStatus
 
     crash_left_started(ledger, "send", "toolu_9", to="x")
-    request = ApprovalRecord(
-        session_id=ledger.session_id,
-        tool_use_id="toolu_9",
-        tool="send",
-        input_hash=input_hash({"to": "x"}),
-        input={"to": "x"},
-        in_doubt=True,
-        reason="in doubt",
-        status=ApprovalStatus.PENDING,
-        requested_at=1.0,
-    )
-    assert ledger.store.backend.apply(ledger.session_id, [PutApproval(request, None)]) == [True]
+    queue_request(ledger, "send", "toolu_9", in_doubt=True, to="x")
     decided = tl.approvals.decide(
         ledger.store, ledger.session_id, "toolu_9", approved=True, by="ana"
     )

@@ -112,24 +112,23 @@ def place(conn: Conn, settings: Settings) -> str:
     schema in use. The cluster is its system identifier; where the server will not tell it
     (``pg_control_system`` not granted), the time its server started — the same however it is
     reached. Never fails the open: with neither, the URL's own server and database."""
-    try:
-        with conn.transaction():
-            row = conn.execute(
-                "SELECT system_identifier::text, current_database(), current_schema() "
-                "FROM pg_control_system()"
-            ).fetchone()
-    except psycopg.Error:
+    for query in _PLACES:
         try:
             with conn.transaction():
-                row = conn.execute(
-                    "SELECT 'started ' || pg_postmaster_start_time()::text, current_database(), "
-                    "current_schema()"
-                ).fetchone()
+                row = conn.execute(query).fetchone()
         except psycopg.Error:
-            row = None
-    if row is None:
-        return f"postgresql:{settings.display}"
-    return f"postgresql:{row[0]}:{row[1]}:{row[2]}"
+            continue
+        if row is not None:
+            return f"postgresql:{row[0]}:{row[1]}:{row[2]}"
+    return f"postgresql:{settings.display}"
+
+
+# The cluster, the database, the schema in use: by the cluster's identifier, else by the time
+# its server started (``place``).
+_PLACES = (
+    "SELECT system_identifier::text, current_database(), current_schema() FROM pg_control_system()",
+    "SELECT 'started ' || pg_postmaster_start_time()::text, current_database(), current_schema()",
+)
 
 
 def _await_writes_in_flight(conn: Conn) -> None:
