@@ -13,7 +13,7 @@ import pytest
 
 import toolledger as tl
 from toolledger.codec import input_hash
-from toolledger.ops import InsertEffect, Op
+from toolledger.ops import InsertEffect, Op, UpdateEffect
 from toolledger.records import EffectRecord, Holder, Status
 from toolledger.testing import Counter
 
@@ -117,7 +117,174 @@ def test_failed_intent_means_nothing_ran(run: Runner, store: tl.Store) -> None:
     assert result["content"].startswith("not executed: the ledger could not record the intent")
     assert "safe to retry" in result["content"]
     assert calls["send"] == 0
-    assert store.ledger("s").get("toolu_1") is None
+    record = store.ledger("s").get("toolu_1")
+    assert record is not None and record.status is Status.DENIED, "the answer is recorded"
+
+
+def test_a_failed_intent_answers_every_delivery_alike(run: Runner, store: tl.Store) -> None:
+    """ "Not executed, safe to retry" is recorded before it is answered. Otherwise a second
+    delivery of the same message (a queue that delivers twice, a resume whose transcript lost
+    the answer) finds no record and runs the call, while the model, told it did not happen,
+    retries it under a new id: two effects (found by the concurrent torture)."""
+    calls = Counter()
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        calls.hit("send")
+        return "sent"
+
+    spied, _ = spy_store(store, fail_when=writes_status(Status.STARTED))
+    content = [tool_use("toolu_1", "send", to="x")]
+    (first,) = run(content, [send], ledger=spied.ledger("s"))
+    assert first["is_error"] is True and first["content"].startswith("not executed: ")
+    (again,) = run(content, [send], ledger=store.ledger("s"))  # the store is back
+    assert again == first
+    assert calls["send"] == 0
+    record = store.ledger("s").get("toolu_1")
+    assert record is not None and record.status is Status.DENIED
+    assert record.error == first["content"] and record.attempt == 1
+
+
+def test_a_failed_intent_whose_answer_cannot_be_recorded_answers_nothing(
+    run: Runner, store: tl.Store
+) -> None:
+    """The store takes neither the intent nor the answer: the store's error is raised, nothing
+    is answered and nothing recorded; the next delivery runs the call, once."""
+    calls = Counter()
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        calls.hit("send")
+        return "sent"
+
+    def effects(ops: Sequence[Op]) -> bool:
+        return any(isinstance(op, InsertEffect | UpdateEffect) for op in ops)
+
+    spied, _ = spy_store(store, fail_when=effects)
+    content = [tool_use("toolu_1", "send", to="x")]
+    with pytest.raises(tl.StoreUnavailableError, match="injected"):
+        run(content, [send], ledger=spied.ledger("s"))
+    assert store.ledger("s").get("toolu_1") is None and calls["send"] == 0
+    (result,) = run(content, [send], ledger=store.ledger("s"))
+    assert result["content"] == "sent" and calls["send"] == 1
+
+
+def test_an_unconfirmed_intent_that_landed_is_recorded_not_executed(
+    run: Runner, store: tl.Store
+) -> None:
+    """The intent lands but its commit's answer is lost, and the read-back fails too: the
+    worker cannot tell, so the tool does not run. Read again before answering, the intent is
+    there: it is turned into the "not executed" answer itself — left as it was, it would be
+    called "did not happen" once the store answered, and a second delivery would run it."""
+    calls = Counter()
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        calls.hit("send")
+        return "sent"
+
+    spied, spy = spy_store(store)
+    lost: list[str] = []
+
+    def intent_lands_unconfirmed(ops: Sequence[Op]) -> None:
+        if not lost and any(isinstance(op, InsertEffect) for op in ops):
+            lost.append("commit")
+            store.backend.apply("s", ops)
+            raise tl.StoreUnavailableError(
+                "injected: connection lost during COMMIT", url=store.url, outcome_unknown=True
+            )
+
+    reads = spy.read_effects
+
+    def read_back_fails_once(
+        session_id: str, tool_use_ids: Sequence[str] | None = None
+    ) -> dict[str, EffectRecord]:
+        if lost == ["commit"]:
+            lost.append("read")
+            raise tl.StoreUnavailableError("injected: server closed the connection", url="x")
+        return reads(session_id, tool_use_ids)
+
+    spy.before_commit = intent_lands_unconfirmed
+    spy.read_effects = read_back_fails_once  # type: ignore[method-assign]
+    content = [tool_use("toolu_1", "send", to="x")]
+    (first,) = run(content, [send], ledger=spied.ledger("s"))
+    assert lost == ["commit", "read"], "the intent landed unconfirmed, its read-back failed"
+    assert first["is_error"] is True and first["content"].startswith("not executed: ")
+    record = store.ledger("s").get("toolu_1")
+    assert record is not None and record.status is Status.DENIED and record.attempt == 1
+    assert run(content, [send], ledger=store.ledger("s")) == [first]
+    assert calls["send"] == 0
+
+
+def test_a_failed_intent_after_a_call_that_did_not_happen_is_recorded_too(
+    run: Runner, store: tl.Store
+) -> None:
+    """A call a person said did not happen may run again; its next intent failing is answered
+    "not executed" — and recorded so, over the record that allowed it."""
+    calls = Counter()
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        calls.hit("send")
+        return "sent"
+
+    assert store.apply("s", [InsertEffect(_interrupted(store))]) == [True]
+    store.ledger("s").resolve("toolu_1", happened=False, by="ana")
+    spied, _ = spy_store(store, fail_when=writes_status(Status.STARTED))
+    content = [tool_use("toolu_1", "send", to="x")]
+    (first,) = run(content, [send], ledger=spied.ledger("s"))
+    assert first["is_error"] is True and first["content"].startswith("not executed: ")
+    assert run(content, [send], ledger=store.ledger("s")) == [first]
+    assert calls["send"] == 0
+    record = store.ledger("s").get("toolu_1")
+    assert record is not None and record.status is Status.DENIED
+    assert record.attempt == 2 and [p.attempt for p in record.history] == [1]
+    assert record.history[0].settled is not None and "ana" in record.history[0].settled
+
+
+def test_a_failed_rerun_of_a_call_in_doubt_answers_nothing(run: Runner, store: tl.Store) -> None:
+    """An approved re-run of a call in doubt whose intent fails did not run — but its first
+    attempt may have taken effect, so "nothing happened, safe to retry" would be false. The
+    store's error is raised and the call stays in doubt: the next delivery runs the re-run,
+    once."""
+    calls = Counter()
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        calls.hit("send")
+        return "sent"
+
+    def rerun(request: tl.ApprovalRequest) -> tl.Decision:
+        assert request.in_doubt
+        return tl.Decision(approved=True, by="ana", rerun=True)
+
+    interrupted = _interrupted(store)
+    assert store.apply("s", [InsertEffect(interrupted)]) == [True]
+    spied, _ = spy_store(store, fail_when=writes_status(Status.STARTED))
+    content = [tool_use("toolu_1", "send", to="x")]
+    with pytest.raises(tl.StoreUnavailableError, match="injected"):
+        run(content, [send], ledger=spied.ledger("s"), approve=rerun)
+    assert store.ledger("s").get("toolu_1") == interrupted and calls["send"] == 0
+    (result,) = run(content, [send], ledger=store.ledger("s"), approve=rerun)
+    assert result["content"] == "sent" and calls["send"] == 1
+
+
+def _interrupted(store: tl.Store) -> EffectRecord:
+    """``send`` to x, attempt 1 interrupted long ago: in doubt (no holder, its deadline past)."""
+    now = store.now()
+    return EffectRecord(
+        session_id="s",
+        tool_use_id="toolu_1",
+        tool="send",
+        input_hash=input_hash({"to": "x"}),
+        status=Status.STARTED,
+        attempt=1,
+        error="in doubt: started, outcome not recorded",
+        created_at=now - 10,
+        updated_at=now - 10,
+        worker="gone:1:x",
+        deadline=now - 5,
+    )
 
 
 def test_a_failed_intent_never_answers_a_call_in_doubt_as_not_executed(
@@ -164,7 +331,7 @@ def test_outcome_lost_with_the_next_intent_alerts_for_the_first_call(
     run: Runner, store: tl.Store
 ) -> None:
     """The first call's outcome rides with the second call's intent; if that commit fails, the
-    first effect is alerted and the second call does not run."""
+    first effect is alerted (its real result answered) and the second call does not run."""
     calls = Counter()
 
     @tl.tool
@@ -172,7 +339,15 @@ def test_outcome_lost_with_the_next_intent_alerts_for_the_first_call(
         calls.hit(to)
         return f"sent {to}"
 
-    spied, spy = spy_store(store, fail_when=lambda ops: len(spy.commits) >= 1)
+    def second_intent(ops: Sequence[Op]) -> bool:
+        return any(
+            isinstance(op, InsertEffect | UpdateEffect)
+            and op.record.tool_use_id == "t2"
+            and op.record.status is Status.STARTED
+            for op in ops
+        )
+
+    spied, _ = spy_store(store, fail_when=second_intent)
     alerts: list[tl.LedgerWriteError] = []
     results = run(
         [tool_use("t1", "send", to="a"), tool_use("t2", "send", to="b")],
@@ -184,6 +359,29 @@ def test_outcome_lost_with_the_next_intent_alerts_for_the_first_call(
     assert results[1]["is_error"] and "not executed" in results[1]["content"]
     assert [a.tool_use_id for a in alerts] == ["t1"]
     assert calls["a"] == 1 and calls["b"] == 0
+
+
+def test_a_store_that_takes_nothing_after_an_effect_alerts_it_and_answers_nothing(
+    run: Runner, store: tl.Store
+) -> None:
+    """The second call's intent and its "not executed" both fail: nothing is answered (the
+    store's error is raised), the first call's effect is alerted with its real result, and the
+    second call never ran."""
+    calls = Counter()
+
+    @tl.tool
+    def send(to: str) -> str:
+        calls.hit(to)
+        return f"sent {to}"
+
+    spied, spy = spy_store(store, fail_when=lambda ops: len(spy.commits) >= 1)
+    alerts: list[tl.LedgerWriteError] = []
+    content = [tool_use("t1", "send", to="a"), tool_use("t2", "send", to="b")]
+    with pytest.raises(tl.StoreUnavailableError, match="injected"):
+        run(content, [send], ledger=spied.ledger("s"), on_alert=alerts.append)
+    assert [(a.tool_use_id, a.result) for a in alerts] == [("t1", "sent a")]
+    assert calls["a"] == 1 and calls["b"] == 0
+    assert store.ledger("s").get("t2") is None
 
 
 def _their_record(status: Status, result: str | None = None) -> EffectRecord:

@@ -274,8 +274,24 @@ def test_a_failed_intent_is_the_same_on_both_paths(
 
     on, _ = _both(kind, tmp_path, _once([TICKET]), monkeypatch, fail_when=intents)
     assert on.ran == [], "nothing ran without its intent"
+    assert on.answer[0] == "StoreUnavailableError", "neither the intent nor the answer landed"
     assert on.rows == {}
-    assert "not executed" in on.answer[0]["content"].lower()
+
+
+def test_a_failed_intent_answered_not_executed_is_the_same_on_both_paths(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def intents(ops: Sequence[Op]) -> bool:
+        return any(
+            isinstance(op, InsertEffect) and op.record.status is Status.STARTED for op in ops
+        )
+
+    on, _ = _both(kind, tmp_path, _once([TICKET]), monkeypatch, fail_when=intents)
+    assert on.ran == [], "nothing ran without its intent"
+    assert on.answer[0]["content"].startswith("not executed: ")
+    row = on.rows["toolu_1"]
+    assert row is not None and row["status"] is Status.DENIED
+    assert row["error"] == on.answer[0]["content"]
 
 
 def _answer_lost(scenario: Scenario, which: Callable[[Sequence[Op]], bool]) -> Scenario:

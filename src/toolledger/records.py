@@ -50,6 +50,8 @@ class Status(StrEnum):
     ``started`` is the intent: written just before a tool whose re-run is unsafe runs. A record
     still ``started`` when nobody is running it is *in doubt*. ``not_happened`` is set by a person
     resolving an in-doubt call ("it did not take effect"); the call may then run again.
+    ``denied`` answers a call that never runs under its id: not approved, or its intent could
+    not be recorded (its ``error`` is the answer).
     """
 
     STARTED = "started"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 import toolledger as tl
 from toolledger import _switches as switches
 from toolledger._verify import verify
-from toolledger.ops import AppendMessages, PutSession
+from toolledger.ops import AppendMessages, InsertEffect, Op, PutSession
 from toolledger.records import Status
 from toolledger.testing.scripted import Flaky, Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import World
@@ -194,6 +195,45 @@ def test_ledger_alert_stops_the_session_and_the_outcome_lands_later(
         run = agent.run(session="s")
     assert run.status is tl.RunStatus.COMPLETED
     assert len(world.tickets()) == 1 and len(world.executions()) == 1
+
+
+def test_a_call_answered_not_executed_is_not_run_by_a_second_delivery(
+    store: tl.Store, world: World
+) -> None:
+    """A turn of a lookup and a ticket; the ticket's intent cannot be written, so the model is
+    told it was not executed, and the session goes on. A queue then delivers the turn's message
+    again (``run_tool_uses`` on it, the store healthy): the ticket is answered as the model was
+    told, not opened — else the model, retrying it under a new id, would open it twice."""
+    second = ToolUse("create_ticket", {"title": "Second"}, id="toolu_second")
+
+    @tl.tool(effect="read_only")
+    def lookup(title: str) -> str:
+        """Look a ticket up."""
+        return f"{title}: none"
+
+    tools = [*world.toolset(), lookup]
+
+    def second_intent(ops: Sequence[Op]) -> bool:
+        return any(
+            isinstance(op, InsertEffect)
+            and op.record.status is Status.STARTED
+            and op.record.tool_use_id == "toolu_second"
+            for op in ops
+        )
+
+    spied, _ = spy_store(store, fail_when=second_intent)
+    turn = Reply(tool_uses=[ToolUse("lookup", {"title": "Second"}), second])
+    with ScriptedModel([turn, Reply(text="done")]) as m:
+        agent = tl.Agent(client=m.client(), model="x", tools=tools, store=spied)
+        run = agent.run(session="s", prompt="go")
+    assert run.status is tl.RunStatus.COMPLETED
+    told = run.messages[2]["content"]
+    assert told[1]["is_error"] is True and told[1]["content"].startswith("not executed: ")
+    assert world.tickets() == []
+    delivered = store.messages("s")[1]
+    again = tl.run_tool_uses(delivered.content, tools, ledger=store.ledger("s"))
+    assert [r["content"] for r in again] == [r["content"] for r in told]
+    assert world.tickets() == [] and world.executions() == [], "nothing ran again"
 
 
 def test_a_checkpoint_never_reports_an_outcome_still_being_written(

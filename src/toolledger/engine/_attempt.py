@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from .._crash import hit as crash_point
 from ..codec import EncodedResult, encode_result, idempotency_key
-from ..errors import CorruptLedgerError, LeaseLostError, StoreError
+from ..errors import CorruptLedgerError, LeaseLostError, StoreError, ToolLedgerError
 from ..ops import Op, UpdateEffect
 from ..records import EffectRecord, PastAttempt, Status, ToolCall, same_write
 from ..tools import Tool, ToolContext
@@ -35,6 +35,7 @@ from ._outcomes import (
     release,
     write,
 )
+from ._reconcile import commit
 
 __all__ = [
     "Again",
@@ -431,22 +432,7 @@ def after_intent(
         yield from unsent(flushed.error, intent, key=key, env=env, buf=buf)
         if isinstance(flushed.error, LeaseLostError):
             raise flushed.error  # taken over: this worker goes no further
-        if record is None:
-            # The intent was to be the call's first record, and its insert failed: a record of
-            # another attempt may be there that this worker never read (it wrote first, or the
-            # record landed since) — a call in doubt, a branch's copy. "Not executed, safe to
-            # retry" is this call's answer only if it has no such record; reading it is the only
-            # way to know, and a read that fails too raises: nothing is answered.
-            found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
-            there = found.get(call.tool_use_id)
-            if there is not None and not same_write(there, intent):
-                return Again(there)
-        return CallOutcome(
-            call,
-            Disposition.NOT_EXECUTED,
-            intent_failed_message(call.name, flushed.error),
-            is_error=True,
-        )
+        return (yield from not_executed(flushed.error, call, intent, record=record, env=env))
     if not flushed.extra_applied[0]:
         # Someone else wrote this call's record since we read it — another attempt, a person:
         # decide again from what it says now.
@@ -457,6 +443,57 @@ def after_intent(
         return Again(current)
     crash_point("after_intent")
     return intent
+
+
+def not_executed(
+    error: ToolLedgerError,
+    call: ToolCall,
+    intent: EffectRecord,
+    *,
+    record: EffectRecord | None,
+    env: Env,
+) -> Generator[Request, Any, CallOutcome | Again]:
+    """The commit of ``intent`` (replacing ``record``) failed with ``error``, and the tool did
+    not run: the call's answer, "not executed, safe to retry" — once the ledger holds it.
+
+    Answered and not recorded, it would hold for this delivery only: a second delivery of the
+    message (a queue that delivers twice, a resume whose transcript lost the answer) finds the
+    call free and runs it, while the model, told it did not happen, retries it under a new id.
+    So the answer is recorded first, as a denial that stands for ever (the same call always
+    gets the same answer), over what the call had: no record, a "did not happen", or this very
+    intent if it landed after all (its commit unconfirmed). What else is found there now is
+    decided from — another attempt, a person, a branch's copy, written since this worker read
+    it (or, written first, never read). A call in doubt is not "nothing happened": its earlier
+    attempt may have taken effect. It, and an answer the store will not take, raise the store's
+    error: nothing is answered, nothing ran, and the next delivery decides afresh. A read that
+    fails raises too."""
+    found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+    there = found.get(call.tool_use_id)
+    ours = same_write(there, intent) or (record is not None and same_write(there, record))
+    if there is not None and not ours:
+        return Again(there)
+    if record is not None and record.status is not Status.NOT_HAPPENED:
+        raise error
+    message = intent_failed_message(call.name, error)
+    # This attempt, recorded as not run, over what is there: its intent, or what it replaced.
+    denied = env.record(
+        call,
+        status=Status.DENIED,
+        attempt=intent.attempt,
+        created_at=intent.created_at,
+        error=message,
+        history=intent.history,
+        replaces=record,
+    )
+    answer = yield from commit([write(denied, there)])
+    if isinstance(answer, Failure):
+        raise answer.exc
+    if not answer[0]:  # moved meanwhile: decide from what it says now
+        now_found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+        current = now_found.get(call.tool_use_id)
+        assert current is not None, "a record is never deleted"
+        return Again(current)
+    return CallOutcome(call, Disposition.NOT_EXECUTED, message, is_error=True)
 
 
 def _released(record: EffectRecord) -> EffectRecord:
