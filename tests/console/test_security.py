@@ -331,3 +331,67 @@ def test_beyond_loopback_the_console_refuses_to_start_without_a_token(
     assert main(["console", "--store", url]) == 1, "on loopback, but there is no store"
     out, err = capsys.readouterr()
     assert "no store at" in err and out == ""
+
+
+PROXIED = "https://ops.example.com"  # a TLS proxy in front, forwarding Host but no scheme
+
+
+def _through_proxy(app: Any, origin: str = PROXIED) -> TestClient:
+    """A browser on ``PROXIED``: the proxy hands the console plain HTTP with the public Host
+    and no X-Forwarded-Proto; the browser's Origin is the public one."""
+    return TestClient(app, base_url="http://ops.example.com", headers={"Origin": origin})
+
+
+def test_behind_a_proxy_the_refusal_says_how_to_name_the_public_origin(built: Scene) -> None:
+    """Its own forms came back refused as another site's, with nothing saying why: the scheme
+    the browser used (https) is not the one the console was handed (http)."""
+    person = _through_proxy(create_app(built.url, token="t0ken"))
+    person.headers["Authorization"] = "Bearer t0ken"
+    (form,) = [f for f in forms_of(person.get("/approvals").text) if f["session"] == "pay-1"]
+    before = built.dump()
+    refused = person.post("/approvals/decide", data={**form, "by": "ana", "decision": "deny"})
+    assert refused.status_code == 403 and "Nothing was changed" in refused.text
+    assert "--origin https://ops.example.com" in refused.text
+    assert built.dump() == before
+
+
+@pytest.mark.parametrize(
+    "declared", [PROXIED, PROXIED + "/", PROXIED + ":443", "HTTPS://OPS.example.com"]
+)
+def test_a_declared_public_origin_is_the_consoles_own(built: Scene, declared: str) -> None:
+    app = create_app(built.url, origin=declared)  # loopback, no token: the proxy is local
+    person = _through_proxy(app)
+    (form,) = [f for f in forms_of(person.get("/approvals").text) if f["session"] == "pay-1"]
+    answer = person.post(
+        "/approvals/decide", data={**form, "session": "nobody", "by": "a", "decision": "deny"}
+    )
+    assert answer.status_code == 409 and "Refused" not in answer.text, declared
+    # Only that origin: the scheme the console sees, another port, another site are not.
+    for other in ("http://ops.example.com", "https://ops.example.com:8443", "https://evil.example"):
+        before = built.dump()
+        refused = _through_proxy(app, other).post("/approvals/decide", data=form)
+        assert refused.status_code == 403, other
+        assert built.dump() == before
+    assert TestClient(app, base_url="http://attacker.example").get("/").status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("declared", "says"),
+    [
+        ("ops.example.com", "scheme"),
+        ("ftp://ops.example.com", "scheme"),
+        ("https://", "host"),
+        ("https://ops.example.com/console", "path"),
+        ("https://ops.example.com/?x=1", "path"),
+        ("https://ana@ops.example.com", "user"),
+    ],
+)
+def test_a_public_origin_that_is_not_one_is_refused_at_start(
+    declared: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(tl.ConfigurationError, match=says):
+        create_app("memory://", origin=declared)
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    assert main(["console", "--store", url, "--origin", declared]) == 1
+    out, err = capsys.readouterr()
+    assert f"--origin {declared!r}" in " ".join(err.split()) and out == ""

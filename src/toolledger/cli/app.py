@@ -225,6 +225,13 @@ def _console(add: Callable[..., argparse.ArgumentParser]) -> None:
         default=None,
         help=f"required on every request (default: ${TOKEN_ENV}); needed beyond 127.0.0.1",
     )
+    p.add_argument(
+        "--origin",
+        default=None,
+        metavar="URL",
+        help="where browsers see the console, behind a proxy (e.g. https://ops.example.com): "
+        "its forms are taken from there only",
+    )
 
 
 def _retention(

@@ -22,20 +22,23 @@ def cmd_console(args: argparse.Namespace, console: Console) -> int:
     $TOOLLEDGER_CONSOLE_TOKEN)."""
     try:
         from ..console import serve
-        from ..console.security import bind_check
+        from ..console.security import bind_check, public_origin
     except ImportError as exc:
         raise ConfigurationError(
             f"the console needs its extra: pip install 'toolledger[console]' ({exc})"
         ) from exc
     token = args.token or os.environ.get(TOKEN_ENV) or None
     bind_check(args.host, token)
+    origin = None if args.origin is None else public_origin(args.origin)
     url = url_of(args)
     with store_of(args):
         pass  # it exists and opens: say so before saying where the console is
     where = f"[{args.host}]" if ":" in args.host else args.host
     console.print(safe(f"toolledger console for {url} on http://{where}:{args.port}/"))
+    if origin is not None:
+        console.print(safe(f"browsers see it as {origin}/ (its forms are taken from there only)"))
     if token:
         console.print(safe("open it once as /?token=TOKEN (then a cookie carries it)"))
     console.print(safe("Ctrl-C stops it", "dim"))
-    serve(url, host=args.host, port=args.port, token=token)
+    serve(url, host=args.host, port=args.port, token=token, origin=origin)
     return 0

@@ -29,7 +29,14 @@ from .._views.overview import known_session
 from ..stores import Store, open_store
 from . import views
 from .actions import Notice, decide_from, resolve_from
-from .security import Guard, bind_check, csrf_protected, is_loopback, middleware_for
+from .security import (
+    Guard,
+    bind_check,
+    csrf_protected,
+    is_loopback,
+    middleware_for,
+    public_origin,
+)
 
 __all__ = ["create_app", "serve"]
 
@@ -118,13 +125,21 @@ def _templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
-def create_app(store: Store | str, *, token: str | None = None, loopback: bool = True) -> Starlette:
+def create_app(
+    store: Store | str,
+    *,
+    token: str | None = None,
+    loopback: bool = True,
+    origin: str | None = None,
+) -> Starlette:
     """The console for ``store``. ``token``: required on every request when given (``serve``
     requires one beyond loopback). ``loopback``: it listens on a loopback address, so only the
-    loopback host names are answered."""
+    loopback host names are answered. ``origin``: where browsers see it, behind a proxy
+    (``https://ops.example.com``): its forms come from there (``ConfigurationError`` if it is
+    not an origin)."""
+    guard = Guard(token=token, loopback=loopback, origin=origin)
     source = _Source(store)
     templates = _templates()
-    guard = Guard(token=token, loopback=loopback)
 
     async def page(
         request: Request,
@@ -156,6 +171,12 @@ def create_app(store: Store | str, *, token: str | None = None, loopback: bool =
             else "This form is stale or did not come from this console (its CSRF token is "
             "missing or wrong). Nothing was changed. Open the page again and retry."
         )
+        hint = guard.proxy_hint(request) if why == "another site" else None
+        if hint is not None:
+            text += (
+                " If this console is served to browsers through a proxy at that address, "
+                f"start it with {hint} (or have the proxy send X-Forwarded-Proto)."
+            )
         html = templates.get_template("message.html").render(
             heading="Refused", text=text, store_url=source.url, notice=None, page=""
         )
@@ -241,15 +262,23 @@ def _session_or_none(store: Store, session_id: str) -> dict[str, Any] | None:
 
 
 def serve(
-    store_url: str, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None
+    store_url: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token: str | None = None,
+    origin: str | None = None,
 ) -> None:
     """Serve the console until interrupted. Refuses (``ConfigurationError``) a non-loopback
-    ``host`` without a ``token``; the store must exist (``StoreError`` otherwise)."""
+    ``host`` without a ``token``, and an ``origin`` that is not one; the store must exist
+    (``StoreError`` otherwise)."""
     import uvicorn
 
     bind_check(host, token)
+    if origin is not None:
+        public_origin(origin)
     with open_store(store_url, create=False):
         pass  # it exists and opens: say so now, not on the first page
-    app = create_app(store_url, token=token, loopback=is_loopback(host))
+    app = create_app(store_url, token=token, loopback=is_loopback(host), origin=origin)
     # No access log: a first visit's URL carries the token.
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")

@@ -16,6 +16,12 @@
   its body is read, nothing written — unless the browser says it comes from the console's own
   pages: ``Origin`` exactly the console's ``scheme://host:port`` (or absent with
   ``Sec-Fetch-Site: same-origin``), and ``Sec-Fetch-Site``, when sent, ``same-origin``.
+* **Behind a proxy** that serves the console under another scheme, name or port (TLS in
+  front, ``https://ops.example.com``), the browser's ``Origin`` is the proxy's: name it
+  (``--origin``, ``public_origin``) and exactly that origin is the console's own — and, on a
+  loopback address, its host name is answered too. Without it such a form is refused, and the
+  refusal says to name it. A proxy on this machine that sends ``X-Forwarded-Proto`` needs
+  nothing: the server takes the scheme from it.
 * **CSRF.** Every POST carries the form field ``csrf``: an HMAC, under a secret this process
   drew at start, of this browser's session cookie (itself signed by that secret). A token that
   is missing, forged, stale (an earlier run of the console) or another browser's is refused
@@ -38,7 +44,7 @@ import hmac
 import ipaddress
 import secrets
 from collections.abc import Awaitable, Callable
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from starlette.datastructures import FormData
 from starlette.middleware import Middleware
@@ -60,6 +66,7 @@ __all__ = [
     "csrf_protected",
     "is_loopback",
     "middleware_for",
+    "public_origin",
 ]
 
 SESSION_COOKIE = "toolledger_session"
@@ -94,6 +101,37 @@ def is_loopback(host: str) -> bool:
         return False  # a name: it may resolve to anything
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def public_origin(url: str) -> str:
+    """``url`` as a browser writes its origin (``scheme://host[:port]``, lower case, no
+    default port), or ``ConfigurationError`` saying what is not an origin in it."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
+        raise ConfigurationError(
+            f"--origin {url!r}: give the scheme, http:// or https://, as the browser's address "
+            "bar shows it (e.g. https://ops.example.com)"
+        )
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ConfigurationError(f"--origin {url!r}: {exc}") from exc
+    if not host:
+        raise ConfigurationError(f"--origin {url!r}: no host name")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigurationError(f"--origin {url!r}: an origin has no user name or password")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ConfigurationError(
+            f"--origin {url!r}: an origin has no path: the console is served at the root of "
+            "its address (give scheme://host[:port] only)"
+        )
+    name = f"[{host}]" if ":" in host else host
+    shown = f":{port}" if port is not None and port != _DEFAULT_PORTS[scheme] else ""
+    return f"{scheme}://{name}{shown}"
+
+
 def bind_check(host: str, token: str | None) -> None:
     """Refuse to serve a non-loopback address without a token (``ConfigurationError``)."""
     if not is_loopback(host) and not token:
@@ -116,9 +154,11 @@ class Guard:
     sessions and their CSRF tokens. ``loopback``: the console listens on a loopback address, so
     only loopback host names are answered."""
 
-    def __init__(self, *, token: str | None, loopback: bool) -> None:
+    def __init__(self, *, token: str | None, loopback: bool, origin: str | None = None) -> None:
         self.token = token or None
         self.loopback = loopback
+        self.origin = None if origin is None else public_origin(origin)
+        """Where the browser sees the console, behind a proxy (``public_origin``)."""
         self._key = secrets.token_bytes(32)
 
     # -- the browser's session and its CSRF token -----------------------------------------------
@@ -170,20 +210,40 @@ class Guard:
 
     # -- where a request comes from ----------------------------------------------------------
 
-    @staticmethod
-    def own_origin(request: Request) -> bool:
+    def own_origin(self, request: Request) -> bool:
         """The browser says the request comes from the console's own pages: ``Origin`` is
-        exactly the console's ``scheme://host:port`` (or absent, with ``Sec-Fetch-Site:
-        same-origin``), and ``Sec-Fetch-Site``, when sent, is ``same-origin``. A request that
-        says neither (no browser sends a form so) is not taken for the console's."""
+        exactly the console's ``scheme://host:port`` — the public origin when one is named —
+        (or absent, with ``Sec-Fetch-Site: same-origin``), and ``Sec-Fetch-Site``, when sent, is
+        ``same-origin``. A request that says neither (no browser sends a form so) is not taken
+        for the console's."""
         site = request.headers.get("sec-fetch-site")
         if site is not None and site != "same-origin":
             return False
         origin = request.headers.get("origin")
         if origin is None:
             return site == "same-origin"
-        host = request.headers.get("host", "")
-        return origin.lower() == f"{request.url.scheme}://{host}".lower()
+        return origin.lower() == self._own(request)
+
+    def _own(self, request: Request) -> str:
+        if self.origin is not None:
+            return self.origin
+        return f"{request.url.scheme}://{request.headers.get('host', '')}".lower()
+
+    def proxy_hint(self, request: Request) -> str | None:
+        """For a form refused as another site's: the option that makes it the console's own,
+        when it looks like the console's pages seen through a proxy (the browser's origin
+        names the host the request was sent to, under another scheme or port)."""
+        origin = request.headers.get("origin")
+        if origin is None or self.origin is not None:
+            return None
+        host = request.headers.get("host", "").rsplit(":", 1)[0].lower()
+        try:
+            seen = public_origin(origin)
+        except ConfigurationError:
+            return None
+        if urlsplit(seen).hostname != host.strip("[]") or seen == self._own(request):
+            return None
+        return f"--origin {seen}"
 
     # -- access -----------------------------------------------------------------------------
 
@@ -197,7 +257,9 @@ class Guard:
             return True  # the token guards it (a re-pointed name never carries its cookie)
         host = request.headers.get("host", "")
         name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        return name in LOOPBACK_NAMES
+        return name in LOOPBACK_NAMES or (
+            self.origin is not None and name.strip("[]").lower() == urlsplit(self.origin).hostname
+        )
 
 
 class GuardMiddleware(BaseHTTPMiddleware):
