@@ -120,6 +120,20 @@ def test_a_failing_webhook_is_retried_with_the_same_delivery_id(hook: Hook) -> N
     assert len({h["X-Toolledger-Delivery"] for h, _ in hook.requests}) == 1
 
 
+def test_an_event_being_retried_does_not_hold_up_the_next(hook: Hook) -> None:
+    """The first event's delivery fails and waits to be retried; the one queued behind it is
+    delivered meanwhile, not after every retry of the first (about a minute with the defaults,
+    for a person who should have been told at once)."""
+    hook.codes = [500]
+    notify = Notifier(hook.url, secret=SECRET, backoff=0.5)
+    notify.in_doubt(session_id="s", tool_use_id="first", tool="send", input={}, reason="crash")
+    notify.in_doubt(session_id="s", tool_use_id="second", tool="send", input={}, reason="crash")
+    assert notify.flush(10)
+    assert [e["tool_use_id"] for e in hook.events()] == ["first", "second", "first"]
+    ids = [h["X-Toolledger-Delivery"] for h, _ in hook.requests]
+    assert ids[0] == ids[2] != ids[1], "a retry is the same delivery"
+
+
 def test_a_refusing_webhook_is_not_retried_and_is_logged(
     hook: Hook, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -23,15 +23,18 @@ event, so a receiver can drop the repeats.
 
 Delivery never blocks the agent: events go to a queue that one background thread per notifier
 works through. A failed delivery (an exception, a network error, a 5xx, 408 or 429) is retried
-with exponential backoff; one that keeps failing, or is refused (any other 4xx), is logged on the
-``toolledger`` logger and dropped. At exit, the queue is given a few seconds to drain.
+with exponential backoff, and the events behind it go out meanwhile; one that keeps failing, or
+is refused (any other 4xx), is logged on the ``toolledger`` logger and dropped. At exit, the
+queue is given a few seconds to drain.
 """
 
 from __future__ import annotations
 
 import atexit
 import hashlib
+import heapq
 import hmac
+import itertools
 import json
 import logging
 import os
@@ -241,48 +244,62 @@ class Notifier:
         return True
 
     def _work(self) -> None:
+        """Deliver events as they come; one whose delivery failed waits for its retry in
+        ``retries`` (due time, order, event, deliveries made) while later events go out, so a
+        failing event never holds up the next one for its whole backoff."""
+        retries: list[tuple[float, int, Event, int]] = []
+        order = itertools.count()
         while True:
-            event = self._queue.get()
-            try:
-                self._deliver(event)
-            finally:
-                self._queue.task_done()
+            now = time.monotonic()
+            if retries and retries[0][0] <= now:
+                _, _, event, made = heapq.heappop(retries)
+            else:
+                try:
+                    event = self._queue.get(timeout=retries[0][0] - now if retries else None)
+                except queue.Empty:
+                    continue  # a retry is due
+                made = 0
+            wait = self._deliver(event, made + 1)
+            if wait is None:
+                self._queue.task_done()  # delivered, or given up on
+            else:
+                heapq.heappush(retries, (time.monotonic() + wait, next(order), event, made + 1))
 
-    def _deliver(self, event: Event) -> None:
-        wait = self.backoff
-        for attempt in range(1, self.attempts + 1):
-            try:
-                self._once(event)
-                return
-            except _Refused as exc:
+    def _deliver(self, event: Event, attempt: int) -> float | None:
+        """Delivery ``attempt`` of ``event``: ``None`` when it is over (delivered, refused,
+        given up on), else the seconds to wait before the next."""
+        try:
+            self._once(event)
+            return None
+        except _Refused as exc:
+            logger.error(
+                "toolledger: notification %s for session %r refused by %r: %s; not retried",
+                event["type"],
+                event["session"],
+                self,
+                exc,
+            )
+            return None
+        except Exception as exc:
+            if attempt == self.attempts:
                 logger.error(
-                    "toolledger: notification %s for session %r refused by %r: %s; not retried",
+                    "toolledger: notification %s for session %r failed %d times (last: "
+                    "%s); given up",
                     event["type"],
                     event["session"],
-                    self,
+                    attempt,
                     exc,
                 )
-                return
-            except Exception as exc:
-                if attempt == self.attempts:
-                    logger.error(
-                        "toolledger: notification %s for session %r failed %d times (last: "
-                        "%s); given up",
-                        event["type"],
-                        event["session"],
-                        attempt,
-                        exc,
-                    )
-                    return
-                logger.warning(
-                    "toolledger: notification %s for session %r failed (%s); retrying in %.1fs",
-                    event["type"],
-                    event["session"],
-                    exc,
-                    wait,
-                )
-            time.sleep(wait)
-            wait = min(wait * 2, self.max_backoff)
+                return None
+            wait = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+            logger.warning(
+                "toolledger: notification %s for session %r failed (%s); retrying in %.1fs",
+                event["type"],
+                event["session"],
+                exc,
+                wait,
+            )
+            return wait
 
     def _once(self, event: Event) -> None:
         if not isinstance(self.target, str):
