@@ -1259,10 +1259,22 @@ def test_a_stores_place_is_the_database_however_it_is_reached(
                     raise psycopg.errors.InsufficientPrivilege("permission denied")
                 return self.conn.execute(query, *args)
 
-        settings = parse_url(postgres_url)
+        # Without it: the moment the store was made — not the server's start, which its
+        # restart changes — the same by TCP or the socket, in any time zone.
+        tl.open_store(named).close()
+        settings = parse_url(named)
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(postgres_schema)))
         by_tcp = pg_schema.place(Refusing(conn), settings)  # type: ignore[arg-type]
         host = conn.execute("SHOW unix_socket_directories").fetchone()[0].split(",")[0]
         info = psycopg.conninfo.conninfo_to_dict(settings.conninfo) | {"host": host.strip()}
-        with psycopg.connect(**info, autocommit=True) as by_socket:
-            assert pg_schema.place(Refusing(by_socket), settings) == by_tcp  # type: ignore[arg-type]
-        assert by_tcp.startswith("postgresql:started ") and by_tcp.endswith(":public")
+        for zone in ("UTC", "Asia/Kathmandu"):
+            with psycopg.connect(**info, autocommit=True) as by_socket:
+                by_socket.execute(f"SET TimeZone TO '{zone}'")
+                by_socket.execute(
+                    sql.SQL("SET search_path TO {}").format(sql.Identifier(postgres_schema))
+                )
+                assert pg_schema.place(Refusing(by_socket), settings) == by_tcp  # type: ignore[arg-type]
+        assert by_tcp.startswith("postgresql:made ") and by_tcp.endswith(f":{postgres_schema}")
+        assert "started" not in by_tcp, "not the server's start: a restart would change it"
+        with tl.open_store(named) as store:
+            assert store.place == place_of(named) != by_tcp

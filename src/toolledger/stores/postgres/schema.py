@@ -110,8 +110,10 @@ def place(conn: Conn, settings: Settings) -> str:
     """The store as ``StoreCore.place`` names it, whatever the spelling of its URL (a host's
     other name, a socket or TCP, another option): the server's cluster, the database and the
     schema in use. The cluster is its system identifier; where the server will not tell it
-    (``pg_control_system`` not granted), the time its server started — the same however it is
-    reached. Never fails the open: with neither, the URL's own server and database."""
+    (``pg_control_system`` not granted), the moment this store's schema was first made (its
+    first migration), which a server's restart does not change either — the same however it
+    is reached, in any time zone. Never fails the open: with neither, the URL's own server and
+    database."""
     for query in _PLACES:
         try:
             with conn.transaction():
@@ -123,11 +125,12 @@ def place(conn: Conn, settings: Settings) -> str:
     return f"postgresql:{settings.display}"
 
 
-# The cluster, the database, the schema in use: by the cluster's identifier, else by the time
-# its server started (``place``).
+# The cluster, the database, the schema in use: by the cluster's identifier, else by the moment
+# the store was made (``place``).
 _PLACES = (
     "SELECT system_identifier::text, current_database(), current_schema() FROM pg_control_system()",
-    "SELECT 'started ' || pg_postmaster_start_time()::text, current_database(), current_schema()",
+    "SELECT 'made ' || extract(epoch FROM min(applied_at))::text, current_database(), "
+    "current_schema() FROM toolledger_schema",
 )
 
 
