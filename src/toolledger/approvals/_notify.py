@@ -291,7 +291,7 @@ class Notifier:
                     exc,
                 )
                 return None
-            wait = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+            wait: float = min(self.backoff * 2.0 ** (attempt - 1), self.max_backoff)
             logger.warning(
                 "toolledger: notification %s for session %r failed (%s); retrying in %.1fs",
                 event["type"],
