@@ -189,26 +189,13 @@ def test_a_pipe_gets_tab_separated_lines_with_a_header(world: tuple[str, list[st
     assert {r["session"] for r in rows} >= {LONG_SESSION, shown}
 
 
-def untsv(cell: str) -> str:
-    return re.sub(r"\\(.)", lambda m: {"t": "\t", "n": "\n", "r": "\r"}.get(m[1], m[1]), cell)
-
-
-COMMANDS_COLUMNS = ("if it happened", "if it did not")  # written as they are, to paste
-
-
 def tsv_rows(out: str) -> list[dict[str, str]]:
-    """The rows of the first TSV table in ``out`` (comment lines skipped), cells unescaped —
-    but a command's, which is written as it is pasted."""
+    """The rows of the first TSV table in ``out`` (comment lines skipped), each cell as printed:
+    as the terminal shows it, escaped once (an id as an id is shown; a command as it is
+    pasted)."""
     data = [line for line in out.splitlines() if not line.startswith("# ")]
     header = data[0].split("\t")
-    return [
-        {
-            name: cell if name in COMMANDS_COLUMNS else untsv(cell)
-            for name, cell in zip(header, line.split("\t"), strict=True)
-        }
-        for line in data[1:]
-        if line
-    ]
+    return [dict(zip(header, line.split("\t"), strict=True)) for line in data[1:] if line]
 
 
 def test_json_on_every_read_command(world: tuple[str, list[str]]) -> None:

@@ -10,9 +10,14 @@ picks one layout:
   line between records; a line is never broken by the program (the terminal may fold it on the
   screen; copied, it is whole);
 * **tsv** — when standard output is not a terminal (a pipe, a file): a header line, then one
-  line per row, cells separated by tabs (a tab, newline, carriage return or backslash in a cell
-  written ``\\t``, ``\\n``, ``\\r``, ``\\\\``). Titles and notes are comment lines starting
-  with ``# ``.
+  line per row, cells separated by tabs. A cell is what records show of it, on one line, escaped
+  once: an id as ``_shell.shown_id`` writes it (a script reads the exact id back: ``\\\\`` is a
+  backslash, ``\\xHH``, ``\\uHHHH``, ``\\UHHHHHHHH`` that character, any other backslash
+  itself), content as ``_shell.shown`` does (a tab, a line break as ``\\x09``, ``\\x0a``), a
+  command as it is pasted. No second escaping goes on top: a backslash doubled again would
+  change every command inside a cell (a session's reason names the commands that settle it),
+  and ``\\'`` doubled ends a ``$'…'`` quote early, running what follows. Titles and notes are
+  comment lines starting with ``# ``.
 
 ``--json`` bypasses all of this (``emit_json``). Every line is printed with ``soft_wrap``: the
 program never inserts a line break into an id or a command.
@@ -48,8 +53,9 @@ class Col:
     """A column. ``preview``: its cells are shortened content that may wrap in a table (never an
     id or a command). ``in_table=False``: shown in records and TSV only — the caller prints it
     after a table itself (the commands that settle a call, one a line). ``command``: its cells
-    are commands to paste, written in TSV as they are (a quoted command never holds a tab or a
-    line break: ``toolledger._shell.quote``), so that the line a file holds runs as written."""
+    are commands to paste, written as they are (a quoted command holds no character that
+    ``shown`` escapes: ``toolledger._shell.quote``), so that the line a file holds runs as
+    written."""
 
     name: str
     preview: bool = False
@@ -67,13 +73,6 @@ class Grid:
     def add(self, *cells: Text | str) -> None:
         assert len(cells) == len(self.cols), (self.title, len(cells), len(self.cols))
         self.rows.append([c if isinstance(c, Text) else Text(c) for c in cells])
-
-
-_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-
-
-def tsv_cell(text: str) -> str:
-    return text.translate(_TSV_ESCAPES)
 
 
 class Out:
@@ -180,16 +179,18 @@ class Out:
 
     def _tsv(self, grid: Grid) -> None:
         write = self.console.file.write
-        write(f"# {shown_id(grid.title)}\n")  # a comment, as a note is: escaped, not TSV
-        write("\t".join(tsv_cell(c.name) for c in grid.cols) + "\n")
+        write(f"# {shown_id(grid.title)}\n")  # a comment, as a note is
+        write("\t".join(shown(c.name) for c in grid.cols) + "\n")
         for row in grid.rows:
+            # Each cell as records show it, escaped once (an id already is, by ``safe_id``):
+            # no tab or line break is left to escape, so nothing is escaped twice.
             cells = (
-                cell.plain if col.command else tsv_cell(cell.plain)
+                cell.plain if col.command else _one_line(cell).plain
                 for col, cell in zip(grid.cols, row, strict=True)
             )
             write("\t".join(cells) + "\n")
         if grid.caption:
-            write(f"# {tsv_cell(grid.caption)}\n")
+            write(f"# {shown(grid.caption)}\n")
         self.console.file.flush()
 
 
