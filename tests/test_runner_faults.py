@@ -499,3 +499,69 @@ def test_taken_over_then_the_store_fails_keeps_the_outcome_and_alerts(
             break
         time.sleep(0.1)
     assert record.status is Status.SUCCEEDED and json.loads(record.result or "") == "sent"
+
+
+def test_an_unconfirmed_intent_of_a_rerun_in_doubt_leaves_the_call_in_doubt(
+    run: Runner, store: tl.Store
+) -> None:
+    """An approved re-run of a call in doubt: its intent lands, but its commit's answer is lost
+    and the read-back fails too. Nothing ran and nothing is answered (the store's error is
+    raised), and the call must stay in doubt — its first attempt may have taken effect. The
+    clean-up written once the store answers must not turn it into "did not happen": then the
+    next delivery, with no approver, would run it again as a fresh call (``in_doubt`` false)
+    without anyone having named that re-run."""
+    calls = Counter()
+    told: list[bool] = []
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str, ctx: tl.ToolContext) -> str:
+        calls.hit("send")
+        told.append(ctx.in_doubt)
+        return "sent"
+
+    def rerun(request: tl.ApprovalRequest) -> tl.Decision:
+        assert request.in_doubt
+        return tl.Decision(approved=True, by="ana", rerun=True)
+
+    assert store.apply("s", [InsertEffect(_interrupted(store))]) == [True]
+    spied, spy = spy_store(store)
+    lost: list[str] = []
+
+    def intent_lands_unconfirmed(ops: Sequence[Op]) -> None:
+        if not lost and any(isinstance(op, UpdateEffect) for op in ops):
+            lost.append("commit")
+            store.backend.apply("s", ops)
+            raise tl.StoreUnavailableError(
+                "injected: connection lost during COMMIT", url=store.url, outcome_unknown=True
+            )
+
+    reads = spy.read_effects
+
+    def read_back_fails_once(
+        session_id: str, tool_use_ids: Sequence[str] | None = None
+    ) -> dict[str, EffectRecord]:
+        if lost == ["commit"]:
+            lost.append("read")
+            raise tl.StoreUnavailableError("injected: server closed the connection", url="x")
+        return reads(session_id, tool_use_ids)
+
+    spy.before_commit = intent_lands_unconfirmed
+    spy.read_effects = read_back_fails_once  # type: ignore[method-assign]
+    content = [tool_use("toolu_1", "send", to="x")]
+    with pytest.raises(tl.StoreUnavailableError, match="injected"):
+        run(content, [send], ledger=spied.ledger("s"), approve=rerun)
+    assert lost == ["commit", "read"] and calls["send"] == 0
+    # The background writer's clean-up of the unconfirmed intent (its first try is after 1s).
+    give_up = time.monotonic() + 4.0
+    while time.monotonic() < give_up:
+        record = store.ledger("s").get("toolu_1")
+        assert record is not None
+        if record.status is not Status.STARTED or record.holder is None:
+            break
+        time.sleep(0.05)
+    time.sleep(0.2)
+    record = store.ledger("s").get("toolu_1")
+    assert record is not None and record.status is Status.STARTED, "the call stays in doubt"
+    (result,) = run(content, [send], ledger=store.ledger("s"))  # no approver now
+    assert result["is_error"] is True and "may already have happened" in result["content"]
+    assert calls["send"] == 0, f"re-run without anyone naming it (told in_doubt={told})"

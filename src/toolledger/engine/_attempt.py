@@ -394,24 +394,39 @@ def unsent(
     key: tuple[str, str, str],
     env: Env,
     buf: Buffer,
+    in_doubt: bool = False,
 ) -> Generator[Request, Any, None]:
     """The commit of ``intent`` failed with ``error``, and the tool will not run: the attempt
-    is over here (a corrupt ledger raises at once)."""
+    is over here (a corrupt ledger raises at once). ``in_doubt``: the intent was a re-run of a
+    call in doubt, which stays in doubt."""
     if isinstance(error, CorruptLedgerError):
         release(env, key, buf)
         raise error
     if isinstance(error, StoreError) and error.outcome_unknown:
-        # The intent may be in the store, and the tool will not run: have it say so (not
-        # happened) once the store answers again — exactly this intent, no other.
+        # The intent may be in the store, and the tool will not run: have it say so once the
+        # store answers again — exactly this intent, no other. Not happened; or, replacing an
+        # attempt that may have taken effect, still in doubt (released: in doubt at once).
         buf.flights.remove(key)
-        never = replace(
-            intent,
-            status=Status.NOT_HAPPENED,
-            error="its worker did not run it: the commit of its intent went unconfirmed",
-            updated_at=env.clock(),
-        )
+        if in_doubt:
+            never = _released(
+                replace(
+                    intent,
+                    error="in doubt: its re-run did not run (the commit of its intent went "
+                    "unconfirmed), and the attempt before it may have taken effect",
+                    updated_at=env.clock(),
+                )
+            )
+        else:
+            never = replace(
+                intent,
+                status=Status.NOT_HAPPENED,
+                error="its worker did not run it: the commit of its intent went unconfirmed",
+                updated_at=env.clock(),
+            )
         op = UpdateEffect(never, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
-        yield Remember([op], [key])
+        # A clean-up, not an outcome: refused because the record moved on, nothing is lost
+        # (a "not happened" one is never taken for an outcome: ``_background.moved_on``).
+        yield Remember([op], [key], moved=_nothing_lost if in_doubt else None)
     else:
         release(env, key, buf)
 
@@ -429,7 +444,8 @@ def after_intent(
     """The commit of ``intent`` (registered in flight as ``key``) answered ``flushed``: the
     intent, durable, or the call's answer when it must not run."""
     if flushed.error is not None:
-        yield from unsent(flushed.error, intent, key=key, env=env, buf=buf)
+        in_doubt = record is not None and record.status is Status.STARTED
+        yield from unsent(flushed.error, intent, key=key, env=env, buf=buf, in_doubt=in_doubt)
         if isinstance(flushed.error, LeaseLostError):
             raise flushed.error  # taken over: this worker goes no further
         return (yield from not_executed(flushed.error, call, intent, record=record, env=env))
@@ -499,3 +515,7 @@ def not_executed(
 def _released(record: EffectRecord) -> EffectRecord:
     """A ``started`` record whose worker gave its attempt up: no holder, its deadline kept."""
     return replace(record, holder=None, deadline=record.deadline or record.updated_at)
+
+
+def _nothing_lost(index: int) -> None:
+    """A kept clean-up refused because its record moved on: the record says more now."""
