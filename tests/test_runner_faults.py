@@ -364,9 +364,12 @@ def test_outcome_lost_with_the_next_intent_alerts_for_the_first_call(
 def test_a_store_that_takes_nothing_after_an_effect_alerts_it_and_answers_nothing(
     run: Runner, store: tl.Store
 ) -> None:
-    """The second call's intent and its "not executed" both fail: nothing is answered (the
-    store's error is raised), the first call's effect is alerted with its real result, and the
-    second call never ran."""
+    """The second call's intent and its "not executed" both fail (a disk full, a read-only
+    store): nothing of the message is answered — an answer would contradict what a later
+    delivery does — and the error says so and what to do. Nothing is lost: the first call's
+    effect is alerted with its real result, this process keeps writing its outcome, and once
+    the store takes writes the same message answers it from the ledger (the model gets the
+    real result, never an error to retry under a new id) and runs the second call, once."""
     calls = Counter()
 
     @tl.tool
@@ -377,11 +380,24 @@ def test_a_store_that_takes_nothing_after_an_effect_alerts_it_and_answers_nothin
     spied, spy = spy_store(store, fail_when=lambda ops: len(spy.commits) >= 1)
     alerts: list[tl.LedgerWriteError] = []
     content = [tool_use("t1", "send", to="a"), tool_use("t2", "send", to="b")]
-    with pytest.raises(tl.StoreUnavailableError, match="injected"):
+    with pytest.raises(tl.StoreUnavailableError) as raised:
         run(content, [send], ledger=spied.ledger("s"), on_alert=alerts.append)
+    said = " ".join(str(raised.value).split())
+    assert "'send' (t2) in session 's' did not run" in said, said
+    assert "nothing of this message is answered" in said and "run it again" in said.lower()
+    assert "injected: disk I/O error" in said and raised.value.tool_use_id == "t2"
     assert [(a.tool_use_id, a.result) for a in alerts] == [("t1", "sent a")]
     assert calls["a"] == 1 and calls["b"] == 0
     assert store.ledger("s").get("t2") is None
+    spy.fail_when = None  # the store takes writes again: this process's writer lands t1's
+    deadline = time.monotonic() + 10
+    while (record := store.ledger("s").get("t1")) is None or record.status is Status.STARTED:
+        assert time.monotonic() < deadline, "t1's outcome was never written"
+        time.sleep(0.05)
+    assert record.status is Status.SUCCEEDED
+    results = run(content, [send], ledger=spied.ledger("s"))
+    assert [r["content"] for r in results] == ["sent a", "sent b"]
+    assert calls["a"] == 1 and calls["b"] == 1
 
 
 def _their_record(status: Status, result: str | None = None) -> EffectRecord:

@@ -175,13 +175,18 @@ def test_a_stuck_writer_is_reported_not_waited_on(
     fcntl.flock(holder, fcntl.LOCK_EX)  # another process's open file description
     try:
         with tl.open_store(url) as store:
-            (result,) = tl.run_tool_uses(
-                [tool_use("toolu_x", "create_ticket", title="x")],
-                [create_ticket],
-                ledger=store.ledger("s"),
-            )
-        assert result["is_error"] and "stayed locked" in result["content"]
-        assert result["content"].startswith("not executed")
+            # Neither the intent nor the answer "not executed" can be written: nothing is
+            # answered, and the error says why.
+            with pytest.raises(tl.StoreUnavailableError) as raised:
+                tl.run_tool_uses(
+                    [tool_use("toolu_x", "create_ticket", title="x")],
+                    [create_ticket],
+                    ledger=store.ledger("s"),
+                )
+            said = str(raised.value)
+            assert "'create_ticket' (toolu_x) in session 's' did not run" in said
+            assert "stayed locked" in said
+            assert store.ledger("s").get("toolu_x") is None
     finally:
         os.close(holder)
 

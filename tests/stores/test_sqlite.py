@@ -115,12 +115,13 @@ def test_a_straight_write_checks_the_schema_itself_and_a_migration_cannot_slip_i
         assert len(probes) == (0 if switches.STRAIGHT else 2)  # the intent, the outcome
         probes.clear()
         _upgrade(db, len(MIGRATIONS) + 1)
-        out = tl.run_tool_uses([tool_use("toolu_2", "send", to="b")], [send], ledger=ledger)
-        assert out[0]["is_error"] and out[0]["content"].startswith("not executed")
-        assert "SchemaVersionError" in out[0]["content"]
-        assert "written by a newer toolledger" in out[0]["content"]
-        # Straight, the one read of the version comes after the refused write, to say why.
-        assert len(probes) == 1
+        # Neither the intent nor the answer "not executed" can be written to a newer schema:
+        # the worker must be upgraded, and nothing is answered.
+        with pytest.raises(tl.SchemaVersionError, match="written by a newer toolledger"):
+            tl.run_tool_uses([tool_use("toolu_2", "send", to="b")], [send], ledger=ledger)
+        # Straight, the one read of the version comes after each refused write (the intent,
+        # then the answer), to say why.
+        assert len(probes) == 2
     assert runs == ["a"]
     rows = sqlite3.connect(db).execute("SELECT tool_use_id FROM effects").fetchall()
     assert rows == [("toolu_1",)]

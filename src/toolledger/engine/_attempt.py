@@ -15,8 +15,14 @@ from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from .._crash import hit as crash_point
-from ..codec import EncodedResult, encode_result, idempotency_key
-from ..errors import CorruptLedgerError, LeaseLostError, StoreError, ToolLedgerError
+from ..codec import EncodedResult, describe, encode_result, idempotency_key
+from ..errors import (
+    CorruptLedgerError,
+    LeaseLostError,
+    StoreError,
+    StoreUnavailableError,
+    ToolLedgerError,
+)
 from ..ops import Op, UpdateEffect
 from ..records import EffectRecord, PastAttempt, Status, ToolCall, same_write
 from ..tools import Tool, ToolContext
@@ -489,7 +495,9 @@ def not_executed(
     if there is not None and not ours:
         return Again(there)
     if record is not None and record.status is not Status.NOT_HAPPENED:
-        raise error
+        raise unanswered(
+            error, call, env, "could not record the intent of its re-run; it stays in doubt"
+        )
     message = intent_failed_message(call.name, error)
     # This attempt, recorded as not run, over what is there: its intent, or what it replaced.
     denied = env.record(
@@ -503,13 +511,40 @@ def not_executed(
     )
     answer = yield from commit([write(denied, there)])
     if isinstance(answer, Failure):
-        raise answer.exc
+        raise unanswered(
+            answer.exc, call, env, "could record neither its intent nor that it did not run"
+        )
     if not answer[0]:  # moved meanwhile: decide from what it says now
         now_found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
         current = now_found.get(call.tool_use_id)
         assert current is not None, "a record is never deleted"
         return Again(current)
     return CallOutcome(call, Disposition.NOT_EXECUTED, message, is_error=True)
+
+
+_PLAIN_FAILURES = (StoreError, StoreUnavailableError)
+
+
+def unanswered(error: BaseException, call: ToolCall, env: Env, why: str) -> BaseException:
+    """What a batch raises when ``call`` did not run and no answer to it could be recorded
+    (``why``, the store's ``error``): nothing of the message is answered — an answer would
+    contradict what a later delivery does — and nothing is lost; a store's plain failure is said
+    so, a damaged or newer store's error goes up as it is."""
+    if not isinstance(error, StoreError) or type(error) not in _PLAIN_FAILURES:
+        return error
+    raised = StoreUnavailableError(
+        f"{call.name!r} ({call.tool_use_id}) in session {env.session_id!r} did not run: the "
+        f"ledger {why} ({describe(error)}). So nothing of this message is answered: an answer "
+        "could contradict what a later delivery of it does. Nothing is lost: a call of it that "
+        "took effect is alerted and its outcome kept by this process until the store takes "
+        "it. Run it again once the store takes writes: what ran answers from the ledger, and "
+        "what did not runs.",
+        url=error.url,
+        session_id=env.session_id,
+        tool_use_id=call.tool_use_id,
+    )
+    raised.__cause__ = error
+    return raised
 
 
 def _released(record: EffectRecord) -> EffectRecord:

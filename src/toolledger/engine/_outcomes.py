@@ -220,9 +220,9 @@ def flush(
                 env,
                 f"{item.outcome.call.name!r} ({item.outcome.call.tool_use_id}) in session "
                 f"{env.session_id!r} took effect but the ledger write failed ({failed}). The "
-                "model got the real result. This process keeps trying to write it and holds the "
-                "call meanwhile; if it ends first, a resume finds the call in doubt. A person "
-                "should check.",
+                "model is given its real result, never an error. This process keeps trying to "
+                "write it and holds the call meanwhile; if it ends first, a resume finds the "
+                "call in doubt. A person should check.",
                 failed,
             )
             continue
