@@ -167,14 +167,24 @@ class DropSession:
     approvals and lease (retention, ``Store.prune``). A guard, checked in the same transaction
     as the removal: the session is still at ``expect_version`` (``None``: it has no state, only
     records) and ended (completed, ready, max_turns or failed); no call of it is ``started`` (in
-    progress, or in doubt); no approval is pending; its lease is not held at ``now``. Otherwise
-    the batch rolls back (``SessionConflictError``). A record or request that lands while it
-    runs is never removed: the removal skips ``started`` records and pending approvals by its
-    own condition."""
+    progress, or in doubt); no approval is pending; its lease is not held at ``now``; and, with
+    ``last_activity`` and ``records`` (what the remover read), nothing of it was written since:
+    no record or approval stamped later, and as many records as it had. Otherwise the batch
+    rolls back (``SessionConflictError``). A record or request that lands while it runs is never
+    removed: the removal skips ``started`` records, pending approvals and anything stamped after
+    ``last_activity`` by its own condition."""
 
     session_id: str
     expect_version: int | None
     now: float
+    last_activity: float | None = None
+    """The latest stamp the remover read of the session (its state, records and approvals):
+    a record written, or an approval asked or decided, after it keeps the session. A call that
+    ran and settled between the remover's read and the removal leaves no ``started`` record and
+    need not move the session's version (``run_tool_uses`` writes no state): this tells it."""
+    records: int | None = None
+    """How many records the remover read: one written since with an earlier stamp (its
+    writer's clock behind) is told by the count."""
 
 
 # -- constructors written out (``toolledger._constructors``): every call and turn builds these --
@@ -264,6 +274,16 @@ def droppable(
         if state is not None:
             return False
     elif state is None or state.version != op.expect_version or state.status not in PRUNABLE:
+        return False
+    effects = list(effects)
+    approvals = list(approvals)
+    if op.records is not None and len(effects) != op.records:
+        return False
+    last = op.last_activity
+    if last is not None and (
+        any(r.updated_at > last for r in effects)
+        or any((a.decided_at or a.requested_at) > last for a in approvals)
+    ):
         return False
     return (
         all(r.status is not Status.STARTED for r in effects)

@@ -7,7 +7,10 @@ an agent) — and never one with a call in progress or in doubt, a pending appro
 held. A ``ready`` session (forked or rewound, to be run: ``fork`` and ``rewind`` say so) goes
 only when it is asked for by name, ``status="ready"``: a branch waiting to be run is not one
 that ended. Those conditions are checked when the session is read and again, by the store, in the
-transaction that removes it (``DropSession``): a run that starts meanwhile keeps its session.
+transaction that removes it (``DropSession``): a run that starts meanwhile keeps its session. So
+does a call that ran and settled between the read and the removal: the removal carries what was
+read (the latest stamp, the number of records), and anything of the session written since
+refuses it.
 
 Removing a session forgets its calls: a ``tool_use_id`` of it, met again, runs as a new call.
 Remove only what no agent will resume; ``toolledger export SESSION`` keeps a copy first. A
@@ -101,7 +104,8 @@ def prune(
         )
         if not dry_run:
             _hand_over(store, sid, records)
-            op = DropSession(sid, state.version if state else None, now)
+            version = state.version if state else None
+            op = DropSession(sid, version, now, last_activity=last, records=len(records))
             try:
                 store.apply(sid, [op])
             except SessionConflictError:

@@ -8,16 +8,19 @@ from dataclasses import replace
 
 import pytest
 
+from .._tool_uses import run_tool_uses
 from ..errors import ConfigurationError, SessionConflictError
 from ..ops import AppendMessages, DropSession, InsertEffect, Op, PutApproval, PutSession, TakeLease
 from ..records import ApprovalStatus, Lease, RunStatus, Status
 from ..stores import Store, open_store
+from ..tools import tool
 from ._contract_sessions import counted_checkpoint
 from ._samples import make_approval, make_message, make_record, make_state
 
 __all__ = ["RetentionContract"]
 
 DAY = 86_400.0
+OLD = 1_700_000_000.0  # what ``make_record`` stamps: long ago
 
 
 def _ended(store: Store, sid: str, status: RunStatus = RunStatus.COMPLETED) -> None:
@@ -185,3 +188,84 @@ class RetentionContract:
         assert store.sessions() == ["asking", "doubt", "fresh"]
         with pytest.raises(ConfigurationError, match="cannot be pruned"):
             store.prune(older_than=0, status="running")
+
+    @pytest.mark.parametrize("written", ["a record", "a record stamped earlier", "an approval"])
+    def test_a_session_written_since_its_remover_read_it_is_kept(
+        self, store: Store, written: str
+    ) -> None:
+        """A removal that carries what its remover read of the session — the latest stamp of
+        its records and approvals, how many records it has — is refused when anything of the
+        session was written since: a call that ran and settled between the read and the removal
+        keeps its record (removed, its id would run again). Unchanged, the session goes."""
+        settled = make_record("bare", "toolu_a", status=Status.SUCCEEDED, result="ok")
+        store.apply("bare", [InsertEffect(settled)])
+        store.apply("same", [InsertEffect(replace(settled, session_id="same"))])
+        now = store.now()
+        match written:
+            case "a record":
+                later = make_record("bare", "toolu_b", status=Status.SUCCEEDED, at=store.now())
+                store.apply("bare", [InsertEffect(later)])
+            case "a record stamped earlier":  # its writer's clock behind: told by the count
+                earlier = make_record("bare", "toolu_b", status=Status.SUCCEEDED, at=OLD - 1)
+                store.apply("bare", [InsertEffect(earlier)])
+            case "an approval":
+                asked = replace(
+                    make_approval("bare", "toolu_b", status=ApprovalStatus.DENIED, by="ann"),
+                    requested_at=store.now(),
+                    decided_at=store.now(),
+                )
+                store.apply("bare", [PutApproval(asked, None)])
+        before = _whole(store, "bare")
+        with pytest.raises(SessionConflictError):
+            store.apply("bare", [DropSession("bare", None, now, last_activity=OLD, records=1)])
+        assert _whole(store, "bare") == before
+        drop = DropSession("same", None, now, last_activity=OLD, records=1)
+        assert store.apply("same", [drop]) == [True]
+        _gone(store, "same")
+
+    def test_a_session_with_state_written_since_its_remover_read_it_is_kept(
+        self, store: Store
+    ) -> None:
+        """Records written to an ended session without a checkpoint (``run_tool_uses`` on it)
+        leave its version as it was: what the remover read tells them."""
+        _ended(store, "s")
+        late = make_record("s", "toolu_b", status=Status.SUCCEEDED, at=store.now())
+        store.apply("s", [InsertEffect(late)])
+        before = _whole(store, "s")
+        drop = DropSession("s", 3, store.now(), last_activity=OLD + 100, records=1)
+        with pytest.raises(SessionConflictError):
+            store.apply("s", [drop])
+        assert _whole(store, "s") == before
+
+    def test_prune_keeps_what_a_call_wrote_after_prune_read_it(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A session of records alone, idle long enough; a call runs on it and settles after
+        ``prune`` read the session and before it removes it. The session stays, whole, and the
+        call's id is answered from its record, never run again."""
+        store.apply("s", [InsertEffect(make_record("s", "toolu_old", status=Status.SUCCEEDED))])
+        sent: list[str] = []
+
+        @tool(effect="non_idempotent")
+        def send(to: str) -> str:
+            """Send a message."""
+            sent.append(to)
+            return "sent"
+
+        content = [{"type": "tool_use", "id": "toolu_new", "name": "send", "input": {"to": "a"}}]
+        read_lease = store.lease
+
+        def meanwhile(session_id: str) -> Lease | None:  # prune reads it after the records
+            if not sent:
+                run_tool_uses(content, [send], ledger=store.ledger("s"))
+            return read_lease(session_id)
+
+        monkeypatch.setattr(store, "lease", meanwhile)
+        report = store.prune(older_than=30 * DAY)
+        monkeypatch.undo()
+        assert report.removed == [] and [k.session_id for k in report.kept] == ["s"]
+        assert "changed" in report.kept[0].why
+        ids = sorted(r.tool_use_id for r in store.ledger("s").records())
+        assert ids == ["toolu_new", "toolu_old"]
+        run_tool_uses(content, [send], ledger=store.ledger("s"))
+        assert sent == ["a"]

@@ -280,7 +280,18 @@ LEDGER_ONLY_DROPPABLE = (
     "SELECT count(*) FROM (SELECT 1) AS one WHERE NOT EXISTS "
     f"(SELECT 1 FROM sessions WHERE session_id = ?) AND {_NOTHING_PENDING}"
 )
+# What the remover read (``DropSession.records``, ``.last_activity``), appended to the guard when
+# it carries them: nothing of the session written since.
+SAME_RECORDS = "(SELECT count(*) FROM effects WHERE session_id = ?) = ?"
+NOTHING_SINCE = (
+    "NOT EXISTS (SELECT 1 FROM effects WHERE session_id = ? AND updated_at > ?) "
+    "AND NOT EXISTS (SELECT 1 FROM approvals WHERE session_id = ? "
+    "AND coalesce(decided_at, requested_at) > ?)"
+)
 DELETE_SETTLED_EFFECTS = "DELETE FROM effects WHERE session_id = ? AND status <> 'started'"
+# ... and what follows the guard, with ``last_activity``, skips what was stamped after it.
+SEEN_EFFECT = " AND updated_at <= ?"
+SEEN_APPROVAL = " AND coalesce(decided_at, requested_at) <= ?"
 DELETE_MESSAGES = "DELETE FROM messages WHERE session_id = ?"
 DELETE_ABANDONED_MESSAGES = "DELETE FROM abandoned_messages WHERE session_id = ?"
 DELETE_ABANDONED_BRANCHES = "DELETE FROM abandoned_branches WHERE session_id = ?"

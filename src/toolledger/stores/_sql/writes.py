@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import assert_never
+from typing import Any, assert_never
 
 from ...errors import LeaseLostError, SessionConflictError
 from ...ops import (
@@ -428,21 +428,34 @@ def _drop(session_id: str, op: DropSession, ride: bool = False) -> Plan[None]:
     """The guard first (the session's own DELETE, or a count for a session without state),
     then everything else of the session that is not in progress or pending. On SQLite
     (``ride``) the version compared is the session's as it stands (``_counted``)."""
-    pending = (session_id, session_id, session_id, op.now)
+    params: tuple[Any, ...] = (session_id, session_id, session_id, op.now)
+    unchanged = ""
+    if op.records is not None:
+        unchanged += f" AND {q.SAME_RECORDS}"
+        params += (session_id, op.records)
+    if op.last_activity is not None:
+        unchanged += f" AND {q.NOTHING_SINCE}"
+        params += (session_id, op.last_activity, session_id, op.last_activity)
     if op.expect_version is not None:
         drop = q.DROP_SESSION_NOW if ride else q.DROP_SESSION
-        done = yield Step(drop, (session_id, op.expect_version, *pending), guard=True)
+        done = yield Step(drop + unchanged, (session_id, op.expect_version, *params), guard=True)
         if done.rowcount != 1:
             raise still_there(session_id)
     else:
-        found = yield Step(q.LEDGER_ONLY_DROPPABLE, (session_id, *pending))
+        found = yield Step(q.LEDGER_ONLY_DROPPABLE + unchanged, (session_id, *params))
         if found.rows[0][0] != 1:
             raise still_there(session_id)
-    yield Step(q.DELETE_SETTLED_EFFECTS, (session_id,))
+    if op.last_activity is None:
+        yield Step(q.DELETE_SETTLED_EFFECTS, (session_id,))
+    else:  # a record that lands after the guard's snapshot (PostgreSQL) is not taken either
+        yield Step(q.DELETE_SETTLED_EFFECTS + q.SEEN_EFFECT, (session_id, op.last_activity))
     yield Step(q.DELETE_MESSAGES, (session_id,))
     yield Step(q.DELETE_ABANDONED_MESSAGES, (session_id,))
     yield Step(q.DELETE_ABANDONED_BRANCHES, (session_id,))
-    yield Step(q.DELETE_DECIDED_APPROVALS, (session_id,))
+    if op.last_activity is None:
+        yield Step(q.DELETE_DECIDED_APPROVALS, (session_id,))
+    else:
+        yield Step(q.DELETE_DECIDED_APPROVALS + q.SEEN_APPROVAL, (session_id, op.last_activity))
     yield Step(q.DELETE_FREE_LEASE, (session_id, op.now))
 
 
