@@ -465,3 +465,41 @@ def test_approving_a_call_in_doubt_says_it_runs_again_and_how_to_settle_it_inste
         assert store.ledger("s3").get("toolu_01").status is Status.SUCCEEDED  # type: ignore[union-attr]
     code, out = run(capsys, "approvals", "--all", "--store", url)
     assert "approving runs it again" not in out, "said of a request that waits, not a decided one"
+
+
+def test_the_line_a_settling_command_prints_shows_its_ids_as_ids(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``resolve``, ``approve`` and ``deny`` confirm what they settled by its ids, shown as ids
+    are everywhere: a character that shows nothing (a word joiner, a zero-width space) is
+    written out, never sent raw, so two ids that look alike never read as one."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    hidden = "toolu_a\u2060b\u200bc"
+    with tl.open_store(url) as store:
+        left_started(store, "s", hidden)
+        approvals = [
+            tl.approvals.queue(
+                tl.ApprovalRequest(
+                    session_id="s",
+                    tool_use_id=f"{hidden}_{n}",
+                    tool="wire\u2060money",
+                    input={},
+                    in_doubt=False,
+                    reason="high impact",
+                    input_hash=input_hash({}),
+                    ledger=store.ledger("s"),
+                )
+            )
+            for n in (1, 2)
+        ]
+        assert all(d.pending for d in approvals), "queued for a person"
+    printed = [
+        run(capsys, "resolve", "s", hidden, "--not-happened", "--by", "ana", "--store", url),
+        run(capsys, "approve", "s", f"{hidden}_1", "--by", "ana", "--store", url),
+        run(capsys, "deny", "s", f"{hidden}_2", "--by", "ana", "--store", url),
+    ]
+    for code, out in printed:
+        assert code == 0, out
+        assert "\u2060" not in out and "\u200b" not in out, out
+        assert "toolu_a\\u2060b\\u200bc" in out, out
+    assert "wire\\u2060money" in printed[1][1]

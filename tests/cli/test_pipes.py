@@ -12,12 +12,15 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import toolledger as tl
-from toolledger.ops import InsertEffect
+from toolledger.ops import InsertEffect, TakeLease
+from toolledger.records import Holder, Lease
+from toolledger.testing._samples import make_record
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import AgentSpec, World, run_agent
 
@@ -227,3 +230,32 @@ def test_content_in_a_pipe_is_escaped_once(url: str) -> None:
     ]
     assert row["result / error"] == r'boom at C:\tmp "done"'
     assert row["approved by"] == r'ana\x09at C:\tmp\x0a"x"'
+
+
+def test_a_call_judged_only_by_watching_is_a_comment_in_a_pipe(tmp_path: Path) -> None:
+    """A call another host runs under a lease a file store can judge only by watching its
+    renewals: ``in-doubt``'s remark about it is a ``# `` comment in a pipe, as every remark —
+    never a line a script would read as the header of the table after it."""
+    url = f"sqlite:///{tmp_path / 'watched.db'}"
+    now = time.time()
+    holder = Holder(host="another-host", pidns="1", pid=7, start=1)
+    record = dataclasses.replace(
+        make_record("s", "toolu_w", status=tl.Status.STARTED, at=now),
+        holder=holder,
+        lease_token=1,
+        deadline=now + 600,
+    )
+    lease = Lease(
+        session_id="s",
+        owner="another-host:7:x",
+        token=1,
+        expires_at=now + 600,
+        holder=holder,
+        ttl=600,
+    )
+    with tl.open_store(url) as store:
+        store.apply("s", [TakeLease(lease, expect_token=0), InsertEffect(record)])
+    out = piped("in-doubt", "--store", url)
+    remark = [line for line in out.splitlines() if "--watch" in line]
+    assert remark and all(line.startswith("# ") for line in remark), out
+    assert [(r["session"], r["tool_use_id"]) for r in rows(out)] == [("s", "toolu_w")]

@@ -144,15 +144,18 @@ def cmd_in_doubt(args: argparse.Namespace, console: Console) -> int:
         emit_json([render.effect_json(r, reveal=args.show_secrets, verdict=v) for r, v in started])
         return 0
     watching = [v for _, v in started if isinstance(v, Running) and v.watch and not v.renewed]
+    out = Out(console)
     if watching:
         wait = max(v.watch or 0.0 for v in watching)
-        console.print(
-            f"[yellow]{len(watching)} of these can be judged only by watching their workers' "
-            f"leases from here: run with --watch {wait:.0f} to tell the live from the dead[/yellow]"
+        out.note(  # a comment line in a pipe, as every remark about the rows
+            Text(
+                f"{len(watching)} of these can be judged only by watching their workers' "
+                f"leases from here: run with --watch {wait:.0f} to tell the live from the dead",
+                style="yellow",
+            )
         )
     doubt = [(r, v) for r, v in started if isinstance(v, Over)]
     running = [(r, v) for r, v in started if not isinstance(v, Over)]
-    out = Out(console)
     if running:
         out.grid(render.in_progress_table(running))
     if doubt:

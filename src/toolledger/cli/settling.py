@@ -7,13 +7,14 @@ import argparse
 
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from .._views.results import parse_result
 from ..approvals import _queue as approvals
 from . import render
 from ._command import emit_json, store_of, url_of
 from .output import Out
-from .render import safe
+from .render import safe, safe_id
 
 __all__ = ["cmd_approvals", "cmd_approve", "cmd_deny", "cmd_resolve", "parse_result"]
 
@@ -48,7 +49,8 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         emit_json(render.effect_json(record))
     else:
-        _settled(console, f"{args.tool_use_id} resolved: ", record.status.value, f" (by {args.by})")
+        what = safe_id(args.tool_use_id).append(" resolved: ")
+        _settled(console, what, record.status.value, f" (by {args.by})")
         if args.force and record.error and "forced while" in record.error:
             Out(console).line(safe(record.error, "yellow"))
     return 0
@@ -78,7 +80,7 @@ def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
     if args.json:
         emit_json(render.approval_json(record))
         return 0
-    what = f"{record.tool} ({record.tool_use_id}): "
+    what = Text.assemble(safe_id(record.tool), " (", safe_id(record.tool_use_id), "): ")
     _settled(console, what, record.status.value, f" by {record.decided_by}")
     if approved and record.in_doubt:
         # The yes is to running it again, whatever the first attempt did. The call stays in
@@ -108,8 +110,7 @@ def cmd_deny(args: argparse.Namespace, console: Console) -> int:
     return _decide(args, console, False)
 
 
-def _settled(console: Console, what: str, status: str, by: str) -> None:
-    """The line for a call a person settled: what, its new status, by whom, and what next."""
-    Out(console).line(
-        safe(what), render.styled(status), safe(f"{by}. Run the session again to go on.")
-    )
+def _settled(console: Console, what: Text, status: str, by: str) -> None:
+    """The line for a call a person settled: what (its ids shown as ids: a character that
+    shows nothing is never sent raw), its new status, by whom, and what next."""
+    Out(console).line(what, render.styled(status), safe(f"{by}. Run the session again to go on."))
