@@ -12,7 +12,8 @@ API. Each call's disposition comes from its ledger record:
                    (a safe tool) — no record and an error result in the transcript
 ``in_progress``    started, and its attempt may still be running (``Store.judge``: leave it)
 ``in_doubt``       started, and its attempt is over with no outcome: a person must settle it
-``declined``       the approver (or a person) denied it: it never ran
+``declined``       the approver (or a person) denied it, or its intent could not be recorded
+                   ("not executed"): it never ran, and never runs under its id
 ``not_happened``   settled by a person as "it did not take effect": it may run again
 ``not_recorded``   no record and no error result: the call has not run yet (or ran without a
                    ledger)
