@@ -26,7 +26,7 @@ from toolledger.records import Status
 from toolledger.testing import Counter
 from toolledger.testing.conformance import make_record
 
-from .conftest import tool_use
+from .conftest import Runner, tool_use
 from .helpers import SpyBackend
 
 THREADS = 8
@@ -354,7 +354,7 @@ def _writes_success(ops: Any) -> bool:
 def test_an_async_tool_is_cancelled_at_its_deadline_and_left_in_doubt(store: tl.Store) -> None:
     started = Counter()
 
-    @tl.tool(timeout=0.2)
+    @tl.tool(timeout=0.5)
     async def slow_charge(amount: int) -> str:
         started.hit("slow_charge")
         await asyncio.sleep(30)
@@ -378,9 +378,11 @@ def test_a_sync_tool_past_its_deadline_still_records_its_outcome(
     """A plain function cannot be stopped: if it returns after its deadline and nobody settled
     the call meanwhile, its outcome is recorded (nothing can have happened twice)."""
 
-    @tl.tool(timeout=0.05)
+    # Long enough for its intent to commit first (a tool whose time ran out before it was
+    # called is not called); it returns well after.
+    @tl.tool(timeout=0.5)
     def slow_send(to: str) -> str:
-        time.sleep(0.2)
+        time.sleep(1.0)
         return "sent"
 
     with caplog.at_level(logging.WARNING, logger="toolledger"):
@@ -391,6 +393,94 @@ def test_a_sync_tool_past_its_deadline_still_records_its_outcome(
     record = store.ledger("s").get("t")
     assert record is not None and record.status is Status.SUCCEEDED
     assert "returned" in caplog.text and "after its deadline" in caplog.text, "never silently"
+
+
+def test_a_tool_whose_time_ran_out_before_it_was_called_is_not_called(
+    store: tl.Store, run: Runner, tmp_path: Any
+) -> None:
+    """The worker pauses between its intent and its tool (a GC, ``SIGSTOP``, a frozen VM; or
+    its intent's commit is that slow) until past the attempt's deadline. Meanwhile another host
+    judges the attempt over, its check finds nothing, and it runs the call. The paused worker,
+    once it goes on, knows its time is up before it touches the world: it never calls the tool.
+    Effects are counted as tickets written."""
+    tickets = tmp_path / "tickets"
+    tickets.mkdir()
+
+    @tl.tool(effect="non_idempotent", timeout=0.5)
+    def create_ticket(title: str) -> str:
+        (tickets / str(time.monotonic_ns())).write_text(title)
+        return "made"
+
+    @create_ticket.check
+    def _(title: str) -> str | None:
+        return "made" if any(tickets.iterdir()) else None
+
+    from toolledger import _crash
+    from toolledger.testing import elsewhere
+
+    first: list[int] = []
+    paused = threading.Event()
+
+    def pause(point: str) -> None:
+        if point == "after_intent" and threading.get_ident() in first:
+            paused.set()
+            time.sleep(2.5)
+
+    block = tool_use("t", "create_ticket", title="x")
+    answers: list[Any] = []
+
+    def worker() -> None:
+        first.append(threading.get_ident())
+        answers.append(run([block], [create_ticket], ledger=store.ledger("s")))
+
+    _crash.watchers.append(pause)
+    try:
+        paused_worker = threading.Thread(target=worker)
+        paused_worker.start()
+        assert paused.wait(30)
+        far = elsewhere(store, "host-b")
+        (other,) = tl.run_tool_uses([block], [create_ticket], ledger=far.ledger("s"), wait=2.0)
+        paused_worker.join(30)
+    finally:
+        _crash.watchers.remove(pause)
+    assert other["content"] == "made"
+    assert len(list(tickets.iterdir())) == 1, "the paused worker called its tool past its deadline"
+    ((late,),) = answers
+    assert late["is_error"] and "not started" in late["content"]
+    record = store.ledger("s").get("t")
+    assert record is not None and record.status is Status.SUCCEEDED and record.attempt == 2
+
+
+def test_a_tool_whose_time_ran_out_before_it_was_called_fails_having_done_nothing(
+    store: tl.Store, run: Runner
+) -> None:
+    """Alone, such an attempt is a failure that did nothing (answered for ever, as any
+    failure is): never a call in doubt, never a call run past its deadline."""
+    counter = Counter()
+
+    @tl.tool(effect="non_idempotent", timeout=0.2)
+    def send(to: str) -> str:
+        counter.hit("send")
+        return "sent"
+
+    from toolledger import _crash
+
+    def pause(point: str) -> None:
+        if point == "after_intent":
+            time.sleep(0.4)
+
+    block = tool_use("t", "send", to="a")
+    _crash.watchers.append(pause)
+    try:
+        (result,) = run([block], [send], ledger=store.ledger("s"))
+    finally:
+        _crash.watchers.remove(pause)
+    assert result["is_error"] and "not started" in result["content"]
+    assert counter["send"] == 0
+    record = store.ledger("s").get("t")
+    assert record is not None and record.status is Status.FAILED
+    (again,) = run([block], [send], ledger=store.ledger("s"))
+    assert again["content"] == result["content"] and counter["send"] == 0
 
 
 def test_a_call_in_flight_elsewhere_in_this_process_is_waited_for(store: tl.Store) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
@@ -158,7 +158,22 @@ def invocation(
         else None
     )
     timeout = max(0.0, monotonic + left - env.ledger.store.runtime.monotonic())
+    if intent is not None and left <= 0:
+        # Its time ran out before the tool was called (the process paused, or the intent's
+        # commit took that long): past its deadline another worker may judge the attempt over
+        # and run the call again. It is not started: the attempt fails, having done nothing.
+        return Invoke(_not_started(tool, left), tool.is_async, timeout=0.0, ctx=ctx)
     return Invoke(tool.invocation(kwargs, ctx), tool.is_async, timeout=timeout, ctx=ctx)
+
+
+def _not_started(tool: Tool[Any, Any], left: float) -> Callable[[], Any]:
+    def refuse() -> Any:
+        raise TimeoutError(
+            f"not started: its deadline had passed {-left:.1f}s before the tool could be called "
+            f"(timeout={tool.timeout:g}s); nothing was done, it is safe to retry"
+        )
+
+    return refuse
 
 
 def run(
