@@ -413,3 +413,59 @@ def test_a_cancelled_run_does_not_wait_for_a_person_to_answer(tmp_path: Path) ->
 
     assert asyncio.run(main()), "the cancelled run waited for the person"
     store.close()
+
+
+def test_an_async_tool_cancelled_by_its_caller_is_over_past_its_deadline_for_its_neighbours(
+    tmp_path: Path,
+) -> None:
+    """As above, seen from another process of this host (the same process table): once the
+    deadline has passed, and the thread with it, the attempt is over here — and for the
+    neighbour too, although the process that started it lives on (a server whose request was
+    cancelled). It is not in progress for as long as that process lives."""
+    import os
+    import subprocess
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    store = tl.open_store(url)
+    ledger = store.ledger("s")
+    effects: list[str] = []
+    entered = threading.Event()
+
+    def blocking_send(to: str) -> None:
+        entered.set()
+        time.sleep(0.3)
+        effects.append(to)
+
+    @tl.tool(effect="non_idempotent", timeout=0.8)
+    async def send(to: str) -> str:
+        await asyncio.to_thread(blocking_send, to)
+        return "sent"
+
+    block = tool_use("toolu_1", "send", to="bob")
+
+    async def main() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(tl.arun_tool_uses([block], [send], ledger=ledger), 0.1)
+
+    asyncio.run(main())
+    assert entered.is_set()
+    time.sleep(2.0)  # past the deadline, the thread long done
+    assert effects == ["bob"]
+    assert [r.tool_use_id for r in ledger.in_doubt()] == ["toolu_1"], "over, here"
+    neighbour = (
+        "import json, toolledger as tl\n"
+        f"s = tl.open_store({url!r})\n"
+        "print(json.dumps([r.tool_use_id for r in s.ledger('s').in_doubt()]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run(
+        [sys.executable, "-c", neighbour],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["toolu_1"], "over for a neighbour of this host too"
+    store.close()

@@ -237,7 +237,7 @@ def run(
         cancelled: CancelledAfterAnswer | None = late
     except asyncio.CancelledError:
         if intent is not None:
-            hold_while_it_may_run(env, key, began + tool.timeout)
+            hold_while_it_may_run(env, key, began + tool.timeout, intent)
         raise
     else:
         cancelled = None

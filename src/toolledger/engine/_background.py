@@ -166,6 +166,7 @@ class _Kept:
     delay: float
     moved: Callable[[int], None] | None = None
     why: str = ""  # why its last try failed
+    early: bool = True  # may be written before it is due (when its store closes)
 
 
 def moved_on(store: Store, session_id: str, ops: list[Op], flags: list[bool]) -> list[int]:
@@ -205,11 +206,16 @@ class Keeper:
         ops: list[Op],
         keys: list[tuple[str, str, str]],
         moved: Callable[[int], None] | None = None,
+        *,
+        after: float | None = None,
     ) -> None:
         """Commit ``ops`` (unfenced) in the background; then release the calls ``keys`` held
         in flight. ``moved``: called with the index of each outcome refused because its record
-        moved on meanwhile (``Remember.moved``)."""
-        job = _Kept(store, session_id, list(ops), list(keys), time.monotonic() + 1.0, 1.0, moved)
+        moved on meanwhile (``Remember.moved``). ``after``: not before that many seconds from
+        now (a store closed sooner gives such a write up untried)."""
+        due = time.monotonic() + (1.0 if after is None else max(after, 0.0))
+        job = _Kept(store, session_id, list(ops), list(keys), due, 1.0, moved)
+        job.early = after is None
         with self._cv:
             self._jobs.append(job)
             if self._thread is None or not self._thread.is_alive():
@@ -231,7 +237,10 @@ class Keeper:
         with self._cv:
             mine = [j for j in self._jobs if j.store is store]
             self._jobs = [j for j in self._jobs if j.store is not store]
+        now = time.monotonic()
         for job in mine:
+            if not job.early and job.due > now:
+                continue  # not to be written yet: given up
             if not self._try(job, last=True):
                 for key in job.keys:
                     store.runtime.in_flight.discard(key)

@@ -27,7 +27,6 @@ __all__ = [
     "Disposition",
     "Env",
     "Flushed",
-    "hold_while_it_may_run",
     "release",
     "write",
 ]
@@ -245,16 +244,6 @@ def write(new: EffectRecord, old: EffectRecord | None) -> Op:
     return UpdateEffect(
         new, expect_status=old.status, expect_attempt=old.attempt, expect_at=old.updated_at
     )
-
-
-def hold_while_it_may_run(env: Env, key: tuple[str, str, str], until: float) -> None:
-    """The run stopped awaiting its tool (a cancellation) with no answer from it, and the
-    tool's work may go on without it — an ``async def`` tool's thread (``asyncio.to_thread``, a
-    blocking client) runs on, and nothing stops it: the attempt stays in flight here until its
-    deadline (``until``, on this process's monotonic clock), as a worker of another process
-    judges a live holder's attempt running. Released at once, a retry in this process would
-    find the call in doubt and could run it again while the first still takes effect."""
-    env.ledger.store.runtime.in_flight.hold(key, until)
 
 
 def release(env: Env, key: tuple[str, str, str], buf: Buffer) -> None:

@@ -28,13 +28,15 @@ record needs.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from .._crash import hit as crash_point
 from ..errors import LeaseLostError, SessionConflictError, StoreError
 from ..ops import AppendMessages, Op, PutSession, UpdateEffect
-from ..records import Status
+from ..records import EffectRecord, Status
+from ._background import keeper
 from ._batch import (
     Batch,
     Buffer,
@@ -43,7 +45,6 @@ from ._batch import (
     Disposition,
     Env,
     Flushed,
-    hold_while_it_may_run,
     release,
     write,
 )
@@ -66,6 +67,40 @@ __all__ = [
     "release",
     "write",
 ]
+
+
+def hold_while_it_may_run(
+    env: Env, key: tuple[str, str, str], until: float, intent: EffectRecord
+) -> None:
+    """The run stopped awaiting its tool (a cancellation) with no answer from it, and the
+    tool's work may go on without it — an ``async def`` tool's thread (``asyncio.to_thread``, a
+    blocking client) runs on, and nothing stops it: the attempt stays in flight here until its
+    deadline (``until``, on this process's monotonic clock). Released at once, a retry in this
+    process would find the call in doubt and could run it again while the first still takes
+    effect.
+
+    Then its attempt is over, and this process alone knows it: its intent (``intent``) is
+    released in the background — in doubt for everyone, as for this process — unless the
+    record moved on meanwhile. Left as it is, a worker of this host would judge the attempt by
+    its process, alive, and wait for as long as this process lives."""
+    runtime = env.ledger.store.runtime
+    runtime.in_flight.hold(key, until)
+    released = replace(
+        intent,
+        holder=None,
+        deadline=intent.deadline or intent.updated_at,
+        error="in doubt: its run was cancelled while its tool ran, and its deadline has passed",
+        updated_at=max(env.clock(), intent.updated_at + 1e-6),
+    )
+    op = UpdateEffect(released, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
+    keeper.keep(
+        env.ledger.store,
+        env.session_id,
+        [op],
+        [],
+        lambda _: None,  # moved on (settled, run again): nothing to release
+        after=until - runtime.monotonic(),
+    )
 
 
 def _guarded(item: Buffered) -> Op:

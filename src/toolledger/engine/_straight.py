@@ -170,7 +170,7 @@ def _answered(
         _ran(p, env, buf, late.answer, intent=intent, key=key)
         yield from recorded_then_raised(late, env, buf)
     except asyncio.CancelledError:
-        hold_while_it_may_run(env, key, began + p.tool.timeout)
+        hold_while_it_may_run(env, key, began + p.tool.timeout, intent)
         raise
     return _ran(p, env, buf, answered, intent=intent, key=key)
 
