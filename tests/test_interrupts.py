@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -422,9 +424,6 @@ def test_an_async_tool_cancelled_by_its_caller_is_over_past_its_deadline_for_its
     deadline has passed, and the thread with it, the attempt is over here — and for the
     neighbour too, although the process that started it lives on (a server whose request was
     cancelled). It is not in progress for as long as that process lives."""
-    import os
-    import subprocess
-
     url = f"sqlite:///{tmp_path / 'c.db'}"
     store = tl.open_store(url)
     ledger = store.ledger("s")
@@ -452,10 +451,21 @@ def test_an_async_tool_cancelled_by_its_caller_is_over_past_its_deadline_for_its
     time.sleep(2.0)  # past the deadline, the thread long done
     assert effects == ["bob"]
     assert [r.tool_use_id for r in ledger.in_doubt()] == ["toolu_1"], "over, here"
+    assert _in_doubt_for_a_neighbour(url) == ["toolu_1"], "over for a neighbour of this host too"
+    store.close()
+
+
+def _in_doubt_for_a_neighbour(url: str, wait: float = 10.0) -> list[str]:
+    """What another process of this host (the same process table) lists in doubt in session
+    ``s``, once it lists something or ``wait`` seconds have passed (a release is written in
+    the background)."""
     neighbour = (
-        "import json, toolledger as tl\n"
+        "import json, time, toolledger as tl\n"
         f"s = tl.open_store({url!r})\n"
-        "print(json.dumps([r.tool_use_id for r in s.ledger('s').in_doubt()]))\n"
+        f"until = time.monotonic() + {wait!r}\n"
+        "while not (found := s.ledger('s').in_doubt()) and time.monotonic() < until:\n"
+        "    time.sleep(0.05)\n"
+        "print(json.dumps([r.tool_use_id for r in found]))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     done = subprocess.run(
@@ -467,5 +477,30 @@ def test_an_async_tool_cancelled_by_its_caller_is_over_past_its_deadline_for_its
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == ["toolu_1"], "over for a neighbour of this host too"
+    found: list[str] = json.loads(done.stdout)
+    return found
+
+
+@pytest.mark.parametrize("where", ["straight", "general"])
+def test_an_interrupted_tool_is_over_for_its_neighbours_while_its_process_lives_on(
+    tmp_path: Path, where: str
+) -> None:
+    """A ``KeyboardInterrupt`` (Ctrl-C in a notebook or a REPL, a server that catches it) ends
+    a plain tool in the middle: its outcome is unknown, and the process goes on. The attempt is
+    in doubt here at once — and for another process of this host, which would otherwise judge
+    it by this process, alive, and call it in progress for as long as this process lives."""
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    store = tl.open_store(url)
+    ledger = store.ledger("s")
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        raise KeyboardInterrupt  # Ctrl-C while it ran
+
+    block = tool_use("toolu_1", "send", to="bob")
+    tools: list[Any] = [send] if where == "straight" else [send, _safe_tool()]
+    with pytest.raises(KeyboardInterrupt):
+        tl.run_tool_uses([block], tools, ledger=ledger)
+    assert [r.tool_use_id for r in ledger.in_doubt()] == ["toolu_1"], "over, here"
+    assert _in_doubt_for_a_neighbour(url) == ["toolu_1"], "over for a neighbour of this host too"
     store.close()

@@ -376,6 +376,7 @@ def _intend(
     # may ever see our ``started`` record without knowing that we are running it.
     env.ledger.store.runtime.in_flight.add(key)
     buf.flights.append(key)
+    buf.intents[key] = intent
     extra = [write(intent, record)] + ([consume] if consume is not None else [])
     flushed = yield from flush(buf, env, extra)
     return (

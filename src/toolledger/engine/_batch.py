@@ -222,6 +222,7 @@ class Buffered:
 class Buffer:
     items: list[Buffered] = field(default_factory=list)
     flights: list[tuple[str, str, str]] = field(default_factory=list)  # registered by us
+    intents: dict[tuple[str, str, str], EffectRecord] = field(default_factory=dict)  # theirs
     kept: set[str] = field(default_factory=set)  # calls whose outcomes the background writer keeps
 
     @property

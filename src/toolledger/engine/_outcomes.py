@@ -63,10 +63,50 @@ __all__ = [
     "ahead",
     "flush",
     "flush_now",
+    "given_up",
     "hold_while_it_may_run",
     "release",
     "write",
 ]
+
+
+def given_up(env: Env, buf: Buffer) -> None:
+    """The batch ends (an exception, an interrupt) with attempts still registered in flight
+    whose outcome was never written: each is over — its tool returned, raised or was never
+    called — and no outcome of it is on its way. Released from flight, and their intents
+    released in the background (in doubt for everyone, as for this process), unless the record
+    moved on meanwhile or the attempt is still held in flight here (an ``async def`` tool whose
+    run was cancelled: ``hold_while_it_may_run``). Left as they are, a worker of this host would
+    judge them by this process, alive, and wait for as long as it lives (a server that caught
+    the interrupt, a notebook)."""
+    in_flight = env.ledger.store.runtime.in_flight
+    for key in list(buf.flights):
+        release(env, key, buf)
+        intent = buf.intents.pop(key, None)
+        if intent is None or key in in_flight:
+            continue
+        _release_later(env, intent, 0.0, "its run ended before its outcome was written")
+
+
+def _release_later(env: Env, intent: EffectRecord, after: float, why: str) -> None:
+    """Release ``intent`` (its attempt over, outcome unknown) in ``after`` seconds, in the
+    background: a compare-and-set on that very intent, so a record that moved on is left be."""
+    released = replace(
+        intent,
+        holder=None,
+        deadline=intent.deadline or intent.updated_at,
+        error=f"in doubt: {why}",
+        updated_at=max(env.clock(), intent.updated_at + 1e-6),
+    )
+    op = UpdateEffect(released, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
+    keeper.keep(
+        env.ledger.store,
+        env.session_id,
+        [op],
+        [],
+        lambda _: None,  # moved on (settled, run again): nothing to release
+        after=after,
+    )
 
 
 def hold_while_it_may_run(
@@ -85,21 +125,11 @@ def hold_while_it_may_run(
     its process, alive, and wait for as long as this process lives."""
     runtime = env.ledger.store.runtime
     runtime.in_flight.hold(key, until)
-    released = replace(
+    _release_later(
+        env,
         intent,
-        holder=None,
-        deadline=intent.deadline or intent.updated_at,
-        error="in doubt: its run was cancelled while its tool ran, and its deadline has passed",
-        updated_at=max(env.clock(), intent.updated_at + 1e-6),
-    )
-    op = UpdateEffect(released, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
-    keeper.keep(
-        env.ledger.store,
-        env.session_id,
-        [op],
-        [],
-        lambda _: None,  # moved on (settled, run again): nothing to release
-        after=until - runtime.monotonic(),
+        until - runtime.monotonic(),
+        "its run was cancelled while its tool ran, and its deadline has passed",
     )
 
 

@@ -56,7 +56,7 @@ from ._outcomes import (
     ahead,
     flush,
     flush_now,
-    release,
+    given_up,
     write,
 )
 from ._started import settled_or_over
@@ -131,8 +131,7 @@ def _process(
             error = (yield from flush(buf, env, extra)).error
         return Batch(outcomes, commit_error=error if extra else None)
     finally:
-        for key in list(buf.flights):  # an exception, or an outcome that never committed
-            release(env, key, buf)
+        given_up(env, buf)  # an exception: attempts whose outcome never committed
 
 
 def _same_call(record: EffectRecord, call: ToolCall, env: Env) -> None:
@@ -404,8 +403,7 @@ def run_batch(
             flush_now(buf, env, io)
         return Batch([done])
     finally:
-        for key in list(buf.flights):  # an exception, or an outcome that never committed
-            release(env, key, buf)
+        given_up(env, buf)  # an exception: attempts whose outcome never committed
 
 
 def _one_now(common: straight.Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome:

@@ -131,6 +131,7 @@ def _intend(p: Plan, env: Env, buf: Buffer) -> _Begun:
     )
     runtime.in_flight.add(key)
     buf.flights.append(key)
+    buf.intents[key] = intent
     return key, began, intent
 
 
