@@ -8,6 +8,7 @@ The same situations across processes and hosts are in ``tests/agent/test_takeove
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -634,3 +635,57 @@ def tl_update(new: Any, old: Any) -> UpdateEffect:
     return UpdateEffect(
         new, expect_status=old.status, expect_attempt=old.attempt, expect_at=old.updated_at
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="not fixed: a PostgreSQL store's clock is a reading of the server's, carried forward "
+    "on this machine's monotonic clock and renewed every 300 s; expiries and deadlines are "
+    "written and compared on each process's reading, not on the server's clock itself",
+)
+def test_a_server_clock_step_never_ends_a_running_attempt_early(
+    tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """The PostgreSQL server's clock steps forward 120 s (NTP after a boot, a VM restored)
+    after the worker's last reading of it. The worker, alive and well within its tool's
+    timeout (60 s), writes its intent's deadline on its reading; a worker of another host,
+    reading the server's clock afresh, must not judge the attempt over and run the call again.
+    Effects are counted as tickets written."""
+    tickets = tmp_path / "tickets"
+    tickets.mkdir()
+    entered, go = threading.Event(), threading.Event()
+
+    @tl.tool(effect="non_idempotent", timeout=60)
+    def create_ticket(title: str) -> str:
+        if not entered.is_set():
+            entered.set()
+            assert go.wait(30)
+        (tickets / str(time.monotonic_ns())).write_text(title)
+        return "made"
+
+    @create_ticket.check
+    def _(title: str) -> str | None:
+        return "made" if any(tickets.iterdir()) else None
+
+    from toolledger.testing import elsewhere
+
+    url = request.getfixturevalue("postgres_store_url")
+    block = tool_use("t", "create_ticket", title="x")
+    with tl.open_store(url) as worker, tl.open_store(url) as fresh:
+        clock = worker.backend.server_clock  # type: ignore[attr-defined]
+        epoch, at = clock._base
+        clock._base = (epoch - 120, at)  # its reading predates the step
+        running = threading.Thread(
+            target=tl.run_tool_uses,
+            args=([block], [create_ticket]),
+            kwargs={"ledger": worker.ledger("s")},
+        )
+        running.start()
+        try:
+            assert entered.wait(30)
+            with contextlib.suppress(tl.EffectInProgressError):
+                tl.run_tool_uses([block], [create_ticket], ledger=elsewhere(fresh).ledger("s"))
+        finally:
+            go.set()
+            running.join(30)
+    assert len(list(tickets.iterdir())) == 1, "a live attempt was judged over and run again"
