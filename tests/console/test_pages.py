@@ -563,3 +563,27 @@ def test_an_id_is_shown_in_the_order_it_is_stored(tmp_path: Path) -> None:
         page = client.get(path).text
         for sid in ("run-\u05d0\u05d1-7", "run-7-\u05d0\u05d1"):
             assert f'<bdo dir="ltr">{sid}</bdo>' in page, (path, sid)
+
+
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        "\u00b2",  # a digit to str.isdigit, not to int(): SUPERSCRIPT TWO
+        "\u0663",  # ARABIC-INDIC DIGIT THREE: int() reads it as 3
+        "9" * 5000,  # past the interpreter's limit on converting a decimal string
+    ],
+)
+@pytest.mark.parametrize("action", ["/approvals/decide", "/in-doubt/resolve"])
+def test_an_attempt_that_is_not_one_the_page_writes_is_refused_not_a_crash(
+    client: TestClient, scene: Scene, attempt: str, action: str
+) -> None:
+    """The page writes an attempt in ASCII digits; anything else is a form it did not write:
+    refused, saying so, with nothing changed — not an error page (500)."""
+    page, session = ("/approvals", "pay-1") if "decide" in action else ("/in-doubt", "mail-1")
+    form = form_for(client, page, session)
+    before = scene.dump()
+    data = {**form, "attempt": attempt, "by": "ana", "decision": "deny", "happened": "no"}
+    refused = client.post(action, data=data)
+    assert refused.status_code == 409, refused.status_code
+    assert "load the page again" in refused.text
+    assert scene.dump() == before

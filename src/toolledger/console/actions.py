@@ -54,6 +54,19 @@ def _call(form: FormData) -> tuple[str, str]:
     return _field(form, "session", exact=True), _field(form, "tool_use_id", exact=True)
 
 
+MAX_ATTEMPT_DIGITS = 18
+"""An attempt as the page writes one: ASCII digits, well within an int64."""
+
+
+def _attempt(text: str) -> int | None:
+    """The attempt a form names, as the page wrote it (ASCII digits), or ``None``:
+    ``str.isdigit`` also takes a superscript two, which ``int`` refuses, and a number too long
+    for ``int`` to read is not one the page wrote either."""
+    if text.isascii() and text.isdigit() and len(text) <= MAX_ATTEMPT_DIGITS:
+        return int(text)
+    return None
+
+
 def _name(form: FormData) -> str:
     by = _field(form, "by")
     if len(by) > MAX_NAME or any(ord(c) < 0x20 or ord(c) == 0x7F for c in by):
@@ -66,8 +79,8 @@ def resolve_from(store: Store, form: FormData) -> Notice:
     model is told) or it did not (it runs on the next run)."""
     try:
         session, call = _call(form)
-        attempt = _field(form, "attempt")
-        if not attempt.isdigit():
+        attempt = _attempt(_field(form, "attempt"))
+        if attempt is None:
             raise Refused("the form does not say which attempt it showed; load the page again")
         by = _name(form)
         happened = {"yes": True, "no": False}.get(_field(form, "happened"))
@@ -83,7 +96,7 @@ def resolve_from(store: Store, form: FormData) -> Notice:
             except ValueError as exc:
                 raise Refused(f"the result is not JSON the model can be told: {exc}") from None
         record = store.ledger(session).resolve(
-            call, happened=happened, result=result, by=by, attempt=int(attempt)
+            call, happened=happened, result=result, by=by, attempt=attempt
         )
     except (Refused, ToolLedgerError) as exc:
         return Notice(False, f"Nothing changed: {exc}")
@@ -107,8 +120,8 @@ def decide_from(store: Store, form: FormData) -> Notice:
         session, call = _call(form)
         shown = _field(form, "input_hash", exact=True)
         in_doubt = {"yes": True, "no": False}.get(_field(form, "in_doubt"))
-        attempt = _field(form, "attempt")
-        if in_doubt is None or not attempt.isdigit():
+        attempt = _attempt(_field(form, "attempt"))
+        if in_doubt is None or attempt is None:
             raise Refused("the form does not say which request it showed; load the page again")
         by = _name(form)
         approved = {"approve": True, "deny": False}.get(_field(form, "decision"))
@@ -122,7 +135,7 @@ def decide_from(store: Store, form: FormData) -> Notice:
             by=by,
             input_hash=shown,
             in_doubt=in_doubt,
-            attempt=int(attempt),
+            attempt=attempt,
         )
     except (Refused, ToolLedgerError) as exc:
         return Notice(False, f"Nothing changed: {exc}")
