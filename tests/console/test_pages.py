@@ -587,3 +587,35 @@ def test_an_attempt_that_is_not_one_the_page_writes_is_refused_not_a_crash(
     assert refused.status_code == 409, refused.status_code
     assert "load the page again" in refused.text
     assert scene.dump() == before
+
+
+def test_a_lone_surrogate_from_the_store_is_shown_escaped_not_a_crash(tmp_path: Path) -> None:
+    """Python text a tool returns may hold a lone surrogate (``os.listdir`` names a file that is
+    not UTF-8 ``caf\\udce9``), and the store keeps it; UTF-8 cannot write it, so the page that
+    showed it was an error page (500). It is shown escaped, as the other characters nothing
+    draws are."""
+    url = f"sqlite:///{tmp_path / 'surrogate.db'}"
+
+    @tl.tool(effect="read_only")
+    def list_dir(path: str) -> list[str]:
+        """List a directory."""
+        return ["caf\udce9.txt"]
+
+    script = [Reply(tool_uses=[ToolUse("list_dir", {"path": "/srv"})]), Reply(text="done")]
+    with ScriptedModel(script) as model, tl.open_store(url) as store:
+        agent = tl.Agent(client=model.client(), model="claude-test", tools=[list_dir], store=store)
+        assert agent.run(session="ls-1", prompt="go").status.value == "completed"
+    client = browser(create_app(url))
+    page = client.get("/session", params={"id": "ls-1"})
+    assert page.status_code == 200
+    assert "caf\\udce9.txt" in page.text
+
+
+def test_a_result_a_person_gives_with_a_lone_surrogate_leaves_the_pages_readable(
+    client: TestClient, scene: Scene
+) -> None:
+    form = form_for(client, "/in-doubt", "mail-1")
+    data = {**form, "by": "ana", "happened": "yes", "result": '"sent \\ud800"'}
+    assert client.post("/in-doubt/resolve", data=data).status_code in (200, 409)
+    for path in ("/", "/in-doubt", "/session?id=mail-1"):
+        assert client.get(path).status_code == 200, path

@@ -7,6 +7,7 @@ request at a time).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -66,6 +67,9 @@ class _Source:
 
 
 _LAYOUT = "\n\t"  # line breaks and tabs lay out a pretty-printed input
+_SURROGATE = re.compile("([\ud800-\udfff])")
+"""A lone surrogate: Python text may hold one (a file name ``os.listdir`` read, not UTF-8),
+UTF-8 cannot write it, and a page holding it could not be sent."""
 
 
 class Posted(str):
@@ -77,20 +81,26 @@ class Posted(str):
 def _visible(value: Any, *, strict: bool = False) -> Any:
     """Every value a template writes: a string's characters that act on what is around them —
     controls, C1 (``\x9b``), bidirectional overrides and isolates, which would reorder what a
-    person reads (``toolledger._invisible``) — shown escaped (``\u202e``) and marked, the rest
-    HTML-escaped. A ``Posted`` value goes out as it is (HTML-escaped by autoescape), so a form
-    posts the real id back. With ``strict`` (an id: the ``id`` filter), every character that
-    shows nothing — zero-width, joiners, variation selectors, tags — too, so two ids never look
-    alike."""
+    person reads (``toolledger._invisible``) — and lone surrogates, which UTF-8 cannot write,
+    shown escaped (``\u202e``) and marked, the rest HTML-escaped. A ``Posted`` value goes out
+    as it is (HTML-escaped by autoescape), so a form posts the real id back. With ``strict``
+    (an id: the ``id`` filter), every character that shows nothing — zero-width, joiners,
+    variation selectors, tags — too, so two ids never look alike."""
     if not isinstance(value, str) or isinstance(value, Posted | markupsafe.Markup):
         return value
     keep = "" if strict else _LAYOUT
-    if not has_invisible(value, keep=keep, strict=strict):
+    if not has_invisible(value, keep=keep, strict=strict) and not _SURROGATE.search(value):
         return value
-    parts = [
-        f'<span class="esc">{escape_char(part)}</span>' if hidden else str(markupsafe.escape(part))
-        for part, hidden in invisible_parts(value, keep=keep, strict=strict)
-    ]
+    parts = []
+    for part, hidden in invisible_parts(value, keep=keep, strict=strict):
+        # In content a lone surrogate is not one of the characters to escape, but it cannot be
+        # sent: it is shown escaped too (odd pieces of the split).
+        pieces = [part] if hidden else _SURROGATE.split(part)
+        for i, piece in enumerate(pieces):
+            if hidden or i % 2:
+                parts.append(f'<span class="esc">{escape_char(piece)}</span>')
+            elif piece:
+                parts.append(str(markupsafe.escape(piece)))
     return markupsafe.Markup("".join(parts))  # noqa: S704 - every part escaped above
 
 
