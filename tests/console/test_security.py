@@ -395,3 +395,38 @@ def test_a_public_origin_that_is_not_one_is_refused_at_start(
     assert main(["console", "--store", url, "--origin", declared]) == 1
     out, err = capsys.readouterr()
     assert f"--origin {declared!r}" in " ".join(err.split()) and out == ""
+
+
+@pytest.mark.parametrize(
+    ("console", "page"),
+    [
+        ("http://127.0.0.1:8765", "http://127.0.0.1:3000"),  # a dev server on this machine
+        ("http://localhost:8765", "https://localhost:8888"),  # a notebook, under TLS
+        ("http://devbox.example:8765", "http://devbox.example:8080"),  # with a token: any name
+    ],
+)
+def test_a_form_another_app_of_this_host_posts_is_not_hinted_as_the_consoles_origin(
+    built: Scene, console: str, page: str
+) -> None:
+    """The refusal of a form posted by a page of another web app on this host (the same name,
+    another port) named that app as the ``--origin`` to start the console with: the very origin
+    the check keeps out, and starting so would refuse the console's own forms. A TLS proxy in
+    front sends the host and port the browser asked for: only another scheme is hinted."""
+    app = create_app(built.url, token="t0ken")
+    other = TestClient(
+        app, base_url=console, headers={"Origin": page, "Authorization": "Bearer t0ken"}
+    )
+    before = built.dump()
+    refused = other.post("/approvals/decide", data={"by": "mallory", "decision": "approve"})
+    assert refused.status_code == 403 and "came from another site" in refused.text
+    assert "--origin" not in refused.text
+    assert built.dump() == before
+    # The proxy's own signature is still hinted: the host and port asked for, another scheme.
+    host = console.split("//", 1)[1]
+    proxied = TestClient(
+        app,
+        base_url=console,
+        headers={"Origin": f"https://{host}", "Authorization": "Bearer t0ken"},
+    )
+    hinted = proxied.post("/approvals/decide", data={"by": "ana", "decision": "deny"})
+    assert hinted.status_code == 403 and f"--origin https://{host}" in hinted.text

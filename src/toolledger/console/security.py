@@ -231,17 +231,20 @@ class Guard:
 
     def proxy_hint(self, request: Request) -> str | None:
         """For a form refused as another site's: the option that makes it the console's own,
-        when it looks like the console's pages seen through a proxy (the browser's origin
-        names the host the request was sent to, under another scheme or port)."""
+        when it looks like the console's pages seen through a TLS proxy — the browser's origin
+        names exactly the host and port the request was sent to (its ``Host``), under another
+        scheme. Another port of the same name is another web app of this host (a dev server,
+        a notebook): the very origin the check keeps out, never hinted."""
         origin = request.headers.get("origin")
         if origin is None or self.origin is not None:
             return None
-        host = request.headers.get("host", "").rsplit(":", 1)[0].lower()
         try:
             seen = public_origin(origin)
         except ConfigurationError:
             return None
-        if urlsplit(seen).hostname != host.strip("[]") or seen == self._own(request):
+        scheme, _, where = seen.partition("://")
+        host = request.headers.get("host", "").lower().removesuffix(f":{_DEFAULT_PORTS[scheme]}")
+        if where != host or scheme == request.url.scheme:
             return None
         return f"--origin {seen}"
 
