@@ -384,6 +384,10 @@ def test_a_declared_public_origin_is_the_consoles_own(built: Scene, declared: st
         ("https://ops.example.com/console", "path"),
         ("https://ops.example.com/?x=1", "path"),
         ("https://ana@ops.example.com", "user"),
+        # Never the origin a browser sends: it writes a name in punycode, and has no spaces.
+        ("https://b\u00fccher.example", "xn--"),
+        ("https://ops example.com", "host name"),
+        ("https://ops.example.com>", "host name"),
     ],
 )
 def test_a_public_origin_that_is_not_one_is_refused_at_start(
@@ -430,3 +434,20 @@ def test_a_form_another_app_of_this_host_posts_is_not_hinted_as_the_consoles_ori
     )
     hinted = proxied.post("/approvals/decide", data={"by": "ana", "decision": "deny"})
     assert hinted.status_code == 403 and f"--origin https://{host}" in hinted.text
+
+
+def test_an_address_given_as_origin_is_written_as_a_browser_writes_it(built: Scene) -> None:
+    """A browser writes an IPv6 address compressed, in lower case: an origin given in another
+    spelling of it never matched, and every form of the console was refused."""
+    app = create_app(built.url, token="t0ken", origin="https://[2001:DB8:0:0::1]:8443")
+    assert app.state.guard.origin == "https://[2001:db8::1]:8443"
+    person = TestClient(
+        app,
+        base_url="http://[2001:db8::1]:8443",
+        headers={"Origin": "https://[2001:db8::1]:8443", "Authorization": "Bearer t0ken"},
+    )
+    (form,) = [f for f in forms_of(person.get("/approvals").text) if f["session"] == "pay-1"]
+    answer = person.post(
+        "/approvals/decide", data={**form, "session": "nobody", "by": "a", "decision": "deny"}
+    )
+    assert answer.status_code == 409 and "Refused" not in answer.text

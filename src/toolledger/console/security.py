@@ -127,9 +127,31 @@ def public_origin(url: str) -> str:
             f"--origin {url!r}: an origin has no path: the console is served at the root of "
             "its address (give scheme://host[:port] only)"
         )
+    host = _host_as_sent(url, host)
     name = f"[{host}]" if ":" in host else host
     shown = f":{port}" if port is not None and port != _DEFAULT_PORTS[scheme] else ""
     return f"{scheme}://{name}{shown}"
+
+
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-_")
+
+
+def _host_as_sent(url: str, host: str) -> str:
+    """``host`` (lower case) as a browser writes it in ``Origin`` and ``Host``: an IP address in
+    its usual form (an IPv6 one compressed), a name in ASCII — a name in another script is sent
+    in punycode (``xn--…``), which is for the person to give (``ConfigurationError``)."""
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        pass
+    if not host.isascii():
+        raise ConfigurationError(
+            f"--origin {url!r}: give the host name as browsers send it, in ASCII: a name in "
+            "another script in its punycode form (xn--…, as the address bar's URL copies it)"
+        )
+    if not set(host) <= _NAME_CHARS:
+        raise ConfigurationError(f"--origin {url!r}: {host!r} is not a host name")
+    return host
 
 
 def bind_check(host: str, token: str | None) -> None:
