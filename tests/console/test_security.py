@@ -9,6 +9,7 @@ one, is needed on every request; a non-loopback address needs one to start."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from pathlib import Path
 from typing import Any
@@ -451,3 +452,29 @@ def test_an_address_given_as_origin_is_written_as_a_browser_writes_it(built: Sce
         "/approvals/decide", data={**form, "session": "nobody", "by": "a", "decision": "deny"}
     )
     assert answer.status_code == 409 and "Refused" not in answer.text
+
+
+PG_URL = "postgresql://ana:hunter2@db.example:5432/ledger?sslmode=require&password=hunter3"
+
+
+def test_a_password_in_the_store_url_is_never_shown(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every page names its store, and so does the line the console starts with (a terminal, a
+    service's log): the URL as given, its password in it."""
+    app = create_app(PG_URL)
+    page = TestClient(app, base_url="http://127.0.0.1").post("/approvals/decide", data={})
+    assert page.status_code == 403  # a page that does not open the store: its header names it
+    assert "db.example" in page.text
+    assert "hunter2" not in page.text and "hunter3" not in page.text
+
+    import toolledger.console
+    from toolledger.cli import serving
+
+    served: dict[str, Any] = {}
+    monkeypatch.setattr(serving, "store_of", lambda args: contextlib.nullcontext())
+    monkeypatch.setattr(toolledger.console, "serve", lambda url, **kw: served.update(url=url))
+    assert main(["console", "--store", PG_URL]) == 0
+    assert served["url"] == PG_URL, "the console is handed the real URL"
+    out = capsys.readouterr().out
+    assert "db.example" in out and "hunter2" not in out and "hunter3" not in out

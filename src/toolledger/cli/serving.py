@@ -22,6 +22,7 @@ def cmd_console(args: argparse.Namespace, console: Console) -> int:
     $TOOLLEDGER_CONSOLE_TOKEN)."""
     try:
         from ..console import serve
+        from ..console.app import shown_url
         from ..console.security import bind_check, public_origin
     except ImportError as exc:
         raise ConfigurationError(
@@ -34,7 +35,8 @@ def cmd_console(args: argparse.Namespace, console: Console) -> int:
     with store_of(args):
         pass  # it exists and opens: say so before saying where the console is
     where = f"[{args.host}]" if ":" in args.host else args.host
-    console.print(safe(f"toolledger console for {url} on http://{where}:{args.port}/"))
+    shown = shown_url(url)
+    console.print(safe(f"toolledger console for {shown} on http://{where}:{args.port}/"))
     if origin is not None:
         console.print(safe(f"browsers see it as {origin}/ (its forms are taken from there only)"))
     if token:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import jinja2
 import markupsafe
@@ -27,6 +28,7 @@ from starlette.templating import Jinja2Templates
 
 from .._invisible import escape_char, has_invisible, invisible_parts, shown_id
 from .._views.overview import known_session
+from ..masking import MASK, masked_text
 from ..stores import Store, open_store
 from . import views
 from .actions import Notice, decide_from, resolve_from
@@ -44,13 +46,25 @@ __all__ = ["create_app", "serve"]
 HERE = Path(__file__).parent
 
 
+def shown_url(url: str) -> str:
+    """A store's URL as the pages and the console's first line show it: a password in it
+    masked, as ``Store.url`` masks one (``user:***@``, ``password=***``)."""
+    head, asks, rest = url.partition("?")
+    query, hash_, fragment = rest.partition("#")
+    kept = [
+        f"{p.partition('=')[0]}={MASK}" if unquote(p.partition("=")[0]) == "password" else p
+        for p in query.split("&")
+    ]
+    return masked_text(head + asks + "&".join(kept) + hash_ + fragment)
+
+
 class _Source:
     """Where the pages read: a URL opened per request, or one open store behind a lock."""
 
     def __init__(self, store: Store | str) -> None:
         self.store = store
         self.lock = threading.Lock()
-        self.url = store.url if isinstance(store, Store) else store
+        self.url = store.url if isinstance(store, Store) else shown_url(store)
 
     @contextmanager
     def open(self) -> Iterator[Store]:
