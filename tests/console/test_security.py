@@ -478,3 +478,16 @@ def test_a_password_in_the_store_url_is_never_shown(
     assert served["url"] == PG_URL, "the console is handed the real URL"
     out = capsys.readouterr().out
     assert "db.example" in out and "hunter2" not in out and "hunter3" not in out
+
+
+def test_the_token_leaves_the_address_bar_on_every_visit(built: Scene) -> None:
+    """A link or a bookmark with ``?token=`` opened again, the cookie already set: the page was
+    answered at that address, so the token stayed in the address bar and the history."""
+    app = create_app(built.url, token="s3cret-token", loopback=False)
+    person = TestClient(app, base_url="http://console.example", follow_redirects=False)
+    first = person.get("/?token=s3cret-token")
+    assert first.status_code == 303 and first.headers["location"] == "/"
+    assert person.get("/").status_code == 200, "the cookie carries it"
+    again = person.get("/session?id=pay-1&token=s3cret-token")
+    assert again.status_code == 303 and again.headers["location"] == "/session?id=pay-1"
+    assert "s3cret-token" not in again.text

@@ -302,28 +302,29 @@ class GuardMiddleware(BaseHTTPMiddleware):
         response: Response
         if not guard.host_ok(request):
             response = PlainTextResponse("unknown host name", status_code=400)
+        elif guard.token is not None and (offered := self._offered(request)) is not None:
+            # The token in the address (a first visit's ``?token=``, or a bookmark's with the
+            # cookie already set): the browser goes on without it, so it stays out of the
+            # address bar and of the history.
+            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            # This console's own path: ``//host`` or ``/\host`` at its start would send the
+            # browser to another site (a Location read as a network path).
+            path = "/" + request.url.path.lstrip("/\\")
+            target = path + (f"?{urlencode(rest)}" if rest else "")
+            response = RedirectResponse(target, status_code=303)
+            response.set_cookie(
+                cookie_name(TOKEN_COOKIE, request),
+                offered,
+                httponly=True,
+                samesite="strict",
+                path="/",
+            )
         elif guard.token is not None and not self._authorised(request):
-            offered = request.query_params.get("token")
-            if offered is not None and guard.token_ok(offered) and request.method == "GET":
-                rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-                # This console's own path: ``//host`` or ``/\host`` at its start would send the
-                # browser to another site (a Location read as a network path).
-                path = "/" + request.url.path.lstrip("/\\")
-                target = path + (f"?{urlencode(rest)}" if rest else "")
-                response = RedirectResponse(target, status_code=303)
-                response.set_cookie(
-                    cookie_name(TOKEN_COOKIE, request),
-                    offered,
-                    httponly=True,
-                    samesite="strict",
-                    path="/",
-                )
-            else:
-                response = PlainTextResponse(
-                    "this console needs its token: open it once as /?token=TOKEN, or send "
-                    "'Authorization: Bearer TOKEN'",
-                    status_code=401,
-                )
+            response = PlainTextResponse(
+                "this console needs its token: open it once as /?token=TOKEN, or send "
+                "'Authorization: Bearer TOKEN'",
+                status_code=401,
+            )
         elif request.method not in SAFE_METHODS and not guard.own_origin(request):
             # Before the body is read: nothing of a request another site made is looked at.
             response = self.refuse(request, "another site")
@@ -341,6 +342,13 @@ class GuardMiddleware(BaseHTTPMiddleware):
         for name, value in HEADERS.items():
             response.headers[name] = value
         return response
+
+    def _offered(self, request: Request) -> str | None:
+        """The right token, given in a GET's address (``?token=``)."""
+        offered = request.query_params.get("token")
+        if request.method == "GET" and offered is not None and self.guard.token_ok(offered):
+            return offered
+        return None
 
     def _authorised(self, request: Request) -> bool:
         header = request.headers.get("authorization", "")
