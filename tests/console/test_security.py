@@ -337,10 +337,22 @@ def test_beyond_loopback_the_console_refuses_to_start_without_a_token(
 PROXIED = "https://ops.example.com"  # a TLS proxy in front, forwarding Host but no scheme
 
 
+def _plain_http(app: Any) -> Any:
+    """``app`` behind a TLS proxy: the browser speaks https (and keeps its ``Secure`` cookies
+    for it), the console is handed plain HTTP, with the Host the browser sent."""
+
+    async def proxy(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await app({**scope, "scheme": "http"} if scope["type"] == "http" else scope, receive, send)
+
+    return proxy
+
+
 def _through_proxy(app: Any, origin: str = PROXIED) -> TestClient:
     """A browser on ``PROXIED``: the proxy hands the console plain HTTP with the public Host
     and no X-Forwarded-Proto; the browser's Origin is the public one."""
-    return TestClient(app, base_url="http://ops.example.com", headers={"Origin": origin})
+    return TestClient(
+        _plain_http(app), base_url="https://ops.example.com", headers={"Origin": origin}
+    )
 
 
 def test_behind_a_proxy_the_refusal_says_how_to_name_the_public_origin(built: Scene) -> None:
@@ -443,8 +455,8 @@ def test_an_address_given_as_origin_is_written_as_a_browser_writes_it(built: Sce
     app = create_app(built.url, token="t0ken", origin="https://[2001:DB8:0:0::1]:8443")
     assert app.state.guard.origin == "https://[2001:db8::1]:8443"
     person = TestClient(
-        app,
-        base_url="http://[2001:db8::1]:8443",
+        _plain_http(app),
+        base_url="https://[2001:db8::1]:8443",
         headers={"Origin": "https://[2001:db8::1]:8443", "Authorization": "Bearer t0ken"},
     )
     (form,) = [f for f in forms_of(person.get("/approvals").text) if f["session"] == "pay-1"]
@@ -491,3 +503,32 @@ def test_the_token_leaves_the_address_bar_on_every_visit(built: Scene) -> None:
     again = person.get("/session?id=pay-1&token=s3cret-token")
     assert again.status_code == 303 and again.headers["location"] == "/session?id=pay-1"
     assert "s3cret-token" not in again.text
+
+
+@pytest.mark.parametrize(
+    ("base", "origin"),
+    [
+        ("https://console.example", None),  # TLS to the console, or a proxy's X-Forwarded-Proto
+        ("https://ops.example.com", PROXIED),  # a TLS proxy that forwards plain HTTP
+    ],
+)
+def test_cookies_of_a_console_seen_over_https_are_sent_over_https_only(
+    built: Scene, base: str, origin: str | None
+) -> None:
+    """The token cookie holds the token itself. Without ``Secure`` the browser also sends it
+    with any plain-HTTP request to that host name, any port (a link, a redirect a network
+    attacker injects): the token in the clear, and the console is theirs."""
+    app = create_app(built.url, token="s3cret-token", loopback=False, origin=origin)
+    person = TestClient(
+        app if origin is None else _plain_http(app), base_url=base, follow_redirects=False
+    )
+    first = person.get("/?token=s3cret-token")
+    assert first.status_code == 303
+    assert "secure" in first.headers["set-cookie"].lower()
+    page = person.get("/approvals", headers={"Authorization": "Bearer s3cret-token"})
+    assert page.status_code == 200
+    assert "secure" in page.headers["set-cookie"].lower(), "the session cookie too"
+    # A console on plain HTTP, not behind TLS: a Secure cookie would never be sent back.
+    plain = TestClient(create_app(built.url, token="s3cret-token", loopback=False))
+    kept = plain.get("/?token=s3cret-token", follow_redirects=False)
+    assert "secure" not in kept.headers["set-cookie"].lower()

@@ -27,6 +27,9 @@
   is missing, forged, stale (an earlier run of the console) or another browser's is refused
   before anything is read or written. ``csrf_protected`` wraps every POST endpoint; GET
   endpoints only read.
+* **Cookies over TLS are** ``Secure`` (the request came over https, or ``--origin`` is an
+  https one): the token cookie holds the token, and without it the browser would send it with
+  any plain-HTTP request to the host name.
 * **Cookies name their port** (``toolledger_session_8765``, ``toolledger_token_8765``): two
   consoles on one host keep their own, and neither reads the other's.
 * **Headers.** A strict Content-Security-Policy (scripts, styles and requests from the console
@@ -270,6 +273,15 @@ class Guard:
             return None
         return f"--origin {seen}"
 
+    def over_tls(self, request: Request) -> bool:
+        """The browser sees the console over https — the request came so (or its proxy said so:
+        ``X-Forwarded-Proto``), or the public origin named is https — so its cookies are
+        ``Secure``: the token cookie holds the token, and a browser sends a cookie without it
+        with any plain-HTTP request to the host name, whatever the port."""
+        return request.url.scheme == "https" or (
+            self.origin is not None and self.origin.startswith("https://")
+        )
+
     # -- access -----------------------------------------------------------------------------
 
     def token_ok(self, given: str | None) -> bool:
@@ -318,6 +330,7 @@ class GuardMiddleware(BaseHTTPMiddleware):
                 httponly=True,
                 samesite="strict",
                 path="/",
+                secure=guard.over_tls(request),
             )
         elif guard.token is not None and not self._authorised(request):
             response = PlainTextResponse(
@@ -338,6 +351,7 @@ class GuardMiddleware(BaseHTTPMiddleware):
                     httponly=True,
                     samesite="strict",
                     path="/",
+                    secure=guard.over_tls(request),
                 )
         for name, value in HEADERS.items():
             response.headers[name] = value
