@@ -619,3 +619,42 @@ def test_a_result_a_person_gives_with_a_lone_surrogate_leaves_the_pages_readable
     assert client.post("/in-doubt/resolve", data=data).status_code in (200, 409)
     for path in ("/", "/in-doubt", "/session?id=mail-1"):
         assert client.get(path).status_code == 200, path
+
+
+OLD_STORE = Path(__file__).parents[1] / "upgrade" / "fixtures" / "v0_1_0" / "v0_1_0.db"
+
+
+def test_looking_at_an_older_releases_store_leaves_it_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages only read — and so does starting the console: it opened the store with write
+    access, and every page did again, so an earlier release's store was migrated by a person
+    looking at it, and that release's workers still running on it stopped at their next write
+    (SchemaVersionError). The command line's reading commands never migrate; neither do the
+    console's pages. Its actions write, as ``resolve`` and ``approve`` do."""
+    import uvicorn
+
+    from toolledger.console import serve
+
+    path = tmp_path / "old.db"
+    path.write_bytes(OLD_STORE.read_bytes())
+    url = f"sqlite:///{path}"
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    serve(url)
+    client = browser(create_app(url))
+    for page in ("/", "/sessions/rows", "/in-doubt", "/approvals", "/verify"):
+        assert client.get(page).status_code == 200, page
+    with tl.open_store(url, read_only=True) as store:
+        sessions = store.sessions()
+    for sid in sessions:
+        assert client.get("/session", params={"id": sid}).status_code == 200, sid
+    assert path.read_bytes() == OLD_STORE.read_bytes(), "not a byte changed"
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0
+    # An action writes, as `toolledger deny` does (the store is migrated first).
+    forms = forms_of(client.get("/approvals").text)
+    assert forms, "the store of 0.1.0 has a pending approval"
+    denied = client.post("/approvals/decide", data={**forms[0], "by": "ana", "decision": "deny"})
+    assert denied.status_code == 200 and "denied by ana" in denied.text
+    with tl.open_store(url, read_only=True) as store:
+        decided = store.approvals(forms[0]["session"])
+    assert [a.status for a in decided] == [ApprovalStatus.DENIED]

@@ -7,6 +7,7 @@ request at a time).
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -59,7 +60,10 @@ def shown_url(url: str) -> str:
 
 
 class _Source:
-    """Where the pages read: a URL opened per request, or one open store behind a lock."""
+    """Where the pages read: a URL opened per request, or one open store behind a lock. A URL
+    is opened read-only to read (as the command line's reading commands open it: a store of an
+    earlier release is read through a migrated copy, never migrated by a person looking at it)
+    and with write access only for an action (``write``)."""
 
     def __init__(self, store: Store | str) -> None:
         self.store = store
@@ -67,16 +71,16 @@ class _Source:
         self.url = store.url if isinstance(store, Store) else shown_url(store)
 
     @contextmanager
-    def open(self) -> Iterator[Store]:
+    def open(self, *, write: bool = False) -> Iterator[Store]:
         if isinstance(self.store, Store):
             with self.lock:
                 yield self.store
         else:
-            with open_store(self.store, create=False) as store:
+            with open_store(self.store, create=False, read_only=not write) as store:
                 yield store
 
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        with self.open() as store:
+    def call(self, fn: Callable[..., Any], *args: Any, write: bool = False) -> Any:
+        with self.open(write=write) as store:
             return fn(store, *args)
 
 
@@ -232,7 +236,9 @@ def create_app(
 
     @csrf_protected(refuse)
     async def resolve(request: Request, form: FormData) -> Response:
-        notice = await run_in_threadpool(source.call, resolve_from, form)
+        notice = await run_in_threadpool(
+            functools.partial(source.call, write=True), resolve_from, form
+        )
         ctx = await run_in_threadpool(source.call, views.in_doubt_view)
         return await page(request, "in_doubt.html", ctx, notice=notice, status=_code(notice))
 
@@ -242,7 +248,9 @@ def create_app(
 
     @csrf_protected(refuse)
     async def decide(request: Request, form: FormData) -> Response:
-        notice = await run_in_threadpool(source.call, decide_from, form)
+        notice = await run_in_threadpool(
+            functools.partial(source.call, write=True), decide_from, form
+        )
         ctx = await run_in_threadpool(source.call, views.approvals_view)
         return await page(request, "approvals.html", ctx, notice=notice, status=_code(notice))
 
@@ -301,8 +309,8 @@ def serve(
     bind_check(host, token)
     if origin is not None:
         public_origin(origin)
-    with open_store(store_url, create=False):
-        pass  # it exists and opens: say so now, not on the first page
+    with open_store(store_url, read_only=True):
+        pass  # it exists and opens (looked at, not migrated): say so now, not on the first page
     app = create_app(store_url, token=token, loopback=is_loopback(host), origin=origin)
     # No access log: a first visit's URL carries the token.
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
