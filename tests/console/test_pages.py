@@ -658,3 +658,15 @@ def test_looking_at_an_older_releases_store_leaves_it_as_it_is(
     with tl.open_store(url, read_only=True) as store:
         decided = store.approvals(forms[0]["session"])
     assert [a.status for a in decided] == [ApprovalStatus.DENIED]
+
+
+def test_a_store_that_cannot_be_read_says_so_on_the_page(scene: Scene, tmp_path: Path) -> None:
+    """A store gone from under a running console (moved, its disk unmounted) answered every
+    page with a bare "Internal Server Error" (500), nothing saying what was wrong."""
+    client = TestClient(create_app(scene.url), base_url="http://127.0.0.1")
+    assert client.get("/").status_code == 200
+    scene.path.rename(tmp_path / "moved.db")
+    for path in ("/", "/sessions/rows", "/in-doubt", "/approvals", "/verify", "/session?id=a"):
+        page = client.get(path)
+        assert page.status_code == 503, path
+        assert "no store at" in page.text and "Content-Security-Policy" in page.headers

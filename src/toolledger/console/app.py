@@ -29,6 +29,7 @@ from starlette.templating import Jinja2Templates
 
 from .._invisible import escape_char, has_invisible, invisible_parts, shown_id
 from .._views.overview import known_session
+from ..errors import StoreError
 from ..masking import MASK, masked_text
 from ..stores import Store, open_store
 from . import views
@@ -210,6 +211,18 @@ def create_app(
         )
         return HTMLResponse(html, status_code=403)
 
+    async def unreadable(request: Request, exc: Exception) -> Response:
+        """A store that cannot be opened or read (gone, unreachable, of a newer release): the
+        page says why, not a bare server error."""
+        html = templates.get_template("message.html").render(
+            heading="The store cannot be read",
+            text=f"{exc} Nothing was changed.",
+            store_url=source.url,
+            notice=None,
+            page="",
+        )
+        return HTMLResponse(html, status_code=503)
+
     async def sessions(request: Request) -> Response:
         ctx = await run_in_threadpool(source.call, views.sessions_view, _status(request))
         return await page(request, "sessions.html", ctx)
@@ -274,7 +287,11 @@ def create_app(
         Route("/favicon.ico", favicon, methods=["GET"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, middleware=[middleware_for(guard, refuse)])
+    app = Starlette(
+        routes=routes,
+        middleware=[middleware_for(guard, refuse)],
+        exception_handlers={StoreError: unreadable},
+    )
     app.state.guard = guard
     return app
 
