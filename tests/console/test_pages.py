@@ -10,6 +10,7 @@ import json
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -670,3 +671,28 @@ def test_a_store_that_cannot_be_read_says_so_on_the_page(scene: Scene, tmp_path:
         page = client.get(path)
         assert page.status_code == 503, path
         assert "no store at" in page.text and "Content-Security-Policy" in page.headers
+
+
+@pytest.mark.parametrize("action", ["/approvals/decide", "/in-doubt/resolve"])
+def test_a_decision_whose_commit_was_not_answered_is_not_said_to_have_changed_nothing(
+    scene: Scene, monkeypatch: pytest.MonkeyPatch, action: str
+) -> None:
+    """The store took the write and the answer was lost (a connection cut during COMMIT): the
+    notice said "Nothing changed", and a person who believed it decided again, or told the
+    operator the call was still open."""
+    with tl.open_store(scene.url) as store:
+        client = browser(create_app(store))
+        page, session = ("/approvals", "pay-1") if "decide" in action else ("/in-doubt", "mail-1")
+        form = form_for(client, page, session)
+        real = store.apply
+
+        def lost(session_id: str, ops: Any) -> list[bool]:
+            real(session_id, ops)
+            raise tl.StoreError("the connection was cut during COMMIT", outcome_unknown=True)
+
+        monkeypatch.setattr(store, "apply", lost)
+        data = {**form, "by": "ana", "decision": "deny", "happened": "no"}
+        answer = client.post(action, data=data)
+        monkeypatch.undo()
+        assert "Nothing changed" not in answer.text
+        assert "may have been recorded" in answer.text

@@ -16,7 +16,7 @@ from starlette.datastructures import FormData
 from .._invisible import shown_id
 from .._views.results import parse_result
 from ..approvals._queue import decide
-from ..errors import ToolLedgerError
+from ..errors import StoreError, ToolLedgerError
 from ..stores import Store
 
 __all__ = ["MAX_NAME", "Notice", "decide_from", "resolve_from"]
@@ -99,13 +99,26 @@ def resolve_from(store: Store, form: FormData) -> Notice:
             call, happened=happened, result=result, by=by, attempt=attempt
         )
     except (Refused, ToolLedgerError) as exc:
-        return Notice(False, f"Nothing changed: {exc}")
+        return _not_done(exc)
     what = "it happened" if happened else "it did not happen (it runs on the next run)"
     return Notice(
         True,
         f"{_named(record.tool, call, session)}: {what} — recorded {record.status.value} by {by}. "
         "Run the session again to go on.",
     )
+
+
+def _not_done(exc: Exception) -> Notice:
+    """A refused form, or a write that failed: nothing changed — unless the store took the write
+    and its answer was lost (``outcome_unknown``): then it may have been recorded, and only the
+    store, read again, can say."""
+    if isinstance(exc, StoreError) and exc.outcome_unknown:
+        return Notice(
+            False,
+            f"The store did not answer ({exc}): this may have been recorded. Load the page "
+            "again: it shows what the store holds now.",
+        )
+    return Notice(False, f"Nothing changed: {exc}")
 
 
 def _named(tool: str, call: str, session: str) -> str:
@@ -138,7 +151,7 @@ def decide_from(store: Store, form: FormData) -> Notice:
             attempt=attempt,
         )
     except (Refused, ToolLedgerError) as exc:
-        return Notice(False, f"Nothing changed: {exc}")
+        return _not_done(exc)
     return Notice(
         True,
         f"{_named(record.tool, call, session)}: {record.status.value} by {by}. "
