@@ -532,3 +532,28 @@ def test_cookies_of_a_console_seen_over_https_are_sent_over_https_only(
     plain = TestClient(create_app(built.url, token="s3cret-token", loopback=False))
     kept = plain.get("/?token=s3cret-token", follow_redirects=False)
     assert "secure" not in kept.headers["set-cookie"].lower()
+
+
+def test_a_public_origin_beyond_this_machine_needs_a_token(
+    built: Scene, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Named at ``https://ops.example.com``, the console is used by browsers of other machines,
+    through the proxy, as surely as if it listened there: without a token anyone who reaches
+    the proxy could approve and settle calls (the console's own forms, CSRF token and all, are
+    theirs to load). Listening beyond loopback needs a token; so does being seen beyond it."""
+    import uvicorn
+
+    from toolledger.console import serve
+
+    monkeypatch.delenv("TOOLLEDGER_CONSOLE_TOKEN", raising=False)
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    with pytest.raises(tl.ConfigurationError, match="give it a token"):
+        bind_check("127.0.0.1", None, origin=PROXIED)
+    with pytest.raises(tl.ConfigurationError, match="give it a token"):
+        serve(built.url, origin=PROXIED)
+    assert main(["console", "--store", built.url, "--origin", PROXIED]) == 1
+    assert "give it a token" in " ".join(capsys.readouterr().err.split())
+    # A token, or a proxy this machine's own browser uses, and it starts.
+    serve(built.url, origin=PROXIED, token="t0ken")
+    serve(built.url, origin="https://localhost:8443")
+    bind_check("127.0.0.1", None, origin="https://127.0.0.1:8443")

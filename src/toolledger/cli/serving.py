@@ -29,8 +29,8 @@ def cmd_console(args: argparse.Namespace, console: Console) -> int:
             f"the console needs its extra: pip install 'toolledger[console]' ({exc})"
         ) from exc
     token = args.token or os.environ.get(TOKEN_ENV) or None
-    bind_check(args.host, token)
     origin = None if args.origin is None else public_origin(args.origin)
+    bind_check(args.host, token, origin=origin)
     url = url_of(args)
     with store_of(args):
         pass  # it exists and opens: say so before saying where the console is

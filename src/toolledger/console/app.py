@@ -40,7 +40,6 @@ from .security import (
     csrf_protected,
     is_loopback,
     middleware_for,
-    public_origin,
 )
 
 __all__ = ["create_app", "serve"]
@@ -319,13 +318,11 @@ def serve(
     origin: str | None = None,
 ) -> None:
     """Serve the console until interrupted. Refuses (``ConfigurationError``) a non-loopback
-    ``host`` without a ``token``, and an ``origin`` that is not one; the store must exist
-    (``StoreError`` otherwise)."""
+    ``host`` without a ``token`` (or an ``origin`` beyond this machine without one), and an
+    ``origin`` that is not one; the store must exist (``StoreError`` otherwise)."""
     import uvicorn
 
-    bind_check(host, token)
-    if origin is not None:
-        public_origin(origin)
+    bind_check(host, token, origin=origin)
     with open_store(store_url, read_only=True):
         pass  # it exists and opens (looked at, not migrated): say so now, not on the first page
     app = create_app(store_url, token=token, loopback=is_loopback(host), origin=origin)

@@ -5,6 +5,8 @@
 * **The token**, when there is one, is checked on every request: an ``Authorization: Bearer``
   header, or the cookie set when a page is first opened as ``/?token=…`` (the browser is then
   sent to the same page without it, so it stays out of the address bar and of the history).
+* **Seen beyond this machine** through a proxy (``--origin`` names a host that is not a
+  loopback one), it needs a token too: the proxy's visitors are other machines.
 * **Host names.** On a loopback address without a token only ``127.0.0.1``, ``localhost`` and
   ``[::1]`` are answered: a page of another site that re-points its own name at 127.0.0.1 (DNS
   rebinding) gets nothing. With a token any name is answered (a proxy on the same machine may
@@ -157,12 +159,21 @@ def _host_as_sent(url: str, host: str) -> str:
     return host
 
 
-def bind_check(host: str, token: str | None) -> None:
-    """Refuse to serve a non-loopback address without a token (``ConfigurationError``)."""
+def bind_check(host: str, token: str | None, *, origin: str | None = None) -> None:
+    """Refuse to serve a non-loopback address without a token (``ConfigurationError``) — or a
+    public ``origin`` beyond this machine: the browsers of other machines use the console
+    through that proxy as surely as if it listened there."""
     if not is_loopback(host) and not token:
         raise ConfigurationError(
             f"the console listens on {host!r}, beyond this machine: give it a token "
             "(--token or $TOOLLEDGER_CONSOLE_TOKEN), or listen on 127.0.0.1"
+        )
+    seen = None if origin is None else urlsplit(public_origin(origin)).hostname
+    if seen is not None and not is_loopback(seen) and not token:
+        raise ConfigurationError(
+            f"browsers see the console at {public_origin(origin or '')}, beyond this machine: "
+            "give it a token (--token or $TOOLLEDGER_CONSOLE_TOKEN); anyone who reaches that "
+            "address could otherwise approve and settle calls"
         )
 
 
