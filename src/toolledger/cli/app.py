@@ -230,7 +230,7 @@ def _console(add: Callable[..., argparse.ArgumentParser]) -> None:
         default=None,
         metavar="URL",
         help="where browsers see the console, behind a proxy (e.g. https://ops.example.com): "
-        "its forms are taken from there only",
+        "its forms are taken from there only; beyond this machine it needs a token",
     )
 
 
