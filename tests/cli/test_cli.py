@@ -514,3 +514,35 @@ def test_resolve_refuses_a_result_that_is_not_json(
     assert code == 2 and why in " ".join(out.split()), out
     code = main(["--store", url, "resolve", "s", "t", "--not-happened", "--result", "1"])
     assert code == 2 and "--result goes with --happened" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["what?now", "100%25 sure"])
+def test_demo_keeps_its_store_in_a_dir_whose_name_holds_url_characters(
+    name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A --dir named with a ``?`` (where a store URL's options begin) or a ``%`` escape: the
+    store is made in that directory, not beside it under another name, and the store URL the
+    demo reports (and prints in its command) opens that file."""
+    where = tmp_path / name
+    code, report = cli(capsys, "demo", "--dir", str(where), "--json")
+    assert code == 0, report
+    assert (where / "demo.db").is_file(), sorted(p.name for p in tmp_path.rglob("*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name], "nothing written beside it"
+    with tl.open_store(report["store"], create=False) as store:
+        assert store.sessions() == ["outage-42"]
+    # Run again on the same directory: a fresh story, not a refusal.
+    code, again = cli(capsys, "demo", "--dir", str(where), "--json")
+    assert code == 0 and again["fresh_start"], again
+
+
+def test_demo_in_a_directory_it_cannot_write_says_so_before_the_story(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A --dir where no store can be made (here: inside /proc, which makes no files) is one
+    line saying so, before the agent is started, not a story told half-way."""
+    assert main(["demo", "--dir", "/proc/self/fdinfo"]) == 1
+    captured = capsys.readouterr()
+    assert "agent starts" not in captured.out, captured.out
+    err = captured.err
+    assert err.startswith("StoreUnavailableError: cannot create "), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err

@@ -258,9 +258,10 @@ def _ours(db: Path) -> bool:
     database is refused as no store (``refuse_foreign``); a file that cannot be read as a
     store, or is damaged, is not the demo's either."""
     from ..stores import open_store
+    from ..stores._url import file_url
 
     try:
-        with open_store(f"sqlite:///{db}", read_only=True) as store:
+        with open_store(file_url("sqlite", db), read_only=True) as store:
             # (none yet: a run stopped before its session was written — nothing to lose)
             return store.sessions() in ([], [SESSION])
     except ToolLedgerError:
@@ -301,6 +302,18 @@ def refuse_a_file(directory: Path | None) -> None:
         )
 
 
+def _made_store(base: Path) -> str:
+    """The URL of the demo's store in ``base`` (a ``?`` or ``%`` in its path escaped, so it
+    names that file), made now, before the story: a directory no store can be made in is said
+    in one line, not by an agent process that fails where the story expects a kill."""
+    from ..stores import open_store
+    from ..stores._url import file_url
+
+    url = file_url("sqlite", base / "demo.db")
+    open_store(url).close()
+    return url
+
+
 def run_demo(console: Console, *, directory: Path | None, as_json: bool) -> int:
     from ..stores import open_store
     from ..testing.scripted import ScriptedModel
@@ -312,7 +325,7 @@ def run_demo(console: Console, *, directory: Path | None, as_json: bool) -> int:
         base.mkdir(parents=True, exist_ok=True)
         again = directory is not None and _fresh(base)
         world = base / "world"
-        store_url = f"sqlite:///{base / 'demo.db'}"
+        store_url = _made_store(base)
 
         def say(*parts: Any) -> None:
             if not as_json:

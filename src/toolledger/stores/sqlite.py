@@ -40,6 +40,7 @@ from ._sqlite_files import (
     refuse_foreign,
     translate,
 )
+from ._url import file_url
 from .contract import Pending, interrupted
 
 __all__ = ["SQLiteBackend", "translate"]
@@ -111,7 +112,7 @@ class SQLiteBackend:
             raise StoreUnavailableError(
                 f"no store at {url}: {Path(path).resolve()} is a directory, not a database "
                 "file. Name a file in it (--store or $TOOLLEDGER_STORE; e.g. "
-                f"sqlite:///{Path(path).resolve() / 'toolledger.db'}).",
+                f"{file_url('sqlite', Path(path).resolve() / 'toolledger.db')}).",
                 url=url,
             )
         if (not create or self.read_only) and path != ":memory:" and not Path(path).is_file():
