@@ -546,3 +546,38 @@ def test_demo_in_a_directory_it_cannot_write_says_so_before_the_story(
     err = captured.err
     assert err.startswith("StoreUnavailableError: cannot create "), err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_console_on_a_port_out_of_range_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    tl.open_store(url).close()
+    for port in ("99999", "-1"):
+        with pytest.raises(SystemExit) as done:
+            main(["console", "--port", port, "--store", url])
+        assert done.value.code == 2
+        err = capsys.readouterr().err
+        assert "--port" in err and "0-65535" in err and "Traceback" not in err, err
+
+
+def test_console_on_a_port_in_use_says_so_and_does_not_announce_itself(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another program holds the port: one line saying so and what to do, exit status 1 —
+    not a server's log line and its own exit status after the console said where it was."""
+    pytest.importorskip("uvicorn")
+    import socket
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    tl.open_store(url).close()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["console", "--port", str(port), "--store", url]) == 1
+    captured = capsys.readouterr()
+    assert "toolledger console for" not in captured.out, captured.out
+    err = captured.err
+    assert err.startswith(f"ConfigurationError: the console cannot listen on 127.0.0.1:{port}")
+    assert "--port" in err and "Traceback" not in err, err

@@ -216,10 +216,20 @@ def _reading(
     show_secrets(p)
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: a number 0-65535")
+    return port
+
+
 def _console(add: Callable[..., argparse.ArgumentParser]) -> None:
     p = add("console", cmd_console)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
+    p.add_argument("--port", type=_port, default=8765, help="port (default: 8765; 0: any free one)")
     p.add_argument(
         "--token",
         default=None,

@@ -22,7 +22,7 @@ def cmd_console(args: argparse.Namespace, console: Console) -> int:
     $TOOLLEDGER_CONSOLE_TOKEN)."""
     try:
         from ..console import serve
-        from ..console.app import shown_url
+        from ..console.app import listen, shown_url
         from ..console.security import bind_check, public_origin
     except ImportError as exc:
         raise ConfigurationError(
@@ -34,13 +34,15 @@ def cmd_console(args: argparse.Namespace, console: Console) -> int:
     url = url_of(args)
     with store_of(args):
         pass  # it exists and opens: say so before saying where the console is
+    sock = listen(args.host, args.port)  # the port is ours before the console says where it is
+    port = sock.getsockname()[1]  # --port 0: the one the system chose
     where = f"[{args.host}]" if ":" in args.host else args.host
     shown = shown_url(url)
-    console.print(safe(f"toolledger console for {shown} on http://{where}:{args.port}/"))
+    console.print(safe(f"toolledger console for {shown} on http://{where}:{port}/"))
     if origin is not None:
         console.print(safe(f"browsers see it as {origin}/ (its forms are taken from there only)"))
     if token:
         console.print(safe("open it once as /?token=TOKEN (then a cookie carries it)"))
     console.print(safe("Ctrl-C stops it", "dim"))
-    serve(url, host=args.host, port=args.port, token=token, origin=origin)
+    serve(url, host=args.host, port=port, token=token, origin=origin, sock=sock)
     return 0

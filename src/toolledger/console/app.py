@@ -7,8 +7,10 @@ request at a time).
 
 from __future__ import annotations
 
+import errno
 import functools
 import re
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,7 +31,7 @@ from starlette.templating import Jinja2Templates
 
 from .._invisible import escape_char, has_invisible, invisible_parts, shown_id
 from .._views.overview import known_session
-from ..errors import StoreError
+from ..errors import ConfigurationError, StoreError
 from ..masking import MASK, masked_text
 from ..stores import Store, open_store
 from . import views
@@ -42,7 +44,7 @@ from .security import (
     middleware_for,
 )
 
-__all__ = ["create_app", "serve"]
+__all__ = ["create_app", "listen", "serve"]
 
 HERE = Path(__file__).parent
 
@@ -309,6 +311,29 @@ def _session_or_none(store: Store, session_id: str) -> dict[str, Any] | None:
     return views.session_view(store, session_id)
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` (0: a free port the system picks), for ``serve``.
+    Bound before the console says where it is, so that a port another program holds is
+    ``ConfigurationError`` saying so, not a server's log line after the announcement."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            what = "another program (another console?) holds that port: choose another --port"
+        elif exc.errno == errno.EACCES:
+            what = "this user may not listen there: choose a --port above 1023"
+        else:
+            what = "check that --host names an address of this machine, and --port a free port"
+        raise ConfigurationError(
+            f"the console cannot listen on {host}:{port} ({exc.strerror or exc}): {what}"
+        ) from None
+    return sock
+
+
 def serve(
     store_url: str,
     *,
@@ -316,15 +341,20 @@ def serve(
     port: int = 8765,
     token: str | None = None,
     origin: str | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve the console until interrupted. Refuses (``ConfigurationError``) a non-loopback
-    ``host`` without a ``token`` (or an ``origin`` beyond this machine without one), and an
-    ``origin`` that is not one; the store must exist (``StoreError`` otherwise)."""
+    ``host`` without a ``token`` (or an ``origin`` beyond this machine without one), an
+    ``origin`` that is not one, and a port it cannot listen on; the store must exist
+    (``StoreError`` otherwise). ``sock``: one ``listen(host, port)`` already bound."""
     import uvicorn
 
     bind_check(host, token, origin=origin)
     with open_store(store_url, read_only=True):
         pass  # it exists and opens (looked at, not migrated): say so now, not on the first page
     app = create_app(store_url, token=token, loopback=is_loopback(host), origin=origin)
+    bound = sock if sock is not None else listen(host, port)
     # No access log: a first visit's URL carries the token.
-    uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
+    config = uvicorn.Config(app, host=host, port=port, access_log=False, log_level="warning")
+    with bound:
+        uvicorn.Server(config).run(sockets=[bound])
