@@ -170,3 +170,21 @@ def test_audit_is_a_pure_function() -> None:
     (row,) = audit([plain]).rows
     assert (row.effect, row.risk) == ("non_idempotent", "medium")
     assert audit(tl.ToolSet([plain])).rows == [row]
+
+
+def test_a_function_that_needs_arguments_is_reported_not_called(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A target that names a function of other arguments (``json:loads`` for audit, one that
+    takes no store for resume-all): one line saying what the command expected, no traceback."""
+    assert main(["audit", "json:loads"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ConfigurationError: json:loads is a function of (s, "), err
+    assert "no arguments" in err and "Traceback" not in err, err
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    tl.open_store(url).close()
+    for target in ("os:getcwd", "os:rename"):
+        assert main(["resume-all", "--agent", target, "--store", url]) == 2
+        out = " ".join(capsys.readouterr().out.split())
+        assert f"{target} is a function of (" in out, out
+        assert "a function taking a store and returning one" in out, out

@@ -29,7 +29,7 @@ from .._shell import shown, shown_id
 from ..errors import ConfigurationError
 from ..records import EffectClass
 from ..tools import Tool, ToolSet
-from .loading import load_object
+from .loading import load_object, refused_arguments
 
 __all__ = ["Audit", "AuditRow", "audit", "lines", "load_toolset"]
 
@@ -164,6 +164,12 @@ def load_toolset(target: str) -> ToolSet:
     function of no arguments returning one), imported with the working directory on the path."""
     value = load_object(target, shape="MODULE:TOOLSET", example="myapp.tools:TOOLS")
     if callable(value) and not isinstance(value, (Tool, ToolSet)):
+        needs = refused_arguments(value)
+        if needs is not None:
+            raise ConfigurationError(
+                f"{target} is a function of {needs}: name a ToolSet, a list of tools, a tool, "
+                "or a function of no arguments returning one"
+            )
         value = value()
     if isinstance(value, ToolSet):
         return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from typing import Any
@@ -29,3 +30,18 @@ def load_object(target: str, *, shape: str = "MODULE:ATTRIBUTE", example: str) -
         except AttributeError:
             raise ConfigurationError(f"{module_name!r} has no attribute {attribute!r}") from None
     return value
+
+
+def refused_arguments(function: Any, *args: Any) -> str | None:
+    """``function``'s signature when it cannot be called with ``args`` (a command names
+    ``json:loads`` where it calls a factory with ``args``), so the command says so instead of
+    calling it into a ``TypeError``; ``None`` when it can, or has no signature to read."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None  # some builtins: the call itself will tell
+    try:
+        signature.bind(*args)
+    except TypeError:
+        return str(signature)
+    return None

@@ -12,6 +12,7 @@ from rich.console import Console
 from . import render
 from ._command import emit_json, store_of
 from .output import Out
+from .render import safe
 
 __all__ = ["cmd_audit", "cmd_bench", "cmd_demo", "cmd_resume_all"]
 
@@ -21,11 +22,21 @@ def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
     MODULE:ATTR names your Agent, or a function taking the store and returning one."""
     from ..agent._agent import Agent
     from ..agent._resume import resume_all
-    from .loading import load_object
+    from .loading import load_object, refused_arguments
 
     target = load_object(args.agent, shape="MODULE:AGENT", example="myapp.worker:make_agent")
+    needs = None if isinstance(target, Agent) else refused_arguments(target, "store")
     if isinstance(target, Agent):
         agent = target
+    elif callable(target) and needs is not None:
+        console.print(
+            safe(
+                f"{args.agent} is a function of {needs}: name an Agent or a function taking a "
+                "store and returning one",
+                "red",
+            )
+        )
+        return 2
     elif callable(target):
         agent = target(store_of(args, write=True))
         if not isinstance(agent, Agent):
