@@ -127,3 +127,25 @@ def test_a_shell_block_names_real_commands(block: Block) -> None:
                 assert m is not None, f"{block}: {line}"
                 wanted = set(filter(None, (m[1] or "").split(",")))
                 assert wanted <= EXTRAS, f"{block}: no extra {wanted - EXTRAS}"
+
+
+def test_the_readme_quickstart_runs_again_on_a_store_that_lasts(tmp_path: Path) -> None:
+    """The README's advice on its quickstart, taken literally: give it a store that lasts
+    (``sqlite:///agent.db`` instead of a new temporary directory) and run it again — the
+    second run, a new process on the same store, succeeds too."""
+    (quickstart,) = [b for b in blocks(ROOT / "README.md") if "ScriptedModel" in b.body]
+    temporary = "f\"sqlite:///{Path(tempfile.mkdtemp()) / 'agent.db'}\""
+    assert temporary in quickstart.body, "the quickstart's store is no longer where it was"
+    program = quickstart.body.replace(temporary, '"sqlite:///agent.db"')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLLEDGER_")}
+    for run in ("first", "again"):
+        done = subprocess.run(
+            [sys.executable, "-c", program],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, f"{run} run:\n{done.stdout}\n{done.stderr}"
