@@ -581,3 +581,21 @@ def test_console_on_a_port_in_use_says_so_and_does_not_announce_itself(
     err = captured.err
     assert err.startswith(f"ConfigurationError: the console cannot listen on 127.0.0.1:{port}")
     assert "--port" in err and "Traceback" not in err, err
+
+
+def test_a_memory_store_no_process_opened_is_no_store(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--store memory://NAME`` — a store that lives in the memory of the program that opened
+    it — from a command line that never opened it: "no store", as for a missing file, saying
+    where the program's store must be; not an empty store where every session and call is
+    "not there". One this process opened is read as it is."""
+    for argv in (["sessions"], ["resolve", "s", "toolu_1", "--happened"], ["approvals"]):
+        assert main([*argv, "--store", "memory://getting-started-cli"]) == 1, argv
+        err = capsys.readouterr().err
+        assert err.startswith("StoreUnavailableError: no store at memory://getting-started-cli:")
+        assert "sqlite:///" in err and "Traceback" not in err, err
+    with tl.open_store("memory://opened-here") as store:
+        store.backend.apply("s", [InsertEffect(make_record("s", "toolu_1"))])
+        code, listed = cli(capsys, "sessions", "--store", "memory://opened-here", "--json")
+        assert code == 0 and listed["ledger_only"] == ["s"], listed

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StoreUnavailableError
 from .store import Ledger, Store
 
 __all__ = ["DEFAULT_STORE_URL", "Ledger", "Store", "open_store"]
@@ -84,6 +84,18 @@ def open_store(
         from .memory import MemoryBackend
 
         name = url[len("memory://") :] if url.startswith("memory://") else ""
+        if not create or read_only:
+            opened = MemoryBackend.opened(name)
+            if opened is None:
+                raise StoreUnavailableError(
+                    f"no store at {url}: a memory:// store lives in the memory of the process "
+                    "that opened it, and this one opened none by that name (a command line "
+                    "never sees a program's). Give the program a store that lasts, and name "
+                    "that one (--store or $TOOLLEDGER_STORE): sqlite:///FILE, json:///DIR or "
+                    "postgresql://….",
+                    url=url,
+                )
+            return Store(opened, **options)
         return Store(MemoryBackend.open(name), **options)
     if scheme in ("postgresql", "postgres"):
         from .postgres import open_backends  # raises ConfigurationError without psycopg

@@ -51,6 +51,13 @@ class MemoryBackend:
                 _named[name] = cls(f"memory://{name}")
             return _named[name]
 
+    @classmethod
+    def opened(cls, name: str) -> MemoryBackend | None:
+        """The store ``memory://NAME`` this process opened, or ``None``: what a reader that
+        must not create one (``open_store(create=False)``) finds."""
+        with _named_lock:
+            return _named.get(name) if name else None
+
     def read_effects(
         self, session_id: str, tool_use_ids: Sequence[str] | None = None
     ) -> dict[str, EffectRecord]:
