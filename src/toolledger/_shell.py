@@ -9,13 +9,17 @@ an argument is written in bash's ANSI-C quoting, its UTF-8 bytes as escapes
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Sequence
 
 from ._invisible import escape_char as _escape
 from ._invisible import has_invisible, invisible_parts, invisible_spots, shown_id
 
-__all__ = ["command", "quote", "shown", "shown_id"]
+__all__ = ["STORE_ENV", "command", "quote", "shown", "shown_id"]
+
+STORE_ENV = "TOOLLEDGER_STORE"
+"""The variable naming the store a command line opens without ``--store``."""
 
 
 def shown(text: str, *, keep: str = "") -> str:
@@ -55,11 +59,15 @@ def command(
     url: str | None = None,
     default_url: str | None = None,
 ) -> str:
-    """``toolledger ARGV… OPTIONS…`` whole and quoted, with ``--store URL`` when ``url`` is not
-    the default store. ``argv`` is the command and its positional arguments (ids), ``options``
-    its options. An id that begins with ``-`` would be read as an option (``-rf``, ``--help``):
-    then the options come first and ``--`` ends them, so every id is read as the id it is."""
-    store = ["--store", url] if url is not None and url != default_url else []
+    """``toolledger ARGV… OPTIONS…`` whole and quoted, with ``--store URL`` unless ``url`` is
+    the default store and ``$TOOLLEDGER_STORE`` names no other (when it does, the default is
+    named too: pasted into this shell, the command acts on the store it was printed for, not
+    on the variable's). ``argv`` is the command and its positional arguments (ids),
+    ``options`` its options. An id that begins with ``-`` would be read as an option (``-rf``,
+    ``--help``): then the options come first and ``--`` ends them, so every id is read as the
+    id it is."""
+    bare = url is not None and url == default_url == (os.environ.get(STORE_ENV) or default_url)
+    store = ["--store", url] if url is not None and not bare else []
     name, *ids = argv
     if any(a.startswith("-") for a in ids):
         words = [*store, name, *options, "--", *ids]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -20,6 +21,8 @@ from toolledger.ops import InsertEffect
 from toolledger.testing.conformance import make_record
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import AgentSpec, World, run_agent
+
+from .test_widths import started
 
 COMMANDS = [
     "demo",
@@ -599,3 +602,34 @@ def test_a_memory_store_no_process_opened_is_no_store(
         store.backend.apply("s", [InsertEffect(make_record("s", "toolu_1"))])
         code, listed = cli(capsys, "sessions", "--store", "memory://opened-here", "--json")
         assert code == 0 and listed["ledger_only"] == ["s"], listed
+
+
+def test_a_printed_command_names_the_default_store_when_the_environment_names_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``$TOOLLEDGER_STORE`` names one store and ``--store`` the default one: the commands
+    printed for the default store's calls name it, so that pasted into the same shell they
+    settle the call listed — not the one of the same ids in the store the variable names (a
+    copy kept to investigate)."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("toolledger.db", "copy.db"):
+        with tl.open_store(f"sqlite:///{name}") as store:
+            store.backend.apply("s", [InsertEffect(started("s", "toolu_1"))])
+    monkeypatch.setenv("TOOLLEDGER_STORE", "sqlite:///copy.db")
+    happened = _happened_command(capsys, "sqlite:///toolledger.db")
+    assert happened.startswith("toolledger --store sqlite:///toolledger.db resolve "), happened
+    assert main(shlex.split(happened)[1:]) == 0
+    with tl.open_store("sqlite:///toolledger.db") as store:
+        record = store.ledger("s").get("toolu_1")
+        assert record is not None and record.status.value == "succeeded"
+    monkeypatch.delenv("TOOLLEDGER_STORE")
+    happened = _happened_command(capsys, "sqlite:///copy.db")
+    assert happened.startswith("toolledger --store sqlite:///copy.db resolve "), happened
+
+
+def _happened_command(capsys: pytest.CaptureFixture[str], url: str) -> str:
+    """The `if it happened` column of the one call `in-doubt --store URL` lists, in a pipe."""
+    code, out = cli(capsys, "in-doubt", "--store", url)
+    assert code == 0, out
+    header, row = [line.split("\t") for line in out.splitlines() if "\t" in line]
+    return row[header.index("if it happened")]

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from .._invisible import json_invisible_escaped
+from .._shell import STORE_ENV
 from ..stores import DEFAULT_STORE_URL, Store, open_store
 from .render import safe, safe_id
 
@@ -21,7 +22,7 @@ Handler = Callable[[argparse.Namespace, Console], int]
 
 
 def url_of(args: argparse.Namespace) -> str:
-    return str(args.store or os.environ.get("TOOLLEDGER_STORE") or DEFAULT_STORE_URL)
+    return str(args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE_URL)
 
 
 def store_of(args: argparse.Namespace, *, write: bool = False) -> Store:
