@@ -633,3 +633,25 @@ def _happened_command(capsys: pytest.CaptureFixture[str], url: str) -> str:
     assert code == 0, out
     header, row = [line.split("\t") for line in out.splitlines() if "\t" in line]
     return row[header.index("if it happened")]
+
+
+def test_a_session_that_is_not_there_says_how_to_list_the_ones_that_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped session id: what happened, and — on a line of its own, whole, naming the
+    store that was looked at — the command that lists the sessions there."""
+    url = f"sqlite:///{tmp_path / 'd b.db'}"
+    with tl.open_store(url) as store:
+        store.backend.apply("outage-42", [InsertEffect(make_record("outage-42", "toolu_1"))])
+    for command in (["show", "outage-43"], ["effects", "outage-43"], ["history", "outage-43"]):
+        code, out = cli(capsys, *command, "--store", url)
+        assert code == 1
+        lines = out.splitlines()
+        assert lines[0].startswith("no session 'outage-43' in "), out
+        listing = f"toolledger --store 'sqlite:///{tmp_path / 'd b.db'}' sessions"
+        assert listing in lines, out
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        done = subprocess.run(
+            ["bash", "-c", listing], env=env, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0 and "outage-42" in done.stdout, done

@@ -14,7 +14,8 @@ from rich.console import Console
 from .._invisible import json_invisible_escaped
 from .._shell import STORE_ENV
 from ..stores import DEFAULT_STORE_URL, Store, open_store
-from .render import safe, safe_id
+from .output import Out
+from .render import command, safe, safe_id
 
 __all__ = ["Handler", "emit_json", "no_session", "store_of", "url_of"]
 
@@ -40,10 +41,11 @@ def no_session(console: Console, args: argparse.Namespace, store: Store) -> int:
         console.print(
             safe("no session '", "red")
             .append_text(safe_id(args.session, "red"))
-            .append_text(safe(f"' in {store.url}", "red")),
+            .append_text(safe(f"' in {store.url}; the sessions it holds are listed by:", "red")),
             soft_wrap=True,  # the program never breaks an id
             highlight=False,
         )
+        Out(console).command(command("sessions", url=store.url))
     return 1
 
 
