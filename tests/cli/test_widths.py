@@ -367,3 +367,29 @@ def test_a_reason_naming_commands_is_never_folded_in_a_table(tmp_path: Path) -> 
         out = in_terminal(["sessions", "--store", url], columns)
         for command in commands:
             assert any(command in line for line in out.splitlines()), (columns, out)
+
+
+LONG_TOOL = "lookup_customer_account_by_external_reference_id"
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+@pytest.mark.parametrize("command", ["show", "history"])
+def test_a_long_tool_name_is_never_cut_in_a_table(
+    tmp_path: Path, columns: int, command: str
+) -> None:
+    """A tool's name is an id: in a timeline's event (``ledger: NAME → succeeded``) or in what
+    the model asked for, a table may wrap it onto a line of its own, never cut it."""
+    url = f"sqlite:///{tmp_path / 't.db'}"
+
+    @tl.tool(effect="non_idempotent", name=LONG_TOOL)
+    def look(x: str) -> str:
+        return "ok"
+
+    script = [Reply(text="hi", tool_uses=[ToolUse(LONG_TOOL, {"x": "1"})]), Reply(text="done")]
+    with ScriptedModel(script) as model, tl.open_store(url) as store:
+        tl.Agent(client=model.client(), model="m", tools=[look], store=store).run(
+            session="s1", prompt="go"
+        )
+    out = in_terminal([command, "s1", "--store", url], columns)
+    assert_whole(out, [LONG_TOOL], f"{command} at {columns} columns")
+    assert LONG_TOOL in out, out

@@ -118,7 +118,7 @@ def history_table(turns: list[Turn], title: str, *, reveal: bool = False) -> Gri
             Col("when"),
             Col("model said", preview=True),
             Col("tool_use_id"),
-            Col("asks", preview=True),
+            Col("asks", preview=True, words=True),  # the tool's name, then its input
             Col("effect"),
             Col("disposition"),
             Col("told", preview=True),

@@ -55,12 +55,15 @@ class Col:
     after a table itself (the commands that settle a call, one a line). ``command``: its cells
     are commands to paste, written as they are (a quoted command holds no character that
     ``shown`` escapes: ``toolledger._shell.quote``), so that the line a file holds runs as
-    written."""
+    written. ``words``: a preview column whose cells hold ids among their words (``ledger: NAME
+    → succeeded``): a table wraps them between words only, never inside one — it is at least as
+    wide as its longest word, or the grid is shown as records."""
 
     name: str
     preview: bool = False
     in_table: bool = True
     command: bool = False
+    words: bool = False
 
 
 @dataclass(slots=True)
@@ -138,12 +141,21 @@ class Out:
     def _natural(self, grid: Grid, i: int) -> int:
         return max([cell_len(grid.cols[i].name), *(cell_len(r[i].plain) for r in grid.rows)])
 
+    def _least(self, grid: Grid, i: int) -> int:
+        """The narrowest a column may be in a table: whole columns at their natural width,
+        previews at ``PREVIEW_MIN`` (less if all of it is shorter) — and one of ``words`` no
+        narrower than its longest word, which is never cut."""
+        natural = self._natural(grid, i)
+        if not grid.cols[i].preview:
+            return natural
+        longest = max((cell_len(w) for r in grid.rows for w in r[i].plain.split()), default=0)
+        return max(min(natural, PREVIEW_MIN), longest if grid.cols[i].words else 0)
+
     def _fits(self, grid: Grid) -> bool:
         shown = self._shown(grid)
         need = 1 + 3 * len(shown)  # rich's box: a bar, and " │ " around each cell
         for i in shown:
-            natural = self._natural(grid, i)
-            need += min(natural, PREVIEW_MIN) if grid.cols[i].preview else natural
+            need += self._least(grid, i)
         return need <= self.console.width
 
     def _table(self, grid: Grid) -> None:
@@ -155,7 +167,8 @@ class Out:
         for i in shown:
             col = grid.cols[i]
             if col.preview:
-                table.add_column(col.name, overflow="fold")
+                least = self._least(grid, i) if col.words else None
+                table.add_column(col.name, overflow="fold", min_width=least)
             else:
                 table.add_column(col.name, no_wrap=True, min_width=self._natural(grid, i))
         for row in grid.rows:

@@ -392,7 +392,12 @@ def _in_doubt_cell(a: ApprovalRecord) -> str:
 def timeline_table(events: Sequence[Event], title: str) -> Grid:
     grid = Grid(
         title,
-        [Col("t (s)"), Col("event", preview=True), Col("tool_use_id"), Col("detail", preview=True)],
+        [
+            Col("t (s)"),
+            Col("event", preview=True, words=True),  # a tool's name among its words
+            Col("tool_use_id"),
+            Col("detail", preview=True),
+        ],
     )
     start = events[0].at if events else 0.0
     for e in events:
