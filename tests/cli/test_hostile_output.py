@@ -332,3 +332,14 @@ def test_no_session_names_an_id_with_a_variation_selector_escaped(tmp_path: Path
     url = store_with(tmp_path, ("prod", "toolu_1"))
     out = in_terminal(["show", "prod\ufe0f", "--store", url], 120, code=1)
     assert "\ufe0f" not in out and "prod\\ufe0f" in out, out
+
+
+@pytest.mark.parametrize(("one", "other"), [("a b", "a\u00a0b"), ("cafe", "cafe ")])
+def test_verify_names_sessions_that_print_alike_apart(tmp_path: Path, one: str, other: str) -> None:
+    """verify's findings name their session in brackets: as every id is shown, so two
+    sessions that differ by a space that is not U+0020, or a trailing one, read apart."""
+    url = store_with(tmp_path, (one, "toolu_1"), (other, "toolu_1"))
+    for out in (piped(["verify", "--store", url]), in_terminal(["verify", "--store", url], 400)):
+        named = {line.split("]")[0] for line in out.splitlines() if line.startswith("warning [")}
+        assert len(named) == 2, out
+        assert "\u00a0" not in out, "a no-break space printed raw"

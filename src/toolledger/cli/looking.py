@@ -217,8 +217,10 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
         out = Out(console)
         for p in problems:
             style = "red" if p.severity is Severity.ERROR else "yellow"
-            where = f"[{p.session_id}] " if p.session_id else ""
-            out.line(safe(p.severity.value, style), " ", safe(f"{where}{p.message}"))
+            # The session as every id is shown: on one line, a space that is not U+0020 (or
+            # one at its end) escaped, so two sessions that print alike read apart.
+            where = [safe("["), safe_id(p.session_id), safe("] ")] if p.session_id else []
+            out.line(safe(p.severity.value, style), " ", *where, safe(p.message))
         out.line(
             safe(f"{url}: "),
             safe("ok", "green") if not errors else safe(f"{len(errors)} error(s)", "red"),
