@@ -393,3 +393,18 @@ def test_a_long_tool_name_is_never_cut_in_a_table(
     out = in_terminal([command, "s1", "--store", url], columns)
     assert_whole(out, [LONG_TOOL], f"{command} at {columns} columns")
     assert LONG_TOOL in out, out
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_the_demo_names_its_store_whole_on_a_narrow_terminal(tmp_path: Path, kept: bool) -> None:
+    """The store the demo says it uses is a path: at 40 columns it is on one line, whole —
+    never folded inside the box around the story's opening."""
+    where = tmp_path / "a directory with a long name for the demo"
+    argv = ["demo", "--dir", str(where)] if kept else ["demo"]
+    out = in_terminal(argv, 40)
+    line = next((x for x in out.splitlines() if x.startswith("store: ")), None)
+    assert line is not None, out
+    url = line.removeprefix("store: ").split(" (")[0]
+    assert url.startswith("sqlite:///") and url.endswith("/demo.db"), out
+    if kept:
+        assert url == f"sqlite:///{where / 'demo.db'}", out

@@ -273,13 +273,16 @@ def _introduce(console: Console, store_url: str, *, kept: bool, again: bool, bas
     and a core install's plain HTTP."""
     from rich.markup import escape
 
-    where = (
-        f"store: {escape(store_url)} (kept: --dir)"
-        if kept
-        else f"store: {escape(store_url)}\n(a temporary directory, removed when the demo "
-        "ends: --dir DIR keeps the store and the world to look at afterwards)"
-    )
-    console.print(Panel.fit(f"[bold]toolledger demo[/bold]\n{PROMPT}\n{where}"))
+    console.print(Panel.fit(f"[bold]toolledger demo[/bold]\n{PROMPT}"))
+    # Outside the box, on a line of its own: a box folds its text to its width, and the
+    # store's URL is a path, never cut.
+    where = Text(f"store: {shown(store_url)}" + (" (kept: --dir)" if kept else ""))
+    console.print(where, soft_wrap=True, highlight=False)
+    if not kept:
+        console.print(
+            "(a temporary directory, removed when the demo ends: --dir DIR keeps the store "
+            "and the world to look at afterwards)"
+        )
     if again:
         console.print(
             f"[yellow]{escape(str(base))} held an earlier demo run: its store and world were "
