@@ -87,7 +87,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str]]:
     return url, ids
 
 
-def in_terminal(argv: list[str], columns: int, *, code: int = 0) -> str:
+def in_terminal(argv: list[str], columns: int, *, code: int = 0, timeout: float = 60) -> str:
     """What ``toolledger ARGV`` shows on a terminal ``columns`` wide (a pty: ``isatty`` is true,
     the window size is set), colours off, line endings as written."""
     leader, follower = pty.openpty()
@@ -116,7 +116,7 @@ def in_terminal(argv: list[str], columns: int, *, code: int = 0) -> str:
 
     reader = threading.Thread(target=drain)
     reader.start()
-    assert proc.wait(timeout=60) == code, b"".join(chunks).decode(errors="replace")
+    assert proc.wait(timeout=timeout) == code, b"".join(chunks).decode(errors="replace")
     reader.join(timeout=10)
     os.close(leader)
     return ANSI.sub("", b"".join(chunks).decode()).replace("\r\n", "\n")
@@ -401,7 +401,7 @@ def test_the_demo_names_its_store_whole_on_a_narrow_terminal(tmp_path: Path, kep
     never folded inside the box around the story's opening."""
     where = tmp_path / "a directory with a long name for the demo"
     argv = ["demo", "--dir", str(where)] if kept else ["demo"]
-    out = in_terminal(argv, 40)
+    out = in_terminal(argv, 40, timeout=300)  # the whole story: two agent processes
     line = next((x for x in out.splitlines() if x.startswith("store: ")), None)
     assert line is not None, out
     url = line.removeprefix("store: ").split(" (")[0]
