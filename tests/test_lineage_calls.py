@@ -685,3 +685,44 @@ def test_which_calls_a_branch_claims() -> None:
     assert not claims(kind(effect="idempotent"))
     assert not claims(kind(effect="read_only"))
     assert not claims(None)
+
+
+def test_a_key_forwarding_call_its_root_made_since_answers_a_branch_from_that_record(
+    store: tl.Store,
+) -> None:
+    """A key-forwarding call writes no intent and is not claimed. Made in the lineage's first
+    session after a fork was made, and then met on the fork (a model that answers every branch
+    alike), it is the lineage's recorded call: the fork answers from that record, under its
+    key — it ran again under the fork's own key, and a receiver that honours keys took it
+    twice."""
+    mail = MailServer()
+
+    @tl.tool(effect="non_idempotent", forwards_idempotency_key=True, name="send_email")
+    def keyed_email(to: str, ctx: tl.ToolContext) -> str:
+        """Send an e-mail; its Message-ID is the call's idempotency key."""
+        mail.handed.append((ctx.idempotency_key, to))
+        mail.kept.setdefault(ctx.idempotency_key, to)
+        return f"sent to {to}"
+
+    script = [
+        *GREETED,
+        Reply(tool_uses=[ToolUse("send_email", {"to": "ana"}, id="toolu_keyed")]),
+        Reply(text="Sent."),
+    ]
+    with ScriptedModel(GREETED) as model:
+        tl.Agent(client=model.client(), model="m", tools=[keyed_email], store=store).run(
+            session=PARENT, prompt="Say hello."
+        )
+    first = tl.fork(store, PARENT, at_turn=1, new_session="first")
+    second = tl.fork(store, first, at_turn=1, new_session="second")
+    for session in (PARENT, first, second):
+        with ScriptedModel(script) as model:
+            agent = tl.Agent(client=model.client(), model="m", tools=[keyed_email], store=store)
+            assert agent.run(session=session, prompt="Tell Ana.").status is tl.RunStatus.COMPLETED
+    key = idempotency_key(PARENT, "toolu_keyed")
+    assert mail.handed == [(key, "ana")], "sent once, under the lineage's key"
+    for session in (first, second):
+        held = store.ledger(session).get("toolu_keyed")
+        assert held is not None and held.copied and held.key_session == PARENT, session
+        assert held.result == store.ledger(PARENT).get("toolu_keyed").result  # type: ignore[union-attr]
+    no_errors(store)

@@ -13,8 +13,9 @@ takes its outcome, waits while it runs, answers in doubt naming where it is sett
 
 Only calls whose second run would add an effect and whose intent is written before they run are
 claimed (non-idempotent tools that do not forward their key, and high-impact ones); a read-only,
-idempotent or key-forwarding call runs where it is asked. A session no fork made claims nothing:
-its own ledger is the root's, where its intents meet the claims.
+idempotent or key-forwarding call runs where it is asked — a non-idempotent key-forwarding one
+once a read of the root found no record of it there (``looks_up``). A session no fork made
+claims nothing: its own ledger is the root's, where its intents meet the claims.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from .._crash import hit as crash_point
 from ..errors import EffectInProgressError
 from ..ops import InsertEffect, UpdateEffect
-from ..records import EffectRecord, Status, ToolCall
+from ..records import EffectClass, EffectRecord, Status, ToolCall
 from ..stores._copies import same_call
 from ..tools import Tool
 from ._batch import Buffer, Env, write
@@ -35,7 +36,15 @@ from ._decide import Action, Reject, Replay
 from ._outcomes import flush
 from ._requests import Commit, Failure, ReadEffects, ReadLineageRoot, Request
 
-__all__ = ["before_making", "claim", "claims", "lineage_root", "take_over", "to_claim"]
+__all__ = [
+    "before_making",
+    "claim",
+    "claims",
+    "lineage_root",
+    "looks_up",
+    "take_over",
+    "to_claim",
+]
 
 
 def claims(tool: Tool[Any, Any] | None) -> bool:
@@ -44,6 +53,15 @@ def claims(tool: Tool[Any, Any] | None) -> bool:
     is what the lineage's first session makes its own claim with. (A key-forwarding tool writes
     none: the receiver's key is its guard, and it runs where it is asked.)"""
     return tool is not None and tool.needs_intent
+
+
+def looks_up(tool: Tool[Any, Any] | None) -> bool:
+    """Whether a branch's fresh call of ``tool`` is looked up, not claimed, in its lineage's
+    root first: its second run would add an effect, but it writes no intent (a key-forwarding
+    tool that is not high-impact), so it is not claimed. A call the root recorded is the
+    lineage's: the branch answers from that record, under its key, and does not run it again
+    under its own (a receiver that honours keys would take it twice)."""
+    return tool is not None and not tool.needs_intent and tool.effect is EffectClass.NON_IDEMPOTENT
 
 
 def to_claim(
@@ -56,7 +74,7 @@ def to_claim(
     fresh = record is None or (record.status is Status.NOT_HAPPENED and not record.copied)
     return (
         fresh
-        and claims(tool)
+        and (claims(tool) or looks_up(tool))
         and not isinstance(action, _MAKES_NOTHING)
         and env.ledger.store.known_lineage_root(env.session_id) != (True, None)
     )
@@ -88,8 +106,30 @@ def before_making(
         own: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
         if call.tool_use_id in own:
             return own[call.tool_use_id], False
+    if not claims(env.tools.get(call.name)):
+        return (yield from _look_up(call, record, root, env)), False
     held = yield from claim(call, record, root, env)
     return held, False
+
+
+def _look_up(
+    call: ToolCall, record: EffectRecord | None, root: str, env: Env
+) -> Generator[Request, Any, EffectRecord | None]:
+    """``call`` of a tool that is not claimed (``looks_up``), about to be made on this branch:
+    ``None`` when its lineage's root holds no record of it (it runs here), else the record this
+    session now holds for it — a copy of the root's, settled as a fork's copies are."""
+    found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id], session=root)
+    there = found.get(call.tool_use_id)
+    if there is None or (there.tool, there.input_hash) != (call.name, call.input_hash):
+        return None  # not recorded there (or another call of that id): this session's own
+    copy = copy_of(there, env.session_id)
+    stored = yield Commit([write(copy, record)])
+    if isinstance(stored, Failure):
+        raise stored.exc
+    if not stored[0]:
+        mine: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
+        return mine.get(call.tool_use_id, copy)
+    return copy
 
 
 def claim(
