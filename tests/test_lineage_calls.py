@@ -726,3 +726,23 @@ def test_a_key_forwarding_call_its_root_made_since_answers_a_branch_from_that_re
         assert held is not None and held.copied and held.key_session == PARENT, session
         assert held.result == store.ledger(PARENT).get("toolu_keyed").result  # type: ignore[union-attr]
     no_errors(store)
+
+
+def test_a_branch_stopped_for_a_call_not_run_yet_names_no_resolve(store: tl.Store) -> None:
+    """The parent's last turn asks for a call not run there yet (it waits for a person's
+    approval): the fork that meets it stops, and its reason says to run the parent (deciding
+    its approval) — not to `resolve` a call that is in doubt nowhere, which `resolve` refuses
+    (the commands printed for a person are ones that work: design rule 21)."""
+    mail = MailServer()
+    queued_run(store, mail, SCRIPT, PARENT, "Tell Ana and Bo.")
+    recorded = [*ScriptedModel.from_session(store, PARENT).script, *SCRIPT[1:]]
+    (request,) = store.approvals(PARENT)
+    fork = tl.fork(store, PARENT, at_turn=0)
+    stopped = replay(store, fork, mail, recorded)
+    assert stopped.status is tl.RunStatus.NEEDS_ATTENTION and mail.handed == []
+    reason = stopped.reason or ""
+    assert f"is the call of session {PARENT!r}" in reason
+    assert "resolve" not in reason, reason
+    assert "run that session" in reason and "approve" in reason
+    with pytest.raises(tl.NotInDoubtError):  # what the reason named before
+        store.ledger(PARENT).resolve(request.tool_use_id, happened=True, by="ana")

@@ -54,10 +54,17 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
             else []
         )
         # A branch's copy of its lineage's call is settled (or run) where the call was made.
+        # Not run there yet, nothing is in doubt there: `resolve` would refuse, a run runs it.
         said += [
             f"{o.call.name!r} ({o.call.tool_use_id}) is the call of session {o.settle_in!r}, "
-            "where this session's lineage holds it: run that session, or settle it there with "
-            + settle(o.settle_in, o.call)
+            "where this session's lineage holds it: "
+            + (
+                "it has not run there yet; run that session (first approve or deny the call "
+                "there if it waits for a person), which makes it for every session of the "
+                "lineage"
+                if o.not_run_in
+                else "run that session, or settle it there with " + settle(o.settle_in, o.call)
+            )
             for o in doubt
             if o.settle_in is not None
         ]

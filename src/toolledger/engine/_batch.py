@@ -55,6 +55,9 @@ class CallOutcome:
     is_error: bool
     alert: LedgerWriteError | None = None
     settle_in: str | None = None  # in doubt, and settled in this session (a branch's copy)
+    not_run_in: bool = (
+        False  # ``settle_in`` has not run the call yet: it runs it, nothing to settle
+    )
     in_doubt: bool = False  # awaiting a person's word on a call in doubt
 
     def __post_init__(self) -> None:

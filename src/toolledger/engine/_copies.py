@@ -184,7 +184,7 @@ def defer(
             # not yet): wait for it as for an attempt; else it waits for that run.
             verdict = env.lease_state((yield ReadLease(session=origin)))
             if isinstance(verdict, Over):
-                return _elsewhere(call, copy, origin)
+                return _elsewhere(call, copy, origin, not_run=True)
         else:
             verdict = Over(f"it is {there.status.value} in session {origin!r}")
             if there.status is Status.STARTED:
@@ -220,9 +220,18 @@ def _being_made(call: ToolCall, origin: str, env: Env, verdict: Running) -> Effe
     )
 
 
-def _elsewhere(call: ToolCall, copy: EffectRecord, origin: str) -> CallOutcome:
+def _elsewhere(
+    call: ToolCall, copy: EffectRecord, origin: str, *, not_run: bool = False
+) -> CallOutcome:
+    """The call's answer while ``origin`` settles it: in doubt there, or — ``not_run`` — not run
+    there yet, its last turn asking for it (a run of it runs the call; nothing to resolve)."""
     return CallOutcome(
-        call, Disposition.IN_DOUBT, settled_elsewhere(copy, origin), is_error=True, settle_in=origin
+        call,
+        Disposition.IN_DOUBT,
+        settled_elsewhere(copy, origin),
+        is_error=True,
+        settle_in=origin,
+        not_run_in=not_run,
     )
 
 
