@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -504,3 +505,42 @@ def test_an_interrupted_tool_is_over_for_its_neighbours_while_its_process_lives_
     assert [r.tool_use_id for r in ledger.in_doubt()] == ["toolu_1"], "over, here"
     assert _in_doubt_for_a_neighbour(url) == ["toolu_1"], "over for a neighbour of this host too"
     store.close()
+
+
+def test_an_interrupted_async_tool_whose_thread_runs_on_is_over_only_once_its_time_is_up(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C ends ``asyncio.run`` inside ``run_tool_uses`` while an ``async def`` tool's own
+    thread still works (``asyncio.run`` waits for its executor's threads, not for others): nothing
+    stops that thread. The attempt stays in progress — here and for another process of this
+    host — until its deadline, as for a live worker; released at once, a check or a person
+    could run it again while it still takes effect. Past its deadline it is in doubt for both."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    store = tl.open_store(url)
+    ledger = store.ledger("s")
+    going_on = threading.Event()
+    done = threading.Event()
+
+    def blocking() -> None:
+        going_on.set()
+        done.wait(30)
+
+    @tl.tool(effect="non_idempotent", timeout=3)
+    async def send(to: str) -> str:
+        threading.Thread(target=blocking, daemon=True).start()
+        while not going_on.is_set():
+            await asyncio.sleep(0.01)
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C while its thread works
+        await asyncio.sleep(30)
+        return "sent"
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tl.run_tool_uses([tool_use("toolu_1", "send", to="bob")], [send], ledger=ledger)
+        assert ledger.in_doubt() == [], "in progress here while its time runs"
+        assert _in_doubt_for_a_neighbour(url, wait=0.5) == [], "and for a neighbour"
+        assert _in_doubt_for_a_neighbour(url, wait=15) == ["toolu_1"], "over once it is up"
+        assert [r.tool_use_id for r in ledger.in_doubt()] == ["toolu_1"]
+    finally:
+        done.set()
+        store.close()

@@ -85,7 +85,16 @@ def given_up(env: Env, buf: Buffer) -> None:
         intent = buf.intents.pop(key, None)
         if intent is None or key in in_flight:
             continue
-        _release_later(env, intent, 0.0, "its run ended before its outcome was written")
+        # A plain tool the interrupt ended is over now. An ``async def`` one may have left
+        # work behind it (a thread of ``asyncio.to_thread``, which ``asyncio.run`` does not
+        # stop when Ctrl-C ends it in ``run_tool_uses``): over only once its time is up.
+        tool = env.tools.get(intent.tool)
+        left = 0.0
+        if (tool is None or tool.is_async) and intent.deadline is not None:
+            left = max(0.0, intent.deadline - env.now())
+            runtime = env.ledger.store.runtime
+            in_flight.hold(key, runtime.monotonic() + left)  # in progress here too till then
+        _release_later(env, intent, left, "its run ended before its outcome was written")
 
 
 def _release_later(env: Env, intent: EffectRecord, after: float, why: str) -> None:
