@@ -640,8 +640,8 @@ def test_looking_at_an_older_releases_store_leaves_it_as_it_is(
     path = tmp_path / "old.db"
     path.write_bytes(OLD_STORE.read_bytes())
     url = f"sqlite:///{path}"
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
-    serve(url)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    serve(url, port=0)  # any free port: it is not served
     client = browser(create_app(url))
     for page in ("/", "/sessions/rows", "/in-doubt", "/approvals", "/verify"):
         assert client.get(page).status_code == 200, page

@@ -486,7 +486,7 @@ def test_a_password_in_the_store_url_is_never_shown(
     served: dict[str, Any] = {}
     monkeypatch.setattr(serving, "store_of", lambda args: contextlib.nullcontext())
     monkeypatch.setattr(toolledger.console, "serve", lambda url, **kw: served.update(url=url))
-    assert main(["console", "--store", PG_URL]) == 0
+    assert main(["console", "--store", PG_URL, "--port", "0"]) == 0
     assert served["url"] == PG_URL, "the console is handed the real URL"
     out = capsys.readouterr().out
     assert "db.example" in out and "hunter2" not in out and "hunter3" not in out
@@ -546,14 +546,14 @@ def test_a_public_origin_beyond_this_machine_needs_a_token(
     from toolledger.console import serve
 
     monkeypatch.delenv("TOOLLEDGER_CONSOLE_TOKEN", raising=False)
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
     with pytest.raises(tl.ConfigurationError, match="give it a token"):
         bind_check("127.0.0.1", None, origin=PROXIED)
     with pytest.raises(tl.ConfigurationError, match="give it a token"):
-        serve(built.url, origin=PROXIED)
-    assert main(["console", "--store", built.url, "--origin", PROXIED]) == 1
+        serve(built.url, origin=PROXIED, port=0)
+    assert main(["console", "--store", built.url, "--origin", PROXIED, "--port", "0"]) == 1
     assert "give it a token" in " ".join(capsys.readouterr().err.split())
     # A token, or a proxy this machine's own browser uses, and it starts.
-    serve(built.url, origin=PROXIED, token="t0ken")
-    serve(built.url, origin="https://localhost:8443")
+    serve(built.url, origin=PROXIED, token="t0ken", port=0)
+    serve(built.url, origin="https://localhost:8443", port=0)
     bind_check("127.0.0.1", None, origin="https://127.0.0.1:8443")
