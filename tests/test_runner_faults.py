@@ -283,7 +283,7 @@ def _interrupted(store: tl.Store) -> EffectRecord:
         created_at=now - 10,
         updated_at=now - 10,
         worker="gone:1:x",
-        deadline=now - 5,
+        deadline=now - 5,  # released: no holder, its deadline passed
     )
 
 
@@ -303,20 +303,7 @@ def test_a_failed_intent_never_answers_a_call_in_doubt_as_not_executed(
         calls.hit("send")
         return "sent"
 
-    now = store.now()
-    interrupted = EffectRecord(
-        session_id="s",
-        tool_use_id="toolu_1",
-        tool="send",
-        input_hash=input_hash({"to": "x"}),
-        status=Status.STARTED,
-        attempt=1,
-        error="in doubt: started, outcome not recorded",
-        created_at=now - 10,
-        updated_at=now - 10,
-        worker="gone:1:x",
-        deadline=now - 5,  # released: no holder, its deadline passed
-    )
+    interrupted = _interrupted(store)
     assert store.apply("s", [InsertEffect(interrupted)]) == [True]
     spied, _ = spy_store(store, fail_when=writes_status(Status.STARTED))
     (result,) = run([tool_use("toolu_1", "send", to="x")], [send], ledger=spied.ledger("s"))
