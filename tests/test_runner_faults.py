@@ -183,29 +183,7 @@ def test_an_unconfirmed_intent_that_landed_is_recorded_not_executed(
         calls.hit("send")
         return "sent"
 
-    spied, spy = spy_store(store)
-    lost: list[str] = []
-
-    def intent_lands_unconfirmed(ops: Sequence[Op]) -> None:
-        if not lost and any(isinstance(op, InsertEffect) for op in ops):
-            lost.append("commit")
-            store.backend.apply("s", ops)
-            raise tl.StoreUnavailableError(
-                "injected: connection lost during COMMIT", url=store.url, outcome_unknown=True
-            )
-
-    reads = spy.read_effects
-
-    def read_back_fails_once(
-        session_id: str, tool_use_ids: Sequence[str] | None = None
-    ) -> dict[str, EffectRecord]:
-        if lost == ["commit"]:
-            lost.append("read")
-            raise tl.StoreUnavailableError("injected: server closed the connection", url="x")
-        return reads(session_id, tool_use_ids)
-
-    spy.before_commit = intent_lands_unconfirmed
-    spy.read_effects = read_back_fails_once  # type: ignore[method-assign]
+    spied, lost = _lands_unconfirmed_then_unreadable(store, InsertEffect)
     content = [tool_use("toolu_1", "send", to="x")]
     (first,) = run(content, [send], ledger=spied.ledger("s"))
     assert lost == ["commit", "read"], "the intent landed unconfirmed, its read-back failed"
@@ -267,6 +245,38 @@ def test_a_failed_rerun_of_a_call_in_doubt_answers_nothing(run: Runner, store: t
     assert store.ledger("s").get("toolu_1") == interrupted and calls["send"] == 0
     (result,) = run(content, [send], ledger=store.ledger("s"), approve=rerun)
     assert result["content"] == "sent" and calls["send"] == 1
+
+
+def _lands_unconfirmed_then_unreadable(
+    store: tl.Store, kind: type[InsertEffect | UpdateEffect]
+) -> tuple[tl.Store, list[str]]:
+    """``store`` spied: its first commit writing a ``kind`` op lands, but its answer is lost
+    (``outcome_unknown``), and the read-back after it fails once. ``lost`` says what happened:
+    ``["commit", "read"]``."""
+    spied, spy = spy_store(store)
+    lost: list[str] = []
+
+    def intent_lands_unconfirmed(ops: Sequence[Op]) -> None:
+        if not lost and any(isinstance(op, kind) for op in ops):
+            lost.append("commit")
+            store.backend.apply("s", ops)
+            raise tl.StoreUnavailableError(
+                "injected: connection lost during COMMIT", url=store.url, outcome_unknown=True
+            )
+
+    reads = spy.read_effects
+
+    def read_back_fails_once(
+        session_id: str, tool_use_ids: Sequence[str] | None = None
+    ) -> dict[str, EffectRecord]:
+        if lost == ["commit"]:
+            lost.append("read")
+            raise tl.StoreUnavailableError("injected: server closed the connection", url="x")
+        return reads(session_id, tool_use_ids)
+
+    spy.before_commit = intent_lands_unconfirmed
+    spy.read_effects = read_back_fails_once  # type: ignore[method-assign]
+    return spied, lost
 
 
 def _interrupted(store: tl.Store) -> EffectRecord:
@@ -527,29 +537,7 @@ def test_an_unconfirmed_intent_of_a_rerun_in_doubt_leaves_the_call_in_doubt(
         return tl.Decision(approved=True, by="ana", rerun=True)
 
     assert store.apply("s", [InsertEffect(_interrupted(store))]) == [True]
-    spied, spy = spy_store(store)
-    lost: list[str] = []
-
-    def intent_lands_unconfirmed(ops: Sequence[Op]) -> None:
-        if not lost and any(isinstance(op, UpdateEffect) for op in ops):
-            lost.append("commit")
-            store.backend.apply("s", ops)
-            raise tl.StoreUnavailableError(
-                "injected: connection lost during COMMIT", url=store.url, outcome_unknown=True
-            )
-
-    reads = spy.read_effects
-
-    def read_back_fails_once(
-        session_id: str, tool_use_ids: Sequence[str] | None = None
-    ) -> dict[str, EffectRecord]:
-        if lost == ["commit"]:
-            lost.append("read")
-            raise tl.StoreUnavailableError("injected: server closed the connection", url="x")
-        return reads(session_id, tool_use_ids)
-
-    spy.before_commit = intent_lands_unconfirmed
-    spy.read_effects = read_back_fails_once  # type: ignore[method-assign]
+    spied, lost = _lands_unconfirmed_then_unreadable(store, UpdateEffect)
     content = [tool_use("toolu_1", "send", to="x")]
     with pytest.raises(tl.StoreUnavailableError, match="injected"):
         run(content, [send], ledger=spied.ledger("s"), approve=rerun)

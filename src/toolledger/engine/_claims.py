@@ -123,6 +123,15 @@ def _look_up(
     if there is None or (there.tool, there.input_hash) != (call.name, call.input_hash):
         return None  # not recorded there (or another call of that id): this session's own
     copy = copy_of(there, env.session_id)
+    return (yield from _hold(call, copy, record))
+
+
+def _hold(
+    call: ToolCall, copy: EffectRecord, record: EffectRecord | None
+) -> Generator[Request, Any, EffectRecord]:
+    """Write ``copy`` of the lineage's record over this session's ``record`` of ``call``: the
+    record the session holds now (another writer's, if it moved first). Raises the store's
+    error when it cannot be written."""
     stored = yield Commit([write(copy, record)])
     if isinstance(stored, Failure):
         raise stored.exc
@@ -151,13 +160,7 @@ def claim(
         # The root took this session's outcome since, and this session's record is gone: the
         # root's record answers.
         copy = replace(copy, origin=root)
-    stored = yield Commit([write(copy, record)])
-    if isinstance(stored, Failure):
-        raise stored.exc
-    if not stored[0]:
-        mine: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id])
-        return mine.get(call.tool_use_id, copy)
-    return copy
+    return (yield from _hold(call, copy, record))
 
 
 def take_over(
