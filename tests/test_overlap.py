@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger import _switches as switches
 from toolledger.codec import input_hash
-from toolledger.errors import StoreUnavailableError
+from toolledger.errors import ClockMovedError, StoreUnavailableError
 from toolledger.ops import InsertEffect, UpdateEffect
 from toolledger.records import Status
 from toolledger.testing import Counter
@@ -637,20 +638,17 @@ def tl_update(new: Any, old: Any) -> UpdateEffect:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not fixed: a PostgreSQL store's clock is a reading of the server's, carried forward "
-    "on this machine's monotonic clock and renewed every 300 s; expiries and deadlines are "
-    "written and compared on each process's reading, not on the server's clock itself",
-)
+@pytest.mark.parametrize("straight", [True, False], ids=["straight", "general"])
 def test_a_server_clock_step_never_ends_a_running_attempt_early(
-    tmp_path: Any, request: pytest.FixtureRequest
+    tmp_path: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, straight: bool
 ) -> None:
     """The PostgreSQL server's clock steps forward 120 s (NTP after a boot, a VM restored)
     after the worker's last reading of it. The worker, alive and well within its tool's
     timeout (60 s), writes its intent's deadline on its reading; a worker of another host,
     reading the server's clock afresh, must not judge the attempt over and run the call again.
-    Effects are counted as tickets written."""
+    Effects are counted as tickets written. (The server refuses the intent set on the stale
+    reading; the worker reads the clock again and sends it anew: on either path.)"""
+    monkeypatch.setattr(switches, "STRAIGHT", straight)
     tickets = tmp_path / "tickets"
     tickets.mkdir()
     entered, go = threading.Event(), threading.Event()
@@ -672,6 +670,7 @@ def test_a_server_clock_step_never_ends_a_running_attempt_early(
     url = request.getfixturevalue("postgres_store_url")
     block = tool_use("t", "create_ticket", title="x")
     with tl.open_store(url) as worker, tl.open_store(url) as fresh:
+        worker.backend._pool.wait()  # type: ignore[attr-defined]  # no connection opens later
         clock = worker.backend.server_clock  # type: ignore[attr-defined]
         epoch, at = clock._base
         clock._base = (epoch - 120, at)  # its reading predates the step
@@ -683,9 +682,100 @@ def test_a_server_clock_step_never_ends_a_running_attempt_early(
         running.start()
         try:
             assert entered.wait(30)
+            stored = fresh.backend.read_effects("s")["t"]
+            assert stored.deadline is not None
+            assert stored.deadline > fresh.backend.fresh_now() + 50  # on the server's clock
             with contextlib.suppress(tl.EffectInProgressError):
                 tl.run_tool_uses([block], [create_ticket], ledger=elsewhere(fresh).ledger("s"))
         finally:
             go.set()
             running.join(30)
     assert len(list(tickets.iterdir())) == 1, "a live attempt was judged over and run again"
+
+
+def test_a_server_clock_stepped_back_never_ends_a_running_attempt_early(
+    tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """The server's clock steps back 120 s after a worker of another host last read it: that
+    worker's reading runs ahead of the server. Judging a live attempt (deadline 60 s away on
+    the server's clock) on it, it would call the attempt over and run the call again; it reads
+    the clock afresh before it acts on such a judgement, and neither runs it nor lists it in
+    doubt."""
+    tickets = tmp_path / "tickets"
+    tickets.mkdir()
+    entered, go = threading.Event(), threading.Event()
+
+    @tl.tool(effect="non_idempotent", timeout=60)
+    def create_ticket(title: str) -> str:
+        if not entered.is_set():
+            entered.set()
+            assert go.wait(30)
+        (tickets / str(time.monotonic_ns())).write_text(title)
+        return "made"
+
+    @create_ticket.check
+    def _(title: str) -> str | None:
+        return "made" if any(tickets.iterdir()) else None
+
+    from toolledger.testing import elsewhere
+
+    url = request.getfixturevalue("postgres_store_url")
+    block = tool_use("t", "create_ticket", title="x")
+    with tl.open_store(url) as worker, tl.open_store(url) as ahead:
+        ahead.backend._pool.wait()  # type: ignore[attr-defined]  # no connection opens later
+        clock = ahead.backend.server_clock  # type: ignore[attr-defined]
+        epoch, at = clock._base
+        clock._base = (epoch + 115, at - 5)  # read 5 s ago, before the step back
+        running = threading.Thread(
+            target=tl.run_tool_uses,
+            args=([block], [create_ticket]),
+            kwargs={"ledger": worker.ledger("s")},
+        )
+        running.start()
+        try:
+            assert entered.wait(30)
+            other = elsewhere(ahead)
+            assert other.in_doubt() == []
+            with pytest.raises(tl.EffectInProgressError):
+                tl.run_tool_uses([block], [create_ticket], ledger=other.ledger("s"))
+        finally:
+            go.set()
+            running.join(30)
+    assert len(list(tickets.iterdir())) == 1, "a live attempt was judged over and run again"
+
+
+def test_a_write_set_on_a_stale_reading_of_the_server_clock_is_refused_whole(
+    request: pytest.FixtureRequest,
+) -> None:
+    """The server checks an intent's deadline against its own clock as it is written: a batch
+    whose intent was set on a reading 120 s off lands nothing (the other write of its batch
+    neither), raises ``ClockMovedError`` saying so, and has the clock read again; alone (one
+    statement, autocommit) or in a batch, inserted or moved on. Written on a good reading, it
+    lands."""
+    url = request.getfixturevalue("postgres_store_url")
+    with tl.open_store(url) as store:
+        backend = store.backend
+        now = store.now()
+        plain = make_record("s", "a", status=Status.SUCCEEDED, at=now)
+        stale = make_record("s", "b", at=now, deadline=now - 120 + 60)
+        for batch in (
+            [InsertEffect(stale, at=now - 120)],
+            [InsertEffect(plain), InsertEffect(stale, at=now - 120)],
+        ):
+            with pytest.raises(ClockMovedError, match="Nothing was written") as caught:
+                store.apply("s", batch)
+            assert "clock" in str(caught.value)
+            assert backend.read_effects("s") == {}
+            assert backend.server_clock.estimate() is None  # type: ignore[attr-defined]
+            store.now()
+        now = store.now()
+        intent = make_record("s", "b", at=now, deadline=now + 60)
+        assert store.apply("s", [InsertEffect(intent, at=now)]) == [True]
+        moved = replace(intent, attempt=2, updated_at=now + 1, deadline=now - 60)
+        update = UpdateEffect(moved, Status.STARTED, 1, expect_at=now, at=now - 120)
+        with pytest.raises(ClockMovedError):
+            store.apply("s", [update])
+        assert backend.read_effects("s")["b"] == intent
+        store.now()
+        update = replace(update, at=store.now() - 0.5)
+        assert store.apply("s", [update]) == [True]

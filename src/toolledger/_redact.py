@@ -88,7 +88,7 @@ def redact_ops(ops: list[Op], fn: Redactor) -> list[Op]:
     for op in ops:
         match op:
             case InsertEffect():
-                out.append(InsertEffect(_effect(op.record, fn)))
+                out.append(replace(op, record=_effect(op.record, fn)))
             case UpdateEffect():
                 out.append(replace(op, record=_effect(op.record, fn)))
             case AppendMessages():

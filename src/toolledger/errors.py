@@ -21,6 +21,8 @@ ToolLedgerError                      base of everything below
 ├── StoreError (OSError)             a store could not be read or written
 │   ├── CorruptLedgerError           stored state is damaged; never read as empty
 │   ├── StoreUnavailableError        the database or directory went away
+│   │   └── ClockMovedError          a shared clock stepped since this process read it;
+│   │                                nothing was written
 │   ├── SchemaVersionError           the store was written by a newer toolledger
 │   └── LedgerWriteError             an effect happened but its record could not be written
 │       │                            (docs/design.md, rule 4): given to ``on_alert`` and the
@@ -46,6 +48,7 @@ from typing import Any
 
 __all__ = [
     "BranchPointError",
+    "ClockMovedError",
     "ConfigurationError",
     "CorruptLedgerError",
     "EffectInProgressError",
@@ -253,6 +256,14 @@ class CorruptLedgerError(StoreError):
 
 class StoreUnavailableError(StoreError):
     """The database or directory behind a store went away or refused us."""
+
+
+class ClockMovedError(StoreUnavailableError):
+    """A store whose clock every worker shares (PostgreSQL's) refused a write whose deadline
+    was set on this process's reading of that clock, because the clock says otherwise now: it
+    was stepped (an NTP correction, a restored VM) since the reading. Nothing was written; the
+    process has read the clock again, and a write built anew lands. toolledger builds its
+    intents anew itself; this reaches a caller only when the clock kept moving."""
 
 
 class SchemaVersionError(StoreError):

@@ -54,9 +54,11 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class InsertEffect:
-    """Insert ``record`` unless its ``(session, tool_use_id)`` exists. Applied → ``True``."""
+    """Insert ``record`` unless its ``(session, tool_use_id)`` exists. Applied → ``True``.
+    ``at``: see ``UpdateEffect``."""
 
     record: EffectRecord
+    at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,12 @@ class UpdateEffect:
     """A guard, like ``PutSession``: if the record moved on, the whole batch rolls back and
     ``SessionConflictError`` (with ``tool_use_id``) is raised — a checkpoint that reports an
     outcome never lands without it."""
+    at: float | None = None
+    """The store's clock, as this process read it, when the record's ``deadline`` was set (an
+    intent's): a store whose clock every worker shares refuses the write if its clock says
+    otherwise (``errors.ClockMovedError``) — a deadline written on a stale reading of it would
+    let a worker elsewhere judge a running attempt over. ``None``: the record sets no time
+    another worker judges by."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +207,7 @@ def _update_effect_init(  # noqa: PLR0917 (the dataclass's own signature)
     expect_attempt: int,
     expect_at: float | None = None,
     guard: bool = False,
+    at: float | None = None,
 ) -> None:
     s = _UPDATE_SETTERS  # in field order
     s[0](self, record)
@@ -206,6 +215,7 @@ def _update_effect_init(  # noqa: PLR0917 (the dataclass's own signature)
     s[2](self, expect_attempt)
     s[3](self, expect_at)
     s[4](self, guard)
+    s[5](self, at)
 
 
 _PUT_SETTERS = slot_setters(PutSession)

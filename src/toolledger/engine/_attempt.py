@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from .._crash import hit as crash_point
 from ..codec import EncodedResult, describe, encode_result, idempotency_key
 from ..errors import (
+    ClockMovedError,
     CorruptLedgerError,
     LeaseLostError,
     StoreError,
@@ -44,6 +45,7 @@ from ._outcomes import (
 from ._reconcile import commit
 
 __all__ = [
+    "CLOCK_TRIES",
     "Again",
     "after_intent",
     "attempt_of",
@@ -55,6 +57,7 @@ __all__ = [
     "ran",
     "recorded_then_raised",
     "run",
+    "set_at",
     "unsent",
 ]
 
@@ -369,16 +372,19 @@ def _intend(
     raised (``CorruptLedgerError``): no retry mends it, and a call written first (its record
     unread) meets the damage here, where a read would have raised it."""
     key = env.flight(call)
-    intent = intent_of(
-        call, tool, record, attempt=attempt, history=history, approved_by=approved_by, env=env
-    )
     # In flight from before the intent is durable: no other thread or task of this process
     # may ever see our ``started`` record without knowing that we are running it.
     env.ledger.store.runtime.in_flight.add(key)
     buf.flights.append(key)
-    buf.intents[key] = intent
-    extra = [write(intent, record)] + ([consume] if consume is not None else [])
-    flushed = yield from flush(buf, env, extra)
+    for _ in range(CLOCK_TRIES):
+        intent = intent_of(
+            call, tool, record, attempt=attempt, history=history, approved_by=approved_by, env=env
+        )
+        buf.intents[key] = intent
+        extra = [write(intent, record, set_at(intent, tool))]
+        flushed = yield from flush(buf, env, extra + ([consume] if consume is not None else []))
+        if not isinstance(flushed.error, ClockMovedError):
+            break  # else its deadline was set on a reading of the clock that it has moved from
     return (
         yield from after_intent(flushed, call, intent, record=record, key=key, env=env, buf=buf)
     )
@@ -407,6 +413,17 @@ def intent_of(
         boot_deadline=env.boot_deadline(tool.timeout),
         replaces=record,
     )
+
+
+CLOCK_TRIES = 3
+"""How many times an intent is built and sent while a shared clock refuses it
+(``ClockMovedError``): each refusal has the clock read again, so a second try lands unless the
+clock keeps stepping."""
+
+
+def set_at(intent: EffectRecord, tool: Tool[Any, Any]) -> float | None:
+    """The store's clock the deadline of ``intent`` was set on (``UpdateEffect.at``)."""
+    return None if intent.deadline is None else intent.deadline - tool.timeout
 
 
 def unsent(

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from .._constructors import install, slot_setters
@@ -111,13 +112,15 @@ class Env:
         """Whether ``record``'s attempt may still take effect, as the store judges it
         (``Store.judge``), with ``lease`` read by the caller's driver."""
         store = self.ledger.store
-        return judge(
-            record,
-            now=store.now(),
-            lease=lease,
-            runtime=store.runtime,
-            url=store.place,
-            shared_clock=store.shared_clock,
+        return store.judged(
+            partial(
+                judge,
+                record,
+                lease=lease,
+                runtime=store.runtime,
+                url=store.place,
+                shared_clock=store.shared_clock,
+            )
         )
 
     def lease_state(self, lease: Lease | None) -> Verdict:
@@ -239,14 +242,15 @@ class Flushed:
     extra_applied: list[bool]  # per op of ``extra``: did its condition hold
 
 
-def write(new: EffectRecord, old: EffectRecord | None) -> Op:
+def write(new: EffectRecord, old: EffectRecord | None, at: float | None = None) -> Op:
     """Insert-if-absent for a first record; otherwise compare-and-set against the very version
     we read (status, attempt *and* ``updated_at``), so a note written into it meanwhile — a late
-    attempt's outcome in its history — is never overwritten unseen."""
+    attempt's outcome in its history — is never overwritten unseen. ``at``: the store's clock
+    the record's deadline was set on (an intent's: ``UpdateEffect.at``)."""
     if old is None:
-        return InsertEffect(new)
+        return InsertEffect(new, at)
     return UpdateEffect(
-        new, expect_status=old.status, expect_attempt=old.attempt, expect_at=old.updated_at
+        new, expect_status=old.status, expect_attempt=old.attempt, expect_at=old.updated_at, at=at
     )
 
 

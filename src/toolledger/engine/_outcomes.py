@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any
 
 from .._crash import hit as crash_point
-from ..errors import LeaseLostError, SessionConflictError, StoreError
+from ..errors import ClockMovedError, LeaseLostError, SessionConflictError, StoreError
 from ..ops import AppendMessages, Op, PutSession, UpdateEffect
 from ..records import EffectRecord, Status
 from ._background import keeper
@@ -242,6 +242,11 @@ def flush(
     items, buf.items = buf.items, []
     sent = _commit_ops(items, extra)
     answer = answered if answered is not None else (yield Commit(sent))
+    if isinstance(answer, Failure) and isinstance(answer.exc, ClockMovedError):
+        # Nothing landed, and nothing is wrong with the store: the caller builds its intent
+        # anew on the clock read again and sends it with our writes, as they were.
+        buf.items = items + buf.items
+        return Flushed(answer.exc, [])
     if type(answer) is not list:  # it failed: an unknown outcome is reconciled (rule 16)
         answer = yield from commit(sent, answered=answer)
     error = answer.exc if isinstance(answer, Failure) else None

@@ -24,23 +24,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._crash import hit as crash_point
+from ..errors import ClockMovedError
 from ..ops import InsertEffect, Op
 from ..records import EffectRecord, ToolCall
 from ..tools import InputError, Tool
 from . import _decide as decide
 from ._attempt import (
+    CLOCK_TRIES,
     Again,
     after_intent,
     intent_of,
     invocation,
     ran,
     recorded_then_raised,
+    set_at,
     unsent,
 )
 from ._claims import to_claim
 from ._drivers import (
     CancelledAfterAnswer,
     Commit,
+    Failure,
     Invoke,
     IOContext,
     Request,
@@ -99,8 +103,14 @@ def call(
     and if that commit fails, the error is raised as checkpoint A's (``_outcomes.ahead``):
     nothing ran, and nothing of the turn is durable."""
     begun = _intend(p, env, buf)
-    sent: list[Op] = [*head, InsertEffect(begun[2])]
+    sent: list[Op] = [*head, _insert(p, begun)]
     answer = yield Commit(sent)
+    for _ in range(CLOCK_TRIES - 1):
+        if type(answer) is list or not _clock_moved(answer):
+            break
+        begun = _anew(p, env, buf, begun)
+        sent = [*head, _insert(p, begun)]
+        answer = yield Commit(sent)
     return (yield from _answered(p, env, buf, head=head, sent=sent, answer=answer, begun=begun))
 
 
@@ -110,8 +120,14 @@ def run(p: Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome | Again:
     intent's answer other than the common one — refused, failed, unconfirmed — is handed to
     ``call``'s own continuation, driven: one meaning of each."""
     begun = key, began, intent = _intend(p, env, buf)
-    sent: list[Op] = [InsertEffect(intent)]
+    sent: list[Op] = [_insert(p, begun)]
     answer = commit_now(io, sent)
+    for _ in range(CLOCK_TRIES - 1):
+        if type(answer) is list or not _clock_moved(answer):
+            break
+        begun = key, began, intent = _anew(p, env, buf, begun)
+        sent = [_insert(p, begun)]
+        answer = commit_now(io, sent)
     if type(answer) is not list or not answer[-1]:
         return drive(_answered(p, env, buf, head=(), sent=sent, answer=answer, begun=begun), io)
     crash_point("after_intent")
@@ -133,6 +149,26 @@ def _intend(p: Plan, env: Env, buf: Buffer) -> _Begun:
     buf.flights.append(key)
     buf.intents[key] = intent
     return key, began, intent
+
+
+def _insert(p: Plan, begun: _Begun) -> InsertEffect:
+    """The intent's write (insert-if-absent), with the clock its deadline was set on."""
+    return InsertEffect(begun[2], set_at(begun[2], p.tool))
+
+
+def _anew(p: Plan, env: Env, buf: Buffer, begun: _Begun) -> _Begun:
+    """The attempt ``begun``, its intent built anew: a shared clock refused the one sent
+    (``ClockMovedError``: nothing landed) and has been read again."""
+    key, began, _ = begun
+    intent = intent_of(
+        p.call, p.tool, None, attempt=1, history=(), approved_by=p.action.approved_by, env=env
+    )
+    buf.intents[key] = intent
+    return key, began, intent
+
+
+def _clock_moved(answer: Any) -> bool:
+    return isinstance(answer, Failure) and isinstance(answer.exc, ClockMovedError)
 
 
 def _answered(

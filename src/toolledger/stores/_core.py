@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Generator, Sequence
+from functools import partial
 from typing import Self
 
 from .._lineage import Branch, made_by_fork
@@ -146,6 +147,7 @@ class StoreCore:
         file's device and inode, its directory's, its server and schema; else its URL): the
         attempts this process runs are registered, and the leases it watches kept, by it."""
         self.shared_clock = bool(getattr(backend, "shared_clock", False))
+        self._fresh_now: Callable[[], float] | None = getattr(backend, "fresh_now", None)
         """Whether ``now()`` is one clock every worker reads (a database server's) rather than
         each machine's own (a file store's): on a shared clock a lease expires by its expiry;
         on machines' own clocks, only once it was watched unrenewed for its time to live."""
@@ -188,14 +190,25 @@ class StoreCore:
     def _judge_own(self, record: EffectRecord, lease: Lease | None) -> Verdict:
         if lease is None and record.lease_token is not None:
             lease = self.backend.read_lease(record.session_id)
-        return judge(
-            record,
-            now=self.now(),
-            lease=lease,
-            runtime=self.runtime,
-            url=self.place,
-            shared_clock=self.shared_clock,
+        return self.judged(
+            partial(
+                judge,
+                record,
+                lease=lease,
+                runtime=self.runtime,
+                url=self.place,
+                shared_clock=self.shared_clock,
+            )
         )
+
+    def judged(self, at: Callable[..., Verdict]) -> Verdict:
+        """``at(now=…)``, a judgement on the store's clock; an ``Over`` judged on a reading of a
+        shared clock that may be stale is judged again on a fresh one (``Backend.fresh_now``):
+        the clock may have stepped back since, and the attempt still be running."""
+        verdict = at(now=self.now())
+        if isinstance(verdict, Over) and self._fresh_now is not None:
+            return at(now=self._fresh_now())
+        return verdict
 
     def lineage_root(self, session_id: str) -> str | None:
         """The session whose ledger claims every call made on a branch of ``session_id``'s

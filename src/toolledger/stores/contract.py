@@ -66,7 +66,11 @@ class Backend(Protocol):
     ``shared_clock`` (optional; ``False`` when absent) says that ``now()`` is one clock every
     worker reads — a database server's — so a lease may be judged expired by its expiry. A
     backend whose ``now()`` is each machine's own clock leaves it ``False``: leases are then
-    judged only by watching their renewals (``toolledger._liveness``)."""
+    judged only by watching their renewals (``toolledger._liveness``).
+
+    ``fresh_now()`` (optional) is ``now()`` read afresh, for a ``now()`` that carries an older
+    reading of a shared clock forward (PostgreSQL's): a judgement that an attempt is over is
+    made again on it, as the clock may have stepped back since that reading."""
 
     url: str
     durable: bool

@@ -71,6 +71,19 @@ def update_params(op: UpdateEffect) -> tuple[Any, ...]:
     return (*v[2:], *v[:2], *expect, *(() if op.expect_at is None else (op.expect_at,)))
 
 
+def clocked_insert_params(op: InsertEffect, expected: float) -> tuple[Any, ...]:
+    """``insert_params`` for ``INSERT_EFFECT_CLOCKED``: ``expected``, the server's clock as
+    this process reckons it now, follows the deadline."""
+    v = effect_values(op.record)
+    return (*v[:15], expected, *v[15:])
+
+
+def clocked_update_params(op: UpdateEffect, expected: float) -> tuple[Any, ...]:
+    """``update_params`` for ``UPDATE_EFFECT_CLOCKED`` (``clocked_insert_params``)."""
+    v = update_params(op)
+    return (*v[:13], expected, *v[13:])
+
+
 def row_to_record(row: Sequence[Any]) -> EffectRecord:
     return EffectRecord(
         session_id=row[0],

@@ -35,6 +35,35 @@ def update_statement(op: UpdateEffect) -> str:
     return UPDATE_EFFECT if op.expect_at is None else UPDATE_EFFECT_AT
 
 
+# PostgreSQL only: an intent's deadline, set on this process's reading of the server's clock, is
+# written only if the server's clock agrees with that reading (carried forward to the moment of
+# sending: the parameter that follows the deadline's) within CLOCK_TOLERANCE seconds; otherwise
+# the statement fails with "cannot take logarithm of zero" (CLOCK_REFUSED), and nothing of its
+# transaction lands. Nothing else of ours takes a logarithm.
+CLOCK_TOLERANCE = 1.0
+CLOCK_REFUSED = "2201E"
+_CHECKED_DEADLINE = (
+    "?::float8 + 0 * ln((abs(extract(epoch FROM clock_timestamp())::float8 - ?::float8) "
+    f"<= {CLOCK_TOLERANCE})::int::float8)"
+)
+_DEADLINE_AT = 14  # the deadline's place among an effect's values (``rows.effect_values``)
+INSERT_EFFECT_CLOCKED = INSERT_EFFECT.replace(
+    "VALUES (" + "?, " * 18 + "?)",
+    "VALUES ("
+    + ", ".join(["?"] * _DEADLINE_AT + [_CHECKED_DEADLINE] + ["?"] * (18 - _DEADLINE_AT))
+    + ")",
+)
+UPDATE_EFFECT_CLOCKED = UPDATE_EFFECT.replace(
+    "lease_token = ?, deadline = ?,", f"lease_token = ?, deadline = {_CHECKED_DEADLINE},"
+)
+UPDATE_EFFECT_AT_CLOCKED = UPDATE_EFFECT_CLOCKED + " AND updated_at = ?"
+assert INSERT_EFFECT_CLOCKED != INSERT_EFFECT and UPDATE_EFFECT_CLOCKED != UPDATE_EFFECT
+
+
+def clocked_update_statement(op: UpdateEffect) -> str:
+    return UPDATE_EFFECT_CLOCKED if op.expect_at is None else UPDATE_EFFECT_AT_CLOCKED
+
+
 SELECT_EFFECTS = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ?"
 SELECT_EFFECT = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ? AND tool_use_id = ?"
 # PostgreSQL only: the ids travel as one array parameter, one round trip for any number.

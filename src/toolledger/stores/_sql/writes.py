@@ -41,7 +41,16 @@ from .plans import (
     session_query,
 )
 
-__all__ = ["apply", "apply_again", "lone_effect", "one_statement", "straight"]
+__all__ = [
+    "Clock",
+    "apply",
+    "apply_again",
+    "effect_step",
+    "lone_effect",
+    "lone_op",
+    "one_statement",
+    "straight",
+]
 
 
 # -- writes --------------------------------------------------------------------------------------
@@ -63,18 +72,45 @@ _SEVERAL = (AppendMessages, AbandonMessages, DropSession)  # ops of several stat
 _UNCOUNTED = (AbandonMessages, DropSession)  # a batch that holds one writes the session's row
 
 
-def lone_effect(ops: Sequence[Op]) -> Step | None:
+Clock = Callable[[float], float]
+"""A shared clock's check (PostgreSQL's): given the reading ``at`` a write's deadline was set on
+(``UpdateEffect.at``), what the server's clock should say as the statement is sent — ``at``
+carried forward on this process's monotonic clock. ``None`` for a store whose clock is each
+machine's own: its deadlines are judged otherwise (``toolledger._liveness``)."""
+
+
+def lone_effect(ops: Sequence[Op], clock: Clock | None = None) -> Step | None:
     """The statement of a batch that is one effect write alone, with no fence and no guard —
     the common call's intent, or its outcome — built straight: what ``apply`` plans for it, and
-    its flag is whether it changed a row. ``None`` for any other batch."""
+    its flag is whether it changed a row. ``None`` for any other batch. Built as it is sent:
+    with ``clock``, an intent's check reads the clock then."""
+    op = lone_op(ops)
+    return None if op is None else effect_step(op, clock)
+
+
+def lone_op(ops: Sequence[Op]) -> InsertEffect | UpdateEffect | None:
+    """The op of a batch that is one effect write alone, unguarded (``lone_effect``)."""
     if len(ops) != 1:
         return None
     op = ops[0]
-    if type(op) is InsertEffect:
-        return Step(q.INSERT_EFFECT, r.insert_params(op))
-    if type(op) is UpdateEffect and not op.guard:
-        return Step(q.update_statement(op), r.update_params(op))
+    if type(op) is InsertEffect or (type(op) is UpdateEffect and not op.guard):
+        return op
     return None
+
+
+def effect_step(op: InsertEffect | UpdateEffect, clock: Clock | None) -> Step:
+    """An effect's write, unfenced: with ``clock``, an intent's deadline checked against the
+    shared clock as it is written (``statements.INSERT_EFFECT_CLOCKED``)."""
+    if clock is not None and op.at is not None:
+        expected = clock(op.at)
+        if isinstance(op, InsertEffect):
+            return Step(q.INSERT_EFFECT_CLOCKED, r.clocked_insert_params(op, expected))
+        return Step(
+            q.clocked_update_statement(op), r.clocked_update_params(op, expected), guard=op.guard
+        )
+    if isinstance(op, InsertEffect):
+        return Step(q.INSERT_EFFECT, r.insert_params(op))
+    return Step(q.update_statement(op), r.update_params(op), guard=op.guard)
 
 
 def straight(session_id: str, ops: Sequence[Op]) -> list[Step] | None:
@@ -205,7 +241,9 @@ def _carrier(ops: Sequence[Op], counted: tuple[int, PutSession] | None = None) -
     return found
 
 
-def apply(session_id: str, ops: Sequence[Op], ride: bool = False) -> Plan[list[bool]]:
+def apply(
+    session_id: str, ops: Sequence[Op], ride: bool = False, clock: Clock | None = None
+) -> Plan[list[bool]]:
     """Every op is one conditional statement; a failed guard raises and so rolls back the
     transaction (or savepoint) the backend opened around the plan.
 
@@ -216,15 +254,17 @@ def apply(session_id: str, ops: Sequence[Op], ride: bool = False) -> Plan[list[b
     the lease was lost if it was (as it would have had the fence gone first).
 
     With ``ride``, too, a ``PutSession`` that moves only counters rides the message it counts
-    (``_counted``), and a session's version is compared as it stands (``UPDATE_SESSION_NOW``)."""
+    (``_counted``), and a session's version is compared as it stands (``UPDATE_SESSION_NOW``).
+
+    ``clock``: the store's clock is shared, and an intent's deadline is checked against it."""
     counted = _counted(ops) if ride else None
     at = _carrier(ops, counted) if ride else None
     if at is None:
-        return (yield from _apply(session_id, ops, None, ride, counted))
+        return (yield from _apply(session_id, ops, None, ride, counted, clock=clock))
     fence = ops[0]
     assert isinstance(fence, HoldLease)
     try:
-        return (yield from _apply(session_id, ops, (at, fence.token), ride, counted))
+        return (yield from _apply(session_id, ops, (at, fence.token), ride, counted, clock=clock))
     except SessionConflictError as exc:
         if isinstance(exc, LeaseLostError) or (yield from _lease_held(session_id, fence.token)):
             raise
@@ -248,6 +288,8 @@ def _apply(
     rider: tuple[int, int] | None,
     ride: bool = False,
     counted: tuple[int, PutSession] | None = None,
+    *,
+    clock: Clock | None = None,
 ) -> Plan[list[bool]]:
     """``apply``'s ops, the fence riding the write at ``rider``'s index (with its token), the
     session's counters the message at ``counted``'s."""
@@ -256,7 +298,7 @@ def _apply(
         fence = rider[1] if rider is not None and rider[0] == n else None
         match op:
             case InsertEffect() | UpdateEffect():
-                done = yield from _effect(session_id, op, fence)
+                done = yield from _effect(session_id, op, fence, clock)
             case PutSession():
                 if counted is not None and op is counted[1]:
                     done = Outcome(rowcount=1, rows=[])  # it rode its message's insert
@@ -293,18 +335,21 @@ def _apply(
     return out
 
 
-def _effect(session_id: str, op: InsertEffect | UpdateEffect, fence: int | None) -> Plan[Outcome]:
+def _effect(
+    session_id: str, op: InsertEffect | UpdateEffect, fence: int | None, clock: Clock | None
+) -> Plan[Outcome]:
     """A record inserted if absent, or moved on by compare-and-set; with ``fence`` (a token),
-    only if the lease still carries it."""
+    only if the lease still carries it (a fence rides a write on SQLite only, whose clock is
+    never ``clock``-checked)."""
     if isinstance(op, InsertEffect):
         if fence is None:
-            return (yield Step(q.INSERT_EFFECT, r.insert_params(op)))
+            return (yield effect_step(op, clock))
         done = yield Step(q.INSERT_EFFECT_FENCED, (*r.insert_params(op), session_id, fence))
         if done.rowcount != 1:
             yield from _refused(session_id, fence)
         return done
     if fence is None:
-        done = yield Step(q.update_statement(op), r.update_params(op), guard=op.guard)
+        done = yield effect_step(op, clock)
     else:
         params = (*r.update_params(op), session_id, fence)
         done = yield Step(q.fenced_update_statement(op), params, guard=op.guard)
@@ -459,7 +504,7 @@ def _drop(session_id: str, op: DropSession, ride: bool = False) -> Plan[None]:
     yield Step(q.DELETE_FREE_LEASE, (session_id, op.now))
 
 
-def apply_again(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
+def apply_again(session_id: str, ops: Sequence[Op], clock: Clock | None = None) -> Plan[list[bool]]:
     """A one-statement batch sent again after its connection was lost with the outcome unknown.
 
     Every statement is conditional, so sending it twice cannot do it twice. But if the first
@@ -469,7 +514,7 @@ def apply_again(session_id: str, ops: Sequence[Op]) -> Plan[list[bool]]:
     """
     (op,) = ops
     try:
-        done: list[bool] | None = yield from apply(session_id, ops)
+        done: list[bool] | None = yield from apply(session_id, ops, clock=clock)
     except SessionConflictError as exc:
         refused: SessionConflictError | None = exc
         done = None

@@ -15,7 +15,7 @@ import psycopg
 import psycopg_pool
 from psycopg_pool import AsyncConnectionPool
 
-from ...errors import CorruptLedgerError, StoreError, StoreUnavailableError
+from ...errors import ClockMovedError, CorruptLedgerError, StoreError, StoreUnavailableError
 from ...ops import Op
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from .._sql import plans
@@ -261,6 +261,8 @@ class AsyncPostgresBackend:
                     continue  # let go while this call waited for a connection: nothing was sent
                 call.cut = bool(fired)
                 error = call.failed(exc)
+                if isinstance(error, ClockMovedError):
+                    self.server_clock.forget()
                 if error is not None:
                     raise error from exc
                 if connection_lost(exc):

@@ -10,7 +10,7 @@ from typing import Protocol, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from ...errors import CorruptLedgerError
+from ...errors import ClockMovedError, CorruptLedgerError
 from ...ops import Op
 from ...records import ApprovalRecord, EffectRecord, Lease, SessionState, StoredMessage
 from .._sql import plans
@@ -78,6 +78,8 @@ class PostgresBackend:
                     self._pool.putconn(conn)  # rolled back, or discarded, if it must be
             except (psycopg.Error, UnicodeEncodeError) as exc:
                 error = call.failed(exc)
+                if isinstance(error, ClockMovedError):
+                    self.server_clock.forget()
                 if error is not None:
                     raise error from exc
                 if connection_lost(exc):
@@ -127,7 +129,15 @@ class PostgresBackend:
 
     def now(self) -> float:
         """The server's clock (``ServerClock``): no round trip unless the last reading is old."""
-        estimate = self.server_clock.estimate()
+        return self._now(ServerClock.RESYNC_S)
+
+    def fresh_now(self) -> float:
+        """``now`` from a reading at most ``ServerClock.FRESH_S`` old (``Backend.fresh_now``):
+        the server's clock may have stepped since an older one."""
+        return self._now(ServerClock.FRESH_S)
+
+    def _now(self, within: float) -> float:
+        estimate = self.server_clock.estimate(within)
         if estimate is not None:
             return estimate
         try:

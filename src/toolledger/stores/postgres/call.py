@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -164,10 +165,10 @@ class Call(Generic[T]):
     ident: tuple[int, Any] | None = None
     query: plans.Query[T] | None = None
     """A read of one statement, run as it is (no plan around it: every read takes this path)."""
-    straight: tuple[Step, Callable[[Outcome], T]] | None = None
+    straight: tuple[Callable[[], Step], Callable[[Outcome], T]] | None = None
     """A write of one effect alone — the common call's intent, or its outcome — as its plan
-    would send it, built straight (``writes.lone_effect``), and what its answer means. Its
-    first try runs it with no plan around it; a later one sends ``again``."""
+    would send it, built straight as it is sent (``writes.lone_effect``), and what its answer
+    means. Its first try runs it with no plan around it; a later one sends ``again``."""
 
     @property
     def in_transaction(self) -> bool:
@@ -194,7 +195,8 @@ class Call(Generic[T]):
             return query.finish(done.rows)
         if not self.in_transaction:
             if self.straight is not None and self.attempt == 0:
-                step, meaning = self.straight
+                build, meaning = self.straight
+                step = build()
                 return meaning((yield from wire.one(line, step.sql, step.params)))
             return (yield from each(line, self.next_plan()))
         assert self.plan is not None
@@ -278,19 +280,35 @@ def asking(shell: Shell, action: str, query: plans.Query[T]) -> Call[T]:
 
 def writing(shell: Shell, session_id: str, ops: Sequence[Op]) -> Call[list[bool]]:
     """``ops`` in one transaction, or — one statement — in autocommit, sent again after a lost
-    connection as ``apply_again``."""
-    lone = writes.lone_effect(ops)
+    connection as ``apply_again``. An intent's deadline is checked against the server's clock
+    (``writes.Clock``): its reading carried forward from now, when the ops were just built, to
+    the statement's first sending (kept for the batch's later sendings, which must match it)."""
+    clock = _carried(time.monotonic())
+    lone = writes.lone_op(ops)  # its statement built as it is sent
     return Call(
         "writing the ledger",
-        partial(writes.apply, session_id, ops),
+        partial(writes.apply, session_id, ops, clock=clock),
         shell.url,
         shell.orphans,
         op_deadline(shell.settings.op_timeout),
         write=True,
         single=lone is not None or writes.one_statement(ops),
-        again=partial(writes.apply_again, session_id, ops),
-        straight=None if lone is None else (lone, _changed),
+        again=partial(writes.apply_again, session_id, ops, clock),
+        straight=None if lone is None else (partial(writes.effect_step, lone, clock), _changed),
     )
+
+
+def _carried(built: float) -> writes.Clock:
+    """``writes.Clock`` for ops built at ``built`` (this process's monotonic clock)."""
+    sent: dict[float, float] = {}
+
+    def expected(at: float) -> float:
+        found = sent.get(at)
+        if found is None:
+            found = sent[at] = at + (time.monotonic() - built)
+        return found
+
+    return expected
 
 
 def _changed(done: Outcome) -> list[bool]:

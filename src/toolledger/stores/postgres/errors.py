@@ -6,7 +6,8 @@ import psycopg
 import psycopg_pool
 from psycopg import errors as pg_errors
 
-from ...errors import StoreError, StoreUnavailableError
+from ...errors import ClockMovedError, StoreError, StoreUnavailableError
+from .._sql.statements import CLOCK_REFUSED, CLOCK_TOLERANCE
 
 # 57P01 admin_shutdown (pg_terminate_backend too), 57P02 crash_shutdown, 57P03
 # cannot_connect_now, 57P05 idle_session_timeout, 25P03 idle_in_transaction_session_timeout
@@ -110,6 +111,14 @@ def translate(exc: psycopg.Error, *, url: str, action: str, committing: bool = F
             f"{url}: cannot reach PostgreSQL while {action}: {str(exc).strip()}. Nothing was "
             "written. Check that the server is up and the URL (host, port, user, password, "
             "database) is right, then retry.",
+            url=url,
+        )
+    if getattr(exc, "sqlstate", None) == CLOCK_REFUSED:
+        return ClockMovedError(
+            f"{url}: the PostgreSQL server's clock is more than {CLOCK_TOLERANCE:g}s away from "
+            f"this process's reading of it while {action}: it was stepped since that reading "
+            "(an NTP correction, a restored VM). Nothing was written. The clock has been read "
+            "again: retry.",
             url=url,
         )
     if isinstance(exc, pg_errors.UndefinedTable):

@@ -241,6 +241,9 @@ class ServerClock:
     never used."""
 
     RESYNC_S = 300.0
+    FRESH_S = 1.0
+    """How old a reading ``Backend.fresh_now`` takes: a judgement that an attempt is over acts on
+    it (``StoreCore.judge``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -250,13 +253,21 @@ class ServerClock:
         with self._lock:
             self._base = (server_epoch, (sent + received) / 2)
 
-    def estimate(self) -> float | None:
+    def forget(self) -> None:
+        """The server's clock disagreed with the reading (``ClockMovedError``): the next
+        ``estimate`` is ``None``, so the next use reads it again."""
+        with self._lock:
+            self._base = None
+
+    def estimate(self, within: float = RESYNC_S) -> float | None:
+        """The server's time now, from a reading taken at most ``within`` seconds ago; else
+        ``None``: read it."""
         with self._lock:
             base = self._base
         if base is None:
             return None
         elapsed = time.monotonic() - base[1]
-        return None if elapsed > self.RESYNC_S else base[0] + elapsed
+        return None if elapsed > within else base[0] + elapsed
 
     def reading(self) -> Plan[float]:
         """A reading, placed at the middle of its round trip; the server's time now."""
