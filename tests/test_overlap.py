@@ -21,9 +21,10 @@ import pytest
 
 import toolledger as tl
 from toolledger import _switches as switches
+from toolledger._liveness import Running
 from toolledger.codec import input_hash
 from toolledger.errors import ClockMovedError, StoreUnavailableError
-from toolledger.ops import InsertEffect, UpdateEffect
+from toolledger.ops import HoldLease, InsertEffect, TakeLease, UpdateEffect
 from toolledger.records import Status
 from toolledger.testing import Counter
 from toolledger.testing.conformance import make_record
@@ -638,9 +639,17 @@ def tl_update(new: Any, old: Any) -> UpdateEffect:
     )
 
 
-@pytest.mark.parametrize("straight", [True, False], ids=["straight", "general"])
+@pytest.mark.parametrize(
+    ("straight", "is_async"),
+    [(True, False), (False, False), (True, True)],
+    ids=["straight", "general", "asyncio"],
+)
 def test_a_server_clock_step_never_ends_a_running_attempt_early(
-    tmp_path: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, straight: bool
+    tmp_path: Any,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    straight: bool,
+    is_async: bool,
 ) -> None:
     """The PostgreSQL server's clock steps forward 120 s (NTP after a boot, a VM restored)
     after the worker's last reading of it. The worker, alive and well within its tool's
@@ -674,10 +683,13 @@ def test_a_server_clock_step_never_ends_a_running_attempt_early(
         clock = worker.backend.server_clock  # type: ignore[attr-defined]
         epoch, at = clock._base
         clock._base = (epoch - 120, at)  # its reading predates the step
+        ledger = worker.ledger("s")
         running = threading.Thread(
-            target=tl.run_tool_uses,
-            args=([block], [create_ticket]),
-            kwargs={"ledger": worker.ledger("s")},
+            target=(
+                (lambda: asyncio.run(tl.arun_tool_uses([block], [create_ticket], ledger=ledger)))
+                if is_async
+                else (lambda: tl.run_tool_uses([block], [create_ticket], ledger=ledger))
+            )
         )
         running.start()
         try:
@@ -755,6 +767,7 @@ def test_a_write_set_on_a_stale_reading_of_the_server_clock_is_refused_whole(
     url = request.getfixturevalue("postgres_store_url")
     with tl.open_store(url) as store:
         backend = store.backend
+        backend._pool.wait()  # type: ignore[attr-defined]  # no connection opens later
         now = store.now()
         plain = make_record("s", "a", status=Status.SUCCEEDED, at=now)
         stale = make_record("s", "b", at=now, deadline=now - 120 + 60)
@@ -779,3 +792,99 @@ def test_a_write_set_on_a_stale_reading_of_the_server_clock_is_refused_whole(
         store.now()
         update = replace(update, at=store.now() - 0.5)
         assert store.apply("s", [update]) == [True]
+
+
+def test_a_lease_set_on_a_stale_reading_of_the_server_clock_is_written_on_the_server_clock(
+    request: pytest.FixtureRequest,
+) -> None:
+    """A worker whose reading of the server's clock predates a 120 s step forward takes a
+    session's lease (30 s) and renews it: both expiries land as the server's clock sets them,
+    not 90 s in the past, so a worker of another host does not find the live worker's session
+    free. A worker whose reading predates a step back judges that lease held, not expired."""
+    from toolledger.records import Lease
+    from toolledger.testing import elsewhere
+
+    url = request.getfixturevalue("postgres_store_url")
+    with tl.open_store(url) as worker, tl.open_store(url) as fresh, tl.open_store(url) as ahead:
+        for store, step in ((worker, -120), (ahead, 120)):
+            store.backend._pool.wait()  # type: ignore[attr-defined]
+            clock = store.backend.server_clock  # type: ignore[attr-defined]
+            epoch, at = clock._base
+            clock._base = (epoch + step - 5, at - 5)  # read 5 s ago, before the step
+        stale_now = worker.now()
+        lease = Lease(
+            session_id="s", owner="w", token=1, expires_at=stale_now + 30, holder=None, ttl=30
+        )
+        assert worker.apply("s", [TakeLease(lease, expect_token=0)]) == [True]
+        taken = fresh.lease("s")
+        assert taken is not None and taken.expires_at > fresh.backend.fresh_now() + 25
+        assert isinstance(elsewhere(fresh).lease_state(taken), Running)
+        assert isinstance(elsewhere(ahead).lease_state(taken), Running)
+        assert worker.apply("s", [HoldLease("s", 1, worker.now() + 30)]) == [True]
+        renewed = fresh.lease("s")
+        assert renewed is not None and renewed.renewals == 1
+        assert renewed.expires_at > fresh.backend.fresh_now() + 25
+        # A reading that agrees with the server's clock writes the expiry it sent, exactly.
+        sent = fresh.now() + 30
+        assert fresh.apply("s", [HoldLease("s", 1, sent)]) == [True]
+        again = fresh.lease("s")
+        assert again is not None and again.expires_at == sent
+
+
+def test_an_agent_turn_on_a_stale_reading_of_the_server_clock_keeps_its_call_in_progress(
+    tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """An agent's turn whose worker last read the server's clock before a 120 s step forward:
+    the intent rides checkpoint A and the lease's renewal in one commit, which the server
+    refuses for its deadline and the worker sends anew. While the tool runs, a worker of another
+    host finds the call in progress (not in doubt) and the session's lease held; the ticket is
+    made once."""
+    from toolledger.testing import elsewhere
+    from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+
+    tickets = tmp_path / "tickets"
+    tickets.mkdir()
+    entered, go = threading.Event(), threading.Event()
+
+    @tl.tool(effect="non_idempotent", timeout=60)
+    def create_ticket(title: str) -> str:
+        entered.set()
+        assert go.wait(30)
+        (tickets / str(time.monotonic_ns())).write_text(title)
+        return "made"
+
+    url = request.getfixturevalue("postgres_store_url")
+    errors: list[BaseException] = []
+    uses = [ToolUse("create_ticket", {"title": "x"}, id="t1")]
+    with (
+        tl.open_store(url) as worker,
+        tl.open_store(url) as fresh,
+        ScriptedModel([Reply(tool_uses=uses), Reply(text="done")]) as model,
+    ):
+        agent = tl.Agent(client=model.client(), model="m", tools=[create_ticket], store=worker)
+        worker.backend._pool.wait()  # type: ignore[attr-defined]
+        clock = worker.backend.server_clock  # type: ignore[attr-defined]
+        epoch, at = clock._base
+        clock._base = (epoch - 125, at - 5)  # read 5 s ago, before the step
+
+        def run() -> None:
+            try:
+                agent.run(session="s", prompt="make one")
+            except BaseException as exc:
+                errors.append(exc)
+
+        running = threading.Thread(target=run)
+        running.start()
+        try:
+            assert entered.wait(30)
+            other = elsewhere(fresh)
+            stored = fresh.backend.read_effects("s")["t1"]
+            assert stored.deadline is not None
+            assert stored.deadline > fresh.backend.fresh_now() + 50
+            assert other.in_doubt() == []
+            assert isinstance(other.lease_state(fresh.lease("s")), Running)
+        finally:
+            go.set()
+            running.join(30)
+    assert errors == []
+    assert len(list(tickets.iterdir())) == 1

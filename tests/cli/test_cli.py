@@ -18,6 +18,7 @@ import pytest
 import toolledger as tl
 from toolledger.cli.app import build_parser, main
 from toolledger.ops import InsertEffect
+from toolledger.records import Status
 from toolledger.testing.conformance import make_record
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import AgentSpec, World, run_agent
@@ -59,7 +60,9 @@ def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]
         main([command, "--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    assert f"toolledger {command}" in out and "--json" in out
+    assert f"toolledger {command}" in out
+    # Every command that prints offers --json; the console serves pages and offers none.
+    assert ("--json" in out) is (command != "console")
     # The demo makes its own store: it offers no --store (one given to it is refused).
     assert ("--store" in out) is (command != "demo")
 
@@ -87,6 +90,37 @@ def test_demo_refuses_a_store_it_would_ignore(
     assert "error: demo takes no --store: it makes its own store" in err, err
     assert "use --dir DIR" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--store", "", "sessions"],
+        ["resolve", "--store", " ", "s", "t1", "--happened"],
+    ],
+)
+def test_an_empty_store_url_is_refused_not_taken_for_the_default(
+    argv: list[str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--store "$STORE"`` with the variable unset: a usage error naming the mistake, not the
+    command carried out on $TOOLLEDGER_STORE's store (here one holding a call in doubt, which
+    stays in doubt)."""
+    monkeypatch.chdir(tmp_path)
+    other = tmp_path / "other.db"
+    with tl.open_store(f"sqlite:///{other}") as store:
+        store.apply("s", [InsertEffect(make_record("s", "t1"))])
+    monkeypatch.setenv("TOOLLEDGER_STORE", f"sqlite:///{other}")
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error: --store was given an empty URL" in err and "Traceback" not in err, err
+    with tl.open_store(f"sqlite:///{other}") as store:
+        assert store.backend.read_effects("s")["t1"].status is Status.STARTED
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
 
 
 def test_the_parser_knows_every_command() -> None:
@@ -655,3 +689,35 @@ def test_a_session_that_is_not_there_says_how_to_list_the_ones_that_are(
             ["bash", "-c", listing], env=env, capture_output=True, text=True, check=False
         )
         assert done.returncode == 0 and "outage-42" in done.stdout, done
+
+
+def test_show_counts_one_turn_as_one_turn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A session of one turn is "1 turn", of two "2 turns"."""
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    with ScriptedModel([Reply(text="hi"), Reply(text="again")]) as model, tl.open_store(url) as s:
+        agent = tl.Agent(client=model.client(), model="x", tools=[], store=s)
+        agent.run(session="one", prompt="go")
+        agent.run(session="two", prompt="go")
+        agent.run(session="two", prompt="more")
+    code, out = cli(capsys, "show", "one", "--store", url)
+    assert code == 0 and " — 1 turn, " in out, out
+    code, out = cli(capsys, "show", "two", "--store", url)
+    assert code == 0 and " — 2 turns, " in out, out
+
+
+@pytest.mark.parametrize("argv", [["console", "--json"], ["--json", "console"]])
+def test_console_refuses_a_json_it_would_ignore(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The console serves pages: ``--json`` is a usage error that says so, and its help does
+    not offer it."""
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error: console serves web pages: it has no --json" in err, err
+    with pytest.raises(SystemExit):
+        main(["console", "--help"])
+    assert "--json" not in capsys.readouterr().out

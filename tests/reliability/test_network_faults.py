@@ -162,7 +162,8 @@ def _take(request: Request) -> bool:
     return statement("INSERT INTO leases")(request) or statement("UPDATE leases SET owner")(request)
 
 
-RENEWAL = statement("UPDATE leases SET expires_at = $1")  # HOLD_LEASE, sent on its own
+# HOLD_LEASE as PostgreSQL sends it on its own (its expiry as the server's clock would set it)
+RENEWAL = statement("UPDATE leases SET expires_at = CASE WHEN ttl IS NULL")
 GIVE_BACK = statement("UPDATE leases SET expires_at = 0")
 
 

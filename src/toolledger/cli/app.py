@@ -76,7 +76,7 @@ def _watch(p: argparse.ArgumentParser, default: float) -> None:
     )
 
 
-def _common(*, store: bool) -> argparse.ArgumentParser:
+def _common(*, store: bool, json: bool = True) -> argparse.ArgumentParser:
     """The options every command takes. The demo makes its own store: its help offers no
     --store, and one given to it is refused (``_no_store_for_the_demo``), not ignored."""
     # SUPPRESS: an option given before the command must not be reset by the command's parser.
@@ -89,7 +89,10 @@ def _common(*, store: bool) -> argparse.ArgumentParser:
         else argparse.SUPPRESS,
     )
     common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="machine-readable output" if json else argparse.SUPPRESS,
     )
     return common
 
@@ -108,10 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(
-        name: str, handler: Handler, *, store: bool = True, **kwargs: Any
+        name: str, handler: Handler, *, store: bool = True, json: bool = True, **kwargs: Any
     ) -> argparse.ArgumentParser:
         doc = (handler.__doc__ or "").strip()
-        parents = [common if store else _common(store=False)]
+        parents = [common if store and json else _common(store=store, json=json)]
         p = sub.add_parser(
             name, parents=parents, help=_first_sentence(doc), description=doc, **kwargs
         )
@@ -227,7 +230,7 @@ def _port(text: str) -> int:
 
 
 def _console(add: Callable[..., argparse.ArgumentParser]) -> None:
-    p = add("console", cmd_console)
+    p = add("console", cmd_console, json=False)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=_port, default=8765, help="port (default: 8765; 0: any free one)")
     p.add_argument(
@@ -282,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _no_store_for_the_demo(parser, args)
+    _no_empty_store(parser, args)
+    if args.handler is cmd_console and getattr(args, "json", False):
+        parser.error(
+            "console serves web pages: it has no --json. The commands that print (sessions, "
+            "show, in-doubt …) take --json."
+        )
     args.store = getattr(args, "store", None)
     args.json = getattr(args, "json", False)
     console = _Console()
@@ -312,6 +321,18 @@ def _no_store_for_the_demo(parser: argparse.ArgumentParser, args: argparse.Names
             "demo takes no --store: it makes its own store, demo.db in --dir DIR (or in a "
             "temporary directory, removed when it ends). Drop --store; use --dir DIR to keep "
             "the store and look at it afterwards."
+        )
+
+
+def _no_empty_store(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--store ""`` is a usage error (exit 2), not the default store: a script's
+    ``--store "$STORE"`` with ``$STORE`` unset would otherwise act on another store than the
+    one it names."""
+    store = getattr(args, "store", None)
+    if store is not None and not store.strip():
+        parser.error(
+            '--store was given an empty URL (an unset variable in --store "$STORE"?). Name '
+            f"the store, or leave --store out for $TOOLLEDGER_STORE or {DEFAULT_STORE_URL}."
         )
 
 

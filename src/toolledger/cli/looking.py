@@ -97,7 +97,8 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
             safe_id(state.session_id, "bold"),
             ": ",
             render.styled(state.status.value),
-            f" — {state.turns} turns, {state.input_tokens}/{state.output_tokens} tokens",
+            f" — {state.turns} turn{'' if state.turns == 1 else 's'}, "
+            f"{state.input_tokens}/{state.output_tokens} tokens",
         )
         if state.reason:
             out.note(safe(f"  {state.reason}"))

@@ -269,14 +269,15 @@ class StoreCore:
 
     def lease_state(self, lease: Lease | None) -> Verdict:
         """Whether a session's lease is held (``Running``) or may be taken (``Over``): see
-        ``toolledger._liveness.lease_state``."""
-        return lease_state(
-            lease,
-            now=self.now(),
-            runtime=self.runtime,
-            url=self.place,
-            shared_clock=self.shared_clock,
+        ``toolledger._liveness.lease_state``. One that is neither missing nor given back is
+        judged as ``judged`` says: an ``Over`` on a stale reading of a shared clock is judged
+        again on a fresh one."""
+        at = partial(
+            lease_state, lease, runtime=self.runtime, url=self.place, shared_clock=self.shared_clock
         )
+        if lease is None or lease.expires_at <= 0:
+            return at(now=self.now())
+        return self.judged(at)
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         """Commit ``ops`` through the backend, after the ``redact`` hook (see

@@ -255,20 +255,25 @@ class SessionContract:
         """A worker that cannot judge a lease's holder watches its renewal count; the count
         moves with every renewal (never with a fence that only checks), a take-over starts it
         at 0 with the taker's time to live, and a take-over judged on a count that moved since
-        is refused — even when the expiry written is the same (a clock that stood still)."""
-        mine = Lease(session_id="s", owner="host:1:a", token=1, expires_at=100.0, ttl=30.0)
+        is refused — even when the expiry written is the same (a clock that stood still).
+        Expiries are set from the store's clock, as a worker sets them: a store whose clock every
+        worker shares writes one set far from it as that clock would set it."""
+        ends = store.now() + 30
+        mine = Lease(session_id="s", owner="host:1:a", token=1, expires_at=ends, ttl=30.0)
         store.apply("s", [TakeLease(mine, expect_token=0)])
         assert store.lease("s") == mine
-        store.apply("s", [HoldLease("s", 1, 100.0)])  # renewed, to the same expiry
+        store.apply("s", [HoldLease("s", 1, ends)])  # renewed, to the same expiry
         store.apply("s", [HoldLease("s", 1, None)])  # only checked
         seen = store.lease("s")
-        assert seen is not None and (seen.renewals, seen.expires_at, seen.ttl) == (1, 100.0, 30.0)
-        store.apply("s", [HoldLease("s", 1, 100.0)])
-        theirs = Lease(session_id="s", owner="host:2:b", token=2, expires_at=200.0, ttl=5.0)
-        stale = TakeLease(theirs, expect_token=1, expect_expires_at=100.0, expect_renewals=1)
+        assert seen is not None and (seen.renewals, seen.expires_at, seen.ttl) == (1, ends, 30.0)
+        store.apply("s", [HoldLease("s", 1, ends)])
+        theirs = Lease(
+            session_id="s", owner="host:2:b", token=2, expires_at=store.now() + 5, ttl=5.0
+        )
+        stale = TakeLease(theirs, expect_token=1, expect_expires_at=ends, expect_renewals=1)
         with pytest.raises(SessionBusyError):
             store.apply("s", [stale])
-        now = TakeLease(theirs, expect_token=1, expect_expires_at=100.0, expect_renewals=2)
+        now = TakeLease(theirs, expect_token=1, expect_expires_at=ends, expect_renewals=2)
         assert store.apply("s", [now]) == [True]
         assert store.lease("s") == theirs  # renewals 0 again, and the taker's ttl
 

@@ -275,6 +275,16 @@ def take_lease_params(op: TakeLease) -> tuple[Any, ...]:
     return (*params, op.expect_token, op.expect_expires_at, op.expect_renewals or 0)
 
 
+def clocked_take_lease_params(op: TakeLease) -> tuple[Any, ...]:
+    """``take_lease_params`` for ``statements.clocked_take_lease_statement``: the expiry given
+    with the time to live it was set from (``lease.ttl``, not ``None``)."""
+    lease = op.lease
+    at = 3 if op.expect_token == 0 else 2  # the expiry's place among the parameters
+    params = take_lease_params(op)
+    expiry = (lease.ttl, lease.expires_at, lease.expires_at, lease.ttl)
+    return (*params[:at], *expiry, *params[at + 1 :])
+
+
 def row_to_lease(row: Sequence[Any]) -> Lease:
     return Lease(
         session_id=row[0],

@@ -180,6 +180,41 @@ HOLD_LEASE = (
     "UPDATE leases SET expires_at = ?, renewals = renewals + 1 "
     "WHERE session_id = ? AND token = ? AND expires_at > 0"
 )
+
+# PostgreSQL only: a lease's expiry, set on this process's reading of the server's clock, is
+# written as the server's clock would set it — ``clock_timestamp()`` plus the lease's time to
+# live — when the two are more than CLOCK_TOLERANCE apart (the clock stepped since the reading,
+# or the write waited): a lease is never written already expired, nor long past its time to
+# live. The expiry written is then not the one sent; only a read tells it, and a take-over
+# compares the expiry it read.
+_NOW = "extract(epoch FROM clock_timestamp())::float8"
+_EXPIRY = (
+    "CASE WHEN {ttl} IS NULL OR abs(" + _NOW + " + {ttl} - ?::float8) <= "
+    f"{CLOCK_TOLERANCE} THEN ?::float8 ELSE " + _NOW + " + {ttl} END"
+)
+HOLD_LEASE_CLOCKED = HOLD_LEASE.replace(
+    "SET expires_at = ?,", "SET expires_at = " + _EXPIRY.format(ttl="ttl") + ","
+)
+_TAKEN_EXPIRY = _EXPIRY.format(ttl="?::float8").replace("?::float8 IS NULL OR ", "")
+INSERT_LEASE_CLOCKED = INSERT_LEASE.replace(
+    "VALUES (?, ?, ?, ?, ?, 0, ?)", f"VALUES (?, ?, ?, {_TAKEN_EXPIRY}, ?, 0, ?)"
+)
+TAKE_LEASE_CLOCKED = TAKE_LEASE.replace(
+    "expires_at = ?, holder", f"expires_at = {_TAKEN_EXPIRY}, holder"
+)
+TAKE_LEASE_ANY_EXPIRY_CLOCKED = TAKE_LEASE_ANY_EXPIRY.replace(
+    "expires_at = ?, holder", f"expires_at = {_TAKEN_EXPIRY}, holder"
+)
+assert HOLD_LEASE_CLOCKED != HOLD_LEASE and INSERT_LEASE_CLOCKED != INSERT_LEASE
+assert TAKE_LEASE_CLOCKED != TAKE_LEASE != TAKE_LEASE_ANY_EXPIRY_CLOCKED
+
+
+def clocked_take_lease_statement(op: TakeLease) -> str:
+    if op.expect_token == 0:
+        return INSERT_LEASE_CLOCKED
+    return TAKE_LEASE_ANY_EXPIRY_CLOCKED if op.expect_expires_at is None else TAKE_LEASE_CLOCKED
+
+
 # A fence that does not renew, alone: the same compare-and-set, writing the expiry it found. An
 # UPDATE, so that (on PostgreSQL) the lease row stays locked until the transaction ends.
 CHECK_LEASE = (

@@ -328,7 +328,7 @@ def _apply(
                 if n == 0 and rider is not None:
                     done = Outcome(rowcount=1, rows=[])  # it rides a write of this batch
                 else:
-                    done = yield from _lease_op(session_id, op)
+                    done = yield from _lease_op(session_id, op, clocked=clock is not None)
             case _:
                 assert_never(op)
         out.append(done.rowcount == 1)
@@ -383,10 +383,19 @@ def _put_session(
     return done
 
 
-def _lease_op(session_id: str, op: TakeLease | HoldLease | DropLease) -> Plan[Outcome]:
+def _lease_op(
+    session_id: str, op: TakeLease | HoldLease | DropLease, *, clocked: bool = False
+) -> Plan[Outcome]:
+    """A lease taken, held or given back; ``clocked``: on a shared clock, its expiry written as
+    that clock says (``statements.HOLD_LEASE_CLOCKED``)."""
     match op:
         case TakeLease():
-            done = yield Step(q.take_lease_statement(op), r.take_lease_params(op), guard=True)
+            if clocked and op.lease.ttl is not None:
+                statement = q.clocked_take_lease_statement(op)
+                params = r.clocked_take_lease_params(op)
+            else:
+                statement, params = q.take_lease_statement(op), r.take_lease_params(op)
+            done = yield Step(statement, params, guard=True)
             if done.rowcount != 1:
                 raise busy(session_id, (yield from query_plan(lease_query(session_id))))
             return done
@@ -397,7 +406,12 @@ def _lease_op(session_id: str, op: TakeLease | HoldLease | DropLease) -> Plan[Ou
             if op.expires_at is None:
                 done = yield Step(q.CHECK_LEASE, (session_id, op.token), guard=True)
             else:
-                done = yield Step(q.HOLD_LEASE, (op.expires_at, session_id, op.token), guard=True)
+                hold, params = (
+                    (q.HOLD_LEASE_CLOCKED, (op.expires_at, op.expires_at, session_id, op.token))
+                    if clocked
+                    else (q.HOLD_LEASE, (op.expires_at, session_id, op.token))
+                )
+                done = yield Step(hold, params, guard=True)
             if done.rowcount != 1:
                 raise lost(session_id, op.token)
             return done
