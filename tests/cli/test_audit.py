@@ -188,3 +188,28 @@ def test_a_function_that_needs_arguments_is_reported_not_called(
         out = " ".join(capsys.readouterr().out.split())
         assert f"{target} is a function of (" in out, out
         assert "a function taking a store and returning one" in out, out
+
+
+def test_a_factory_that_raises_is_reported_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A function that can be called with what the command gives it but raises doing so
+    (``json:loads`` handed the store by resume-all; a tools factory that fails): one line
+    naming the factory, what it was to build and its error — exit 1, no traceback, and
+    nothing resumed."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    tl.open_store(url).close()
+    assert main(["resume-all", "--agent", "json:loads", "--store", url]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith(
+        "ConfigurationError: json:loads raised TypeError while building an Agent"
+    ), err
+    assert "Traceback" not in err
+    (tmp_path / "broken_tools.py").write_text(
+        "def tools():\n    raise RuntimeError('no API key in the environment')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["audit", "broken_tools:tools"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "broken_tools:tools raised RuntimeError while building a ToolSet: no API key" in err, err

@@ -260,6 +260,22 @@ def test_verify_reports_a_store_too_damaged_to_open(
     assert "is damaged" in report["problems"][0]["message"]
 
 
+def test_a_file_that_is_no_database_is_said_to_be_damaged_or_another_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--store sqlite:///notes.txt``: the file's first bytes are not SQLite's. It may be a
+    ledger whose header was damaged, or another file the URL names by mistake: the error says
+    both, and what to do for each; the file is left as it was."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("groceries: milk, eggs\n")
+    assert main(["sessions", "--store", f"sqlite:///{notes}"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "is damaged, or names a file that is no toolledger store" in err, err
+    assert "point --store or $TOOLLEDGER_STORE at the ledger's file" in err, err
+    assert "restore it from a backup" in err, err
+    assert notes.read_text() == "groceries: milk, eggs\n"
+
+
 def test_errors_are_reported_not_raised(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"not a database" * 100)

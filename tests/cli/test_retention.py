@@ -108,6 +108,20 @@ def test_export_to_a_file_is_private_whatever_lies_beside_it(
     assert left == [], "no temporary file left"
 
 
+def test_export_names_the_file_it_wrote_with_what_hides_in_its_name_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A path with a no-break space and a word joiner in it: the line that says where the
+    export went shows both as escapes (the name is data), and the file is where it was asked."""
+    db = tmp_path / "l.db"
+    run_one(db, "old")
+    target = tmp_path / "out\u00a0\u2060.jsonl"
+    code, out = cli(capsys, "--store", f"sqlite:///{db}", "export", "old", "-o", str(target))
+    assert code == 0 and target.is_file()
+    assert "\u00a0" not in out and "\u2060" not in out, repr(out)
+    assert "out\\xa0\\u2060.jsonl" in out, out
+
+
 @pytest.mark.parametrize("kind", ["anthropic", "chat", "responses"])
 def test_export_masks_the_secrets_in_tool_inputs_and_results_of_every_api(
     kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -150,6 +150,12 @@ def test_a_card_settles_only_the_attempt_it_showed(client: TestClient, scene: Sc
         ({"happened": "maybe"}, "say whether it happened"),
         ({"happened": "yes", "by": ""}, "has no by"),
         ({"happened": "yes", "by": "x" * 101}, "at most 100"),
+        # A name prints as the record keeps it: none that looks like another, or like nothing.
+        ({"happened": "yes", "by": "\u202eana"}, "no control, formatting or invisible"),
+        ({"happened": "yes", "by": "ana\u0085bob"}, "no control, formatting or invisible"),
+        ({"happened": "yes", "by": "ana\u200d"}, "no control, formatting or invisible"),
+        ({"happened": "yes", "by": "ana\u00a0silva"}, "no control, formatting or invisible"),
+        ({"happened": "yes", "by": "ana  silva"}, "single spaces between words"),
     ],
 )
 def test_a_refused_resolution_changes_nothing(

@@ -29,7 +29,7 @@ from .._shell import shown, shown_id
 from ..errors import ConfigurationError
 from ..records import EffectClass
 from ..tools import Tool, ToolSet
-from .loading import load_object, refused_arguments
+from .loading import built, load_object, refused_arguments
 
 __all__ = ["Audit", "AuditRow", "audit", "lines", "load_toolset"]
 
@@ -170,7 +170,7 @@ def load_toolset(target: str) -> ToolSet:
                 f"{target} is a function of {needs}: name a ToolSet, a list of tools, a tool, "
                 "or a function of no arguments returning one"
             )
-        value = value()
+        value = built(value, target, "a ToolSet")
     if isinstance(value, ToolSet):
         return value
     if isinstance(value, Tool):

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ToolLedgerError
 
 
 def load_object(target: str, *, shape: str = "MODULE:ATTRIBUTE", example: str) -> Any:
@@ -45,3 +45,18 @@ def refused_arguments(function: Any, *args: Any) -> str | None:
     except TypeError:
         return str(signature)
     return None
+
+
+def built(function: Any, target: str, what: str, *args: Any) -> Any:
+    """``function(*args)``, the factory a command named as ``target``: an error it raises that
+    is not toolledger's (``json:loads`` handed a store) becomes a ``ConfigurationError`` naming
+    the factory and what it was to build, not a traceback."""
+    try:
+        return function(*args)
+    except ToolLedgerError:
+        raise
+    except Exception as exc:
+        raise ConfigurationError(
+            f"{target} raised {type(exc).__name__} while building {what}: {exc}. Name a "
+            f"factory that returns {what}."
+        ) from exc

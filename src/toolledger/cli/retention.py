@@ -189,7 +189,10 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
         Out(console).line(
-            safe(f"wrote {len(lines)} lines of session "), safe_id(sid), safe(f" to {args.output}")
+            safe(f"wrote {len(lines)} lines of session "),
+            safe_id(sid),
+            safe(" to "),
+            safe_id(args.output),  # a no-break space, a tab in the path shown, not sent
         )
     return 0
 

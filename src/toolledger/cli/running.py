@@ -22,7 +22,7 @@ def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
     MODULE:ATTR names your Agent, or a function taking the store and returning one."""
     from ..agent._agent import Agent
     from ..agent._resume import resume_all
-    from .loading import load_object, refused_arguments
+    from .loading import built, load_object, refused_arguments
 
     target = load_object(args.agent, shape="MODULE:AGENT", example="myapp.worker:make_agent")
     needs = None if isinstance(target, Agent) else refused_arguments(target, "store")
@@ -38,7 +38,7 @@ def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
         )
         return 2
     elif callable(target):
-        agent = target(store_of(args, write=True))
+        agent = built(target, args.agent, "an Agent", store_of(args, write=True))
         if not isinstance(agent, Agent):
             console.print(
                 f"[red]{args.agent} returned a {type(agent).__name__}, not an Agent[/red]"

@@ -8,12 +8,13 @@ refused changes nothing and says why.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.datastructures import FormData
 
-from .._invisible import shown_id
+from .._invisible import has_invisible, shown_id
 from .._views.results import parse_result
 from ..approvals._queue import decide
 from ..errors import StoreError, ToolLedgerError
@@ -68,9 +69,16 @@ def _attempt(text: str) -> int | None:
 
 
 def _name(form: FormData) -> str:
-    by = _field(form, "by")
-    if len(by) > MAX_NAME or any(ord(c) < 0x20 or ord(c) == 0x7F for c in by):
-        raise Refused(f"a name is at most {MAX_NAME} characters, with no control characters")
+    """Who decided, as the record keeps it: at most ``MAX_NAME`` characters, none of which
+    prints as nothing or as something else (a control, a C1 control, a right-to-left override,
+    a zero-width joiner, a no-break space): two names that would look alike are refused, not
+    kept (``_invisible.has_invisible``, as for an id)."""
+    by = unicodedata.normalize("NFC", _field(form, "by"))
+    if len(by) > MAX_NAME or has_invisible(by, strict=True):
+        raise Refused(
+            f"a name is at most {MAX_NAME} characters, with no control, formatting or invisible "
+            "characters and single spaces between words"
+        )
     return by
 
 

@@ -38,7 +38,16 @@ def translate(exc: sqlite3.Error, url: str, action: str) -> StoreError:
     """Map a driver error to our tree, saying what happened and what to do."""
     text = str(exc)
     low = text.lower()
-    if "malformed" in low or "not a database" in low or "corrupt" in low:
+    if "not a database" in low:  # its first bytes are not SQLite's: a ledger's, or no ledger
+        return CorruptLedgerError(
+            f"{url} is damaged, or names a file that is no toolledger store ({text}), while "
+            f"{action}. It is not read as empty: that would re-run every recorded effect. If the "
+            "URL names another file, point --store or $TOOLLEDGER_STORE at the ledger's file; if "
+            "it is the ledger, restore it from a backup, or run `toolledger verify` to see what "
+            "is readable.",
+            url=url,
+        )
+    if "malformed" in low or "corrupt" in low:
         return CorruptLedgerError(
             f"{url} is damaged ({text}) while {action}. It is not read as empty: that would "
             "re-run every recorded effect. Restore it from a backup, or run "
