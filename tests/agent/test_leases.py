@@ -448,3 +448,47 @@ def test_a_run_bounds_its_store_operations_by_a_third_of_its_lease(store: tl.Sto
         assert agent.run(session="s", prompt="go").status is tl.RunStatus.COMPLETED
     assert seen == [pytest.approx(0.3)]
     assert OP_BUDGET.get() is None, "nothing left behind once the run is over"
+
+
+def test_a_thread_that_reads_the_lease_just_taken_by_another_finds_it_held(
+    store: tl.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two threads of one process run one session. The first has just committed its lease and
+    not yet gone on (descheduled between the take and its first read): the second must find
+    the session busy (``SessionBusyError``), not judge the lease left by an ended run of this
+    process and take it over — which would fail the first with ``LeaseLostError``."""
+    from toolledger.engine import _drivers
+
+    taken, go = threading.Event(), threading.Event()
+    real = _drivers.hold
+
+    def paused(io: Any, fence: Any) -> None:
+        if not taken.is_set():
+            taken.set()
+            assert go.wait(30)
+        real(io, fence)
+
+    monkeypatch.setattr(_drivers, "hold", paused)
+    world = World(tmp_path / "w")
+    tool = blocking_tool(world, threading.Event(), threading.Event())
+    with ScriptedModel([Reply(text="done")]) as m:
+        agent = tl.Agent(client=m.client(), model="x", tools=[tool], store=store)
+        first: list[object] = []
+
+        def run() -> None:
+            try:
+                first.append(agent.run(session="s", prompt="go"))
+            except BaseException as exc:
+                first.append(exc)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        try:
+            assert taken.wait(30)
+            with pytest.raises(tl.SessionBusyError):
+                agent.run(session="s", prompt="go")
+        finally:
+            go.set()
+            worker.join(30)
+    (ran,) = first
+    assert isinstance(ran, tl.Run) and ran.status is tl.RunStatus.COMPLETED, ran

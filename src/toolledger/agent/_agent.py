@@ -29,6 +29,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from .._crash import hit as crash_point
+from .._liveness import Verdict
 from ..adapters import provider_for
 from ..approvals._notify import Notifier, Target, in_doubt_calls, notifier
 from ..engine import _leases as leases
@@ -51,7 +52,7 @@ from ..engine._drivers import (
 from ..engine._outcomes import Batch, CallOutcome, ahead
 from ..engine._runner import process_batch
 from ..errors import ConfigurationError, LedgerWriteError, ModelCallError, SessionConflictError
-from ..ops import Op, PutSession
+from ..ops import Op, PutSession, TakeLease
 from ..records import Lease, RunStatus, SessionState, StoredMessage
 from ..stores.store import Store, check_session_id
 from ..tools import ToolSet
@@ -217,6 +218,33 @@ class Agent:
 
     # -- the loop, once --------------------------------------------------------------------------
 
+    def _take(
+        self, sid: str, current: Lease | None, state: Verdict
+    ) -> Generator[Request, Any, TakeLease]:
+        """Take the session's lease from ``current`` (judged ``state``) and hold it."""
+        owner = f"{self.store.worker_id}/{uuid.uuid4().hex[:6]}"
+        take = leases.take(
+            current,
+            state,
+            session_id=sid,
+            owner=owner,
+            holder=self.store.runtime.holder,
+            now=self.store.now(),
+            ttl=self.lease_ttl,
+        )
+        # This process's run from before the take is durable (as an attempt is in flight before
+        # its intent): another thread that reads our lease in between must find it held, not
+        # left by a run of this process that ended — and take it over.
+        live = self.store.runtime.live_runs
+        live.add(owner)
+        try:
+            yield from commit_or_raise([take])
+        except BaseException:
+            live.discard(owner)
+            raise
+        yield Fence(take.lease, self.lease_ttl)
+        return take
+
     def _loop(
         self, sid: str, prompt: str | None, on_text: Callable[[str], object] | None = None
     ) -> Generator[Request, Any, Run]:
@@ -236,18 +264,7 @@ class Agent:
             current = yield ReadLease()
             state = self.store.lease_state(current)
             left = leases.watching(state)
-        owner = f"{self.store.worker_id}/{uuid.uuid4().hex[:6]}"
-        take = leases.take(
-            current,
-            state,
-            session_id=sid,
-            owner=owner,
-            holder=self.store.runtime.holder,
-            now=self.store.now(),
-            ttl=self.lease_ttl,
-        )
-        yield from commit_or_raise([take])
-        yield Fence(take.lease, self.lease_ttl)
+        take = yield from self._take(sid, current, state)
         token = take.lease.token
         opened = yield from open_session(
             self.provider, self.store, self._transcripts, sid=sid, prompt=prompt, lease=take.lease
