@@ -38,6 +38,7 @@ __all__ = [
     "Op",
     "PutApproval",
     "PutSession",
+    "Reading",
     "TakeLease",
     "UpdateEffect",
     "alone",
@@ -52,13 +53,17 @@ __all__ = [
 ]
 
 
+Reading = tuple[float, float]
+"""A reading of the store's clock: its time, and this process's ``time.monotonic()`` then."""
+
+
 @dataclass(frozen=True, slots=True)
 class InsertEffect:
     """Insert ``record`` unless its ``(session, tool_use_id)`` exists. Applied → ``True``.
     ``at``: see ``UpdateEffect``."""
 
     record: EffectRecord
-    at: float | None = None
+    at: Reading | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +80,13 @@ class UpdateEffect:
     """A guard, like ``PutSession``: if the record moved on, the whole batch rolls back and
     ``SessionConflictError`` (with ``tool_use_id``) is raised — a checkpoint that reports an
     outcome never lands without it."""
-    at: float | None = None
-    """The store's clock, as this process read it, when the record's ``deadline`` was set (an
-    intent's): a store whose clock every worker shares refuses the write if its clock says
-    otherwise (``errors.ClockMovedError``) — a deadline written on a stale reading of it would
-    let a worker elsewhere judge a running attempt over. ``None``: the record sets no time
-    another worker judges by."""
+    at: Reading | None = None
+    """The reading of the store's clock the record's ``deadline`` was set on (an intent's): a
+    store whose clock every worker shares refuses the write if its clock, as the write is sent,
+    says otherwise than that reading carried forward on this process's monotonic clock
+    (``errors.ClockMovedError``) — a deadline written on a stale reading of it would let a
+    worker elsewhere judge a running attempt over. ``None``: the record sets no time another
+    worker judges by."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +213,7 @@ def _update_effect_init(  # noqa: PLR0917 (the dataclass's own signature)
     expect_attempt: int,
     expect_at: float | None = None,
     guard: bool = False,
-    at: float | None = None,
+    at: Reading | None = None,
 ) -> None:
     s = _UPDATE_SETTERS  # in field order
     s[0](self, record)

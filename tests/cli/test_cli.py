@@ -123,6 +123,23 @@ def test_an_empty_store_url_is_refused_not_taken_for_the_default(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
 
 
+def test_an_empty_store_variable_is_refused_not_taken_for_the_default(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TOOLLEDGER_STORE="$URL"`` with ``$URL`` unset: the command says so (exit 1) rather than
+    act on the default store — here one in the working directory holding a call in doubt,
+    which stays in doubt."""
+    monkeypatch.chdir(tmp_path)
+    with tl.open_store("sqlite:///toolledger.db") as store:
+        store.apply("s", [InsertEffect(make_record("s", "t1"))])
+    monkeypatch.setenv("TOOLLEDGER_STORE", "")
+    assert main(["resolve", "s", "t1", "--not-happened", "--force"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "$TOOLLEDGER_STORE is set but empty" in err and "Traceback" not in err, err
+    with tl.open_store("sqlite:///toolledger.db") as store:
+        assert store.backend.read_effects("s")["t1"].status is Status.STARTED
+
+
 def test_the_parser_knows_every_command() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from .._invisible import json_invisible_escaped
 from .._shell import STORE_ENV
+from ..errors import ConfigurationError
 from ..stores import DEFAULT_STORE_URL, Store, open_store
 from .output import Out
 from .render import command, safe, safe_id
@@ -23,7 +24,18 @@ Handler = Callable[[argparse.Namespace, Console], int]
 
 
 def url_of(args: argparse.Namespace) -> str:
-    return str(args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE_URL)
+    """``--store``, else ``$TOOLLEDGER_STORE``, else the default. The variable set but empty
+    (``TOOLLEDGER_STORE=$URL`` with ``$URL`` unset) is refused, as an empty ``--store`` is
+    (``app._no_empty_store``): not taken for the default store."""
+    if args.store:
+        return str(args.store)
+    env = os.environ.get(STORE_ENV)
+    if env is not None and not env.strip():
+        raise ConfigurationError(
+            f'${STORE_ENV} is set but empty (an unset variable in {STORE_ENV}="$URL"?). Name '
+            f"the store in it or with --store, or unset it for the default, {DEFAULT_STORE_URL}."
+        )
+    return env or DEFAULT_STORE_URL
 
 
 def store_of(args: argparse.Namespace, *, write: bool = False) -> Store:

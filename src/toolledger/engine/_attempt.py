@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
@@ -24,7 +25,7 @@ from ..errors import (
     StoreUnavailableError,
     ToolLedgerError,
 )
-from ..ops import Op, UpdateEffect
+from ..ops import Op, Reading, UpdateEffect
 from ..records import EffectRecord, PastAttempt, Status, ToolCall, same_write
 from ..tools import Tool, ToolContext
 from . import _decide as decide
@@ -421,9 +422,13 @@ CLOCK_TRIES = 3
 clock keeps stepping."""
 
 
-def set_at(intent: EffectRecord, tool: Tool[Any, Any]) -> float | None:
-    """The store's clock the deadline of ``intent`` was set on (``UpdateEffect.at``)."""
-    return None if intent.deadline is None else intent.deadline - tool.timeout
+def set_at(intent: EffectRecord, tool: Tool[Any, Any]) -> Reading | None:
+    """The reading of the store's clock the deadline of ``intent`` was set on
+    (``UpdateEffect.at``), taken when it was: called as the intent is built, so the monotonic
+    clock is read within microseconds of the store's."""
+    if intent.deadline is None:
+        return None
+    return intent.deadline - tool.timeout, time.monotonic()
 
 
 def unsent(

@@ -15,7 +15,7 @@ from .._liveness import Verdict, flight_key, judge
 from ..adapters import ResultShape
 from ..codec import valid_unicode
 from ..errors import LedgerWriteError, ToolLedgerError
-from ..ops import InsertEffect, Op, UpdateEffect
+from ..ops import InsertEffect, Op, Reading, UpdateEffect
 from ..records import EffectRecord, Holder, Lease, PastAttempt, Status, ToolCall
 from ..stores.store import Ledger
 from ..tools import ToolSet
@@ -242,11 +242,11 @@ class Flushed:
     extra_applied: list[bool]  # per op of ``extra``: did its condition hold
 
 
-def write(new: EffectRecord, old: EffectRecord | None, at: float | None = None) -> Op:
+def write(new: EffectRecord, old: EffectRecord | None, at: Reading | None = None) -> Op:
     """Insert-if-absent for a first record; otherwise compare-and-set against the very version
     we read (status, attempt *and* ``updated_at``), so a note written into it meanwhile — a late
-    attempt's outcome in its history — is never overwritten unseen. ``at``: the store's clock
-    the record's deadline was set on (an intent's: ``UpdateEffect.at``)."""
+    attempt's outcome in its history — is never overwritten unseen. ``at``: the reading of the
+    store's clock the record's deadline was set on (an intent's: ``UpdateEffect.at``)."""
     if old is None:
         return InsertEffect(new, at)
     return UpdateEffect(

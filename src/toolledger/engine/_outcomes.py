@@ -61,6 +61,7 @@ __all__ = [
     "Env",
     "Flushed",
     "ahead",
+    "clock_moved",
     "flush",
     "flush_now",
     "given_up",
@@ -161,6 +162,13 @@ def _moved(error: BaseException | None) -> bool:
 _CHECKPOINT = (PutSession, AppendMessages)  # a tuple: ``X | Y`` is built at every test
 
 
+def clock_moved(answer: Any) -> ClockMovedError | None:
+    """The error of a commit refused whole by a shared clock: nothing of it landed."""
+    if isinstance(answer, Failure) and isinstance(answer.exc, ClockMovedError):
+        return answer.exc
+    return None
+
+
 def _commit_ops(items: list[Buffered], extra: list[Op]) -> list[Op]:
     """What commits ``items`` with ``extra``. A checkpoint that reports an outcome never lands
     without it: with one in ``extra``, our attempts' outcomes are guards — if a record moved
@@ -241,14 +249,18 @@ def flush(
     """
     items, buf.items = buf.items, []
     sent = _commit_ops(items, extra)
-    answer = answered if answered is not None else (yield Commit(sent))
-    if isinstance(answer, Failure) and isinstance(answer.exc, ClockMovedError):
-        # Nothing landed, and nothing is wrong with the store: the caller builds its intent
-        # anew on the clock read again and sends it with our writes, as they were.
-        buf.items = items + buf.items
-        return Flushed(answer.exc, [])
+    answer: Any = answered if answered is not None else (yield Commit(sent))  # flags, or Failure
     if type(answer) is not list:  # it failed: an unknown outcome is reconciled (rule 16)
-        answer = yield from commit(sent, answered=answer)
+        moved = clock_moved(answer)
+        if moved is None:
+            answer = yield from commit(sent, answered=answer)
+            moved = clock_moved(answer)
+        if moved is not None:
+            # Nothing landed (sent again after an unknown outcome, too), and nothing is wrong
+            # with the store: the caller builds its intent anew on the clock read again and
+            # sends it with our writes, as they were.
+            buf.items = items + buf.items
+            return Flushed(moved, [])
     error = answer.exc if isinstance(answer, Failure) else None
     if error is None and all(answer[: len(items)]):
         return _landed(items, answer, buf, env)  # the common case

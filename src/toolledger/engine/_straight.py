@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._crash import hit as crash_point
-from ..errors import ClockMovedError
 from ..ops import InsertEffect, Op
 from ..records import EffectRecord, ToolCall
 from ..tools import InputError, Tool
@@ -44,7 +43,6 @@ from ._claims import to_claim
 from ._drivers import (
     CancelledAfterAnswer,
     Commit,
-    Failure,
     Invoke,
     IOContext,
     Request,
@@ -52,7 +50,15 @@ from ._drivers import (
     drive,
     invoke_now,
 )
-from ._outcomes import Buffer, CallOutcome, Env, Flushed, flush, hold_while_it_may_run
+from ._outcomes import (
+    Buffer,
+    CallOutcome,
+    Env,
+    Flushed,
+    clock_moved,
+    flush,
+    hold_while_it_may_run,
+)
 
 __all__ = ["Plan", "call", "plan", "run"]
 
@@ -106,7 +112,7 @@ def call(
     sent: list[Op] = [*head, _insert(p, begun)]
     answer = yield Commit(sent)
     for _ in range(CLOCK_TRIES - 1):
-        if type(answer) is list or not _clock_moved(answer):
+        if type(answer) is list or clock_moved(answer) is None:
             break
         begun = _anew(p, env, buf, begun)
         sent = [*head, _insert(p, begun)]
@@ -123,7 +129,7 @@ def run(p: Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome | Again:
     sent: list[Op] = [_insert(p, begun)]
     answer = commit_now(io, sent)
     for _ in range(CLOCK_TRIES - 1):
-        if type(answer) is list or not _clock_moved(answer):
+        if type(answer) is list or clock_moved(answer) is None:
             break
         begun = key, began, intent = _anew(p, env, buf, begun)
         sent = [_insert(p, begun)]
@@ -165,10 +171,6 @@ def _anew(p: Plan, env: Env, buf: Buffer, begun: _Begun) -> _Begun:
     )
     buf.intents[key] = intent
     return key, began, intent
-
-
-def _clock_moved(answer: Any) -> bool:
-    return isinstance(answer, Failure) and isinstance(answer.exc, ClockMovedError)
 
 
 def _answered(

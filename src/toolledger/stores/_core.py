@@ -201,6 +201,11 @@ class StoreCore:
             )
         )
 
+    def fresh_now(self) -> float:
+        """``now``, read afresh where the store's clock is a shared one carried forward between
+        readings (``Backend.fresh_now``): for judging that something is over."""
+        return self._fresh_now() if self._fresh_now is not None else self.now()
+
     def judged(self, at: Callable[..., Verdict]) -> Verdict:
         """``at(now=…)``, a judgement on the store's clock; an ``Over`` judged on a reading of a
         shared clock that may be stale is judged again on a fresh one (``Backend.fresh_now``):

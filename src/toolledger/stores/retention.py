@@ -73,7 +73,7 @@ def prune(
     if isinstance(older_than, bool) or not isinstance(older_than, int | float) or older_than < 0:
         raise ConfigurationError(f"older_than must be a number of seconds >= 0, not {older_than!r}")
     wanted = _status(status)
-    now = store.now()
+    now = store.fresh_now()  # a lease expiry is judged on it: never a reading from before a step
     report = PruneReport(dry_run=dry_run)
     for sid in store.sessions():
         state = store.session(sid)

@@ -5,6 +5,7 @@ again after a lost connection (``apply_again``), and which batches are one state
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, assert_never
 
@@ -19,6 +20,7 @@ from ...ops import (
     Op,
     PutApproval,
     PutSession,
+    Reading,
     TakeLease,
     UpdateEffect,
     alone,
@@ -72,9 +74,9 @@ _SEVERAL = (AppendMessages, AbandonMessages, DropSession)  # ops of several stat
 _UNCOUNTED = (AbandonMessages, DropSession)  # a batch that holds one writes the session's row
 
 
-Clock = Callable[[float], float]
+Clock = Callable[[Reading], float]
 """A shared clock's check (PostgreSQL's): given the reading ``at`` a write's deadline was set on
-(``UpdateEffect.at``), what the server's clock should say as the statement is sent — ``at``
+(``UpdateEffect.at``), what the server's clock should say as the statement is sent — the reading
 carried forward on this process's monotonic clock. ``None`` for a store whose clock is each
 machine's own: its deadlines are judged otherwise (``toolledger._liveness``)."""
 
@@ -530,8 +532,15 @@ def apply_again(session_id: str, ops: Sequence[Op], clock: Clock | None = None) 
     try:
         done: list[bool] | None = yield from apply(session_id, ops, clock=clock)
     except SessionConflictError as exc:
-        refused: SessionConflictError | None = exc
+        refused: BaseException | None = exc
         done = None
+    except Exception as exc:
+        # A resent intent whose deadline the shared clock refuses (``statements.CLOCK_REFUSED``:
+        # a reconnect that took long, a clock that stepped): the first send may have landed,
+        # and its row be ours. Only if it is not is the refusal raised.
+        if getattr(exc, "sqlstate", None) != q.CLOCK_REFUSED:
+            raise
+        refused, done = exc, None
     else:
         refused = None
     if done == [True]:
@@ -556,7 +565,10 @@ def _holds(session_id: str, op: Op) -> Plan[bool]:
         case PutSession():
             return (yield from query_plan(session_query(session_id))) == op.state
         case TakeLease():
-            return (yield from query_plan(lease_query(session_id))) == op.lease
+            # Its expiry may be the one a shared clock wrote (``HOLD_LEASE_CLOCKED``): the lease
+            # is told by all else — token, owner, holder, time to live, no renewal yet.
+            lease = yield from query_plan(lease_query(session_id))
+            return lease is not None and replace(lease, expires_at=op.lease.expires_at) == op.lease
         case HoldLease():
             lease = yield from query_plan(lease_query(session_id))
             if lease is None or lease.token != op.token or lease.expires_at <= 0:

@@ -165,6 +165,8 @@ class Call(Generic[T]):
     ident: tuple[int, Any] | None = None
     query: plans.Query[T] | None = None
     """A read of one statement, run as it is (no plan around it: every read takes this path)."""
+    clock: Carried | None = None
+    """A write's clock check (``writing``), carried afresh for each try."""
     straight: tuple[Callable[[], Step], Callable[[Outcome], T]] | None = None
     """A write of one effect alone — the common call's intent, or its outcome — as its plan
     would send it, built straight as it is sent (``writes.lone_effect``), and what its answer
@@ -187,6 +189,8 @@ class Call(Generic[T]):
         """This try on ``conn``: the orphans ended, then the plan (``psycopg``'s ``wait``
         carries the generator out)."""
         line = wire.link(conn)
+        if self.clock is not None:
+            self.clock.fresh()
         if self.orphans.pending():
             yield from each(line, self.orphans.ending(self.url, self.op_timeout))
         query = self.query
@@ -281,9 +285,8 @@ def asking(shell: Shell, action: str, query: plans.Query[T]) -> Call[T]:
 def writing(shell: Shell, session_id: str, ops: Sequence[Op]) -> Call[list[bool]]:
     """``ops`` in one transaction, or — one statement — in autocommit, sent again after a lost
     connection as ``apply_again``. An intent's deadline is checked against the server's clock
-    (``writes.Clock``): its reading carried forward from now, when the ops were just built, to
-    the statement's first sending (kept for the batch's later sendings, which must match it)."""
-    clock = _carried(time.monotonic())
+    (``writes.Clock``): its reading carried forward to the statement's sending (``Carried``)."""
+    clock = Carried()
     lone = writes.lone_op(ops)  # its statement built as it is sent
     return Call(
         "writing the ledger",
@@ -295,20 +298,29 @@ def writing(shell: Shell, session_id: str, ops: Sequence[Op]) -> Call[list[bool]
         single=lone is not None or writes.one_statement(ops),
         again=partial(writes.apply_again, session_id, ops, clock),
         straight=None if lone is None else (partial(writes.effect_step, lone, clock), _changed),
+        clock=clock,
     )
 
 
-def _carried(built: float) -> writes.Clock:
-    """``writes.Clock`` for ops built at ``built`` (this process's monotonic clock)."""
-    sent: dict[float, float] = {}
+class Carried:
+    """``writes.Clock``: a reading carried forward on this process's monotonic clock to the
+    moment its statement is first sent in a try, and kept for the rest of the try (a batch
+    sent ahead is run again on its answers: the same statements, the same parameters). Each
+    try carries it afresh (``fresh``): a resend after a lost connection is checked as sent."""
 
-    def expected(at: float) -> float:
-        found = sent.get(at)
+    __slots__ = ("_sent",)
+
+    def __init__(self) -> None:
+        self._sent: dict[tuple[float, float], float] = {}
+
+    def __call__(self, at: tuple[float, float]) -> float:
+        found = self._sent.get(at)
         if found is None:
-            found = sent[at] = at + (time.monotonic() - built)
+            found = self._sent[at] = at[0] + (time.monotonic() - at[1])
         return found
 
-    return expected
+    def fresh(self) -> None:
+        self._sent.clear()
 
 
 def _changed(done: Outcome) -> list[bool]:
