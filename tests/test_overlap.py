@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+from toolledger import _liveness as tl_liveness
 from toolledger import _switches as switches
 from toolledger._liveness import Running
 from toolledger.codec import input_hash
 from toolledger.errors import ClockMovedError, StoreUnavailableError
 from toolledger.ops import HoldLease, InsertEffect, TakeLease, UpdateEffect
-from toolledger.records import Status
+from toolledger.records import Holder, Status
 from toolledger.testing import Counter
 from toolledger.testing.conformance import make_record
 
@@ -772,8 +773,8 @@ def test_a_write_set_on_a_stale_reading_of_the_server_clock_is_refused_whole(
         plain = make_record("s", "a", status=Status.SUCCEEDED, at=now)
         stale = make_record("s", "b", at=now, deadline=now - 120 + 60)
         for batch in (
-            [InsertEffect(stale, at=now - 120)],
-            [InsertEffect(plain), InsertEffect(stale, at=now - 120)],
+            [InsertEffect(stale, at=(now - 120, time.monotonic()))],
+            [InsertEffect(plain), InsertEffect(stale, at=(now - 120, time.monotonic()))],
         ):
             with pytest.raises(ClockMovedError, match="Nothing was written") as caught:
                 store.apply("s", batch)
@@ -783,14 +784,16 @@ def test_a_write_set_on_a_stale_reading_of_the_server_clock_is_refused_whole(
             store.now()
         now = store.now()
         intent = make_record("s", "b", at=now, deadline=now + 60)
-        assert store.apply("s", [InsertEffect(intent, at=now)]) == [True]
+        assert store.apply("s", [InsertEffect(intent, at=(now, time.monotonic()))]) == [True]
         moved = replace(intent, attempt=2, updated_at=now + 1, deadline=now - 60)
-        update = UpdateEffect(moved, Status.STARTED, 1, expect_at=now, at=now - 120)
+        update = UpdateEffect(
+            moved, Status.STARTED, 1, expect_at=now, at=(now - 120, time.monotonic())
+        )
         with pytest.raises(ClockMovedError):
             store.apply("s", [update])
         assert backend.read_effects("s")["b"] == intent
         store.now()
-        update = replace(update, at=store.now() - 0.5)
+        update = replace(update, at=(store.now() - 0.5, time.monotonic()))
         assert store.apply("s", [update]) == [True]
 
 
@@ -888,3 +891,34 @@ def test_an_agent_turn_on_a_stale_reading_of_the_server_clock_keeps_its_call_in_
             running.join(30)
     assert errors == []
     assert len(list(tickets.iterdir())) == 1
+
+
+def test_only_a_verdict_the_clock_decided_reads_the_server_clock_again(
+    request: pytest.FixtureRequest,
+) -> None:
+    """An attempt its worker gave up is over whatever any clock says: judging it reads no
+    clock afresh. One whose deadline passed on this process's reading is judged again on a
+    fresh one (one round trip), and found over on it too."""
+    url = request.getfixturevalue("postgres_store_url")
+    with tl.open_store(url) as store:
+        reads: list[float] = []
+        fresh = store._fresh_now
+        assert fresh is not None
+
+        def counted() -> float:
+            reads.append(1.0)
+            return fresh()
+
+        store._fresh_now = counted
+        now = store.now()
+        given_up = make_record("s", "a", at=now, deadline=now + 60)
+        verdict = store.judge(given_up)
+        assert isinstance(verdict, tl_liveness.Over) and not verdict.clocked and reads == []
+        elsewhere_holder = Holder.unknown(7)
+        passed = make_record("s", "b", at=now - 120, holder=elsewhere_holder, deadline=now - 60)
+        from toolledger.testing import elsewhere
+
+        other = elsewhere(store)
+        other._fresh_now = counted
+        verdict = other.judge(passed)
+        assert isinstance(verdict, tl_liveness.Over) and verdict.clocked and reads == [1.0]

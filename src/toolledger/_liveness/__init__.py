@@ -33,7 +33,7 @@ in doubt at once.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..records import EffectRecord, Holder, Lease, Status
 from ._procview import HOST_ID_ENV
@@ -82,9 +82,13 @@ class Running:
 
 @dataclass(frozen=True, slots=True)
 class Over:
-    """The attempt can no longer take effect (bar rule 14's paused process): it is in doubt."""
+    """The attempt can no longer take effect (bar rule 14's paused process): it is in doubt.
+    ``clocked``: the store's clock said so (a deadline or an expiry passed), and a reading of
+    a shared clock that may be stale is to be read again before it is acted on
+    (``StoreCore.judged``); ``False`` when no clock was read (a status, a process, a release)."""
 
     why: str
+    clocked: bool = field(default=True, compare=False)
 
 
 Verdict = Running | Over
@@ -114,13 +118,13 @@ def judge(
     whether that clock is one every worker reads (PostgreSQL's) rather than each machine's own.
     """
     if record.status is not Status.STARTED:
-        return Over(f"it is {record.status.value}")
+        return Over(f"it is {record.status.value}", clocked=False)
     if flight_key(url, record.session_id, record.tool_use_id) in runtime.in_flight:
         return Running("this process is running it")
     holder = record.holder
     if holder is None:
         if record.deadline is not None:
-            return Over("its worker gave it up: the outcome is unknown")
+            return Over("its worker gave it up: the outcome is unknown", clocked=False)
         until = record.updated_at + LEGACY_TIMEOUT
         if now < until:
             return Running(
@@ -128,12 +132,12 @@ def judge(
             )
         return Over("it was started by toolledger 0.1 more than 5 minutes ago")
     if runtime.is_me(holder):
-        return Over("this process started it and is not running it any more")
+        return Over("this process started it and is not running it any more", clocked=False)
     alive = runtime.evidence(holder)
     if alive:
         return Running(f"its process ({_where(holder)}) is alive")
     if alive is False:
-        return Over(f"its process ({_where(holder)}) has ended")
+        return Over(f"its process ({_where(holder)}) has ended", clocked=False)
     deadline = record.deadline
     if (
         lease is not None
@@ -274,7 +278,10 @@ def _legacy(worker: str | None, runtime: Runtime) -> Verdict | None:
     host, _, rest = (worker or "").partition(":")
     pid = rest.partition(":")[0]
     if host == socket.gethostname() and pid.isdigit() and runtime.pid_gone(int(pid)):
-        return Over(f"written by toolledger 0.1 from pid {pid} of this host, which has ended")
+        return Over(
+            f"written by toolledger 0.1 from pid {pid} of this host, which has ended",
+            clocked=False,
+        )
     return None
 
 
@@ -296,9 +303,9 @@ def lease_state(
     (``Running.watch`` says how much longer; see the module's docstring).
     """
     if lease is None:
-        return Over("nobody holds it")
+        return Over("nobody holds it", clocked=False)
     if lease.expires_at <= 0:
-        return Over("it was given back")
+        return Over("it was given back", clocked=False)
     if lease.owner in runtime.live_runs:
         return Running("a run of this process holds it")
     holder = lease.holder
@@ -307,11 +314,11 @@ def lease_state(
         if ended is not None:
             return ended
     elif runtime.is_me(holder):
-        return Over("the run of this process that held it has ended")
+        return Over("the run of this process that held it has ended", clocked=False)
     else:
         alive = runtime.evidence(holder)
         if alive:
             return Running(f"its process ({_where(holder)}) is alive")
         if alive is False:
-            return Over(f"its process ({_where(holder)}) has ended")
+            return Over(f"its process ({_where(holder)}) has ended", clocked=False)
     return _renewing(lease, now=now, runtime=runtime, url=url, shared_clock=shared_clock)

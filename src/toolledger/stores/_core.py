@@ -207,11 +207,12 @@ class StoreCore:
         return self._fresh_now() if self._fresh_now is not None else self.now()
 
     def judged(self, at: Callable[..., Verdict]) -> Verdict:
-        """``at(now=…)``, a judgement on the store's clock; an ``Over`` judged on a reading of a
-        shared clock that may be stale is judged again on a fresh one (``Backend.fresh_now``):
-        the clock may have stepped back since, and the attempt still be running."""
+        """``at(now=…)``, a judgement on the store's clock; an ``Over`` the clock decided
+        (``Over.clocked``), on a reading of a shared clock that may be stale, is judged again
+        on a fresh one (``Backend.fresh_now``): the clock may have stepped back since, and the
+        attempt still be running."""
         verdict = at(now=self.now())
-        if isinstance(verdict, Over) and self._fresh_now is not None:
+        if isinstance(verdict, Over) and verdict.clocked and self._fresh_now is not None:
             return at(now=self._fresh_now())
         return verdict
 
