@@ -13,7 +13,7 @@ import pytest
 import toolledger as tl
 from toolledger import _constructors
 from toolledger.engine._batch import Env
-from toolledger.ops import HoldLease, PutSession, UpdateEffect
+from toolledger.ops import HoldLease, InsertEffect, PutSession, UpdateEffect
 from toolledger.records import EffectRecord, SessionState, StoredMessage, ToolCall
 from toolledger.stores.store import Ledger
 from toolledger.tools import ToolContext
@@ -25,6 +25,7 @@ WRITTEN_OUT = [
     ToolCall,
     ToolContext,
     Env,
+    InsertEffect,
     UpdateEffect,
     PutSession,
     HoldLease,

@@ -203,6 +203,17 @@ class DropSession:
 
 # -- constructors written out (``toolledger._constructors``): every call and turn builds these --
 
+_INSERT_SETTERS = slot_setters(InsertEffect)
+
+
+def _insert_effect_init(
+    self: InsertEffect, record: EffectRecord, at: Reading | None = None
+) -> None:
+    s = _INSERT_SETTERS  # in field order
+    s[0](self, record)
+    s[1](self, at)
+
+
 _UPDATE_SETTERS = slot_setters(UpdateEffect)
 
 
@@ -251,6 +262,7 @@ def _hold_lease_init(
     s[2](self, expires_at)
 
 
+install(InsertEffect, _insert_effect_init)
 install(UpdateEffect, _update_effect_init)
 install(PutSession, _put_session_init)
 install(HoldLease, _hold_lease_init)

@@ -109,13 +109,13 @@ def call(
     and if that commit fails, the error is raised as checkpoint A's (``_outcomes.ahead``):
     nothing ran, and nothing of the turn is durable."""
     begun = _intend(p, env, buf)
-    sent: list[Op] = [*head, _insert(p, begun)]
+    sent: list[Op] = [*head, _insert(p, env, begun)]
     answer = yield Commit(sent)
     for _ in range(CLOCK_TRIES - 1):
         if type(answer) is list or clock_moved(answer) is None:
             break
         begun = _anew(p, env, buf, begun)
-        sent = [*head, _insert(p, begun)]
+        sent = [*head, _insert(p, env, begun)]
         answer = yield Commit(sent)
     return (yield from _answered(p, env, buf, head=head, sent=sent, answer=answer, begun=begun))
 
@@ -126,13 +126,13 @@ def run(p: Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome | Again:
     intent's answer other than the common one — refused, failed, unconfirmed — is handed to
     ``call``'s own continuation, driven: one meaning of each."""
     begun = key, began, intent = _intend(p, env, buf)
-    sent: list[Op] = [_insert(p, begun)]
+    sent: list[Op] = [_insert(p, env, begun)]
     answer = commit_now(io, sent)
     for _ in range(CLOCK_TRIES - 1):
         if type(answer) is list or clock_moved(answer) is None:
             break
         begun = key, began, intent = _anew(p, env, buf, begun)
-        sent = [_insert(p, begun)]
+        sent = [_insert(p, env, begun)]
         answer = commit_now(io, sent)
     if type(answer) is not list or not answer[-1]:
         return drive(_answered(p, env, buf, head=(), sent=sent, answer=answer, begun=begun), io)
@@ -157,9 +157,9 @@ def _intend(p: Plan, env: Env, buf: Buffer) -> _Begun:
     return key, began, intent
 
 
-def _insert(p: Plan, begun: _Begun) -> InsertEffect:
+def _insert(p: Plan, env: Env, begun: _Begun) -> InsertEffect:
     """The intent's write (insert-if-absent), with the clock its deadline was set on."""
-    return InsertEffect(begun[2], set_at(begun[2], p.tool))
+    return InsertEffect(begun[2], set_at(begun[2], p.tool, env))
 
 
 def _anew(p: Plan, env: Env, buf: Buffer, begun: _Begun) -> _Begun:

@@ -148,6 +148,9 @@ class StoreCore:
         attempts this process runs are registered, and the leases it watches kept, by it."""
         self.shared_clock = bool(getattr(backend, "shared_clock", False))
         self._fresh_now: Callable[[], float] | None = getattr(backend, "fresh_now", None)
+        self.checks_clock = bool(getattr(backend, "checks_clock", False))
+        """The backend refuses an intent whose deadline was set on a reading of its clock that
+        the clock no longer agrees with (``UpdateEffect.at``): PostgreSQL's."""
         """Whether ``now()`` is one clock every worker reads (a database server's) rather than
         each machine's own (a file store's): on a shared clock a lease expires by its expiry;
         on machines' own clocks, only once it was watched unrenewed for its time to live."""

@@ -68,6 +68,10 @@ class Backend(Protocol):
     backend whose ``now()`` is each machine's own clock leaves it ``False``: leases are then
     judged only by watching their renewals (``toolledger._liveness``).
 
+    ``checks_clock`` (optional; ``False`` when absent) says that ``apply`` checks an intent's
+    deadline against ``now()`` as it writes it (``UpdateEffect.at``): the engine then gives it
+    the reading the deadline was set on.
+
     ``fresh_now()`` (optional) is ``now()`` read afresh, for a ``now()`` that carries an older
     reading of a shared clock forward (PostgreSQL's): a judgement that an attempt is over is
     made again on it, as the clock may have stepped back since that reading."""

@@ -57,6 +57,7 @@ class AsyncPostgresBackend:
 
     durable = True
     shared_clock = True  # one clock for every worker: the server's (Backend.shared_clock)
+    checks_clock = True  # an intent's deadline is checked against it (UpdateEffect.at)
 
     def __init__(
         self, url: str, *, clock: ServerClock | None = None, orphans: Orphans | None = None

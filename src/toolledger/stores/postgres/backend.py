@@ -37,6 +37,7 @@ class PostgresBackend:
 
     durable = True
     shared_clock = True  # one clock for every worker: the server's (Backend.shared_clock)
+    checks_clock = True  # an intent's deadline is checked against it (UpdateEffect.at)
 
     def __init__(self, url: str, *, create: bool = True, read_only: bool = False) -> None:
         self.settings = parse_url(url)
