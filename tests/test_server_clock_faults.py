@@ -161,3 +161,98 @@ def test_a_lease_take_whose_reply_was_lost_is_found_taken_with_the_expiry_the_se
         found = store.lease("s")
         assert lost and found is not None and (found.owner, found.token) == ("me/abc", 1)
         assert found.expires_at > sent + 4  # the server's, not the one sent
+
+
+def test_an_intent_late_in_a_slow_transaction_is_not_taken_for_a_clock_that_moved(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Two calls: the first's outcome rides the second's intent commit, and its UPDATE waits
+    1.5 s on a row lock another connection holds (as a large result would take to arrive). The
+    intent statement runs 1.5 s into its transaction; the server compares its reading with
+    the transaction's start, so it lands at its first sending, and both calls run once."""
+    import threading
+
+    url = str(request.getfixturevalue("postgres_store_url"))
+    schema = str(request.getfixturevalue("postgres_schema"))
+    base = str(request.getfixturevalue("postgres_url"))
+    made: list[str] = []
+    refused: list[str] = []
+    locker = psycopg.connect(base, autocommit=False)
+
+    @tl.tool(effect="non_idempotent", timeout=60)
+    def create_ticket(title: str) -> str:
+        made.append(title)
+        if title == "a":  # hold the row the outcome of this very call is about to update
+            locker.execute(f"SET search_path TO {schema}")
+            locker.execute("SELECT 1 FROM effects WHERE tool_use_id = 'a' FOR UPDATE")
+            threading.Timer(1.5, locker.commit).start()
+        return f"made {title}"
+
+    try:
+        with tl.open_store(url) as store:
+            real_apply = store.backend.apply
+
+            def apply(session_id: str, ops: list[Op]) -> list[bool]:
+                try:
+                    return real_apply(session_id, ops)
+                except tl.StoreError as exc:
+                    refused.append(type(exc).__name__)
+                    raise
+
+            store.backend.apply = apply  # type: ignore[method-assign]
+            blocks = [tool_use(i, "create_ticket", title=i) for i in ("a", "b")]
+            results = tl.run_tool_uses(blocks, [create_ticket], ledger=store.ledger("s"))
+            assert [r.get("is_error", False) for r in results] == [False, False], results
+            records = store.backend.read_effects("s")
+            assert {k: r.status for k, r in records.items()} == {
+                "a": Status.SUCCEEDED,
+                "b": Status.SUCCEEDED,
+            }
+    finally:
+        locker.close()
+    assert refused == [] and made == ["a", "b"]
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["straight", "general"])
+def test_one_call_whose_reconciled_intent_the_clock_refuses_is_sent_anew(
+    url: str, monkeypatch: pytest.MonkeyPatch, general: bool
+) -> None:
+    """One call: its intent commit's outcome is unknown (cut before it reached the server) and
+    the reconciling resend is refused by the clock check. Nothing landed: the intent is built
+    anew and lands, and the tool runs once — on the straight path as on the general one."""
+    from toolledger import _switches as switches
+
+    monkeypatch.setattr(switches, "STRAIGHT", not general)
+    real_clock = pg_call.Carried.__call__
+    cut: list[bool] = []
+
+    def stepped(self: pg_call.Carried, at: tuple[float, float]) -> float:
+        return real_clock(self, at) + (120.0 if len(cut) == 1 else 0.0)
+
+    monkeypatch.setattr(pg_call.Carried, "__call__", stepped)
+    made: list[str] = []
+    with tl.open_store(url) as store:
+        tool = _ticket_tool(made)
+        tl.run_tool_uses(
+            [tool_use("w", "create_ticket", title="w")], [tool], ledger=store.ledger("s")
+        )
+        real_apply = store.backend.apply
+
+        def apply(session_id: str, ops: list[Op]) -> list[bool]:
+            mine = any(isinstance(o, InsertEffect) and o.record.tool_use_id == "a" for o in ops)
+            if mine and not cut:
+                cut.append(True)
+                raise StoreUnavailableError("cut", url=url, outcome_unknown=True)
+            try:
+                return real_apply(session_id, ops)
+            finally:
+                if mine and len(cut) == 1:
+                    cut.append(True)  # the reconciling resend was sent (and refused)
+
+        monkeypatch.setattr(store.backend, "apply", apply)
+        (result,) = tl.run_tool_uses(
+            [tool_use("a", "create_ticket", title="a")], [tool], ledger=store.ledger("s")
+        )
+        assert len(cut) == 2 and not result.get("is_error"), result
+        assert store.backend.read_effects("s")["a"].status is Status.SUCCEEDED
+    assert made == ["w", "a"]

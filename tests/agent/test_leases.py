@@ -492,3 +492,31 @@ def test_a_thread_that_reads_the_lease_just_taken_by_another_finds_it_held(
             worker.join(30)
     (ran,) = first
     assert isinstance(ran, tl.Run) and ran.status is tl.RunStatus.COMPLETED, ran
+
+
+def test_an_interrupt_between_the_take_and_its_hold_leaves_no_run_registered(
+    store: tl.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C lands after the lease take committed and before the driver held it (a notebook,
+    a server that survives it): the run is not left registered as this process's live one,
+    so once the lease's time to live has passed the session runs again here."""
+    from toolledger.engine import _drivers
+
+    real = _drivers.hold
+    fired: list[bool] = []
+
+    def interrupted(io: Any, fence: Any) -> None:
+        if not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+        real(io, fence)
+
+    monkeypatch.setattr(_drivers, "hold", interrupted)
+    with ScriptedModel([Reply(text="done")]) as m:
+        agent = tl.Agent(client=m.client(), model="x", tools=[], store=store, lease_ttl=1.0)
+        with pytest.raises(KeyboardInterrupt):
+            agent.run(session="s", prompt="go")
+        assert fired and store.runtime.live_runs == set()
+        time.sleep(1.5)  # past the lease's time to live
+        run = agent.run(session="s", prompt="go")
+    assert run.status is tl.RunStatus.COMPLETED

@@ -239,10 +239,10 @@ class Agent:
         live.add(owner)
         try:
             yield from commit_or_raise([take])
+            yield Fence(take.lease, self.lease_ttl)  # held from here: the driver gives it back
         except BaseException:
-            live.discard(owner)
+            live.discard(owner)  # an interrupt before the driver held it leaves it registered
             raise
-        yield Fence(take.lease, self.lease_ttl)
         return take
 
     def _loop(

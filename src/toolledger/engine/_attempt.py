@@ -561,7 +561,7 @@ def not_executed(
     return CallOutcome(call, Disposition.NOT_EXECUTED, message, is_error=True)
 
 
-_PLAIN_FAILURES = (StoreError, StoreUnavailableError)
+_PLAIN_FAILURES = (StoreError, StoreUnavailableError, ClockMovedError)
 
 
 def unanswered(error: BaseException, call: ToolCall, env: Env, why: str) -> BaseException:

@@ -59,6 +59,7 @@ from ._outcomes import (
     flush,
     hold_while_it_may_run,
 )
+from ._reconcile import commit
 
 __all__ = ["Plan", "call", "plan", "run"]
 
@@ -112,7 +113,10 @@ def call(
     sent: list[Op] = [*head, _insert(p, env, begun)]
     answer = yield Commit(sent)
     for _ in range(CLOCK_TRIES - 1):
-        if type(answer) is list or clock_moved(answer) is None:
+        if type(answer) is list:
+            break
+        answer = yield from commit(sent, answered=answer)  # an unknown outcome, reconciled
+        if clock_moved(answer) is None:
             break
         begun = _anew(p, env, buf, begun)
         sent = [*head, _insert(p, env, begun)]
@@ -129,7 +133,10 @@ def run(p: Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome | Again:
     sent: list[Op] = [_insert(p, env, begun)]
     answer = commit_now(io, sent)
     for _ in range(CLOCK_TRIES - 1):
-        if type(answer) is list or clock_moved(answer) is None:
+        if type(answer) is list:
+            break
+        answer = drive(commit(sent, answered=answer), io)  # an unknown outcome, reconciled
+        if clock_moved(answer) is None:
             break
         begun = key, began, intent = _anew(p, env, buf, begun)
         sent = [_insert(p, env, begun)]

@@ -36,14 +36,16 @@ def update_statement(op: UpdateEffect) -> str:
 
 
 # PostgreSQL only: an intent's deadline, set on this process's reading of the server's clock, is
-# written only if the server's clock agrees with that reading (carried forward to the moment of
-# sending: the parameter that follows the deadline's) within CLOCK_TOLERANCE seconds; otherwise
-# the statement fails with "cannot take logarithm of zero" (CLOCK_REFUSED), and nothing of its
-# transaction lands. Nothing else of ours takes a logarithm.
+# written only if the server's clock agrees with that reading within CLOCK_TOLERANCE seconds —
+# the reading carried forward to the start of the try that sends it (the parameter that follows
+# the deadline's), the server's clock read at the start of its transaction (the statement's own,
+# in autocommit), so the time a large batch takes to arrive and to run before the intent is no
+# error; otherwise the statement fails with "cannot take logarithm of zero" (CLOCK_REFUSED), and
+# nothing of its transaction lands. Nothing else of ours takes a logarithm.
 CLOCK_TOLERANCE = 1.0
 CLOCK_REFUSED = "2201E"
 _CHECKED_DEADLINE = (
-    "?::float8 + 0 * ln((abs(extract(epoch FROM clock_timestamp())::float8 - ?::float8) "
+    "?::float8 + 0 * ln((abs(extract(epoch FROM transaction_timestamp())::float8 - ?::float8) "
     f"<= {CLOCK_TOLERANCE})::int::float8)"
 )
 _DEADLINE_AT = 14  # the deadline's place among an effect's values (``rows.effect_values``)

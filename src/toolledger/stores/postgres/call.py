@@ -189,10 +189,10 @@ class Call(Generic[T]):
         """This try on ``conn``: the orphans ended, then the plan (``psycopg``'s ``wait``
         carries the generator out)."""
         line = wire.link(conn)
-        if self.clock is not None:
-            self.clock.fresh()
         if self.orphans.pending():
             yield from each(line, self.orphans.ending(self.url, self.op_timeout))
+        if self.clock is not None:
+            self.clock.fresh()
         query = self.query
         if query is not None:
             done = yield from wire.one(line, query.sql, query.params)
@@ -304,23 +304,21 @@ def writing(shell: Shell, session_id: str, ops: Sequence[Op]) -> Call[list[bool]
 
 class Carried:
     """``writes.Clock``: a reading carried forward on this process's monotonic clock to the
-    moment its statement is first sent in a try, and kept for the rest of the try (a batch
-    sent ahead is run again on its answers: the same statements, the same parameters). Each
-    try carries it afresh (``fresh``): a resend after a lost connection is checked as sent."""
+    start of the try that sends it (``fresh``, as the try begins on its connection), which the
+    server compares with its clock at the start of the transaction. One value for the whole try
+    (a batch sent ahead is run again on its answers: the same statements, the same parameters);
+    a resend after a lost connection is a try of its own, checked as it is sent."""
 
-    __slots__ = ("_sent",)
+    __slots__ = ("_began",)
 
     def __init__(self) -> None:
-        self._sent: dict[tuple[float, float], float] = {}
+        self._began = time.monotonic()
 
     def __call__(self, at: tuple[float, float]) -> float:
-        found = self._sent.get(at)
-        if found is None:
-            found = self._sent[at] = at[0] + (time.monotonic() - at[1])
-        return found
+        return at[0] + (self._began - at[1])
 
     def fresh(self) -> None:
-        self._sent.clear()
+        self._began = time.monotonic()
 
 
 def _changed(done: Outcome) -> list[bool]:
