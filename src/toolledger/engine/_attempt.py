@@ -382,7 +382,8 @@ def _intend(
             call, tool, record, attempt=attempt, history=history, approved_by=approved_by, env=env
         )
         buf.intents[key] = intent
-        extra = [write(intent, record, set_at(intent, tool, env))]
+        at = set_at(intent, tool) if env.ledger.store.checks_clock else None
+        extra = [write(intent, record, at)]
         flushed = yield from flush(buf, env, extra + ([consume] if consume is not None else []))
         if not isinstance(flushed.error, ClockMovedError):
             break  # else its deadline was set on a reading of the clock that it has moved from
@@ -422,12 +423,12 @@ CLOCK_TRIES = 3
 clock keeps stepping."""
 
 
-def set_at(intent: EffectRecord, tool: Tool[Any, Any], env: Env) -> Reading | None:
+def set_at(intent: EffectRecord, tool: Tool[Any, Any]) -> Reading | None:
     """The reading of the store's clock the deadline of ``intent`` was set on
     (``UpdateEffect.at``), taken when it was: called as the intent is built, so the monotonic
-    clock is read within microseconds of the store's. ``None`` for a store that does not check
-    it (``StoreCore.checks_clock``: each machine's own clock, or one process's)."""
-    if intent.deadline is None or not env.ledger.store.checks_clock:
+    clock is read within microseconds of the store's. For a store that checks it only
+    (``StoreCore.checks_clock``)."""
+    if intent.deadline is None:
         return None
     return intent.deadline - tool.timeout, time.monotonic()
 

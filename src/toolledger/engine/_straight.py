@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._crash import hit as crash_point
-from ..ops import InsertEffect, Op
+from ..ops import InsertEffect, Op, Reading
 from ..records import EffectRecord, ToolCall
 from ..tools import InputError, Tool
 from . import _decide as decide
@@ -110,7 +110,7 @@ def call(
     and if that commit fails, the error is raised as checkpoint A's (``_outcomes.ahead``):
     nothing ran, and nothing of the turn is durable."""
     begun = _intend(p, env, buf)
-    sent: list[Op] = [*head, _insert(p, env, begun)]
+    sent: list[Op] = [*head, InsertEffect(begun[2], _at(p, env, begun))]
     answer = yield Commit(sent)
     for _ in range(CLOCK_TRIES - 1):
         if type(answer) is list:
@@ -119,7 +119,7 @@ def call(
         if clock_moved(answer) is None:
             break
         begun = _anew(p, env, buf, begun)
-        sent = [*head, _insert(p, env, begun)]
+        sent = [*head, InsertEffect(begun[2], _at(p, env, begun))]
         answer = yield Commit(sent)
     return (yield from _answered(p, env, buf, head=head, sent=sent, answer=answer, begun=begun))
 
@@ -130,7 +130,8 @@ def run(p: Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome | Again:
     intent's answer other than the common one — refused, failed, unconfirmed — is handed to
     ``call``'s own continuation, driven: one meaning of each."""
     begun = key, began, intent = _intend(p, env, buf)
-    sent: list[Op] = [_insert(p, env, begun)]
+    checks = env.ledger.store.checks_clock  # the clock reading an intent carries, if it is
+    sent: list[Op] = [InsertEffect(intent, set_at(intent, p.tool) if checks else None)]
     answer = commit_now(io, sent)
     for _ in range(CLOCK_TRIES - 1):
         if type(answer) is list:
@@ -139,7 +140,7 @@ def run(p: Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome | Again:
         if clock_moved(answer) is None:
             break
         begun = key, began, intent = _anew(p, env, buf, begun)
-        sent = [_insert(p, env, begun)]
+        sent = [InsertEffect(intent, _at(p, env, begun))]
         answer = commit_now(io, sent)
     if type(answer) is not list or not answer[-1]:
         return drive(_answered(p, env, buf, head=(), sent=sent, answer=answer, begun=begun), io)
@@ -164,9 +165,9 @@ def _intend(p: Plan, env: Env, buf: Buffer) -> _Begun:
     return key, began, intent
 
 
-def _insert(p: Plan, env: Env, begun: _Begun) -> InsertEffect:
-    """The intent's write (insert-if-absent), with the clock its deadline was set on."""
-    return InsertEffect(begun[2], set_at(begun[2], p.tool, env))
+def _at(p: Plan, env: Env, begun: _Begun) -> Reading | None:
+    """The clock reading the intent of ``begun`` carries, to a store that checks it."""
+    return set_at(begun[2], p.tool) if env.ledger.store.checks_clock else None
 
 
 def _anew(p: Plan, env: Env, buf: Buffer, begun: _Begun) -> _Begun:

@@ -86,8 +86,18 @@ def lone_effect(ops: Sequence[Op], clock: Clock | None = None) -> Step | None:
     the common call's intent, or its outcome — built straight: what ``apply`` plans for it, and
     its flag is whether it changed a row. ``None`` for any other batch. Built as it is sent:
     with ``clock``, an intent's check reads the clock then."""
-    op = lone_op(ops)
-    return None if op is None else effect_step(op, clock)
+    if len(ops) != 1:
+        return None
+    op = ops[0]  # ``lone_op``, and ``effect_step`` without a clock, written out: every call's
+    if type(op) is InsertEffect:
+        if clock is None or op.at is None:
+            return Step(q.INSERT_EFFECT, r.insert_params(op))
+        return effect_step(op, clock)
+    if type(op) is UpdateEffect and not op.guard:
+        if clock is None or op.at is None:
+            return Step(q.update_statement(op), r.update_params(op))
+        return effect_step(op, clock)
+    return None
 
 
 def lone_op(ops: Sequence[Op]) -> InsertEffect | UpdateEffect | None:
