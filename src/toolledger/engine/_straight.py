@@ -112,15 +112,15 @@ def call(
     begun = _intend(p, env, buf)
     sent: list[Op] = [*head, InsertEffect(begun[2], _at(p, env, begun))]
     answer = yield Commit(sent)
-    for _ in range(CLOCK_TRIES - 1):
-        if type(answer) is list:
-            break
+    tries = CLOCK_TRIES - 1
+    while type(answer) is not list and tries:
         answer = yield from commit(sent, answered=answer)  # an unknown outcome, reconciled
         if clock_moved(answer) is None:
             break
         begun = _anew(p, env, buf, begun)
         sent = [*head, InsertEffect(begun[2], _at(p, env, begun))]
         answer = yield Commit(sent)
+        tries -= 1
     return (yield from _answered(p, env, buf, head=head, sent=sent, answer=answer, begun=begun))
 
 
@@ -133,15 +133,15 @@ def run(p: Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome | Again:
     checks = env.ledger.store.checks_clock  # the clock reading an intent carries, if it is
     sent: list[Op] = [InsertEffect(intent, set_at(intent, p.tool) if checks else None)]
     answer = commit_now(io, sent)
-    for _ in range(CLOCK_TRIES - 1):
-        if type(answer) is list:
-            break
+    tries = CLOCK_TRIES - 1
+    while type(answer) is not list and tries:
         answer = drive(commit(sent, answered=answer), io)  # an unknown outcome, reconciled
         if clock_moved(answer) is None:
             break
         begun = key, began, intent = _anew(p, env, buf, begun)
         sent = [InsertEffect(intent, _at(p, env, begun))]
         answer = commit_now(io, sent)
+        tries -= 1
     if type(answer) is not list or not answer[-1]:
         return drive(_answered(p, env, buf, head=(), sent=sent, answer=answer, begun=begun), io)
     crash_point("after_intent")
