@@ -140,11 +140,17 @@ def test_a_forced_resolution_on_a_branch_excuses_a_high_impact_call_run_twice() 
     copy of its lineage's call while the branch's approved attempt still ran, and approved it
     again; it ran twice, the late outcome alerted. The high-impact check looked for the force
     only in the lineage's first session, where the call's key puts its effects, and called the
-    second run one without an approval."""
+    second run one without an approval.
+
+    Since a run registers as its process's before its lease take commits (a thread that reads
+    the lease in between finds it held), this seed's schedule no longer reaches that force: no
+    person forces anything, and the call is not made. It stays pinned as a seed that once
+    failed, and runs free of violations; the excuse itself is held by 202600's force on a
+    branch, on the general path."""
     sim = simulate(313_181, EVERYTHING)
     assert sim.violations == []
-    assert ("s5~f6", "toolu_s5_0_4") in sim.forced
-    assert [e.attempt for e in sim.world.effects_of("s5/t0c1")] == [1, 2]
+    assert sim.forced == set()
+    assert sim.world.effects_of("s5/t0c1") == []
 
 
 @pytest.mark.parametrize("seed", [90_032, 91_864])
