@@ -640,6 +640,38 @@ def tl_update(new: Any, old: Any) -> UpdateEffect:
     )
 
 
+def _stepped(store: tl.Store, step: float, read_ago: float = 0.0) -> None:
+    """``store``'s reading of the PostgreSQL server's clock, taken ``read_ago`` seconds ago and
+    off by ``step`` (the server's clock stepped by ``-step`` since): as it is carried forward
+    until the next reading. Its pool's connections are open first, so none opens later and
+    reads the clock afresh."""
+    store.backend._pool.wait()  # type: ignore[attr-defined]
+    clock = store.backend.server_clock  # type: ignore[attr-defined]
+    epoch, at = clock._base
+    clock._base = (epoch + step - read_ago, at - read_ago)
+
+
+def _held_ticket_tool(tickets: Any) -> tuple[tl.Tool[Any, Any], threading.Event, threading.Event]:
+    """A ticket tool (60 s timeout, with a check) whose first call waits in the tool until
+    ``go`` is set, once ``entered`` is; each call writes one ticket into ``tickets``."""
+    tickets.mkdir()
+    entered, go = threading.Event(), threading.Event()
+
+    @tl.tool(effect="non_idempotent", timeout=60)
+    def create_ticket(title: str) -> str:
+        if not entered.is_set():
+            entered.set()
+            assert go.wait(30)
+        (tickets / str(time.monotonic_ns())).write_text(title)
+        return "made"
+
+    @create_ticket.check
+    def _(title: str) -> str | None:
+        return "made" if any(tickets.iterdir()) else None
+
+    return create_ticket, entered, go
+
+
 @pytest.mark.parametrize(
     ("straight", "is_async"),
     [(True, False), (False, False), (True, True)],
@@ -660,30 +692,14 @@ def test_a_server_clock_step_never_ends_a_running_attempt_early(
     reading; the worker reads the clock again and sends it anew: on either path.)"""
     monkeypatch.setattr(switches, "STRAIGHT", straight)
     tickets = tmp_path / "tickets"
-    tickets.mkdir()
-    entered, go = threading.Event(), threading.Event()
-
-    @tl.tool(effect="non_idempotent", timeout=60)
-    def create_ticket(title: str) -> str:
-        if not entered.is_set():
-            entered.set()
-            assert go.wait(30)
-        (tickets / str(time.monotonic_ns())).write_text(title)
-        return "made"
-
-    @create_ticket.check
-    def _(title: str) -> str | None:
-        return "made" if any(tickets.iterdir()) else None
+    create_ticket, entered, go = _held_ticket_tool(tickets)
 
     from toolledger.testing import elsewhere
 
     url = request.getfixturevalue("postgres_store_url")
     block = tool_use("t", "create_ticket", title="x")
     with tl.open_store(url) as worker, tl.open_store(url) as fresh:
-        worker.backend._pool.wait()  # type: ignore[attr-defined]  # no connection opens later
-        clock = worker.backend.server_clock  # type: ignore[attr-defined]
-        epoch, at = clock._base
-        clock._base = (epoch - 120, at)  # its reading predates the step
+        _stepped(worker, -120)  # its reading predates the step
         ledger = worker.ledger("s")
         running = threading.Thread(
             target=(
@@ -715,30 +731,14 @@ def test_a_server_clock_stepped_back_never_ends_a_running_attempt_early(
     the clock afresh before it acts on such a judgement, and neither runs it nor lists it in
     doubt."""
     tickets = tmp_path / "tickets"
-    tickets.mkdir()
-    entered, go = threading.Event(), threading.Event()
-
-    @tl.tool(effect="non_idempotent", timeout=60)
-    def create_ticket(title: str) -> str:
-        if not entered.is_set():
-            entered.set()
-            assert go.wait(30)
-        (tickets / str(time.monotonic_ns())).write_text(title)
-        return "made"
-
-    @create_ticket.check
-    def _(title: str) -> str | None:
-        return "made" if any(tickets.iterdir()) else None
+    create_ticket, entered, go = _held_ticket_tool(tickets)
 
     from toolledger.testing import elsewhere
 
     url = request.getfixturevalue("postgres_store_url")
     block = tool_use("t", "create_ticket", title="x")
     with tl.open_store(url) as worker, tl.open_store(url) as ahead:
-        ahead.backend._pool.wait()  # type: ignore[attr-defined]  # no connection opens later
-        clock = ahead.backend.server_clock  # type: ignore[attr-defined]
-        epoch, at = clock._base
-        clock._base = (epoch + 115, at - 5)  # read 5 s ago, before the step back
+        _stepped(ahead, 120, read_ago=5)  # read before the step back
         running = threading.Thread(
             target=tl.run_tool_uses,
             args=([block], [create_ticket]),
@@ -809,11 +809,8 @@ def test_a_lease_set_on_a_stale_reading_of_the_server_clock_is_written_on_the_se
 
     url = request.getfixturevalue("postgres_store_url")
     with tl.open_store(url) as worker, tl.open_store(url) as fresh, tl.open_store(url) as ahead:
-        for store, step in ((worker, -120), (ahead, 120)):
-            store.backend._pool.wait()  # type: ignore[attr-defined]
-            clock = store.backend.server_clock  # type: ignore[attr-defined]
-            epoch, at = clock._base
-            clock._base = (epoch + step - 5, at - 5)  # read 5 s ago, before the step
+        _stepped(worker, -120, read_ago=5)  # read before the step forward
+        _stepped(ahead, 120, read_ago=5)  # read before the step back
         stale_now = worker.now()
         lease = Lease(
             session_id="s", owner="w", token=1, expires_at=stale_now + 30, holder=None, ttl=30
@@ -865,10 +862,7 @@ def test_an_agent_turn_on_a_stale_reading_of_the_server_clock_keeps_its_call_in_
         ScriptedModel([Reply(tool_uses=uses), Reply(text="done")]) as model,
     ):
         agent = tl.Agent(client=model.client(), model="m", tools=[create_ticket], store=worker)
-        worker.backend._pool.wait()  # type: ignore[attr-defined]
-        clock = worker.backend.server_clock  # type: ignore[attr-defined]
-        epoch, at = clock._base
-        clock._base = (epoch - 125, at - 5)  # read 5 s ago, before the step
+        _stepped(worker, -120, read_ago=5)  # read before the step
 
         def run() -> None:
             try:

@@ -35,6 +35,52 @@ def url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue("postgres_store_url"))
 
 
+def _reply_lost_once(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The first one-statement write's reply is lost after it landed (the connection drops):
+    the driver sends it again. The list says whether that happened."""
+    real_carry = pg_call.Call.carry
+    lost: list[bool] = []
+
+    def carry(self: pg_call.Call[Any], conn: Any) -> Any:
+        value = yield from real_carry(self, conn)
+        if self.write and self.single and self.attempt == 0 and not lost:
+            lost.append(True)
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return value
+
+    monkeypatch.setattr(pg_call.Call, "carry", carry)
+    return lost
+
+
+def _cut_then_refused(
+    monkeypatch: pytest.MonkeyPatch, store: tl.Store, url: str, tool_use_id: str
+) -> list[bool]:
+    """The first commit holding ``tool_use_id``'s intent is cut before it reaches the server
+    (its outcome unknown), and the resend that reconciles it is refused by the clock check (a
+    step of 120 s meanwhile). The list has two items once both happened."""
+    real_clock = pg_call.Carried.__call__
+    real_apply = store.backend.apply
+    cut: list[bool] = []
+
+    def stepped(self: pg_call.Carried, at: tuple[float, float]) -> float:
+        return real_clock(self, at) + (120.0 if len(cut) == 1 else 0.0)
+
+    def apply(session_id: str, ops: list[Op]) -> list[bool]:
+        mine = any(isinstance(o, InsertEffect) and o.record.tool_use_id == tool_use_id for o in ops)
+        if mine and not cut:
+            cut.append(True)
+            raise StoreUnavailableError("cut", url=url, outcome_unknown=True)
+        try:
+            return real_apply(session_id, ops)
+        finally:
+            if mine and len(cut) == 1:
+                cut.append(True)  # the reconciling resend was sent (and refused)
+
+    monkeypatch.setattr(pg_call.Carried, "__call__", stepped)
+    monkeypatch.setattr(store.backend, "apply", apply)
+    return cut
+
+
 def test_a_process_slow_to_send_its_intent_is_not_taken_for_a_clock_that_moved(url: str) -> None:
     """1.2 s pass between building the intent and handing it to the store (a slow ``redact``
     hook; a busy event loop would do the same): the server's clock moved on by as much, and so
@@ -64,21 +110,12 @@ def test_an_intent_whose_reply_was_lost_and_whose_resend_the_clock_refuses_is_fo
     stepped, so the resend is refused by its check. The intent is read back: it is ours, it
     landed, and the tool runs once — not "in doubt" for a call that never ran, not "not
     executed" for one whose intent is durable."""
-    real_carry = pg_call.Call.carry
+    lost = _reply_lost_once(monkeypatch)
     real_clock = pg_call.Carried.__call__
-    lost: list[bool] = []
-
-    def carry(self: pg_call.Call[Any], conn: Any) -> Any:
-        value = yield from real_carry(self, conn)
-        if self.write and self.single and self.attempt == 0 and not lost:
-            lost.append(True)
-            raise psycopg.OperationalError("server closed the connection unexpectedly")
-        return value
 
     def stepped(self: pg_call.Carried, at: tuple[float, float]) -> float:
         return real_clock(self, at) + (120.0 if lost else 0.0)  # the resend: 120 s off
 
-    monkeypatch.setattr(pg_call.Call, "carry", carry)
     monkeypatch.setattr(pg_call.Carried, "__call__", stepped)
     made: list[str] = []
     with tl.open_store(url) as store:
@@ -98,30 +135,10 @@ def test_a_reconciled_commit_the_clock_refuses_keeps_the_outcomes_it_carried(
     unknown (cut before it reached the server); the reconciling resend is refused by the
     clock check. Nothing of it landed: the outcome is sent again with the intent built anew —
     no alert, both calls run once, both records settled."""
-    real_clock = pg_call.Carried.__call__
-    cut: list[bool] = []
-
-    def stepped(self: pg_call.Carried, at: tuple[float, float]) -> float:
-        return real_clock(self, at) + (120.0 if len(cut) == 1 else 0.0)
-
-    monkeypatch.setattr(pg_call.Carried, "__call__", stepped)
     made: list[str] = []
     alerts: list[tl.LedgerWriteError] = []
     with tl.open_store(url) as store:
-        real_apply = store.backend.apply
-
-        def apply(session_id: str, ops: list[Op]) -> list[bool]:
-            second = any(isinstance(o, InsertEffect) and o.record.tool_use_id == "b" for o in ops)
-            if second and not cut:
-                cut.append(True)
-                raise StoreUnavailableError("cut", url=url, outcome_unknown=True)
-            try:
-                return real_apply(session_id, ops)
-            finally:
-                if second and len(cut) == 1:
-                    cut.append(True)  # the reconciling resend was sent (and refused)
-
-        monkeypatch.setattr(store.backend, "apply", apply)
+        cut = _cut_then_refused(monkeypatch, store, url, "b")
         blocks = [tool_use(i, "create_ticket", title=i) for i in ("a", "b")]
         results = tl.run_tool_uses(
             blocks, [_ticket_tool(made)], ledger=store.ledger("s"), on_alert=alerts.append
@@ -143,17 +160,7 @@ def test_a_lease_take_whose_reply_was_lost_is_found_taken_with_the_expiry_the_se
     """A take set on a reading 5 s stale lands with the expiry the server's clock sets; its
     reply is lost and it is sent again. The lease read back is ours whatever its expiry: the
     take is reported done, not the session busy with our own lease."""
-    real_carry = pg_call.Call.carry
-    lost: list[bool] = []
-
-    def carry(self: pg_call.Call[Any], conn: Any) -> Any:
-        value = yield from real_carry(self, conn)
-        if self.write and self.single and self.attempt == 0 and not lost:
-            lost.append(True)
-            raise psycopg.OperationalError("server closed the connection unexpectedly")
-        return value
-
-    monkeypatch.setattr(pg_call.Call, "carry", carry)
+    lost = _reply_lost_once(monkeypatch)
     with tl.open_store(url) as store:
         sent = store.now() - 5 + 30
         lease = Lease(session_id="s", owner="me/abc", token=1, expires_at=sent, ttl=30.0)
@@ -223,33 +230,13 @@ def test_one_call_whose_reconciled_intent_the_clock_refuses_is_sent_anew(
     from toolledger import _switches as switches
 
     monkeypatch.setattr(switches, "STRAIGHT", not general)
-    real_clock = pg_call.Carried.__call__
-    cut: list[bool] = []
-
-    def stepped(self: pg_call.Carried, at: tuple[float, float]) -> float:
-        return real_clock(self, at) + (120.0 if len(cut) == 1 else 0.0)
-
-    monkeypatch.setattr(pg_call.Carried, "__call__", stepped)
     made: list[str] = []
     with tl.open_store(url) as store:
         tool = _ticket_tool(made)
         tl.run_tool_uses(
             [tool_use("w", "create_ticket", title="w")], [tool], ledger=store.ledger("s")
         )
-        real_apply = store.backend.apply
-
-        def apply(session_id: str, ops: list[Op]) -> list[bool]:
-            mine = any(isinstance(o, InsertEffect) and o.record.tool_use_id == "a" for o in ops)
-            if mine and not cut:
-                cut.append(True)
-                raise StoreUnavailableError("cut", url=url, outcome_unknown=True)
-            try:
-                return real_apply(session_id, ops)
-            finally:
-                if mine and len(cut) == 1:
-                    cut.append(True)  # the reconciling resend was sent (and refused)
-
-        monkeypatch.setattr(store.backend, "apply", apply)
+        cut = _cut_then_refused(monkeypatch, store, url, "a")
         (result,) = tl.run_tool_uses(
             [tool_use("a", "create_ticket", title="a")], [tool], ledger=store.ledger("s")
         )

@@ -7,11 +7,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import partial
 from typing import Any
 
 from .._constructors import install, slot_setters
-from .._liveness import Verdict, flight_key, judge
+from .._liveness import Verdict, flight_key
 from ..adapters import ResultShape
 from ..codec import valid_unicode
 from ..errors import LedgerWriteError, ToolLedgerError
@@ -111,17 +110,7 @@ class Env:
     def judge(self, record: EffectRecord, lease: Lease | None) -> Verdict:
         """Whether ``record``'s attempt may still take effect, as the store judges it
         (``Store.judge``), with ``lease`` read by the caller's driver."""
-        store = self.ledger.store
-        return store.judged(
-            partial(
-                judge,
-                record,
-                lease=lease,
-                runtime=store.runtime,
-                url=store.place,
-                shared_clock=store.shared_clock,
-            )
-        )
+        return self.ledger.store.judge_with(record, lease)
 
     def lease_state(self, lease: Lease | None) -> Verdict:
         """Whether a session's ``lease`` is held by a run that may still write

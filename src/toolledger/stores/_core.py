@@ -193,6 +193,11 @@ class StoreCore:
     def _judge_own(self, record: EffectRecord, lease: Lease | None) -> Verdict:
         if lease is None and record.lease_token is not None:
             lease = self.backend.read_lease(record.session_id)
+        return self.judge_with(record, lease)
+
+    def judge_with(self, record: EffectRecord, lease: Lease | None) -> Verdict:
+        """``record``'s verdict with ``lease`` as the caller read it (``None``: the session
+        holds none), as ``judged`` makes it."""
         return self.judged(
             partial(
                 judge,

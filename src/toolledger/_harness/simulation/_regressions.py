@@ -154,7 +154,7 @@ def regression(name: str | None) -> Iterator[None]:
     patch: Any
     if name == "takeover":
         # The old agent ("exclusive"): any started record is a previous holder's, in doubt.
-        patch = mock.patch("toolledger.engine._batch.judge", return_value=bug)
+        patch = mock.patch("toolledger.engine._batch.Env.judge", return_value=bug)
     elif name == "threads":
         # An attempt registered in flight only after its intent committed (here: never).
         patch = mock.patch("toolledger._liveness.InFlight.add", return_value=None)
