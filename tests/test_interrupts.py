@@ -23,6 +23,7 @@ import pytest
 import toolledger as tl
 from toolledger.codec import input_hash
 from toolledger.ops import InsertEffect
+from toolledger.stores.contract import OP_BUDGET
 from toolledger.testing.conformance import make_record
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
@@ -168,6 +169,9 @@ def test_an_interrupt_as_a_run_ends_leaves_its_session_free(tmp_path: Path, mode
         finally:
             sys.settrace(None)
         assert fired
+        # Nor does its lease's budget (a third of its 1 s) bound this thread's later store
+        # operations: a write of another store here would be cut at 0.33 s.
+        assert OP_BUDGET.get() is None
         time.sleep(1.2)  # the lease it could not give back expires
         assert run(model, "go on").status is tl.RunStatus.COMPLETED
     store.close()

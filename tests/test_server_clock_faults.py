@@ -16,7 +16,6 @@ import toolledger as tl
 from toolledger.errors import StoreUnavailableError
 from toolledger.ops import InsertEffect, Op, TakeLease
 from toolledger.records import Lease, Status
-from toolledger.stores.contract import operations_within
 from toolledger.stores.postgres import call as pg_call
 
 from .conftest import tool_use
@@ -209,10 +208,7 @@ def test_an_intent_late_in_a_slow_transaction_is_not_taken_for_a_clock_that_move
 
             store.backend.apply = apply  # type: ignore[method-assign]
             blocks = [tool_use(i, "create_ticket", title=i) for i in ("a", "b")]
-            # The store's own operation deadline, whatever budget an earlier test of this
-            # process left in force (under make test one left 0.33 s: being looked into).
-            with operations_within(None):
-                results = tl.run_tool_uses(blocks, [create_ticket], ledger=store.ledger("s"))
+            results = tl.run_tool_uses(blocks, [create_ticket], ledger=store.ledger("s"))
             assert [r.get("is_error", False) for r in results] == [False, False], results
             records = store.backend.read_effects("s")
             assert {k: r.status for k, r in records.items()} == {

@@ -275,17 +275,19 @@ def drive(gen: Generator[Request, Any, T], io: IOContext) -> T:
         result: T = stop.value
         return result
     finally:
-        io.busy_since = None
-        if io.fence is not None:  # first, with no call before it: never left held by a run
-            io.store.runtime.live_runs.discard(io.fence.lease.owner)
-        heartbeats.remove(io)
-        dropped = drop_lease(io)
-        if dropped:
-            try:
-                io.store.apply(io.session_id, dropped)
-            except Exception as exc:
-                give_back_later(io, dropped, exc)
-        OP_BUDGET.reset(budget)
+        try:
+            io.busy_since = None
+            if io.fence is not None:  # first, with no call before it: never left held by a run
+                io.store.runtime.live_runs.discard(io.fence.lease.owner)
+            heartbeats.remove(io)
+            dropped = drop_lease(io)
+            if dropped:
+                try:
+                    io.store.apply(io.session_id, dropped)
+                except Exception as exc:
+                    give_back_later(io, dropped, exc)
+        finally:  # an interrupt above (Ctrl-C) leaves no lease's budget on later operations
+            OP_BUDGET.reset(budget)
 
 
 def commit_now(
@@ -382,20 +384,22 @@ async def adrive(gen: Generator[Request, Any, T], io: IOContext) -> T:
         # Python 3.11 ``asyncio.timeout`` and ``TaskGroup`` know it by its exact type.
         raise asyncio.CancelledError(*late.args) from None
     finally:
-        io.busy_since = None
-        if io.fence is not None:  # first, with no call before it: never left held by a run
-            io.store.runtime.live_runs.discard(io.fence.lease.owner)
-        if isinstance(io.keeper, asyncio.Task):
-            io.keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await io.keeper
-        dropped = drop_lease(io)
-        if dropped:
-            try:
-                await io.store.aapply(io.session_id, dropped)
-            except Exception as exc:
-                give_back_later(io, dropped, exc)
-        OP_BUDGET.reset(budget)
+        try:
+            io.busy_since = None
+            if io.fence is not None:  # first, with no call before it: never left held by a run
+                io.store.runtime.live_runs.discard(io.fence.lease.owner)
+            if isinstance(io.keeper, asyncio.Task):
+                io.keeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await io.keeper
+            dropped = drop_lease(io)
+            if dropped:
+                try:
+                    await io.store.aapply(io.session_id, dropped)
+                except Exception as exc:
+                    give_back_later(io, dropped, exc)
+        finally:  # a cancellation or an interrupt above leaves no lease's budget behind
+            OP_BUDGET.reset(budget)
 
 
 async def _aanswer(request: Request, io: IOContext) -> Any:
