@@ -728,6 +728,100 @@ def test_a_key_forwarding_call_its_root_made_since_answers_a_branch_from_that_re
     no_errors(store)
 
 
+@pytest.mark.parametrize(
+    "order",
+    [("first", "second", PARENT), ("second", "first", PARENT), ("first", PARENT, "second")],
+)
+def test_a_key_forwarding_call_made_first_on_branches_forwards_the_lineage_key(
+    store: tl.Store, order: tuple[str, str, str]
+) -> None:
+    """A key-forwarding call writes no intent and is not claimed: made first on a branch, its
+    lineage's first session holds no record of it, and it runs where it is asked. On every
+    session of the lineage it forwards one key, the first session's — it ran under each
+    branch's own, and a receiver that honours keys sent the e-mail once per branch."""
+    mail = MailServer()
+
+    @tl.tool(effect="non_idempotent", forwards_idempotency_key=True, name="send_email")
+    def keyed_email(to: str, ctx: tl.ToolContext) -> str:
+        """Send an e-mail; its Message-ID is the call's idempotency key."""
+        mail.handed.append((ctx.idempotency_key, to))
+        mail.kept.setdefault(ctx.idempotency_key, to)
+        return f"sent to {to}"
+
+    script = [
+        *GREETED,
+        Reply(tool_uses=[ToolUse("send_email", {"to": "ana"}, id="toolu_keyed")]),
+        Reply(text="Sent."),
+    ]
+    with ScriptedModel(GREETED) as model:
+        tl.Agent(client=model.client(), model="m", tools=[keyed_email], store=store).run(
+            session=PARENT, prompt="Say hello."
+        )
+    first = tl.fork(store, PARENT, at_turn=1, new_session="first")
+    tl.fork(store, first, at_turn=1, new_session="second")
+    for session in order:
+        with ScriptedModel(script) as model:
+            agent = tl.Agent(client=model.client(), model="m", tools=[keyed_email], store=store)
+            assert agent.run(session=session, prompt="Tell Ana.").status is tl.RunStatus.COMPLETED
+    key = idempotency_key(PARENT, "toolu_keyed")
+    assert {k for k, _ in mail.handed} == {key}, "one key for the lineage"
+    assert mail.sent() == ["ana"], "one e-mail"
+    for session in order:
+        held = store.ledger(session).get("toolu_keyed")
+        assert held is not None and held.status is tl.Status.SUCCEEDED, session
+        assert held.key_session == PARENT, session
+    no_errors(store)
+
+
+def test_two_branches_making_a_key_forwarding_call_at_once_forward_one_key(
+    store: tl.Store,
+) -> None:
+    """Two branches' runs, on two threads, make the same new key-forwarding call at the same
+    moment (both are inside the tool together): neither ledger can see the other's run, and
+    both forward the lineage's key — one e-mail."""
+    mail = MailServer()
+    inside = threading.Barrier(2, timeout=20)
+
+    @tl.tool(effect="non_idempotent", forwards_idempotency_key=True, name="send_email")
+    def keyed_email(to: str, ctx: tl.ToolContext) -> str:
+        """Send an e-mail; its Message-ID is the call's idempotency key."""
+        inside.wait()  # both runs are making the call now
+        with lock:
+            mail.handed.append((ctx.idempotency_key, to))
+            mail.kept.setdefault(ctx.idempotency_key, to)
+        return f"sent to {to}"
+
+    lock = threading.Lock()
+    script = [
+        *GREETED,
+        Reply(tool_uses=[ToolUse("send_email", {"to": "ana"}, id="toolu_keyed")]),
+        Reply(text="Sent."),
+    ]
+    with ScriptedModel(GREETED) as model:
+        tl.Agent(client=model.client(), model="m", tools=[keyed_email], store=store).run(
+            session=PARENT, prompt="Say hello."
+        )
+    first = tl.fork(store, PARENT, at_turn=1, new_session="first")
+    second = tl.fork(store, PARENT, at_turn=1, new_session="second")
+    runs: dict[str, tl.RunStatus] = {}
+
+    def go(session: str) -> None:
+        with ScriptedModel(script) as model:
+            agent = tl.Agent(client=model.client(), model="m", tools=[keyed_email], store=store)
+            runs[session] = agent.run(session=session, prompt="Tell Ana.").status
+
+    threads = [threading.Thread(target=go, args=(s,)) for s in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert runs == {first: tl.RunStatus.COMPLETED, second: tl.RunStatus.COMPLETED}
+    key = idempotency_key(PARENT, "toolu_keyed")
+    assert mail.handed == [(key, "ana"), (key, "ana")], "both ran it, under one key"
+    assert mail.sent() == ["ana"], "one e-mail"
+    no_errors(store)
+
+
 def test_a_branch_stopped_for_a_call_not_run_yet_names_no_resolve(store: tl.Store) -> None:
     """The parent's last turn asks for a call not run there yet (it waits for a person's
     approval): the fork that meets it stops, and its reason says to run the parent (deciding

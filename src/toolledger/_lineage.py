@@ -43,8 +43,10 @@ class ForkedEffect:
 
     ``state`` is what its ledger record said when the branch was made: ``succeeded``,
     ``in_doubt`` (started, its attempt over with no outcome) or ``in_progress`` (started, its
-    attempt possibly still running). ``session_id`` is where the call was made (the parent of a
-    fork, or a session further up). ``result`` is the recorded result's JSON text, whole
+    attempt possibly still running). ``session_id`` is the session whose id keys the call
+    (``EffectRecord.key_session``): where it was made — the parent of a fork, or a session
+    further up — or its lineage's first session, whose key a key-forwarding call made first on
+    a branch forwards. ``result`` is the recorded result's JSON text, whole
     (``None``: none recorded)."""
 
     session_id: str

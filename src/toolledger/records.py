@@ -175,7 +175,9 @@ class EffectRecord:
     ``toolledger.branches._branching``). A
     fork copies every call of its lineage into its ledger: the same call, not a new one.
     ``made_in`` is the session the call was made in: its idempotency key is made from that
-    session's id (``key_session``), the same on every branch. ``origin`` is set while the
+    session's id (``key_session``), the same on every branch — or, for a key-forwarding call a
+    branch made first, its lineage's first session, whose key every session of the lineage
+    that makes the call forwards. ``origin`` is set while the
     record is a copy standing for another session's record of the call — it takes that
     record's outcome, and never runs on the branch while that record is there
     (``toolledger.engine._copies``); an attempt the branch runs itself clears it. ``None`` for both:

@@ -130,9 +130,7 @@ def _context(
     return ToolContext(
         session_id=env.session_id,
         tool_use_id=call.tool_use_id,
-        idempotency_key=idempotency_key(
-            record.key_session if record is not None else env.session_id, call.tool_use_id
-        ),
+        idempotency_key=idempotency_key(env.key_session(call, record), call.tool_use_id),
         in_doubt=in_doubt,
         attempt=attempt,
         deadline=env.clock() + left,

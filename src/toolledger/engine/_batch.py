@@ -99,6 +99,10 @@ class Env:
     """This worker's clock (``Store.clock``): the timestamps people read."""
     now: Callable[[], float] = field(init=False)
     """The store's clock (``Store.now``): deadlines and leases are on it."""
+    keyed: dict[str, str] = field(init=False)
+    """The session whose id keys a call this branch makes first, by tool_use_id, where that is
+    not this one: a key-forwarding call its lineage's first session holds no record of
+    (``toolledger.engine._claims``) forwards that session's key, the lineage's."""
 
     @property
     def holder(self) -> Holder | None:
@@ -106,6 +110,15 @@ class Env:
 
     def flight(self, call: ToolCall) -> tuple[str, str, str]:
         return flight_key(self.ledger.store.place, self.session_id, call.tool_use_id)
+
+    def key_session(self, call: ToolCall, record: EffectRecord | None) -> str:
+        """The session whose id makes ``call``'s idempotency key: where its ``record`` says it
+        was made (``EffectRecord.made_in``), else the lineage's when this branch makes it first
+        (``keyed``), else this one."""
+        made = record.made_in if record is not None else None
+        if made is None and self.keyed:
+            made = self.keyed.get(call.tool_use_id)
+        return made if made is not None else self.session_id
 
     def judge(self, record: EffectRecord, lease: Lease | None) -> Verdict:
         """Whether ``record``'s attempt may still take effect, as the store judges it
@@ -157,7 +170,9 @@ class Env:
             deadline=deadline,
             history=history,
             boot_deadline=boot_deadline,
-            made_in=replaces.made_in if replaces is not None else None,
+            made_in=self.keyed.get(call.tool_use_id)
+            if replaces is None or replaces.made_in is None
+            else replaces.made_in,
         )
 
     def boot_deadline(self, timeout: float) -> str | None:
@@ -198,6 +213,7 @@ def _env_init(
     s[7](self, store.url)
     s[8](self, store.clock)
     s[9](self, store.now)
+    s[10](self, {})
 
 
 install(Env, _env_init)

@@ -14,8 +14,9 @@ takes its outcome, waits while it runs, answers in doubt naming where it is sett
 Only calls whose second run would add an effect and whose intent is written before they run are
 claimed (non-idempotent tools that do not forward their key, and high-impact ones); a read-only,
 idempotent or key-forwarding call runs where it is asked — a non-idempotent key-forwarding one
-once a read of the root found no record of it there (``looks_up``). A session no fork made
-claims nothing: its own ledger is the root's, where its intents meet the claims.
+once a read of the root found no record of it there (``looks_up``), under the root's key. A
+session no fork made claims nothing: its own ledger is the root's, where its intents meet the
+claims.
 """
 
 from __future__ import annotations
@@ -117,11 +118,18 @@ def _look_up(
 ) -> Generator[Request, Any, EffectRecord | None]:
     """``call`` of a tool that is not claimed (``looks_up``), about to be made on this branch:
     ``None`` when its lineage's root holds no record of it (it runs here), else the record this
-    session now holds for it — a copy of the root's, settled as a fork's copies are."""
+    session now holds for it — a copy of the root's, settled as a fork's copies are. Run here,
+    it forwards the root's key (``Env.keyed``): the key of the lineage, which every session of
+    it that makes the call first forwards too — the root, or another branch — so a receiver
+    that honours keys takes it once, though no ledger of the lineage saw the others' runs."""
     found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id], session=root)
     there = found.get(call.tool_use_id)
-    if there is None or (there.tool, there.input_hash) != (call.name, call.input_hash):
-        return None  # not recorded there (or another call of that id): this session's own
+    if there is None:
+        if record is None or record.made_in is None:
+            env.keyed[call.tool_use_id] = root
+        return None
+    if (there.tool, there.input_hash) != (call.name, call.input_hash):
+        return None  # another call of that id: this session's own, under its own key
     copy = copy_of(there, env.session_id)
     return (yield from _hold(call, copy, record))
 
