@@ -169,10 +169,14 @@ class HoldLease:
 
 @dataclass(frozen=True, slots=True)
 class DropLease:
-    """Give the lease up (it expires now) if it still carries ``token``. Applied → ``True``."""
+    """Give the lease up (it expires now) if it still carries ``token`` — and, when ``owner``
+    is given, is still held by that owner: a take that may not have landed is given back
+    without touching another's, taken from the same reading with the same token. Applied →
+    ``True``."""
 
     session_id: str
     token: int
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

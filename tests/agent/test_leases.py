@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -492,6 +493,67 @@ def test_a_thread_that_reads_the_lease_just_taken_by_another_finds_it_held(
             worker.join(30)
     (ran,) = first
     assert isinstance(ran, tl.Run) and ran.status is tl.RunStatus.COMPLETED, ran
+
+
+@pytest.mark.parametrize("where", ["commit", "hold"])
+def test_a_take_an_interrupt_cut_off_is_given_back_for_this_host_s_other_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Ctrl-C lands as the lease take commits (its reply never read) or just after, before the
+    driver held it: no run of this process holds the lease, but this host's other processes
+    judge it by its holder — this process, alive — and would find the session busy for as long
+    as this process lives (a notebook, a server). The take is given back in the background,
+    and another process then takes the session at once."""
+    from toolledger.engine import _drivers
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    fired: list[bool] = []
+    if where == "commit":
+        real_commit = _drivers.commit_now
+
+        def cut(io: Any, ops: list[Any], **kw: Any) -> Any:
+            answer = real_commit(io, ops, **kw)
+            if isinstance(ops[0], TakeLease) and not fired:
+                fired.append(True)
+                raise KeyboardInterrupt  # landed; its answer never reaches the run
+            return answer
+
+        monkeypatch.setattr(_drivers, "commit_now", cut)
+    else:
+        real_hold = _drivers.hold
+
+        def interrupted(io: Any, fence: Any) -> None:
+            if not fired:
+                fired.append(True)
+                raise KeyboardInterrupt
+            real_hold(io, fence)
+
+        monkeypatch.setattr(_drivers, "hold", interrupted)
+    with tl.open_store(url) as store, ScriptedModel([Reply(text="done")]) as m:
+        agent = tl.Agent(client=m.client(), model="x", tools=[], store=store, lease_ttl=60)
+        with pytest.raises(KeyboardInterrupt):
+            agent.run(session="s", prompt="go")
+        assert fired
+        deadline = time.monotonic() + 15
+        while (lease := store.lease("s")) is not None and lease.expires_at > 0:
+            assert time.monotonic() < deadline, f"the take is still held: {lease}"
+            time.sleep(0.1)
+        assert lease is not None and lease.holder is not None  # it landed, and was given back
+    verdict = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, toolledger as tl\n"
+            "with tl.open_store(sys.argv[1]) as s:\n"
+            "    print(type(s.lease_state(s.lease('s'))).__name__)",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert verdict.stdout.strip() == "Over", verdict
 
 
 def test_an_interrupt_between_the_take_and_its_hold_leaves_no_run_registered(

@@ -34,6 +34,7 @@ from ..adapters import provider_for
 from ..approvals._notify import Notifier, Target, in_doubt_calls, notifier
 from ..engine import _leases as leases
 from ..engine import _telemetry as telemetry
+from ..engine._background import keeper
 from ..engine._drivers import (
     AlertHook,
     CallModel,
@@ -52,7 +53,7 @@ from ..engine._drivers import (
 from ..engine._outcomes import Batch, CallOutcome, ahead
 from ..engine._runner import process_batch
 from ..errors import ConfigurationError, LedgerWriteError, ModelCallError, SessionConflictError
-from ..ops import Op, PutSession, TakeLease
+from ..ops import DropLease, Op, PutSession, TakeLease
 from ..records import Lease, RunStatus, SessionState, StoredMessage
 from ..stores.store import Store, check_session_id
 from ..tools import ToolSet
@@ -240,8 +241,13 @@ class Agent:
         try:
             yield from commit_or_raise([take])
             yield Fence(take.lease, self.lease_ttl)  # held from here: the driver gives it back
-        except BaseException:
+        except BaseException as exc:
             live.discard(owner)  # an interrupt before the driver held it leaves it registered
+            if not isinstance(exc, SessionConflictError):
+                # The take may have landed (an interrupt, an unknown outcome) with no run to
+                # give it back: this host's other processes would find it held for as long as
+                # this process lives. Given back in the background, if it is still ours.
+                keeper.keep(self.store, sid, [DropLease(sid, take.lease.token, owner)], [])
             raise
         return take
 

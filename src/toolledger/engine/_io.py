@@ -99,4 +99,4 @@ def drop_lease(io: IOContext) -> list[Op]:
     lease = io.fence.lease
     io.fence = None
     io.store.runtime.live_runs.discard(lease.owner)
-    return [DropLease(lease.session_id, lease.token)]
+    return [DropLease(lease.session_id, lease.token, lease.owner)]

@@ -84,7 +84,11 @@ def apply_ops(session_id: str, data: SessionData, ops: Sequence[Op]) -> list[boo
             case HoldLease():
                 applied = _hold(session_id, data, op)
             case DropLease():
-                applied = data.lease is not None and data.lease.token == op.token
+                applied = (
+                    data.lease is not None
+                    and data.lease.token == op.token
+                    and op.owner in (None, data.lease.owner)
+                )
                 if applied and data.lease is not None:
                     data.lease = replace(data.lease, expires_at=0.0)
             case DropSession():

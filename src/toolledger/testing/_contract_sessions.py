@@ -352,7 +352,11 @@ class SessionContract:
             ],
         )
         assert store.apply("s", [DropLease("s", 7)]) == [False]
-        assert store.apply("s", [DropLease("s", 1)]) == [True]
+        # Another owner's give-back of the same token (a take from the same reading that did
+        # not land) leaves the lease held.
+        assert store.apply("s", [DropLease("s", 1, "other")]) == [False]
+        assert store.lease("s").expires_at == 100.0  # type: ignore[union-attr]
+        assert store.apply("s", [DropLease("s", 1, "o")]) == [True]
         dropped = store.lease("s")
         assert dropped is not None and dropped.expires_at == 0.0 and dropped.token == 1
         again = Lease(session_id="s", owner="p", token=2, expires_at=50.0)

@@ -321,6 +321,7 @@ def fenced_update_statement(op: UpdateEffect) -> str:
 
 
 DROP_LEASE = "UPDATE leases SET expires_at = 0 WHERE session_id = ? AND token = ?"
+DROP_LEASE_OF = DROP_LEASE + " AND owner = ?"
 
 
 # -- removing a session (retention) -------------------------------------------------------------

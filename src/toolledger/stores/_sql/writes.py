@@ -427,8 +427,10 @@ def _lease_op(
             if done.rowcount != 1:
                 raise lost(session_id, op.token)
             return done
-        case DropLease():
+        case DropLease(owner=None):
             return (yield Step(q.DROP_LEASE, (session_id, op.token)))
+        case DropLease():
+            return (yield Step(q.DROP_LEASE_OF, (session_id, op.token, op.owner)))
         case _:
             assert_never(op)
 
