@@ -773,6 +773,58 @@ def test_a_key_forwarding_call_made_first_on_branches_forwards_the_lineage_key(
     no_errors(store)
 
 
+def test_a_fork_s_copy_of_a_key_forwarding_call_handed_back_forwards_the_lineage_key(
+    store: tl.Store,
+) -> None:
+    """A branch (``first``) is asked for a key-forwarding call it cannot make (its tool is
+    missing: answered with an error, nothing recorded); a fork of it made after that turn
+    (``second``) holds a copy of the call as not run, standing for ``first``'s. Both are rewound
+    and replayed with the tool, the fork first: handed the call back (its origin no longer asks
+    for it), the fork makes it — under the lineage's key, as ``first`` then does. It ran under
+    ``first``'s key there, and a receiver that honours keys sent two e-mails."""
+    mail = MailServer()
+
+    @tl.tool(effect="non_idempotent", forwards_idempotency_key=True, name="send_email")
+    def keyed_email(to: str, ctx: tl.ToolContext) -> str:
+        """Send an e-mail; its Message-ID is the call's idempotency key."""
+        mail.handed.append((ctx.idempotency_key, to))
+        mail.kept.setdefault(ctx.idempotency_key, to)
+        return f"sent to {to}"
+
+    @tl.tool(effect="read_only")
+    def look(q: str) -> str:
+        """Look something up."""
+        return q
+
+    ask = Reply(tool_uses=[ToolUse("send_email", {"to": "ana"}, id="toolu_keyed")])
+    with ScriptedModel(GREETED) as model:
+        tl.Agent(client=model.client(), model="m", tools=[keyed_email], store=store).run(
+            session=PARENT, prompt="Say hello."
+        )
+    first = tl.fork(store, PARENT, at_turn=1, new_session="first")
+    with ScriptedModel([*GREETED, ask, Reply(text="Cannot.")]) as model:
+        tl.Agent(client=model.client(), model="m", tools=[look], store=store).run(
+            session=first, prompt="Tell Ana."
+        )
+    assert store.ledger(first).get("toolu_keyed") is None
+    second = tl.fork(store, first, at_turn=2, new_session="second")
+    copy = store.ledger(second).get("toolu_keyed")
+    assert copy is not None and copy.copied and copy.status is tl.Status.NOT_HAPPENED
+    tl.rewind(store, first, to_turn=1)
+    tl.rewind(store, second, to_turn=1)
+    for session in (second, first):
+        with ScriptedModel([*GREETED, ask, Reply(text="Sent.")]) as model:
+            agent = tl.Agent(client=model.client(), model="m", tools=[keyed_email], store=store)
+            assert agent.run(session=session, prompt="Tell Ana.").status is tl.RunStatus.COMPLETED
+    key = idempotency_key(PARENT, "toolu_keyed")
+    assert mail.handed == [(key, "ana"), (key, "ana")], "both made it, under one key"
+    assert mail.sent() == ["ana"], "one e-mail"
+    for session in (first, second):
+        made = store.ledger(session).get("toolu_keyed")
+        assert made is not None and made.key_session == PARENT, session
+    no_errors(store)
+
+
 def test_two_branches_making_a_key_forwarding_call_at_once_forward_one_key(
     store: tl.Store,
 ) -> None:

@@ -100,9 +100,10 @@ class Env:
     now: Callable[[], float] = field(init=False)
     """The store's clock (``Store.now``): deadlines and leases are on it."""
     keyed: dict[str, str] = field(init=False)
-    """The session whose id keys a call this branch makes first, by tool_use_id, where that is
-    not this one: a key-forwarding call its lineage's first session holds no record of
-    (``toolledger.engine._claims``) forwards that session's key, the lineage's."""
+    """The session whose id keys a call this branch is about to make, by tool_use_id, where
+    that is not what its record says: a key-forwarding call its lineage's first session holds
+    no record of (``toolledger.engine._claims.look_up``) forwards that session's key, the
+    lineage's — fresh, or a fork's copy of it that its origin handed back."""
 
     @property
     def holder(self) -> Holder | None:
@@ -112,13 +113,13 @@ class Env:
         return flight_key(self.ledger.store.place, self.session_id, call.tool_use_id)
 
     def key_session(self, call: ToolCall, record: EffectRecord | None) -> str:
-        """The session whose id makes ``call``'s idempotency key: where its ``record`` says it
-        was made (``EffectRecord.made_in``), else the lineage's when this branch makes it first
-        (``keyed``), else this one."""
-        made = record.made_in if record is not None else None
-        if made is None and self.keyed:
-            made = self.keyed.get(call.tool_use_id)
-        return made if made is not None else self.session_id
+        """The session whose id makes ``call``'s idempotency key: the lineage's when this
+        branch makes it first (``keyed``), else where its ``record`` says it was made
+        (``EffectRecord.key_session``), else this one."""
+        made = self.keyed.get(call.tool_use_id) if self.keyed else None
+        if made is not None:
+            return made
+        return record.key_session if record is not None else self.session_id
 
     def judge(self, record: EffectRecord, lease: Lease | None) -> Verdict:
         """Whether ``record``'s attempt may still take effect, as the store judges it
@@ -170,9 +171,9 @@ class Env:
             deadline=deadline,
             history=history,
             boot_deadline=boot_deadline,
-            made_in=self.keyed.get(call.tool_use_id)
-            if replaces is None or replaces.made_in is None
-            else replaces.made_in,
+            made_in=self.keyed.get(call.tool_use_id, replaces.made_in)
+            if replaces is not None
+            else self.keyed.get(call.tool_use_id),
         )
 
     def boot_deadline(self, timeout: float) -> str | None:

@@ -42,6 +42,7 @@ __all__ = [
     "claim",
     "claims",
     "lineage_root",
+    "look_up",
     "looks_up",
     "take_over",
     "to_claim",
@@ -108,12 +109,12 @@ def before_making(
         if call.tool_use_id in own:
             return own[call.tool_use_id], False
     if not claims(env.tools.get(call.name)):
-        return (yield from _look_up(call, record, root, env)), False
+        return (yield from look_up(call, record, root, env)), False
     held = yield from claim(call, record, root, env)
     return held, False
 
 
-def _look_up(
+def look_up(
     call: ToolCall, record: EffectRecord | None, root: str, env: Env
 ) -> Generator[Request, Any, EffectRecord | None]:
     """``call`` of a tool that is not claimed (``looks_up``), about to be made on this branch:
@@ -125,8 +126,7 @@ def _look_up(
     found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id], session=root)
     there = found.get(call.tool_use_id)
     if there is None:
-        if record is None or record.made_in is None:
-            env.keyed[call.tool_use_id] = root
+        env.keyed[call.tool_use_id] = root
         return None
     if (there.tool, there.input_hash) != (call.name, call.input_hash):
         return None  # another call of that id: this session's own, under its own key

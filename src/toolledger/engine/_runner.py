@@ -33,7 +33,7 @@ from . import _decide as decide
 from . import _straight as straight
 from . import _telemetry as telemetry
 from ._attempt import Again, context, run
-from ._claims import before_making, claims, take_over, to_claim
+from ._claims import before_making, claims, lineage_root, look_up, looks_up, take_over, to_claim
 from ._copies import defer
 from ._drivers import (
     Ask,
@@ -245,12 +245,21 @@ def _decide(
         deferred = yield from defer(call, record, env, buf)
         if isinstance(deferred, CallOutcome):
             return deferred
-        if not deferred.status.terminal and claims(env.tools.get(call.name)):
+        tool = env.tools.get(call.name)
+        if not deferred.status.terminal and claims(tool):
             # The session it stood for gave it up: it runs here once the lineage's claim is
             # this session's, else it is decided again from where the call is now.
             deferred, here = yield from take_over(call, deferred, env, buf)
             if not here:
                 return Again(deferred)
+        elif not deferred.status.terminal and looks_up(tool) and deferred.origin is not None:
+            # Handed back, a key-forwarding call is looked up in the lineage's first session,
+            # as a fresh one is: that record answers, else it runs here under that one's key.
+            root = yield from lineage_root(env)
+            if root is not None and root != deferred.origin:
+                held = yield from look_up(call, deferred, root, env)
+                if held is not None:
+                    return Again(held)
         record = deferred
     elif record is not None and record.status is Status.STARTED:
         record = yield from settled_or_over(call, record, env, buf)

@@ -14,10 +14,14 @@ __all__ = ["ToolContext"]
 class ToolContext:
     """What a tool may know about the call it is serving.
 
-    ``idempotency_key`` is stable for one ``(session_id, tool_use_id)`` on every process and
-    machine, and different for every other call: forward it downstream so a repeat can be dropped
-    there. ``in_doubt`` is true when an earlier attempt of this very call may have taken effect
-    (the process died while it ran); ``attempt`` counts executions begun, this one included.
+    ``idempotency_key`` is stable for one call on every process and machine, and different for
+    every other call: forward it downstream so a repeat can be dropped there. One call is one
+    ``tool_use_id`` in one lineage — a session and the branches forked or rewound from it
+    (docs/concepts/branches.md): a branch's call of an id its lineage made forwards the key it
+    was made with, and a key-forwarding call a branch makes first forwards the key of its
+    lineage's first session. ``in_doubt`` is true when an earlier attempt of this very call may
+    have taken effect (the process died while it ran); ``attempt`` counts executions begun, this
+    one included.
     """
 
     session_id: str
