@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from ._invisible import escape_char as _escape
 from ._invisible import has_invisible, invisible_parts, invisible_spots, shown_id
 
-__all__ = ["STORE_ENV", "command", "quote", "shown", "shown_id"]
+__all__ = ["STORE_ENV", "command", "command_label", "commands_in", "quote", "shown", "shown_id"]
 
 STORE_ENV = "TOOLLEDGER_STORE"
 """The variable naming the store a command line opens without ``--store``."""
@@ -74,3 +74,96 @@ def command(
     else:
         words = [*store, name, *ids, *options]
     return " ".join(["toolledger", *(quote(a) for a in words)])
+
+
+def commands_in(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` (a stop reason) names commands: the spans of each `` `toolledger …` ``,
+    backticks included. A command ends at the first backtick outside its quotes — an id may
+    hold one, quoted (``'a`b'``); one left unclosed, or holding what ``quote`` never writes, is
+    not a command."""
+    spans: list[tuple[int, int]] = []
+    at = 0
+    while (start := text.find("`toolledger ", at)) >= 0:
+        end = _command_end(text, start + 1)
+        if end is None:  # not one toolledger printed: words, like the rest
+            at = start + 1
+            continue
+        spans.append((start, end + 1))
+        at = end + 1
+    return spans
+
+
+def _command_end(text: str, i: int) -> int | None:
+    """The index of the backtick that ends the command starting at ``i`` — ``None`` unless
+    every word up to it is one ``quote`` could have written: plain safe characters, a
+    ``'…'`` of visible text, a ``$'…'`` of printable ASCII. Anything else (``;``, ``|``, a
+    ``$(``, a control) is not a command toolledger printed, and is never shown as one."""
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "`":
+            return i
+        if text.startswith("$'", i):
+            i += 2
+            while i < n and text[i] != "'":
+                if not " " <= text[i] <= "~":
+                    return None
+                i += 2 if text[i] == "\\" else 1
+            if i >= n:
+                return None
+        elif c == "'":
+            close = text.find("'", i + 1)
+            if close < 0 or has_invisible(text[i + 1 : close], strict=True):
+                return None
+            i = close
+        elif not (c == " " or c in _PLAIN):
+            return None
+        i += 1
+    return None
+
+
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")
+"""What ``shlex.quote`` leaves unquoted."""
+
+
+def command_label(text: str) -> str:
+    """What a printed command does, in the words a reason can say it with: its subcommand and
+    its options (``resolve --happened``), without the store and the ids it names."""
+    words = _words(text)
+    if words[:1] == ["toolledger"]:
+        words = words[1:]
+    if words[:1] == ["--store"]:
+        words = words[2:]
+    if not words:
+        return text
+    verb, options = words[0], []
+    for w in words[1:]:
+        if w == "--":
+            break
+        if w.startswith("-"):
+            options.append(w)
+    return " ".join([verb, *options])
+
+
+def _words(text: str) -> list[str]:
+    """``text``'s words as printed, split at the blanks outside quotes (the quotes kept: an
+    id is never taken for an option)."""
+    words: list[str] = []
+    start, i, n = 0, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == " ":
+            if i > start:
+                words.append(text[start:i])
+            start = i + 1
+        elif text.startswith("$'", i):
+            i += 2
+            while i < n and text[i] != "'":
+                i += 2 if text[i] == "\\" else 1
+        elif c == "'":
+            j = text.find("'", i + 1)
+            i = n - 1 if j < 0 else j
+        i += 1
+    if start < n:
+        words.append(text[start:])
+    return words

@@ -245,8 +245,9 @@ def test_a_reason_names_commands_that_run_when_pasted(tmp_path: Path) -> None:
         )
         assert agent.run(session=sid, prompt="go").status is tl.RunStatus.AWAITING_APPROVAL
     out = in_terminal(["show", sid, "--store", url], 250)
-    line = next(ln for ln in out.splitlines() if "approve" in ln)
-    command = line[line.index("`toolledger") + 1 :].split("`")[0]
+    # On a screen each command the reason names is a line of its own: pasted whole, it runs.
+    lines = out.splitlines()
+    (command,) = [ln for ln in lines if ln.startswith("toolledger ") and " approve " in ln]
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
     done = subprocess.run(
         ["bash", "-c", command], env=env, capture_output=True, text=True, check=False

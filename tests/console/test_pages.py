@@ -60,6 +60,32 @@ def test_the_sessions_page_lists_every_session_and_filters_by_status(
     assert "2 shown" not in done and "1 shown of 5" in done
 
 
+def test_a_stop_reason_s_commands_are_shown_each_on_a_line_of_its_own(
+    client: TestClient, scene: Scene
+) -> None:
+    """Rule 21: the reason's words name each command by what it does, and each command follows
+    whole in a block of its own (never wrapped), on the session's page and in the sessions
+    table; once settled, none is offered."""
+    with tl.open_store(scene.url) as store:
+        state = store.session("pay-1")
+    assert state is not None and state.reason is not None
+    commands = re.findall(r"`(toolledger [^`]*)`", state.reason)
+    assert len(commands) == 2
+    page = client.get("/session", params={"id": "pay-1"}).text
+    shown = [html.unescape(c) for c in re.findall(r'<pre class="command">([^<]*)</pre>', page)]
+    assert shown == commands
+    assert "Decide with `approve` or `deny`" in html.unescape(page) and "`toolledger" not in page
+    rows = client.get("/sessions/rows", params={"status": "awaiting_approval"}).text
+    cells = [html.unescape(c) for c in re.findall(r'<code class="command">([^<]*)</code>', rows)]
+    assert all(c in cells for c in commands), rows
+    assert "1 turn ·" in page, "one turn, not '1 turns'"
+    with tl.open_store(scene.url) as store:
+        (request,) = [a for a in store.approvals("pay-1") if a.status is ApprovalStatus.PENDING]
+        tl.approvals.decide(store, "pay-1", request.tool_use_id, approved=False, by="ana")
+    page = client.get("/session", params={"id": "pay-1"}).text
+    assert "settled since" in page and 'class="command"' not in page
+
+
 def test_a_session_page_shows_its_calls_with_secrets_masked(client: TestClient) -> None:
     page = client.get("/session", params={"id": "pay-1"})
     assert page.status_code == 200

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._liveness import Running, Verdict
+from .._shell import command_label, commands_in
 from ..records import ApprovalStatus, Lease, RunStatus, SessionState, Status
 from ..stores import Store
 from .format import when
@@ -16,6 +17,7 @@ __all__ = [
     "known_session",
     "lease_text",
     "overview",
+    "reason_parts",
     "settled_since",
     "stopped_reason",
 ]
@@ -72,13 +74,33 @@ SETTLED_SINCE = (
 the console)."""
 
 
-def stopped_reason(s: SessionState, settled: bool | None) -> str:
+def stopped_reason(s: SessionState, settled: bool | None, *, words_only: bool = False) -> str:
     """Why the session's last run stopped, as stored — followed, when it has been settled since
     (``settled_since``), by a plain word that it is history: its commands were right for that
     moment and the store then (an approve now refused, a call no longer in doubt, a store named
-    by the URL that run was given)."""
+    by the URL that run was given). ``words_only``: each command named by what it does
+    (``reason_parts``), for a caller that shows the commands on lines of their own."""
     reason = s.reason or ""
+    if words_only:
+        reason = reason_parts(reason)[0]
     return f"{reason} — {SETTLED_SINCE}" if reason and settled else reason
+
+
+def reason_parts(reason: str) -> tuple[str, tuple[str, ...]]:
+    """A stop reason as a person reads it: its words, each command in them named by what it
+    does (`` `approve` ``, `` `resolve --happened` ``), and the commands themselves, whole, in
+    the order named — each to be shown on a line of its own (docs/design.md, rule 21)."""
+    spans = commands_in(reason)
+    if not spans:
+        return reason, ()
+    words, commands, at = [], [], 0
+    for start, end in spans:
+        command = reason[start + 1 : end - 1]
+        words += [reason[at:start], f"`{command_label(command)}`"]
+        commands.append(command)
+        at = end
+    words.append(reason[at:])
+    return "".join(words), tuple(commands)
 
 
 def settled_since(store: Store, state: SessionState) -> bool | None:

@@ -60,7 +60,15 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
         summary = seen.started_summary()
         text = {sid: h["text"] for sid, h in held.items()}
         known = {sid: v for sid, v in settled.items() if v is not None}
-        Out(console).grid(render.sessions_table(states, ledger_only, text, summary, known))
+        out = Out(console)
+        grid = render.sessions_table(
+            states, ledger_only, text, summary, known, terminal=out.terminal
+        )
+        if out.grid(grid) is not Layout.TSV:
+            for s in states:
+                if not known.get(s.session_id):  # settled since: history, nothing to run
+                    commands = render.reason_parts(s.reason or "")[1]
+                    out.reason_commands(safe_id(s.session_id), commands)
     return 0
 
 
@@ -101,9 +109,15 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
             f"{state.input_tokens}/{state.output_tokens} tokens",
         )
         if state.reason:
-            out.note(safe(f"  {state.reason}"))
+            # On a screen each command on a line of its own, whole (docs/design.md, rule 21);
+            # in a pipe the reason is one comment line, as stored, and the rows are TSV alone.
+            words, commands = render.reason_parts(state.reason)
+            out.note(safe(f"  {words if out.terminal else state.reason}"))
             if settled:
                 out.note(safe(f"  {render.SETTLED_SINCE}"))
+            elif out.terminal:
+                for c in commands:
+                    out.command(c)
         for b in state.lineage:
             for line in branch_lines(b, reveal=args.show_secrets):
                 out.note(Text("  ").append_text(line))

@@ -111,6 +111,15 @@ class Out:
             self.console.print(Text(f"# {note}", style="dim"), soft_wrap=True, highlight=False)
         self.console.print(Text(text), soft_wrap=True, highlight=False)
 
+    def reason_commands(self, session: Text, commands: Sequence[str]) -> None:
+        """After a grid on a screen: the commands a session's stop reason names, whole, each
+        alone on its line (its words named them by what they do: ``reason_parts``)."""
+        if commands:
+            self.line("")
+            self.note(Text("the commands the reason of "), session, " names:")
+            for c in commands:
+                self.command(c)
+
     def grid(self, grid: Grid) -> Layout:
         """Print ``grid`` in the layout that keeps every id whole; say which."""
         if not self.terminal:

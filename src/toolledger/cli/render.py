@@ -19,7 +19,7 @@ from .._liveness import Running, Verdict
 from .._shell import command as shell_command
 from .._shell import shown, shown_id
 from .._views.format import STATUS_STYLE, owner, when
-from .._views.overview import SETTLED_SINCE, stopped_reason
+from .._views.overview import SETTLED_SINCE, reason_parts, stopped_reason
 from .._views.timeline import Event, timeline
 from ..masking import is_secret_key, masked, masked_text
 from ..records import (
@@ -51,6 +51,7 @@ __all__ = [
     "masked",
     "masked_text",
     "owner",
+    "reason_parts",
     "resumed_table",
     "safe",
     "safe_id",
@@ -194,9 +195,13 @@ def sessions_table(
     leases: dict[str, str] | None = None,
     started: dict[str, str] | None = None,
     settled: dict[str, bool] | None = None,
+    *,
+    terminal: bool = False,
 ) -> Grid:
     """``settled``: per session stopped for a person, whether that is settled since
-    (``stopped_reason``)."""
+    (``stopped_reason``). ``terminal``: a reason's commands are named by what they do, and the
+    caller prints them after the grid, one a line (``reason_parts``); in a pipe a reason is
+    whole, as stored."""
     grid = Grid(
         "sessions",
         [
@@ -223,7 +228,7 @@ def sessions_table(
             when(s.updated_at),
             safe(held),
             safe(started.get(s.session_id, "")),
-            safe(stopped_reason(s, settled.get(s.session_id))),
+            safe(stopped_reason(s, settled.get(s.session_id), words_only=terminal)),
         )
     for sid in ledger_only:
         grid.add(

@@ -12,7 +12,7 @@ from rich.console import Console
 from . import render
 from ._command import emit_json, store_of
 from .output import Out
-from .render import safe
+from .render import safe, safe_id
 
 __all__ = ["cmd_audit", "cmd_bench", "cmd_demo", "cmd_resume_all"]
 
@@ -65,7 +65,16 @@ def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         emit_json(rows)
     else:
-        Out(console).grid(render.resumed_table(rows))
+        out = Out(console)
+        if not out.terminal:  # in a pipe each reason is whole, as stored
+            out.grid(render.resumed_table(rows))
+            return 1 if any(r.error is not None for r in done) else 0
+        # On a screen a reason's detail may wrap: its commands are named by what they do
+        # there, and printed after it whole, each on a line of its own (design rule 21).
+        parts = {r["session_id"]: render.reason_parts(r["detail"]) for r in rows}
+        out.grid(render.resumed_table([{**r, "detail": parts[r["session_id"]][0]} for r in rows]))
+        for sid, (_, commands) in parts.items():
+            out.reason_commands(safe_id(sid), commands)
     return 1 if any(r.error is not None for r in done) else 0
 
 

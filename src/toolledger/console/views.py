@@ -16,7 +16,7 @@ from .._liveness import Running, Verdict
 from .._verify import Problem, verify
 from .._views.branch import STATE_STYLE, rewound, told
 from .._views.format import owner, when
-from .._views.overview import overview, settled_since, stopped_reason
+from .._views.overview import overview, reason_parts, settled_since, stopped_reason
 from .._views.timeline import Event, timeline
 from ..adapters import transcript_reader
 from ..approvals._queue import pending
@@ -109,6 +109,15 @@ class SessionRow:
     held: str
     started: str
     reason: str
+    commands: tuple[str, ...] = ()
+    """The commands ``reason`` names, whole, each shown on a line of its own (``reason_parts``);
+    none once what stopped the session is settled."""
+
+
+def _why(s: SessionState, settled: bool | None) -> dict[str, Any]:
+    """Why ``s`` stopped, its commands named by what they do, and those commands whole."""
+    commands = () if settled else reason_parts(s.reason or "")[1]
+    return {"reason": stopped_reason(s, settled, words_only=True), "commands": commands}
 
 
 def sessions_view(store: Store, status: str | None) -> dict[str, Any]:
@@ -131,7 +140,7 @@ def sessions_view(store: Store, status: str | None) -> dict[str, Any]:
                 updated_at=s.updated_at,
                 held=held,
                 started=summary.get(s.session_id, ""),
-                reason=stopped_reason(s, settled_since(store, s)),
+                **_why(s, settled_since(store, s)),
             )
         )
     for sid in seen.ledger_only:
@@ -278,7 +287,7 @@ def session_view(store: Store, session_id: str) -> dict[str, Any]:
     return {
         "session_id": session_id,
         "state": state,
-        "reason": stopped_reason(state, settled_since(store, state)) if state else "",
+        **(_why(state, settled_since(store, state)) if state else {"reason": "", "commands": ()}),
         "updated": when(state.updated_at) if state else "-",
         "events": [
             {

@@ -1,0 +1,104 @@
+"""A stop reason's commands on a screen (docs/design.md, rule 21: every command printed for an
+operator is one complete, shell-quoted choice on its own line): the reason's words name each
+by what it does, and each command follows whole, alone on its line, at any width — pasted
+into bash, it does what it says. In a pipe the reason is one cell, as stored
+(``test_pipes``). What a stored reason holds is data: only a command toolledger could have
+printed is ever shown as one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import toolledger as tl
+from toolledger._shell import command, command_label, commands_in
+from toolledger._views.overview import reason_parts
+from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+
+from .test_widths import BIN, in_terminal
+
+SID = "pay `run` 'it' \u202e now"  # a backtick, quotes, blanks and a bidi override
+TID = "toolu_01AbCdEfGhIjKlMnOpQrStUvWxYz"
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    @tl.tool(effect="non_idempotent", high_impact=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return f"paid {amount}"
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    script = [Reply(tool_uses=[ToolUse("pay", {"amount": 5}, id=TID)]), Reply(text="done")]
+    with ScriptedModel(script) as model, tl.open_store(url) as store:
+        agent = tl.Agent(
+            client=model.client(), model="x", tools=[pay], store=store, approve=tl.approvals.queue
+        )
+        assert agent.run(session=SID, prompt="go").status is tl.RunStatus.AWAITING_APPROVAL
+    return url
+
+
+def test_a_reason_s_words_name_its_commands_and_the_commands_are_whole() -> None:
+    approve = command("approve", SID, TID, url="sqlite:///x.db")
+    deny = command("deny", SID, TID, url="sqlite:///x.db")
+    odd = command("resolve", "-rf", TID, options=["--happened"])
+    reason = f"Decide with `{approve}` or `{deny}`; or `{odd}` if it took effect."
+    assert reason_parts(reason) == (
+        "Decide with `approve` or `deny`; or `resolve --happened` if it took effect.",
+        (approve, deny, odd),
+    )
+    assert [command_label(c) for c in (approve, deny, odd)] == [
+        "approve",
+        "deny",
+        "resolve --happened",
+    ]
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        "toolledger approve a; touch PWNED",
+        "toolledger approve $(touch PWNED) t",
+        "toolledger approve a | sh",
+        "toolledger approve 'a\u202eb' t",  # a control raw inside quotes: quote never writes it
+        "toolledger approve a\x1b[2J t",
+        "toolledger approve 'unclosed t",
+    ],
+)
+def test_a_stored_reason_s_text_that_toolledger_could_not_have_printed_is_never_a_command(
+    forged: str,
+) -> None:
+    reason = f"Decide with `{forged}`, then run the session again."
+    assert commands_in(reason) == []
+    assert reason_parts(reason) == (reason, ())
+
+
+def test_on_a_screen_each_command_is_a_line_of_its_own_and_runs_pasted(url: str) -> None:
+    with tl.open_store(url) as store:
+        state = store.session(SID)
+    assert state is not None and state.reason is not None
+    words, commands = reason_parts(state.reason)
+    assert "Decide with `approve` or `deny`" in words and len(commands) == 2
+    for argv in (["show", SID], ["sessions"]):
+        for width in (60, 200):
+            out = in_terminal([*argv, "--store", url], width)
+            lines = out.splitlines()
+            for c in commands:  # whole, each alone on a line, however narrow the screen
+                assert c in lines, (argv, width, out)
+            assert "`approve` or `deny`" in out
+            assert not any("`toolledger" in ln for ln in lines), out
+    (approve,) = [c for c in commands if " approve " in c]
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-c", approve], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, (approve, done.stderr)
+    with tl.open_store(url) as store:
+        (request,) = store.approvals(SID)
+    assert request.status is tl.ApprovalStatus.APPROVED
+    # Settled since: its commands are history, and no longer offered.
+    out = in_terminal(["show", SID, "--store", url], 200)
+    assert "settled since" in out and not any(c in out.splitlines() for c in commands)
