@@ -77,6 +77,7 @@ MINUTES ?= 30
 simulate: $(STAMP)
 	$(BIN)/python -m toolledger._harness.simulation --minutes $(MINUTES) --first $(or $(SEED),0) --everything
 	$(BIN)/python -m toolledger._harness.simulation --minutes $(MINUTES) --first $(or $(SEED),0) --everywhere
+	$(BIN)/python -m toolledger._harness.simulation --minutes $(MINUTES) --first $(or $(SEED),0) --branchy
 
 BENCH_STAMP := $(VENV)/.bench-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 

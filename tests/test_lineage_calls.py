@@ -807,7 +807,7 @@ def test_a_fork_s_copy_of_a_key_forwarding_call_handed_back_forwards_the_lineage
             session=first, prompt="Tell Ana."
         )
     assert store.ledger(first).get("toolu_keyed") is None
-    second = tl.fork(store, first, at_turn=2, new_session="second")
+    second = tl.fork(store, first, at_turn=1, new_session="second")
     copy = store.ledger(second).get("toolu_keyed")
     assert copy is not None and copy.copied and copy.status is tl.Status.NOT_HAPPENED
     tl.rewind(store, first, to_turn=1)
@@ -871,6 +871,56 @@ def test_two_branches_making_a_key_forwarding_call_at_once_forward_one_key(
     key = idempotency_key(PARENT, "toolu_keyed")
     assert mail.handed == [(key, "ana"), (key, "ana")], "both ran it, under one key"
     assert mail.sent() == ["ana"], "one e-mail"
+    no_errors(store)
+
+
+def test_a_copy_whose_origin_makes_the_call_while_the_copy_reads_it_takes_its_outcome(
+    store: tl.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A branch (``first``) asks for a high-impact call, which waits for a person's approval;
+    a fork of it (``second``) holds a copy standing for ``first``'s call. ``second`` reads
+    ``first``'s record — none yet — and then ``first``'s transcript. In between, ``first`` is
+    approved, makes the call and ends its turn: its transcript no longer asks for it. The copy
+    must not take that for ``first`` giving the call up: it reads the record again and takes
+    its outcome. It made the call a second time, under the same approval (found by the
+    simulator with more branches)."""
+    from toolledger.engine import _copies
+
+    mail = MailServer()
+    with ScriptedModel(GREETED) as model:
+        tl.Agent(client=model.client(), model="m", tools=mail.tools(), store=store).run(
+            session=PARENT, prompt="Say hello."
+        )
+    first = tl.fork(store, PARENT, at_turn=1, new_session="first")
+    asked = [*GREETED, *SCRIPT]
+    queued_run(store, mail, asked, first, "Tell Ana and Bo.")
+    (request,) = store.approvals(first)
+    recorded = [
+        *ScriptedModel.from_session(store, first, branched=True).script,
+        *SCRIPT[1:],
+    ]
+    second = tl.fork(store, first, at_turn=1, new_session="second")
+    copy = store.ledger(second).get(request.tool_use_id)
+    assert copy is not None and copy.origin == first
+    real = _copies._still_to_run
+    raced: list[bool] = []
+
+    def racing(origin: str, tool_use_id: str) -> Any:
+        if not raced:
+            raced.append(True)
+            tl.approvals.decide(store, first, request.tool_use_id, approved=True, by="ana")
+            assert replay(store, first, mail, recorded).status is tl.RunStatus.COMPLETED
+        return (yield from real(origin, tool_use_id))
+
+    monkeypatch.setattr(_copies, "_still_to_run", racing)
+    with ScriptedModel(recorded) as model:
+        run = agent(store, model, mail).run(session=second, prompt="Tell Ana and Bo.")
+    assert raced and run.status is tl.RunStatus.COMPLETED, run.reason
+    # Bo's call is asked afresh on each (a new id): the call the two share went out once.
+    assert [to for _, to in mail.handed].count("ana") == 1, mail.handed
+    made = store.ledger(first).get(request.tool_use_id)
+    held = store.ledger(second).get(request.tool_use_id)
+    assert made is not None and held is not None and held.result == made.result
     no_errors(store)
 
 

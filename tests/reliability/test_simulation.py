@@ -18,6 +18,7 @@ import pytest
 
 from toolledger import _switches as switches
 from toolledger._harness.simulation import (
+    BRANCHY,
     EVERYTHING,
     EVERYWHERE,
     REGRESSIONS,
@@ -43,6 +44,25 @@ def test_every_check_holds_under_every_fault() -> None:
     for kind in ("forks", "rewinds", "replayed_turns", "blanket_yes"):
         assert faults[kind] > 50, (kind, faults)
     assert report.effects > 1_000
+
+
+def test_every_check_holds_with_many_branches() -> None:
+    """Deep lineages whose sessions race on the calls they share (``BRANCHY``). Among the
+    first 2,000 such seeds, two once made a high-impact call twice (pinned below)."""
+    report = explore(range(20_000, 20_100), BRANCHY)
+    print(report.summary())
+    assert report.ok, report.summary()
+    assert report.faults["forks"] > 500 and report.faults["rewinds"] > 100, report.faults
+
+
+@pytest.mark.parametrize("seed", [93, 393])
+def test_a_copy_whose_origin_made_the_call_meanwhile_takes_its_outcome(seed: int) -> None:
+    """A fork's copy of a call its origin (itself a branch) was about to make read the
+    origin's record (none), then its transcript — after the origin had made the call and
+    ended its turn. Taking that for the call given up, the fork moved the lineage's claim to
+    itself and made the high-impact call again. It now reads the record again first."""
+    sim = simulate(seed, BRANCHY)
+    assert sim.violations == [], sim.violations
 
 
 @pytest.mark.parametrize("seed", [1_892, 10_229, 20_456])

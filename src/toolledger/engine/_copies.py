@@ -173,6 +173,14 @@ def defer(
             # Not run there (yet): it runs where a turn still asks for it — there, if the
             # origin's last turn waits for it; else here, as the branch's own.
             if not (yield from _still_to_run(origin, call.tool_use_id)):
+                # Its record was read before its transcript: a run of the origin may have made
+                # the call and moved on in between (its outcome lands before its next turn).
+                # What the record holds now decides; unchanged, the origin has given it up.
+                again: dict[str, EffectRecord] = yield ReadEffects(
+                    [call.tool_use_id], session=origin
+                )
+                if again.get(call.tool_use_id) != there:
+                    continue
                 if there is not None and copy.status is Status.STARTED:
                     # A person's word there ("it did not happen") settles the attempt copied
                     # here.

@@ -56,6 +56,7 @@ from ._regressions import REGRESSIONS, WORLDS, world_for
 from ._regressions import regression as _regression
 
 __all__ = [
+    "BRANCHY",
     "EVERYTHING",
     "EVERYWHERE",
     "REGRESSIONS",
@@ -183,6 +184,10 @@ EVERYWHERE = replace(
 """``EVERYTHING`` on every kind of machine liveness can meet: a process table missing, hidden
 or another namespace's, time namespaces, and half the worlds on a file store whose clock steps.
 (Its own constant, so that ``EVERYTHING``'s seeds replay as they always did.)"""
+
+BRANCHY = replace(EVERYTHING, branch=0.05)
+"""``EVERYTHING`` with an operator forking and rewinding sessions about twenty times as often:
+lineages several forks deep whose sessions race on the calls they share."""
 
 
 def simulate(

@@ -13,7 +13,17 @@ import argparse
 import sys
 from dataclasses import replace
 
-from . import EVERYTHING, EVERYWHERE, REGRESSIONS, SimConfig, explore, shrink, simulate, world_for
+from . import (
+    BRANCHY,
+    EVERYTHING,
+    EVERYWHERE,
+    REGRESSIONS,
+    SimConfig,
+    explore,
+    shrink,
+    simulate,
+    world_for,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         help="--everything on every kind of machine: process tables missing, hidden or another "
         "namespace's, time namespaces, file-store clocks that step",
     )
+    parser.add_argument(
+        "--branchy",
+        action="store_true",
+        help="--everything with forks and rewinds twenty times as often: deep lineages racing "
+        "on the calls they share",
+    )
     parser.add_argument("--trace", action="store_true", help="print every step of --seed")
     parser.add_argument("--shrink", action="store_true", help="shrink a failing --seed")
     args = parser.parse_args(argv)
@@ -55,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.regression is not None:
         config = replace(world_for(args.regression), chaos_steps=args.steps)
-    if args.everything or args.everywhere:
-        chosen = EVERYWHERE if args.everywhere else EVERYTHING
+    if args.everything or args.everywhere or args.branchy:
+        chosen = EVERYWHERE if args.everywhere else BRANCHY if args.branchy else EVERYTHING
         config = replace(chosen, chaos_steps=args.steps, max_steps=config.max_steps)
     if args.seed is not None:
         sim = simulate(args.seed, config, regression=args.regression)

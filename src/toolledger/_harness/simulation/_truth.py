@@ -27,7 +27,11 @@ class Truth(SimState):
         if len(same) < 2:
             return
         sid, tid = effect.title.split("/")[0], effect.tool_use_id
-        if self.rerun_across_branches(same):
+        if effect.kind == "keyed" and len({e.key for e in same}) > 1:
+            # Every session of a lineage forwards one key for a call: wherever it runs, the
+            # receiver takes it once (docs/concepts/branches.md) — no limit case excuses two.
+            self.violation(f"{effect.title}: {len(same)} effects of a keyed call under two keys")
+        elif self.rerun_across_branches(same):
             # The documented limit of docs/design.md, rule 19: a call no turn of its origin
             # asked for any more, run by a branch as its own, and asked for again by a rewound
             # origin.
