@@ -807,7 +807,7 @@ def test_a_fork_s_copy_of_a_key_forwarding_call_handed_back_forwards_the_lineage
             session=first, prompt="Tell Ana."
         )
     assert store.ledger(first).get("toolu_keyed") is None
-    second = tl.fork(store, first, at_turn=1, new_session="second")
+    second = tl.fork(store, first, at_turn=2, new_session="second")
     copy = store.ledger(second).get("toolu_keyed")
     assert copy is not None and copy.copied and copy.status is tl.Status.NOT_HAPPENED
     tl.rewind(store, first, to_turn=1)

@@ -16,7 +16,16 @@ from collections.abc import Sequence
 from ._invisible import escape_char as _escape
 from ._invisible import has_invisible, invisible_parts, invisible_spots, shown_id
 
-__all__ = ["STORE_ENV", "command", "command_label", "commands_in", "quote", "shown", "shown_id"]
+__all__ = [
+    "STORE_ENV",
+    "command",
+    "command_label",
+    "command_parts",
+    "commands_in",
+    "quote",
+    "shown",
+    "shown_id",
+]
 
 STORE_ENV = "TOOLLEDGER_STORE"
 """The variable naming the store a command line opens without ``--store``."""
@@ -76,94 +85,121 @@ def command(
     return " ".join(["toolledger", *(quote(a) for a in words)])
 
 
-def commands_in(text: str) -> list[tuple[int, int]]:
-    """Where ``text`` (a stop reason) names commands: the spans of each `` `toolledger …` ``,
-    backticks included. A command ends at the first backtick outside its quotes — an id may
-    hold one, quoted (``'a`b'``); one left unclosed, or holding what ``quote`` never writes, is
-    not a command."""
-    spans: list[tuple[int, int]] = []
+def commands_in(text: str) -> list[tuple[int, int, list[str]]]:
+    """The commands ``text`` (a stop reason) names: for each `` `toolledger …` ``, its span,
+    backticks included, and the arguments the shell would give it. A command ends at the first
+    backtick outside its quotes — an id may hold one, quoted (``'a`b'``); one left unclosed, or
+    holding what ``quote`` never writes (``;``, ``|``, ``$(``, a raw control), is not one."""
+    found: list[tuple[int, int, list[str]]] = []
     at = 0
     while (start := text.find("`toolledger ", at)) >= 0:
-        end = _command_end(text, start + 1)
-        if end is None:  # not one toolledger printed: words, like the rest
+        read = _argv(text, start + 1)
+        if read is None:  # not one toolledger printed: words, like the rest
             at = start + 1
             continue
-        spans.append((start, end + 1))
+        argv, end = read
+        found.append((start, end + 1, argv))
         at = end + 1
-    return spans
+    return found
 
 
-def _command_end(text: str, i: int) -> int | None:
-    """The index of the backtick that ends the command starting at ``i`` — ``None`` unless
-    every word up to it is one ``quote`` could have written: plain safe characters, a
-    ``'…'`` of visible text, a ``$'…'`` of printable ASCII. Anything else (``;``, ``|``, a
-    ``$(``, a control) is not a command toolledger printed, and is never shown as one."""
+def _argv(text: str, i: int) -> tuple[list[str], int] | None:
+    """The arguments of the command starting at ``i`` and the index of the backtick ending
+    it — ``None`` unless every word is written exactly as ``quote`` writes its argument (so it
+    holds nothing the shell would do more with: no ``;``, ``|``, ``$(``, raw control)."""
     n = len(text)
+    words: list[str] = []
+    word: list[str] = []
+    start = i
     while i < n:
         c = text[i]
-        if c == "`":
-            return i
-        if text.startswith("$'", i):
-            i += 2
-            while i < n and text[i] != "'":
-                if not " " <= text[i] <= "~":
+        if c in "` ":
+            if i > start:
+                arg = "".join(word)
+                if quote(arg) != text[start:i]:
                     return None
-                i += 2 if text[i] == "\\" else 1
-            if i >= n:
+                words.append(arg)
+            if c == "`":
+                return words, i
+            word, start, i = [], i + 1, i + 1
+            continue
+        if text.startswith("$'", i):
+            read = _ansi_c(text, i + 2)
+            if read is None:
                 return None
+            part, i = read
+            word.append(part)
         elif c == "'":
             close = text.find("'", i + 1)
-            if close < 0 or has_invisible(text[i + 1 : close], strict=True):
+            if close < 0:
                 return None
-            i = close
-        elif not (c == " " or c in _PLAIN):
+            word.append(text[i + 1 : close])
+            i = close + 1
+        elif text.startswith('"\'"', i):  # shlex.quote's quote inside a quoted word
+            word.append("'")
+            i += 3
+        elif c in _PLAIN:
+            word.append(c)
+            i += 1
+        else:
             return None
-        i += 1
     return None
+
+
+def _ansi_c(text: str, i: int) -> tuple[str, int] | None:
+    """The text of a ``$'…'`` word whose body starts at ``i``, and the index after it."""
+    n = len(text)
+    raw = bytearray()
+    while i < n and text[i] != "'":
+        if text[i] == "\\":
+            nxt = text[i + 1 : i + 2]
+            if nxt in ("\\", "'"):
+                raw += nxt.encode()
+                i += 2
+                continue
+            try:
+                raw.append(int(text[i + 2 : i + 4], 16) if nxt == "x" else -1)
+            except ValueError:
+                return None
+            i += 4
+        else:
+            raw += text[i].encode()
+            i += 1
+    if i >= n:
+        return None
+    try:
+        return raw.decode(), i + 1
+    except UnicodeDecodeError:
+        return None
 
 
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")
 """What ``shlex.quote`` leaves unquoted."""
 
 
-def command_label(text: str) -> str:
+def command_parts(argv: Sequence[str]) -> tuple[str | None, str, list[str], list[str]]:
+    """A printed command's arguments (``commands_in``) as ``command`` put them: the store it
+    names (``None``: none), its subcommand, its options and its ids."""
+    words = list(argv[1:] if argv[:1] == ["toolledger"] else argv)
+    store = None
+    if words[:1] == ["--store"] and len(words) > 1:
+        store, words = words[1], words[2:]
+    if not words:
+        return store, "", [], []
+    verb, rest = words[0], words[1:]
+    if "--" in rest:
+        cut = rest.index("--")
+        return store, verb, rest[:cut], rest[cut + 1 :]
+    return (
+        store,
+        verb,
+        [w for w in rest if w.startswith("-")],
+        [w for w in rest if not w.startswith("-")],
+    )
+
+
+def command_label(argv: Sequence[str]) -> str:
     """What a printed command does, in the words a reason can say it with: its subcommand and
     its options (``resolve --happened``), without the store and the ids it names."""
-    words = _words(text)
-    if words[:1] == ["toolledger"]:
-        words = words[1:]
-    if words[:1] == ["--store"]:
-        words = words[2:]
-    if not words:
-        return text
-    verb, options = words[0], []
-    for w in words[1:]:
-        if w == "--":
-            break
-        if w.startswith("-"):
-            options.append(w)
+    _, verb, options, _ = command_parts(argv)
     return " ".join([verb, *options])
-
-
-def _words(text: str) -> list[str]:
-    """``text``'s words as printed, split at the blanks outside quotes (the quotes kept: an
-    id is never taken for an option)."""
-    words: list[str] = []
-    start, i, n = 0, 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == " ":
-            if i > start:
-                words.append(text[start:i])
-            start = i + 1
-        elif text.startswith("$'", i):
-            i += 2
-            while i < n and text[i] != "'":
-                i += 2 if text[i] == "\\" else 1
-        elif c == "'":
-            j = text.find("'", i + 1)
-            i = n - 1 if j < 0 else j
-        i += 1
-    if start < n:
-        words.append(text[start:])
-    return words

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from .._liveness import Running, Verdict
-from .._shell import command_label, commands_in
+from .._shell import STORE_ENV, command_label, command_parts, commands_in
 from ..records import ApprovalStatus, Lease, RunStatus, SessionState, Status
-from ..stores import Store
+from ..stores import DEFAULT_STORE_URL, Store
 from .format import when
 
 __all__ = [
@@ -16,6 +18,7 @@ __all__ = [
     "Overview",
     "known_session",
     "lease_text",
+    "lineage_of",
     "overview",
     "reason_parts",
     "settled_since",
@@ -74,33 +77,58 @@ SETTLED_SINCE = (
 the console)."""
 
 
-def stopped_reason(s: SessionState, settled: bool | None, *, words_only: bool = False) -> str:
+def stopped_reason(s: SessionState, settled: bool | None, *, url: str | None = None) -> str:
     """Why the session's last run stopped, as stored — followed, when it has been settled since
     (``settled_since``), by a plain word that it is history: its commands were right for that
     moment and the store then (an approve now refused, a call no longer in doubt, a store named
-    by the URL that run was given). ``words_only``: each command named by what it does
-    (``reason_parts``), for a caller that shows the commands on lines of their own."""
+    by the URL that run was given). ``url``: each command for the store at ``url`` named by
+    what it does (``reason_parts``), for a caller that shows them on lines of their own."""
     reason = s.reason or ""
-    if words_only:
-        reason = reason_parts(reason)[0]
+    if url is not None:
+        reason = reason_parts(reason, lineage_of(s), url)[0]
     return f"{reason} — {SETTLED_SINCE}" if reason and settled else reason
 
 
-def reason_parts(reason: str) -> tuple[str, tuple[str, ...]]:
+def reason_parts(reason: str, sessions: Collection[str], url: str) -> tuple[str, tuple[str, ...]]:
     """A stop reason as a person reads it: its words, each command in them named by what it
     does (`` `approve` ``, `` `resolve --happened` ``), and the commands themselves, whole, in
-    the order named — each to be shown on a line of its own (docs/design.md, rule 21)."""
-    spans = commands_in(reason)
-    if not spans:
-        return reason, ()
+    the order named — each to be shown on a line of its own (docs/design.md, rule 21).
+
+    A reason holds data (a call's id, an alert's text from a tool), so a command is taken for
+    one only when it is one toolledger prints for it: ``approve``, ``deny`` or ``resolve`` of a
+    call in one of ``sessions`` (the session's, and its lineage's: ``lineage_of``), on the store
+    at ``url`` (named, or the one the command opens without ``--store`` here). Anything else
+    stays in the words."""
+    bare = os.environ.get(STORE_ENV) or DEFAULT_STORE_URL
     words, commands, at = [], [], 0
-    for start, end in spans:
-        command = reason[start + 1 : end - 1]
-        words += [reason[at:start], f"`{command_label(command)}`"]
-        commands.append(command)
+    for start, end, argv in commands_in(reason):
+        store, verb, _, ids = command_parts(argv)
+        if not (
+            verb in _PRINTED
+            and len(ids) == 2
+            and ids[0] in sessions
+            and (bare if store is None else store) == url
+        ):
+            continue
+        words += [reason[at:start], f"`{command_label(argv)}`"]
+        commands.append(reason[start + 1 : end - 1])
         at = end
     words.append(reason[at:])
     return "".join(words), tuple(commands)
+
+
+_PRINTED = frozenset({"approve", "deny", "resolve"})
+
+
+def lineage_of(state: SessionState) -> set[str]:
+    """``state``'s session and the sessions of its lineage it was branched from."""
+    sessions = {state.session_id}
+    for b in state.lineage:
+        sessions.update(x for x in (b.source, b.root) if x)
+    return sessions
+
+
+"""The commands a stop reason names (``toolledger.agent._stops``)."""
 
 
 def settled_since(store: Store, state: SessionState) -> bool | None:

@@ -24,6 +24,7 @@ tool_result, first in the next user message. A call nobody can settle stops the 
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
@@ -72,6 +73,14 @@ from ._streaming import AgentStream
 from ._transcripts import Transcripts, wire_for
 
 __all__ = ["Agent", "Run", "Usage"]
+
+
+def give_back_later(store: Store, drop: DropLease) -> None:
+    """Give back, in the background, a lease take that no run holds (``Agent._take``). Called
+    from an ``except`` that may be handling ``GeneratorExit`` at the interpreter's exit, when no
+    thread can start: then the lease is left to expire, as the process's end would leave it."""
+    with contextlib.suppress(RuntimeError):
+        keeper.keep(store, drop.session_id, [drop], [])
 
 
 class Agent:
@@ -247,7 +256,7 @@ class Agent:
                 # The take may have landed (an interrupt, an unknown outcome) with no run to
                 # give it back: this host's other processes would find it held for as long as
                 # this process lives. Given back in the background, if it is still ours.
-                keeper.keep(self.store, sid, [DropLease(sid, take.lease.token, owner)], [])
+                give_back_later(self.store, DropLease(sid, take.lease.token, owner))
             raise
         return take
 

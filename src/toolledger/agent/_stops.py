@@ -46,7 +46,7 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
     doubt = [o for o in outcomes if o.disposition is Disposition.IN_DOUBT]
     if doubt:
         here = [o for o in doubt if o.settle_in is None]
-        names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in here)
+        names = ", ".join(_named(o.call) for o in here)
         how = "; ".join(settle(sid, o.call) for o in here)
         said = (
             [f"in doubt: {names} may already have happened. Settle each with one command: {how}"]
@@ -56,7 +56,7 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
         # A branch's copy of its lineage's call is settled (or run) where the call was made.
         # Not run there yet, nothing is in doubt there: `resolve` would refuse, a run runs it.
         said += [
-            f"{o.call.name!r} ({o.call.tool_use_id}) is the call of session {o.settle_in!r}, "
+            f"{_named(o.call)} is the call of session {_said(repr(o.settle_in))}, "
             "where this session's lineage holds it: "
             + (
                 "it has not run there yet; run that session (first approve or deny the call "
@@ -74,7 +74,7 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
         said = []
         first = [o for o in waiting if not o.in_doubt]
         if first:
-            names = ", ".join(f"{o.call.name!r} ({o.call.tool_use_id})" for o in first)
+            names = ", ".join(_named(o.call) for o in first)
             how = "; ".join(
                 f"`{cmd('approve', sid, o.call)}` or `{cmd('deny', sid, o.call)}`" for o in first
             )
@@ -82,7 +82,7 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
         # A call in doubt in the queue: approving it runs it again, whatever happened the first
         # time. Settling it says what happened instead — the choice a person should see first.
         said += [
-            f"in doubt, awaiting a person: {o.call.name!r} ({o.call.tool_use_id}) may already "
+            f"in doubt, awaiting a person: {_named(o.call)} may already "
             f"have happened. Settle it with {settle(sid, o.call)}; "
             f"`{cmd('approve', sid, o.call)}` runs it again whatever happened (a second effect "
             f"if it had), `{cmd('deny', sid, o.call)}` leaves it in doubt"
@@ -91,3 +91,15 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
         ]
         return (RunStatus.AWAITING_APPROVAL, "; ".join(said) + ", then run the session again.")
     return None
+
+
+def _named(call: ToolCall) -> str:
+    """A call as a reason's words name it: ``'tool' (id)``."""
+    return _said(f"{call.name!r} ({call.tool_use_id})")
+
+
+def _said(text: str) -> str:
+    """Text of the model's or a person's (an id, a name) in a reason's words, its backticks
+    written ``\\x60``: in a reason only a command toolledger printed is in backticks
+    (``toolledger._views.overview.reason_parts``)."""
+    return text.replace("`", "\\x60")

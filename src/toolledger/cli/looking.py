@@ -35,6 +35,7 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
         seen = overview(store)
         # Only sessions stopped for a person are looked into (``settled_since``).
         settled = {s.session_id: settled_since(store, s) for s in seen.states}
+        url = store.url
     states, ledger_only, held, calls = seen.states, seen.ledger_only, seen.held, seen.calls
     if args.json:
         emit_json(
@@ -61,13 +62,12 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
         text = {sid: h["text"] for sid, h in held.items()}
         known = {sid: v for sid, v in settled.items() if v is not None}
         out = Out(console)
-        grid = render.sessions_table(
-            states, ledger_only, text, summary, known, terminal=out.terminal
-        )
+        shown = url if out.terminal else None
+        grid = render.sessions_table(states, ledger_only, text, summary, known, url=shown)
         if out.grid(grid) is not Layout.TSV:
             for s in states:
                 if not known.get(s.session_id):  # settled since: history, nothing to run
-                    commands = render.reason_parts(s.reason or "")[1]
+                    commands = render.reason_parts(s.reason or "", render.lineage_of(s), url)[1]
                     out.reason_commands(safe_id(s.session_id), commands)
     return 0
 
@@ -79,6 +79,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
             return no_session(console, args, store)
         state = store.session(args.session)
         settled = settled_since(store, state) if state else None
+        url = store.url
         events, window = timeline_window(
             store,
             args.session,
@@ -111,7 +112,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         if state.reason:
             # On a screen each command on a line of its own, whole (docs/design.md, rule 21);
             # in a pipe the reason is one comment line, as stored, and the rows are TSV alone.
-            words, commands = render.reason_parts(state.reason)
+            words, commands = render.reason_parts(state.reason, render.lineage_of(state), url)
             out.note(safe(f"  {words if out.terminal else state.reason}"))
             if settled:
                 out.note(safe(f"  {render.SETTLED_SINCE}"))

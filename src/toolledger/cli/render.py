@@ -19,7 +19,7 @@ from .._liveness import Running, Verdict
 from .._shell import command as shell_command
 from .._shell import shown, shown_id
 from .._views.format import STATUS_STYLE, owner, when
-from .._views.overview import SETTLED_SINCE, reason_parts, stopped_reason
+from .._views.overview import SETTLED_SINCE, lineage_of, reason_parts, stopped_reason
 from .._views.timeline import Event, timeline
 from ..masking import is_secret_key, masked, masked_text
 from ..records import (
@@ -48,6 +48,7 @@ __all__ = [
     "in_doubt_table",
     "in_progress_table",
     "is_secret_key",
+    "lineage_of",
     "masked",
     "masked_text",
     "owner",
@@ -196,12 +197,12 @@ def sessions_table(
     started: dict[str, str] | None = None,
     settled: dict[str, bool] | None = None,
     *,
-    terminal: bool = False,
+    url: str | None = None,
 ) -> Grid:
     """``settled``: per session stopped for a person, whether that is settled since
-    (``stopped_reason``). ``terminal``: a reason's commands are named by what they do, and the
-    caller prints them after the grid, one a line (``reason_parts``); in a pipe a reason is
-    whole, as stored."""
+    (``stopped_reason``). ``url`` (on a screen): a reason's commands for the store there are
+    named by what they do, and the caller prints them after the grid, one a line
+    (``reason_parts``); in a pipe a reason is whole, as stored."""
     grid = Grid(
         "sessions",
         [
@@ -228,7 +229,7 @@ def sessions_table(
             when(s.updated_at),
             safe(held),
             safe(started.get(s.session_id, "")),
-            safe(stopped_reason(s, settled.get(s.session_id), words_only=terminal)),
+            safe(stopped_reason(s, settled.get(s.session_id), url=url)),
         )
     for sid in ledger_only:
         grid.add(

@@ -70,9 +70,20 @@ def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
             out.grid(render.resumed_table(rows))
             return 1 if any(r.error is not None for r in done) else 0
         # On a screen a reason's detail may wrap: its commands are named by what they do
-        # there, and printed after it whole, each on a line of its own (design rule 21).
-        parts = {r["session_id"]: render.reason_parts(r["detail"]) for r in rows}
-        out.grid(render.resumed_table([{**r, "detail": parts[r["session_id"]][0]} for r in rows]))
+        # there, and printed after it whole, each on a line of its own (design rule 21). Only
+        # a run's stop reason names commands; an error's text is words.
+        url = agent.store.url
+        parts = {
+            r.session_id: render.reason_parts(r.run.reason or "", {r.session_id}, url)
+            if r.run is not None
+            else ("", ())
+            for r in done
+        }
+        shown = [
+            {**row, "detail": parts[r.session_id][0]} if r.run is not None else row
+            for r, row in zip(done, rows, strict=True)
+        ]
+        out.grid(render.resumed_table(shown))
         for sid, (_, commands) in parts.items():
             out.reason_commands(safe_id(sid), commands)
     return 1 if any(r.error is not None for r in done) else 0

@@ -16,7 +16,7 @@ from .._liveness import Running, Verdict
 from .._verify import Problem, verify
 from .._views.branch import STATE_STYLE, rewound, told
 from .._views.format import owner, when
-from .._views.overview import overview, reason_parts, settled_since, stopped_reason
+from .._views.overview import lineage_of, overview, reason_parts, settled_since, stopped_reason
 from .._views.timeline import Event, timeline
 from ..adapters import transcript_reader
 from ..approvals._queue import pending
@@ -114,10 +114,11 @@ class SessionRow:
     none once what stopped the session is settled."""
 
 
-def _why(s: SessionState, settled: bool | None) -> dict[str, Any]:
-    """Why ``s`` stopped, its commands named by what they do, and those commands whole."""
-    commands = () if settled else reason_parts(s.reason or "")[1]
-    return {"reason": stopped_reason(s, settled, words_only=True), "commands": commands}
+def _why(s: SessionState, settled: bool | None, url: str) -> dict[str, Any]:
+    """Why ``s`` stopped, its commands for the store at ``url`` named by what they do, and
+    those commands whole (``reason_parts``)."""
+    commands = () if settled else reason_parts(s.reason or "", lineage_of(s), url)[1]
+    return {"reason": stopped_reason(s, settled, url=url), "commands": commands}
 
 
 def sessions_view(store: Store, status: str | None) -> dict[str, Any]:
@@ -140,7 +141,7 @@ def sessions_view(store: Store, status: str | None) -> dict[str, Any]:
                 updated_at=s.updated_at,
                 held=held,
                 started=summary.get(s.session_id, ""),
-                **_why(s, settled_since(store, s)),
+                **_why(s, settled_since(store, s), store.url),
             )
         )
     for sid in seen.ledger_only:
@@ -287,7 +288,11 @@ def session_view(store: Store, session_id: str) -> dict[str, Any]:
     return {
         "session_id": session_id,
         "state": state,
-        **(_why(state, settled_since(store, state)) if state else {"reason": "", "commands": ()}),
+        **(
+            _why(state, settled_since(store, state), store.url)
+            if state
+            else {"reason": "", "commands": ()}
+        ),
         "updated": when(state.updated_at) if state else "-",
         "events": [
             {

@@ -190,7 +190,9 @@ class Keeper:
     """Writes what a failed commit left unwritten, until the store takes it."""
 
     def __init__(self) -> None:
-        self._cv = threading.Condition(threading.Lock())
+        # Reentrant: a run's generator collected while this thread holds it (a lease take an
+        # interrupt cut off, ``Agent._take``) keeps a give-back from its ``except``.
+        self._cv = threading.Condition(threading.RLock())
         self._jobs: list[_Kept] = []
         self._thread: threading.Thread | None = None
         # One close hook per store, however many writes are kept for it: the store's list of

@@ -47,7 +47,9 @@ import time
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
+from unittest import mock
 
+from ...agent import _agent
 from .._report import summary_lines
 from ._checks import final_checks
 from ._config import SimConfig
@@ -199,10 +201,17 @@ def simulate(
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # the simulated runs' own warnings are expected noise
     try:
-        with _regression(regression), warnings.catch_warnings():
+        # A take no run holds is given back by the process's background writer on simulated
+        # time, never by a real thread on the wall clock.
+        with (
+            _regression(regression),
+            warnings.catch_warnings(),
+            mock.patch.object(_agent, "give_back_later", sim.give_back_later),
+        ):
             warnings.simplefilter("ignore", FutureWarning)  # blanket-yes approvers are warned
             sim.run()
             final_checks(sim)
+            sim.bury()
     finally:
         quiet.setLevel(level)
     return sim

@@ -190,6 +190,15 @@ class Simulation(Requests, Faults, Branches):
 
     # -- the scheduler --------------------------------------------------------------------------
 
+    def bury(self) -> None:
+        """Finalise every generator left — crashed processes', and runs still under way when
+        the simulation stopped — while the simulated world is still in place: none is finalised
+        later, by the collector, on a real thread."""
+        for gen in [*self._graveyard, *(w.gen for p in self.processes for w in p.workers)]:
+            if gen is not None:
+                gen.close()
+        self._graveyard.clear()
+
     def run(self) -> None:
         events = 0
         drained_at: float | None = None

@@ -86,7 +86,8 @@ class Requests(Truth):
             io.fence = None
             w.process.runtime.live_runs.discard(lease.owner)
             with contextlib.suppress(ToolLedgerError):
-                w.process.store.apply(lease.session_id, [DropLease(lease.session_id, lease.token)])
+                drop = DropLease(lease.session_id, lease.token, lease.owner)
+                w.process.store.apply(lease.session_id, [drop])
         self._at(self.rng.uniform(0.01, 0.3), lambda: self._start_job(w))
 
     def _latency(self) -> float:
@@ -206,6 +207,15 @@ class Requests(Truth):
                 )
             )
         return io.unfenced(flags, request.fenced)
+
+    def give_back_later(self, store: Any, drop: DropLease) -> None:
+        """``Agent._take``'s background give-back of a take no run holds, on simulated time:
+        the process's own background writer (``_keep``), lost with the process."""
+        worker = next((w for p in self.processes if p.store is store for w in p.workers), None)
+        if worker is None or not worker.process.alive:
+            return  # a crashed process's generator, finalised: its writer died with it
+        worker.process.kept += 1
+        self._keep(worker, drop.session_id, Remember([drop], []), 1.0)
 
     def _keep(self, w: Worker, sid: str, request: Remember, delay: float) -> None:
         """The process's background writer (``background.Keeper``): retry until the store takes
