@@ -152,6 +152,9 @@ class Env:
         is the next version of), so its key stays the lineage's (``EffectRecord.made_in``);
         it stands for no other session's record any more (``origin``)."""
         now = self.clock()
+        made_in = replaces.made_in if replaces is not None else None
+        if self.keyed:  # a branch's call it makes first under its lineage's key
+            made_in = self.keyed.get(call.tool_use_id, made_in)
         return EffectRecord(
             session_id=self.session_id,
             tool_use_id=call.tool_use_id,
@@ -171,9 +174,7 @@ class Env:
             deadline=deadline,
             history=history,
             boot_deadline=boot_deadline,
-            made_in=self.keyed.get(call.tool_use_id, replaces.made_in)
-            if replaces is not None
-            else self.keyed.get(call.tool_use_id),
+            made_in=made_in,
         )
 
     def boot_deadline(self, timeout: float) -> str | None:
