@@ -118,6 +118,7 @@ def reason_parts(reason: str, sessions: Collection[str], url: str) -> tuple[str,
 
 
 _PRINTED = frozenset({"approve", "deny", "resolve"})
+"""The commands a stop reason names (``toolledger.agent._stops``)."""
 
 
 def lineage_of(state: SessionState) -> set[str]:
@@ -126,9 +127,6 @@ def lineage_of(state: SessionState) -> set[str]:
     for b in state.lineage:
         sessions.update(x for x in (b.source, b.root) if x)
     return sessions
-
-
-"""The commands a stop reason names (``toolledger.agent._stops``)."""
 
 
 def settled_since(store: Store, state: SessionState) -> bool | None:
