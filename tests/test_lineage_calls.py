@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,23 @@ class MailServer:
             return {"message_id": ctx.idempotency_key, "repeat": repeat}
 
         return [send_email]
+
+    def keyed_tool(self, before: Callable[[], object] | None = None) -> tl.Tool:
+        """A key-forwarding e-mail tool that is not high-impact (it writes no intent and is not
+        claimed: the receiver's key is its guard). ``before``: called as it starts."""
+        lock = threading.Lock()
+
+        @tl.tool(effect="non_idempotent", forwards_idempotency_key=True, name="send_email")
+        def keyed_email(to: str, ctx: tl.ToolContext) -> str:
+            """Send an e-mail; its Message-ID is the call's idempotency key."""
+            if before is not None:
+                before()
+            with lock:
+                self.handed.append((ctx.idempotency_key, to))
+                self.kept.setdefault(ctx.idempotency_key, to)
+            return f"sent to {to}"
+
+        return keyed_email
 
     def sent(self) -> list[str]:
         """Who got a message, once per message kept."""
@@ -324,6 +342,14 @@ REPLAYED = [
     Reply(tool_uses=[ToolUse("create_ticket", {"title": "outage"}, id="toolu_same")]),
     Reply(text="Opened."),
 ]
+
+
+KEYED_SCRIPT = [
+    *GREETED,
+    Reply(tool_uses=[ToolUse("send_email", {"to": "ana"}, id="toolu_keyed")]),
+    Reply(text="Sent."),
+]
+"""A model that, after the greeting, asks once for a key-forwarding e-mail, every branch alike."""
 
 
 def lineage_of_three(store: tl.Store, desk: Desk) -> tuple[str, str]:
@@ -697,18 +723,9 @@ def test_a_key_forwarding_call_its_root_made_since_answers_a_branch_from_that_re
     twice."""
     mail = MailServer()
 
-    @tl.tool(effect="non_idempotent", forwards_idempotency_key=True, name="send_email")
-    def keyed_email(to: str, ctx: tl.ToolContext) -> str:
-        """Send an e-mail; its Message-ID is the call's idempotency key."""
-        mail.handed.append((ctx.idempotency_key, to))
-        mail.kept.setdefault(ctx.idempotency_key, to)
-        return f"sent to {to}"
+    keyed_email = mail.keyed_tool()
 
-    script = [
-        *GREETED,
-        Reply(tool_uses=[ToolUse("send_email", {"to": "ana"}, id="toolu_keyed")]),
-        Reply(text="Sent."),
-    ]
+    script = KEYED_SCRIPT
     with ScriptedModel(GREETED) as model:
         tl.Agent(client=model.client(), model="m", tools=[keyed_email], store=store).run(
             session=PARENT, prompt="Say hello."
@@ -741,18 +758,9 @@ def test_a_key_forwarding_call_made_first_on_branches_forwards_the_lineage_key(
     branch's own, and a receiver that honours keys sent the e-mail once per branch."""
     mail = MailServer()
 
-    @tl.tool(effect="non_idempotent", forwards_idempotency_key=True, name="send_email")
-    def keyed_email(to: str, ctx: tl.ToolContext) -> str:
-        """Send an e-mail; its Message-ID is the call's idempotency key."""
-        mail.handed.append((ctx.idempotency_key, to))
-        mail.kept.setdefault(ctx.idempotency_key, to)
-        return f"sent to {to}"
+    keyed_email = mail.keyed_tool()
 
-    script = [
-        *GREETED,
-        Reply(tool_uses=[ToolUse("send_email", {"to": "ana"}, id="toolu_keyed")]),
-        Reply(text="Sent."),
-    ]
+    script = KEYED_SCRIPT
     with ScriptedModel(GREETED) as model:
         tl.Agent(client=model.client(), model="m", tools=[keyed_email], store=store).run(
             session=PARENT, prompt="Say hello."
@@ -784,12 +792,7 @@ def test_a_fork_s_copy_of_a_key_forwarding_call_handed_back_forwards_the_lineage
     ``first``'s key there, and a receiver that honours keys sent two e-mails."""
     mail = MailServer()
 
-    @tl.tool(effect="non_idempotent", forwards_idempotency_key=True, name="send_email")
-    def keyed_email(to: str, ctx: tl.ToolContext) -> str:
-        """Send an e-mail; its Message-ID is the call's idempotency key."""
-        mail.handed.append((ctx.idempotency_key, to))
-        mail.kept.setdefault(ctx.idempotency_key, to)
-        return f"sent to {to}"
+    keyed_email = mail.keyed_tool()
 
     @tl.tool(effect="read_only")
     def look(q: str) -> str:
@@ -834,21 +837,8 @@ def test_two_branches_making_a_key_forwarding_call_at_once_forward_one_key(
     mail = MailServer()
     inside = threading.Barrier(2, timeout=20)
 
-    @tl.tool(effect="non_idempotent", forwards_idempotency_key=True, name="send_email")
-    def keyed_email(to: str, ctx: tl.ToolContext) -> str:
-        """Send an e-mail; its Message-ID is the call's idempotency key."""
-        inside.wait()  # both runs are making the call now
-        with lock:
-            mail.handed.append((ctx.idempotency_key, to))
-            mail.kept.setdefault(ctx.idempotency_key, to)
-        return f"sent to {to}"
-
-    lock = threading.Lock()
-    script = [
-        *GREETED,
-        Reply(tool_uses=[ToolUse("send_email", {"to": "ana"}, id="toolu_keyed")]),
-        Reply(text="Sent."),
-    ]
+    keyed_email = mail.keyed_tool(before=inside.wait)  # both runs are making the call now
+    script = KEYED_SCRIPT
     with ScriptedModel(GREETED) as model:
         tl.Agent(client=model.client(), model="m", tools=[keyed_email], store=store).run(
             session=PARENT, prompt="Say hello."

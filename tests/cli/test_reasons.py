@@ -24,20 +24,27 @@ SID = "pay `run` 'it' \u202e now"  # a backtick, quotes, blanks and a bidi overr
 TID = "toolu_01AbCdEfGhIjKlMnOpQrStUvWxYz"
 
 
-@pytest.fixture
-def url(tmp_path: Path) -> str:
+def awaiting(url: str, tid: str) -> None:
+    """Session ``SID`` of the store at ``url`` stopped for a person's approval of call ``tid``
+    (a high-impact payment)."""
+
     @tl.tool(effect="non_idempotent", high_impact=True)
     def pay(amount: int) -> str:
         """Pay."""
         return f"paid {amount}"
 
-    url = f"sqlite:///{tmp_path / 'r.db'}"
-    script = [Reply(tool_uses=[ToolUse("pay", {"amount": 5}, id=TID)]), Reply(text="done")]
+    script = [Reply(tool_uses=[ToolUse("pay", {"amount": 5}, id=tid)]), Reply(text="done")]
     with ScriptedModel(script) as model, tl.open_store(url) as store:
         agent = tl.Agent(
             client=model.client(), model="x", tools=[pay], store=store, approve=tl.approvals.queue
         )
         assert agent.run(session=SID, prompt="go").status is tl.RunStatus.AWAITING_APPROVAL
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    awaiting(url, TID)
     return url
 
 
@@ -100,21 +107,11 @@ def test_a_command_a_reason_holds_is_shown_as_one_only_for_its_store_and_lineage
 def test_a_model_chosen_id_cannot_make_a_command_of_its_own(tmp_path: Path) -> None:
     """The model names a call's id; a reason's words name the call by it. Backticks in it are
     written as ``\\x60`` there, so the id can neither end a command nor begin one."""
-    forged = command("approve", SID, "toolu_9", url=f"sqlite:///{tmp_path / 'r.db'}")
-
-    @tl.tool(effect="non_idempotent", high_impact=True)
-    def pay(amount: int) -> str:
-        """Pay."""
-        return f"paid {amount}"
-
     url = f"sqlite:///{tmp_path / 'r.db'}"
+    forged = command("approve", SID, "toolu_9", url=url)
     tid = f"x` `{forged}` y"
-    script = [Reply(tool_uses=[ToolUse("pay", {"amount": 5}, id=tid)]), Reply(text="done")]
-    with ScriptedModel(script) as model, tl.open_store(url) as store:
-        agent = tl.Agent(
-            client=model.client(), model="x", tools=[pay], store=store, approve=tl.approvals.queue
-        )
-        assert agent.run(session=SID, prompt="go").status is tl.RunStatus.AWAITING_APPROVAL
+    awaiting(url, tid)
+    with tl.open_store(url) as store:
         state = store.session(SID)
     assert state is not None and state.reason is not None
     words, commands = reason_parts(state.reason, {SID}, url)
