@@ -1,18 +1,24 @@
 """Backend wrappers for tests: count commits, fail chosen ones, race a second worker; a live
-worker elsewhere holding a session."""
+worker elsewhere holding a session; a worker frozen between its writes."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import toolledger as tl
 from toolledger.errors import StoreUnavailableError
 from toolledger.ops import DropLease, HoldLease, InsertEffect, Op, TakeLease, UpdateEffect
 from toolledger.records import EffectRecord, Holder, Lease, Status
 from toolledger.stores.contract import Backend
+from toolledger.stores.jsonfile._files import LOCK_FILE
 
 
 class SpyBackend:
@@ -104,3 +110,59 @@ def held_elsewhere(
     finally:
         stop.set()
         renewer.join()
+
+
+def freeze_between_writes(url: str, *, stop: Callable[[], None], go: Callable[[], None]) -> None:
+    """Freeze a worker (``stop``: ``SIGSTOP``, returning once it is stopped) at an instant it
+    holds none of the store's write locks.
+
+    Its lease keeper, a thread, renews the lease every third of it while its tool runs. Frozen
+    in the middle of that commit, the worker would hold the SQLite file's write lock, the json
+    store's flock or a PostgreSQL transaction's row locks, and every other writer would wait on
+    a process that never goes on: a store outage, not the paused worker a test means. So this
+    freezes it, looks, and if a write was under way lets it finish (``go``) and freezes again."""
+    for _ in range(500):
+        stop()
+        if not write_held(url):
+            return
+        go()
+        time.sleep(0.002)
+    raise AssertionError(f"the worker held a write of {url} at each of 500 looks")
+
+
+def write_held(url: str) -> bool:
+    """Whether another process holds a write lock of the store at ``url``."""
+    if url.startswith("sqlite:///"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return False
+        except sqlite3.OperationalError:
+            return True
+        finally:
+            conn.close()
+    if url.startswith("json:///"):
+        fd = os.open(Path(url.removeprefix("json:///")) / LOCK_FILE, os.O_CREAT | os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing releases the flock
+    # PostgreSQL: a transaction under way holds locks on the tables of the store's schema.
+    import psycopg
+
+    parts = urlsplit(url)
+    params = parse_qs(parts.query)
+    (schema,) = params.pop("schema")
+    server = parts._replace(query=urlencode(params, doseq=True)).geturl()
+    with psycopg.connect(server, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND l.pid <> pg_backend_pid()",
+            (schema,),
+        ).fetchone()
+    return bool(found and found[0])

@@ -27,6 +27,8 @@ import pytest
 import toolledger as tl
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
+from ..helpers import freeze_between_writes
+
 SESSION = "container-run"
 
 WORKER = textwrap.dedent(
@@ -159,7 +161,15 @@ def test_another_pid_namespace_never_judges_a_worker_by_its_own_process_table(
             time.sleep(0.01)
         inner_pid = int(entered.read_text())
         assert inner_pid < 10, "A runs in a PID namespace of its own (its pid there is tiny)"
-        os.killpg(a.pid, signal.SIGSTOP if ending == "paused" else signal.SIGKILL)
+        if ending == "paused":
+            # Between A's commits: its keeper frozen mid-renewal would hold the write lock.
+            def stop() -> None:
+                os.killpg(a.pid, signal.SIGSTOP)
+                time.sleep(0.05)  # the group's processes are not ours to wait for: let it land
+
+            freeze_between_writes(url, stop=stop, go=lambda: os.killpg(a.pid, signal.SIGCONT))
+        else:
+            os.killpg(a.pid, signal.SIGKILL)
         time.sleep(0.8)  # past A's lease: only its deadline still stands
 
         b, b_out = _worker(tmp_path, url, model, "b", timeout, spawned)

@@ -10,26 +10,23 @@ the store's clock). Effects are counted in the world — ticket files — never 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
-import sqlite3
 import time
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
 
-import psycopg
 import pytest
 
 import toolledger as tl
 from toolledger._verify import Severity, verify
 from toolledger.records import Status
-from toolledger.stores.jsonfile._files import LOCK_FILE
 from toolledger.testing import elsewhere
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+
+from ..helpers import freeze_between_writes
 
 LEASE_TTL = 0.5
 SESSION = "outage-7"
@@ -146,63 +143,16 @@ def _start_paused_worker(
     while not world.entered() and time.time() < deadline:
         time.sleep(0.002)
     assert world.entered(), "worker 1 never reached its tool"
-    _freeze_between_writes(pid, url)
+    freeze_between_writes(
+        url, stop=lambda: _stopped(pid, signal.SIGSTOP), go=lambda: os.kill(pid, signal.SIGCONT)
+    )
     _child_pipes[pid] = read_fd
     return pid
 
 
-def _freeze_between_writes(pid: int, url: str) -> None:
-    """``SIGSTOP`` worker 1 at an instant it holds none of the store's write locks.
-
-    Its lease keeper, a thread, renews the lease every third of it while the tool waits. Frozen
-    in the middle of that commit, worker 1 would hold the SQLite file's write lock, the json
-    store's flock or a PostgreSQL transaction's row locks, and every other writer would wait on
-    a process that never goes on: a store outage, which is not what these tests are about. So
-    the test freezes it, looks, and if a write was under way lets it finish and freezes again."""
-    for _ in range(500):
-        os.kill(pid, signal.SIGSTOP)
-        os.waitpid(pid, os.WUNTRACED)  # stopped, every thread of it, before the look
-        if not _write_held(url):
-            return
-        os.kill(pid, signal.SIGCONT)
-        time.sleep(0.002)
-    raise AssertionError(f"worker 1 held a write of {url} at each of 500 looks")
-
-
-def _write_held(url: str) -> bool:
-    """Whether another process holds a write lock of the store at ``url``."""
-    if url.startswith("sqlite:///"):
-        conn = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("ROLLBACK")
-            return False
-        except sqlite3.OperationalError:
-            return True
-        finally:
-            conn.close()
-    if url.startswith("json:///"):
-        fd = os.open(Path(url.removeprefix("json:///")) / LOCK_FILE, os.O_CREAT | os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)  # closing releases the flock
-    # PostgreSQL: a transaction under way holds locks on the tables of the store's schema.
-    parts = urlsplit(url)
-    params = parse_qs(parts.query)
-    (schema,) = params.pop("schema")
-    server = parts._replace(query=urlencode(params, doseq=True)).geturl()
-    with psycopg.connect(server, autocommit=True) as conn:
-        (held,) = conn.execute(
-            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
-            " JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = %s AND l.pid <> pg_backend_pid()",
-            (schema,),
-        ).fetchone()
-    return bool(held)
+def _stopped(pid: int, sig: int) -> None:
+    os.kill(pid, sig)
+    os.waitpid(pid, os.WUNTRACED)  # stopped, every thread of it
 
 
 _child_pipes: dict[int, int] = {}
