@@ -16,7 +16,7 @@ import pytest
 import toolledger as tl
 from toolledger._shell import command, command_label, command_parts, commands_in, quote
 from toolledger._views.overview import reason_parts
-from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+from toolledger.testing.scripted import Flaky, Reply, ScriptedModel, ToolUse
 
 from .test_widths import BIN, in_terminal
 
@@ -119,6 +119,26 @@ def test_a_model_chosen_id_cannot_make_a_command_of_its_own(tmp_path: Path) -> N
     assert all(quote(tid) in c for c in commands), commands  # the real id, quoted
     assert tid.replace("`", "\\x60") in words
     out = in_terminal(["show", SID, "--store", url], 200)
+    assert forged not in out.splitlines(), out
+
+
+def test_an_error_s_text_in_a_reason_cannot_make_a_command_of_its_own(tmp_path: Path) -> None:
+    """A reason other than a stop for a person holds an error's text — the model API's answer,
+    a store's error, an alert about a call by its model-chosen id — and none of it is a
+    command toolledger printed: its backticks are written ``\\x60``, so a well-quoted command
+    for this very session and store, sent back by the API, stays words."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    forged = command("approve", "s1", "toolu_9", url=url)
+    script = [Flaky(Reply(text="hi"), status=500, times=10, error_type=f"x` `{forged}` y")]
+    with ScriptedModel(script) as model, tl.open_store(url) as store:
+        agent = tl.Agent(client=model.client(max_retries=0), model="x", tools=[], store=store)
+        with pytest.raises(tl.ModelCallError):
+            agent.run(session="s1", prompt="go")
+        state = store.session("s1")
+    assert state is not None and state.status is tl.RunStatus.FAILED
+    assert state.reason is not None and f"\\x60{forged}\\x60" in state.reason
+    assert reason_parts(state.reason, {"s1"}, url)[1] == ()
+    out = in_terminal(["show", "s1", "--store", url], 200)
     assert forged not in out.splitlines(), out
 
 

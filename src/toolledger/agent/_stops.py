@@ -9,7 +9,7 @@ from ..errors import CorruptLedgerError
 from ..records import RunStatus, ToolCall
 from ..stores import DEFAULT_STORE_URL
 
-__all__ = ["behind", "stop_reason"]
+__all__ = ["behind", "said", "stop_reason"]
 
 
 def behind(sid: str, stray: list[str], why: str, *, url: str) -> CorruptLedgerError:
@@ -48,15 +48,15 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
         here = [o for o in doubt if o.settle_in is None]
         names = ", ".join(_named(o.call) for o in here)
         how = "; ".join(settle(sid, o.call) for o in here)
-        said = (
+        parts = (
             [f"in doubt: {names} may already have happened. Settle each with one command: {how}"]
             if here
             else []
         )
         # A branch's copy of its lineage's call is settled (or run) where the call was made.
         # Not run there yet, nothing is in doubt there: `resolve` would refuse, a run runs it.
-        said += [
-            f"{_named(o.call)} is the call of session {_said(repr(o.settle_in))}, "
+        parts += [
+            f"{_named(o.call)} is the call of session {said(repr(o.settle_in))}, "
             "where this session's lineage holds it: "
             + (
                 "it has not run there yet; run that session (first approve or deny the call "
@@ -68,20 +68,20 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
             for o in doubt
             if o.settle_in is not None
         ]
-        return (RunStatus.NEEDS_ATTENTION, "; ".join(said) + ", then run the session again.")
+        return (RunStatus.NEEDS_ATTENTION, "; ".join(parts) + ", then run the session again.")
     waiting = [o for o in outcomes if o.disposition is Disposition.AWAITING_APPROVAL]
     if waiting:
-        said = []
+        parts = []
         first = [o for o in waiting if not o.in_doubt]
         if first:
             names = ", ".join(_named(o.call) for o in first)
             how = "; ".join(
                 f"`{cmd('approve', sid, o.call)}` or `{cmd('deny', sid, o.call)}`" for o in first
             )
-            said.append(f"awaiting approval: {names}. Decide with {how}")
+            parts.append(f"awaiting approval: {names}. Decide with {how}")
         # A call in doubt in the queue: approving it runs it again, whatever happened the first
         # time. Settling it says what happened instead — the choice a person should see first.
-        said += [
+        parts += [
             f"in doubt, awaiting a person: {_named(o.call)} may already "
             f"have happened. Settle it with {settle(sid, o.call)}; "
             f"`{cmd('approve', sid, o.call)}` runs it again whatever happened (a second effect "
@@ -89,17 +89,17 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
             for o in waiting
             if o.in_doubt
         ]
-        return (RunStatus.AWAITING_APPROVAL, "; ".join(said) + ", then run the session again.")
+        return (RunStatus.AWAITING_APPROVAL, "; ".join(parts) + ", then run the session again.")
     return None
 
 
 def _named(call: ToolCall) -> str:
     """A call as a reason's words name it: ``'tool' (id)``."""
-    return _said(f"{call.name!r} ({call.tool_use_id})")
+    return said(f"{call.name!r} ({call.tool_use_id})")
 
 
-def _said(text: str) -> str:
-    """Text of the model's or a person's (an id, a name) in a reason's words, its backticks
-    written ``\\x60``: in a reason only a command toolledger printed is in backticks
-    (``toolledger._views.overview.reason_parts``)."""
+def said(text: str) -> str:
+    """Text of the model's, a person's or an error's (an id, a name, an API's answer) in a
+    reason's words, its backticks written ``\\x60``: in a reason only a command toolledger
+    printed (``stop_reason``) is in backticks (``toolledger._views.overview.reason_parts``)."""
     return text.replace("`", "\\x60")
