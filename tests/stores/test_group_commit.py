@@ -882,3 +882,94 @@ def test_a_cancelled_task_whose_batch_another_threads_commit_took_ends_once_it_i
     assert "follow" in backend.read_effects("s"), "C's commit wrote it"
     assert written_when_it_ended == [True], "the task ended only once its batch was written"
     store.close()
+
+
+def test_ctrl_c_twice_as_a_group_rolls_back_tells_no_caller_its_batch_landed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C as the leader writes the group's second batch (its transaction rolled back), and
+    again as it tells the first batch's caller so: that caller is never told its batch landed —
+    it was in the transaction rolled back — and neither caller is left with no answer (an
+    ``AssertionError`` in ``apply``): each is told nothing was written, or that nobody knows,
+    which its caller reads back."""
+    from toolledger.stores import contract, sqlite
+
+    store = tl.open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    real_batch, real_told = backend._apply_batch, sqlite.interrupted
+    batches = 0
+
+    def second_interrupted(*args: Any) -> list[bool]:
+        nonlocal batches
+        batches += 1
+        if batches == 2:
+            raise KeyboardInterrupt("the first Ctrl-C")
+        return real_batch(*args)
+
+    def told_interrupted(url: str, exc: BaseException | None = None) -> tl.StoreError:
+        monkeypatch.setattr(sqlite, "interrupted", real_told)
+        raise KeyboardInterrupt("the second Ctrl-C")
+
+    monkeypatch.setattr(backend, "_apply_batch", second_interrupted)
+    monkeypatch.setattr(sqlite, "interrupted", told_interrupted)
+    group = [Pending("s", [InsertEffect(make_record("s", f"t{n}"))]) for n in (1, 2)]
+    with pytest.raises(KeyboardInterrupt, match="second"):
+        backend.apply_group(group)
+    monkeypatch.setattr(backend, "_apply_batch", real_batch)
+    assert backend.read_effects("s") == {}
+    for p in group:
+        assert p.done and p.flags is None, (p.flags, p.error)
+        with pytest.raises(tl.StoreError) as told:
+            contract.answer(p, backend.url)
+        assert "nothing of it was written" in str(told.value) or told.value.outcome_unknown
+    store.close()
+
+
+def test_ctrl_c_as_a_waiting_caller_takes_the_queue_back_leaves_another_thread_s_hold(
+    tmp_path: Path,
+) -> None:
+    """A caller waiting for another's commit is woken while a third thread holds the queue's
+    lock, and Ctrl-C lands as it waits to take that lock back (``Condition.wait``). Its
+    interrupt goes up once it holds the lock again: it never releases the third thread's hold
+    (a ``RuntimeError`` there, and the queue's state changed by two threads at once), and its
+    batch is never written."""
+    import signal
+
+    store = tl.open_store(f"sqlite:///{tmp_path / 'q.db'}")
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    writers = _Writers(backend)
+    a = writers.stalled_leader()
+    main = threading.main_thread().ident
+    assert main == threading.get_ident()
+    seen: dict[str, object] = {}
+
+    def third() -> None:
+        while backend._waiting < 1:  # this thread, queued behind A
+            time.sleep(0.001)
+        try:
+            with backend._queue_cv:
+                backend._queue_cv.notify_all()  # it wakes, and waits for this hold to end
+                time.sleep(0.2)
+                signal.pthread_kill(main, signal.SIGINT)
+                time.sleep(0.2)
+                seen["queue"] = list(backend._queue)
+        except BaseException as exc:
+            seen["error"] = exc
+        seen["done"] = True
+
+    t = threading.Thread(target=third)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        backend.apply("s", [InsertEffect(make_record("s", "B"))])
+    t.join(10)
+    assert seen.get("done") and "error" not in seen, seen
+    assert [p.ops[0].record.tool_use_id for p in seen["queue"]] == ["B"]  # type: ignore[attr-defined]
+    backend._lock.release()
+    a.join(10)
+    assert writers.results["A"] == [True]
+    assert backend.apply("s", [InsertEffect(make_record("s", "C"))]) == [True]
+    assert sorted(backend.read_effects("s")) == ["A", "C"]
+    assert not backend._leading and not backend._queue
+    store.close()

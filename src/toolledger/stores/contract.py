@@ -31,6 +31,8 @@ __all__ = [
     "InlineAsync",
     "Inspectable",
     "Pending",
+    "answer",
+    "interrupted",
     "op_deadline",
     "operations_within",
 ]
@@ -276,10 +278,7 @@ class InlineAsync:
             await _lead(group, me, backend)
         if not me.done:
             await _answered(me, self._backend.url)
-        if me.error is not None:
-            raise me.error
-        assert me.flags is not None
-        return me.flags
+        return answer(me, self._backend.url)
 
     async def read_session(self, session_id: str) -> SessionState | None:
         return self._backend.read_session(session_id)
@@ -359,6 +358,23 @@ async def _lead(group: _Group, me: Pending, backend: GroupCommit) -> None:
                 done.set_result(None)
     if cancelled is not None:
         raise cancelled
+
+
+def answer(me: Pending, url: str) -> list[bool]:
+    """What ``apply`` returns for ``me``, whose commit is over: its flags, or its error raised.
+    Told neither (its leader interrupted twice: once in the commit, once as it told the
+    callers), nobody knows whether it was written: a ``StoreError`` whose outcome is unknown,
+    which its caller reads back before it acts (docs/design.md, rule 16)."""
+    if me.error is not None:
+        raise me.error
+    if me.flags is None:
+        raise StoreError(
+            f"{url}: the commit that was to hold this batch was interrupted as it answered; "
+            "whether the batch was written is not known. Read it back before acting on it.",
+            url=url,
+            outcome_unknown=True,
+        )
+    return me.flags
 
 
 def interrupted(url: str, exc: BaseException | None = None) -> StoreError:

@@ -41,7 +41,7 @@ from ._sqlite_files import (
     translate,
 )
 from ._url import file_url
-from .contract import Pending, interrupted
+from .contract import Pending, answer, interrupted
 
 __all__ = ["SQLiteBackend", "translate"]
 
@@ -124,8 +124,8 @@ class SQLiteBackend:
         self._lock = threading.Lock()
         # The queue's lock is taken directly (no Condition method call per commit); only a
         # caller that must wait for a commit under way uses the condition, and only then is it
-        # notified.
-        self._queue_lock = threading.Lock()
+        # notified. Reentrant, for what a wait cut short needs (``_wait``).
+        self._queue_lock = threading.RLock()
         self._queue_cv = threading.Condition(self._queue_lock)
         self._queue: list[Pending] = []
         self._leading = False
@@ -351,10 +351,7 @@ class SQLiteBackend:
                 self._wake()
         me = Pending(session_id, list(ops))
         self.apply_group([me])
-        if me.error is not None:
-            raise me.error
-        assert me.flags is not None
-        return me.flags
+        return answer(me, self.url)
 
     def apply_group(self, group: list[Pending]) -> None:
         """Commit the batches of ``group`` in one transaction, with whatever other callers are
@@ -382,10 +379,10 @@ class SQLiteBackend:
                     while self._leading and not first.done:
                         self._waiting += 1
                         try:
-                            self._queue_cv.wait(_WAKE_EVERY)
+                            self._wait()
                         finally:
                             self._waiting -= 1
-                except BaseException as exc:  # (the lock is held again: ``Condition.wait``)
+                except BaseException as exc:  # (the lock is held again: ``_wait``)
                     self._withdraw(group, exc)
                     raise
                 if not first.done:
@@ -402,6 +399,19 @@ class SQLiteBackend:
             if lead:
                 self._leading = False  # first, with no call before it (``_wake``)
                 self._wake()
+
+    def _wait(self) -> None:
+        """Wait for the commit under way (``_WAKE_EVERY`` at most), the queue's lock held again
+        however the wait ends. ``Condition.wait`` takes a plain lock back with an acquire that a
+        signal cuts short: a Ctrl-C while another thread held it left this caller without it,
+        and the ``with`` around then released the other thread's hold. A reentrant lock is
+        taken back with an acquire no signal cuts short; a wait interrupted after it gave the
+        lock up and before it took it back (a narrower window) takes it back here."""
+        try:
+            self._queue_cv.wait(_WAKE_EVERY)
+        finally:
+            if not self._queue_lock._is_owned():  # type: ignore[attr-defined]
+                self._queue_lock.acquire()
 
     def _withdraw(self, group: list[Pending], exc: BaseException) -> None:
         """A caller interrupted while it waited for another's commit (a ``KeyboardInterrupt``):
@@ -439,17 +449,13 @@ class SQLiteBackend:
 
     def _commit_group(self, group: list[Pending]) -> None:
         if len(group) == 1:
-            p = group[0]
-            try:
-                p.flags = self._commit_one(p.session_id, p.ops)
-            except BaseException as exc:
-                p.flags, p.error = None, exc
-                if not isinstance(exc, Exception):
-                    raise
-            finally:
-                p.done = True
+            self._commit_alone(group[0])
             return
         undone = True  # nothing of the group is written until its COMMIT returns
+        # Each batch's answer, given it only once the COMMIT has returned: an interrupt that
+        # rolls the transaction back — and a second one as the callers are told so — must leave
+        # no caller holding the flags of a batch that was never written.
+        answers: list[tuple[list[bool] | None, BaseException | None]] = []
         try:
             with self._lock:
                 c = self._conn
@@ -461,10 +467,10 @@ class SQLiteBackend:
                     for p, form in zip(group, forms, strict=True):
                         c.execute("SAVEPOINT batch")
                         try:
-                            p.flags = self._apply_batch(p.session_id, p.ops, form)
+                            answers.append((self._apply_batch(p.session_id, p.ops, form), None))
                         except SessionConflictError as exc:
                             c.execute("ROLLBACK TO batch")
-                            p.flags, p.error = None, exc
+                            answers.append((None, exc))
                         c.execute("RELEASE batch")
                     c.execute("COMMIT")
                     self.commits += 1
@@ -473,6 +479,8 @@ class SQLiteBackend:
                     if c.in_transaction:
                         c.execute("ROLLBACK")
                     raise
+            for p, (flags, error) in zip(group, answers, strict=True):
+                p.flags, p.error = flags, error
         except sqlite3.Error as exc:
             error = self._write_error(exc)
             error.__cause__ = exc
@@ -493,6 +501,17 @@ class SQLiteBackend:
         finally:
             for p in group:
                 p.done = True
+
+    def _commit_alone(self, p: Pending) -> None:
+        """A group of one batch: committed as ``apply`` commits it alone."""
+        try:
+            p.flags = self._commit_one(p.session_id, p.ops)
+        except BaseException as exc:
+            p.flags, p.error = None, exc
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            p.done = True
 
     def _commit_one(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         """One batch, the whole of its group: its flags, or what ``apply`` raises."""
