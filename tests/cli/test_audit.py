@@ -161,6 +161,32 @@ def test_bad_targets_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
         assert message in capsys.readouterr().err
 
 
+def test_a_file_s_name_is_not_imported_and_a_module_that_fails_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tools.py:TOOLS`` — a file's name where a module's goes, the likeliest slip — is refused
+    before anything is imported (importing ``tools.py`` runs ``tools``, a script perhaps, then
+    fails on ``py``), naming the module to write; a module whose own code fails as it is
+    imported is one line saying where, not a traceback."""
+    ran = tmp_path / "ran"
+    (tmp_path / "script_tools.py").write_text(
+        f"import pathlib, sys\npathlib.Path({str(ran)!r}).touch()\nfirst = sys.argv[9]\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "script_tools", raising=False)
+    for target in ("script_tools.py:TOOLS", "./script_tools.py:TOOLS"):
+        assert main(["audit", target]) == 1
+        err = capsys.readouterr().err
+        assert "is a file's name" in err and "script_tools:TOOLS" in err, err
+        assert not ran.exists(), "the file was run"
+    assert main(["audit", "script_tools:TOOLS"]) == 1
+    err = capsys.readouterr().err
+    assert ran.exists()
+    assert "importing 'script_tools' raised IndexError" in err, err
+    assert "script_tools.py:3" in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
 def test_audit_is_a_pure_function() -> None:
     assert audit([]).warnings == ["the toolset is empty"]
 

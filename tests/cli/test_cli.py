@@ -330,6 +330,12 @@ def test_a_store_url_naming_a_directory_says_it_is_one(
         err = " ".join(capsys.readouterr().err.split())
         assert "notes.txt is a file, not a directory" in err, err
     assert (tmp_path / "notes.txt").read_text() == "mine"
+    # sqlite:/// naming a json:/// store's directory: it says which kind of store it is.
+    tl.open_store(f"json:///{tmp_path / 'j'}").close()
+    assert main(["--store", f"sqlite:///{tmp_path / 'j'}", "sessions"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"It is a json:/// store: name it as one (json:///{tmp_path / 'j'})" in err, err
+    assert "toolledger.db" not in err
 
 
 def test_verify_and_prune_refuse_another_application_s_database(

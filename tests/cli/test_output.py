@@ -503,3 +503,36 @@ def test_the_line_a_settling_command_prints_shows_its_ids_as_ids(
         assert "\u2060" not in out and "\u200b" not in out, out
         assert "toolu_a\\u2060b\\u200bc" in out, out
     assert "wire\\u2060money" in printed[1][1]
+
+
+def test_settling_names_the_session_and_a_mistyped_session_is_said_to_be_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A call's id is unique only within its session: ``resolve``, ``approve`` and ``deny``
+    name the session they settled. A session the store does not hold — a typo, most likely —
+    is said to be unknown, as ``show`` says it, with the command that lists the sessions; not
+    that the call has no record or request there."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    stopped_in_doubt(url, queue=True)
+    for argv in (
+        ["resolve", "s33", "toolu_01", "--happened"],
+        ["approve", "s33", "toolu_01"],
+        ["deny", "s33", "toolu_01"],
+    ):
+        code, out = run(capsys, *argv, "--store", url)
+        assert code == 1, (argv, out)
+        assert f"no session 's33' in {url}" in out, (argv, out)
+        assert f"toolledger --store {url} sessions" in out.splitlines(), (argv, out)
+    code, out = run(capsys, "resolve", "s3", "toolu_02", "--happened", "--store", url)
+    assert code == 1 and "NotInDoubtError" in out and "no session" not in out, out
+    code, out = run(capsys, "approve", "s3", "toolu_02", "--store", url)
+    assert code == 1 and "NotPendingError" in out and "no session" not in out, out
+
+    code, out = run(
+        capsys, "resolve", "s3", "toolu_01", "--happened", "--by", "ana", "--store", url
+    )
+    assert code == 0 and "toolu_01 in session s3 resolved: succeeded (by ana)" in out, out
+    other = url.replace("q.db", "r.db")
+    stopped_in_doubt(other, queue=True)
+    code, out = run(capsys, "deny", "s3", "toolu_01", "--by", "ana", "--store", other)
+    assert code == 0 and "send_email (toolu_01) in session s3: denied by ana" in out, out

@@ -6,6 +6,8 @@ import importlib
 import inspect
 import os
 import sys
+import traceback
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError, ToolLedgerError
@@ -17,12 +19,25 @@ def load_object(target: str, *, shape: str = "MODULE:ATTRIBUTE", example: str) -
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
         raise ConfigurationError(f"expected {shape} (e.g. {example}), got {target!r}")
+    if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
+        # A file's name: importing ``tools.py`` would run ``tools`` first, then fail on ``py``.
+        stem = Path(module_name).stem
+        raise ConfigurationError(
+            f"{module_name!r} is a file's name; name its module instead, as Python imports it "
+            f"(e.g. {stem}:{attribute} from the directory that holds {stem}.py, or with that "
+            "directory on PYTHONPATH). Nothing was imported."
+        )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the module's own code failed as it was imported
+        raise ConfigurationError(
+            f"importing {module_name!r} raised {type(exc).__name__}: {exc}{_where(exc)}. Fix "
+            "the module, or name one that imports without running a program."
+        ) from exc
     value: Any = module
     for part in attribute.split("."):
         try:
@@ -30,6 +45,12 @@ def load_object(target: str, *, shape: str = "MODULE:ATTRIBUTE", example: str) -
         except AttributeError:
             raise ConfigurationError(f"{module_name!r} has no attribute {attribute!r}") from None
     return value
+
+
+def _where(exc: BaseException) -> str:
+    """`` (at FILE:LINE)``, the last line of Python that ran before ``exc``; empty if none."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
 def refused_arguments(function: Any, *args: Any) -> str | None:

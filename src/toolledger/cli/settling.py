@@ -9,10 +9,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from .._views.overview import known_session
 from .._views.results import parse_result
 from ..approvals import _queue as approvals
+from ..errors import NotInDoubtError, NotPendingError
 from . import render
-from ._command import emit_json, store_of, url_of
+from ._command import emit_json, no_session, store_of, url_of
 from .output import Out
 from .render import safe, safe_id
 
@@ -38,18 +40,23 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
             )
             return 2
     with store_of(args, write=True) as store:
-        record = store.ledger(args.session).resolve(
-            args.tool_use_id,
-            happened=args.happened,
-            result=result,
-            by=args.by,
-            force=args.force,
-            watch=args.watch,
-        )
+        try:
+            record = store.ledger(args.session).resolve(
+                args.tool_use_id,
+                happened=args.happened,
+                result=result,
+                by=args.by,
+                force=args.force,
+                watch=args.watch,
+            )
+        except NotInDoubtError:
+            if not known_session(store, args.session):  # a mistyped session, most likely
+                return no_session(console, args, store)
+            raise
     if args.json:
         emit_json(render.effect_json(record))
     else:
-        what = safe_id(args.tool_use_id).append(" resolved: ")
+        what = _call_in(args.session, safe_id(args.tool_use_id)).append(" resolved: ")
         _settled(console, what, record.status.value, f" (by {args.by})")
         if args.force and record.error and "forced while" in record.error:
             Out(console).line(safe(record.error, "yellow"))
@@ -74,13 +81,19 @@ def cmd_approvals(args: argparse.Namespace, console: Console) -> int:
 
 def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
     with store_of(args, write=True) as store:
-        record = approvals.decide(
-            store, args.session, args.tool_use_id, approved=approved, by=args.by
-        )
+        try:
+            record = approvals.decide(
+                store, args.session, args.tool_use_id, approved=approved, by=args.by
+            )
+        except NotPendingError:
+            if not known_session(store, args.session):  # a mistyped session, most likely
+                return no_session(console, args, store)
+            raise
     if args.json:
         emit_json(render.approval_json(record))
         return 0
-    what = Text.assemble(safe_id(record.tool), " (", safe_id(record.tool_use_id), "): ")
+    call = Text.assemble(safe_id(record.tool), " (", safe_id(record.tool_use_id), ")")
+    what = _call_in(record.session_id, call).append(": ")
     _settled(console, what, record.status.value, f" by {record.decided_by}")
     if approved and record.in_doubt:
         # The yes is to running it again, whatever the first attempt did. The call stays in
@@ -108,6 +121,12 @@ def cmd_approve(args: argparse.Namespace, console: Console) -> int:
 def cmd_deny(args: argparse.Namespace, console: Console) -> int:
     """Deny a pending request."""
     return _decide(args, console, False)
+
+
+def _call_in(session_id: str, call: Text) -> Text:
+    """A call as a settling command's line names it: a call's id is unique only within its
+    session, so the session is named too."""
+    return Text.assemble(call, " in session ", safe_id(session_id))
 
 
 def _settled(console: Console, what: Text, status: str, by: str) -> None:

@@ -42,6 +42,7 @@ from ._sqlite_files import (
 )
 from ._url import file_url
 from .contract import Pending, answer, interrupted
+from .jsonfile._format import FORMAT_FILE
 
 __all__ = ["SQLiteBackend", "translate"]
 
@@ -109,10 +110,16 @@ class SQLiteBackend:
         self.read_only = read_only and path != ":memory:"
         if path != ":memory:" and Path(path).is_dir():
             # Said before SQLite tries it: it would say only "unable to open database file".
+            where = Path(path).resolve()
+            if (where / FORMAT_FILE).is_file():  # a json:/// store's directory
+                advice = f"It is a json:/// store: name it as one ({file_url('json', where)})."
+            else:
+                advice = (
+                    "Name a file in it (--store or $TOOLLEDGER_STORE; e.g. "
+                    f"{file_url('sqlite', where / 'toolledger.db')})."
+                )
             raise StoreUnavailableError(
-                f"no store at {url}: {Path(path).resolve()} is a directory, not a database "
-                "file. Name a file in it (--store or $TOOLLEDGER_STORE; e.g. "
-                f"{file_url('sqlite', Path(path).resolve() / 'toolledger.db')}).",
+                f"no store at {url}: {where} is a directory, not a database file. {advice}",
                 url=url,
             )
         if (not create or self.read_only) and path != ":memory:" and not Path(path).is_file():
