@@ -511,6 +511,34 @@ def test_an_interrupted_tool_is_over_for_its_neighbours_while_its_process_lives_
     store.close()
 
 
+def test_an_interrupted_tool_is_released_while_another_thread_races_on_its_call(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C ends a plain tool while another thread of this process races on the same call
+    (registered in flight, its intent refused behind this one's): the interrupted attempt is
+    released all the same — only a hold (an ``async def`` tool's work that may run on) keeps
+    it. Kept, it would stay in progress for every worker of this host once that thread let go,
+    for as long as this process lives."""
+    from toolledger._liveness._runtime import flight_key
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    store = tl.open_store(url)
+    ledger = store.ledger("s")
+    key = flight_key(store.place, "s", "toolu_1")
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        store.runtime.in_flight.add(key)  # the other thread, as it registers for this call
+        raise KeyboardInterrupt  # Ctrl-C while it ran
+
+    with pytest.raises(KeyboardInterrupt):
+        tl.run_tool_uses([tool_use("toolu_1", "send", to="bob")], [send], ledger=ledger)
+    store.runtime.in_flight.discard(key)  # that thread's intent was refused: it let go
+    assert _in_doubt_for_a_neighbour(url) == ["toolu_1"], "over for a neighbour of this host"
+    assert [r.tool_use_id for r in ledger.in_doubt()] == ["toolu_1"], "and here"
+    store.close()
+
+
 def test_an_interrupted_async_tool_whose_thread_runs_on_is_over_only_once_its_time_is_up(
     tmp_path: Path,
 ) -> None:

@@ -330,7 +330,13 @@ def test_a_store_url_naming_a_directory_says_it_is_one(
         err = " ".join(capsys.readouterr().err.split())
         assert "notes.txt is a file, not a directory" in err, err
     assert (tmp_path / "notes.txt").read_text() == "mine"
-    # sqlite:/// naming a json:/// store's directory: it says which kind of store it is.
+    assert "a missing one is made" not in err  # looking never makes one
+    # json:/// naming a SQLite store's file, and sqlite:/// naming a json:/// store's directory:
+    # each says which kind of store it is.
+    tl.open_store(f"sqlite:///{tmp_path / 's.db'}").close()
+    assert main(["--store", f"json:///{tmp_path / 's.db'}", "sessions"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"It is a SQLite file: name it as one (sqlite:///{tmp_path / 's.db'})" in err, err
     tl.open_store(f"json:///{tmp_path / 'j'}").close()
     assert main(["--store", f"sqlite:///{tmp_path / 'j'}", "sessions"]) == 1
     err = " ".join(capsys.readouterr().err.split())

@@ -51,6 +51,13 @@ class InFlight:
         with self._lock:
             self._held[key] = max(until, self._held.get(key, until))
 
+    def held(self, key: tuple[str, str, str]) -> bool:
+        """Whether ``key`` is kept in flight by a ``hold`` that has not run out — not by an
+        attempt registered (another thread's, racing on the same call)."""
+        with self._lock:
+            until = self._held.get(key)
+            return until is not None and self._monotonic() < until
+
     def __contains__(self, key: object) -> bool:
         with self._lock:
             if key in self._calls:

@@ -77,14 +77,16 @@ def given_up(env: Env, buf: Buffer) -> None:
     called — and no outcome of it is on its way. Released from flight, and their intents
     released in the background (in doubt for everyone, as for this process), unless the record
     moved on meanwhile or the attempt is still held in flight here (an ``async def`` tool whose
-    run was cancelled: ``hold_while_it_may_run``). Left as they are, a worker of this host would
-    judge them by this process, alive, and wait for as long as it lives (a server that caught
-    the interrupt, a notebook)."""
+    run was cancelled: ``hold_while_it_may_run``; ``InFlight.held``). Left as they are, a
+    worker of this host would judge them by this process, alive, and wait for as long as it
+    lives (a server that caught the interrupt, a notebook)."""
     in_flight = env.ledger.store.runtime.in_flight
     for key in list(buf.flights):
         release(env, key, buf)
         intent = buf.intents.pop(key, None)
-        if intent is None or key in in_flight:
+        # Held: its work may run on. Another thread's registration of the same call (racing
+        # on it, its intent refused behind this one's) keeps nothing: this attempt is over.
+        if intent is None or in_flight.held(key):
             continue
         # A plain tool the interrupt ended is over now. An ``async def`` one may have left
         # work behind it (a thread of ``asyncio.to_thread``, which ``asyncio.run`` does not

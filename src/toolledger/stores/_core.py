@@ -88,9 +88,13 @@ def in_progress_error(
     return EffectInProgressError(
         f"{record.tool!r} ({record.tool_use_id}) in session {record.session_id!r} is in "
         f"progress: attempt {record.attempt} by {holder} may still take effect ({verdict.why})"
-        f"{until}. It cannot be {action} now; retry later to get its stored result"
-        + ("" if action == "run again" else ", or use --force if you know better")
-        + ".",
+        f"{until}. It cannot be {action} now; "
+        + (
+            "retry later to get its stored result."
+            if action == "run again"
+            else "look again once its attempt is over (its outcome written, or in doubt), or "
+            "use --force if you know better."
+        ),
         session_id=record.session_id,
         tool_use_id=record.tool_use_id,
         holder=record.worker,

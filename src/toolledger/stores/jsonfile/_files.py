@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from ...errors import StoreUnavailableError
+from .._url import file_url
 
 __all__ = [
     "LOCK_FILE",
@@ -65,6 +66,15 @@ def legacy_stem(session_id: str) -> str:
     return stem
 
 
+def _is_sqlite(path: Path) -> bool:
+    """Whether ``path`` begins as a SQLite database file does (its header's first 16 bytes)."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
 class Directory:
     """The store's directory: created on open (unless ``create=False``), written by one writer
     at a time."""
@@ -73,10 +83,15 @@ class Directory:
         self.url = url
         self.path = Path(directory)
         if self.path.exists() and not self.path.is_dir():
+            where = self.path.resolve()
+            if _is_sqlite(where):
+                advice = f"It is a SQLite file: name it as one ({file_url('sqlite', where)})."
+            else:
+                made = "; a missing one is made" if create else ""
+                advice = f"Name a directory (json:///relative/dir, json:////absolute/dir){made}."
             raise StoreUnavailableError(
-                f"no store at {url}: {self.path.resolve()} is a file, not a directory: a json "
-                "store is a directory of files. Name a directory (json:///relative/dir, "
-                "json:////absolute/dir); a missing one is made.",
+                f"no store at {url}: {where} is a file, not a directory: a json store is a "
+                f"directory of files. {advice}",
                 url=url,
             )
         if not create and not self.path.is_dir():
