@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
 import re
 import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -49,6 +51,25 @@ __all__ = ["create_app", "listen", "serve"]
 HERE = Path(__file__).parent
 
 
+def _files_now(path: str) -> tuple[int, ...] | None:
+    """What any commit to the SQLite file at ``path`` changes: the file's and its write-ahead
+    log's identity, size and time of last write (``None`` if one cannot be looked at). An empty
+    log is no log: a reader makes one, and truncates it as it closes — a commit writes frames
+    into it, and a checkpoint that empties it writes the file."""
+    seen: list[int] = []
+    for name in (path, f"{path}-wal"):
+        try:
+            st = os.stat(name)
+        except FileNotFoundError:
+            seen += [-1] * 4
+            continue
+        except OSError:
+            return None
+        empty_log = name != path and st.st_size == 0
+        seen += [-1] * 4 if empty_log else [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+    return tuple(seen)
+
+
 def shown_url(url: str) -> str:
     """A store's URL as the pages and the console's first line show it: a password in it
     masked, as ``Store.url`` masks one (``user:***@``, ``password=***``)."""
@@ -61,25 +82,71 @@ def shown_url(url: str) -> str:
     return masked_text(head + asks + "&".join(kept) + hash_ + fragment)
 
 
+@dataclass(frozen=True)
+class _Copy:
+    """An earlier release's SQLite store, migrated into memory to be read, and the state of
+    its files it was copied from (``_files_now``)."""
+
+    files: tuple[int, ...]
+    store: Store
+
+
 class _Source:
     """Where the pages read: a URL opened per request, or one open store behind a lock. A URL
     is opened read-only to read (as the command line's reading commands open it: a store of an
     earlier release is read through a migrated copy, never migrated by a person looking at it)
-    and with write access only for an action (``write``)."""
+    and with write access only for an action (``write``).
+
+    Such a copy is the whole file migrated in memory: made again for every page and every
+    refresh (every 2 s), a large store would be copied without end. It is kept, and read one
+    request at a time, for as long as the file and its write-ahead log are as they were when
+    it was made; any commit changes them, and the next page reads a new copy."""
 
     def __init__(self, store: Store | str) -> None:
         self.store = store
         self.lock = threading.Lock()
         self.url = store.url if isinstance(store, Store) else shown_url(store)
+        self._copied_path: str | None = None  # the file, once it was read through a copy
+        self._copy: _Copy | None = None
 
     @contextmanager
     def open(self, *, write: bool = False) -> Iterator[Store]:
         if isinstance(self.store, Store):
             with self.lock:
                 yield self.store
-        else:
+        elif write or self._copied_path is None:
             with open_store(self.store, create=False, read_only=not write) as store:
+                if not write and getattr(store.backend, "copied", False):
+                    self._copied_path = store.backend.path  # type: ignore[attr-defined]
                 yield store
+        else:
+            with self._kept_copy(self._copied_path) as store:
+                yield store
+
+    @contextmanager
+    def _kept_copy(self, path: str) -> Iterator[Store]:
+        """The copy of the store of an earlier release at ``path``, made again when its files
+        changed; the file itself once it was migrated (by an action, by a worker)."""
+        assert isinstance(self.store, str)
+        with self.lock:
+            now = _files_now(path)  # read before copying: a commit meanwhile is seen next time
+            kept = self._copy
+            if kept is None or now is None or kept.files != now:
+                self._copy = None
+                if kept is not None:
+                    kept.store.close()
+                store = open_store(self.store, create=False, read_only=True)
+                if not getattr(store.backend, "copied", False):  # migrated since
+                    self._copied_path = None
+                    with store:
+                        yield store
+                    return
+                if now is None:  # its files could not be looked at: not kept
+                    with store:
+                        yield store
+                    return
+                kept = self._copy = _Copy(now, store)
+            yield kept.store
 
     def call(self, fn: Callable[..., Any], *args: Any, write: bool = False) -> Any:
         with self.open(write=write) as store:

@@ -140,9 +140,11 @@ class SQLiteBackend:
         self.commits = 0  # physical commits (transactions), for tests and benchmarks
         self._probe: sqlite3.Connection | None = None  # reads the schema version (_check_schema)
         self.place = _place(path, url)
+        self.copied = False  # read through a migrated copy in memory (an earlier release's)
         if self.read_only:
             self._conn = open_read_only(path, url, busy_timeout_ms=BUSY_TIMEOUT_MS)
             self._identity = None
+            self.copied = self._conn.execute("PRAGMA database_list").fetchone()[2] == ""
             return
         if path != ":memory:":
             create_owner_only(Path(path))
