@@ -146,6 +146,33 @@ def test_a_refusing_webhook_is_not_retried_and_is_logged(
     assert "refused" in caplog.text and "HTTP 403" in caplog.text
 
 
+def test_a_webhook_url_s_secrets_never_reach_the_log(
+    hook: Hook, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A chat service's webhook URL holds its secret in its path (``/services/T0/B0/XYZ``), or
+    in its query or its credentials: the log lines of a refused, failing or dropped delivery
+    name where it went — scheme, host and port — and none of those."""
+    secret_url = f"{hook.url}/services/T0/B0/PATHSECRET?token=QUERYSECRET"
+    hook.codes = [403, 500, 500]
+    with caplog.at_level(logging.WARNING, logger="toolledger"):
+        refused = Notifier(secret_url, secret=SECRET, backoff=0.01)
+        refused.in_doubt(session_id="s", tool_use_id="t", tool="send", input={}, reason="x")
+        assert refused.flush(10)
+        failing = Notifier(secret_url, secret=SECRET, attempts=2, backoff=0.01)
+        failing.in_doubt(session_id="s", tool_use_id="t2", tool="send", input={}, reason="x")
+        assert failing.flush(10)
+        wrong = "http://ops:PASSWORDSECRET@127.0.0.1:9/hook"
+        unreachable = Notifier(wrong, secret=SECRET, attempts=1, backoff=0.01)
+        unreachable.in_doubt(session_id="s", tool_use_id="t3", tool="send", input={}, reason="x")
+        assert unreachable.flush(10)
+    logged = caplog.text
+    assert "refused by Notifier('http://127.0.0.1:" in logged and "/…')" in logged, logged
+    assert "given up" in logged and "retrying" in logged, logged
+    for secret in ("PATHSECRET", "QUERYSECRET", "PASSWORDSECRET", "services/T0"):
+        assert secret not in logged, logged
+        assert secret not in repr(refused) + repr(unreachable)
+
+
 def test_a_webhook_that_never_answers_well_is_given_up_and_logged(
     hook: Hook, caplog: pytest.LogCaptureFixture
 ) -> None:

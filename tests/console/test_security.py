@@ -21,6 +21,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 import toolledger as tl
+from toolledger._shell import command
 from toolledger.cli.app import main
 from toolledger.console import create_app
 from toolledger.console.security import HEADERS, SESSION_COOKIE, bind_check, is_loopback
@@ -233,6 +234,31 @@ def test_cookies_name_the_consoles_port(built: Scene) -> None:
         "/approvals/decide", data={**form, "session": "nobody", "by": "a", "decision": "deny"}
     )
     assert answer.status_code == 409 and "Refused" not in answer.text, "still this console's"
+
+
+def test_a_cookie_or_a_field_another_page_set_to_any_text_is_only_refused(built: Scene) -> None:
+    """A page on another port of this host shares the console's cookies and knows their name:
+    one that sets the session cookie — or posts a CSRF field, or a token — holding characters
+    that are not ASCII gets a fresh session and a refusal, never an error on every page (the
+    console made useless until the cookie is cleared)."""
+    client = TestClient(
+        create_app(built.url), base_url="http://127.0.0.1", raise_server_exceptions=False
+    )
+    for value in ("a.\u00e9", "\u00e9.\u00e9", "nonce.\u0301sig"):
+        cookie = f"{SESSION}={value}".encode()  # as the browser sends what the page set
+        for path in PAGES:
+            assert client.get(path, headers={"cookie": cookie}).status_code == 200, (value, path)
+    (form,) = [f for f in forms_of(client.get("/approvals").text) if f["session"] == "pay-1"]
+    posted = {**form, "csrf": "\u00e9" * 64, "by": "a", "decision": "deny"}
+    answer = client.post("/approvals/decide", data=posted, headers={"Origin": "http://127.0.0.1"})
+    assert answer.status_code == 403, answer.text
+    guarded = TestClient(
+        create_app(built.url, token="t0ken"),
+        base_url="http://127.0.0.1",
+        raise_server_exceptions=False,
+    )
+    bearer = "Bearer t\u00e9ken".encode()
+    assert guarded.get("/", headers={"Authorization": bearer}).status_code == 401
 
 
 def test_loopback_answers_loopback_host_names_only(built: Scene) -> None:
@@ -479,6 +505,10 @@ def test_a_password_in_the_store_url_is_never_shown(
     assert page.status_code == 403  # a page that does not open the store: its header names it
     assert "db.example" in page.text
     assert "hunter2" not in page.text and "hunter3" not in page.text
+    for url in (PG_URL, "sqlite:////nonexistent/x.db?password=hunter2"):  # nor why it failed
+        failed = TestClient(create_app(url), base_url="http://127.0.0.1").get("/")
+        assert failed.status_code == 503 and "The store cannot be read" in failed.text, url
+        assert "hunter2" not in failed.text and "hunter3" not in failed.text, failed.text
 
     import toolledger.console
     from toolledger.cli import serving
@@ -557,3 +587,52 @@ def test_a_public_origin_beyond_this_machine_needs_a_token(
     serve(built.url, origin=PROXIED, token="t0ken", port=0)
     serve(built.url, origin="https://localhost:8443", port=0)
     bind_check("127.0.0.1", None, origin="https://127.0.0.1:8443")
+
+
+def test_an_id_a_form_cannot_post_back_exactly_gets_commands_not_a_form(tmp_path: Path) -> None:
+    """A store written otherwise than through toolledger (which refuses such ids) may hold a
+    call whose id has a carriage return, a line feed or a NUL: an HTML form would post another
+    id back — another call's: ``call\\r`` read as ``call\\n`` and sent as ``call\\r\\n`` — or
+    the page could not be sent (a lone surrogate). Such a card has no form, only the commands
+    that decide it, whole; the others keep theirs, and nothing is decided on the way."""
+    from toolledger.codec import input_hash
+    from toolledger.ops import InsertEffect, PutApproval
+    from toolledger.records import ApprovalRecord
+    from toolledger.testing.conformance import make_record
+
+    url = f"sqlite:///{tmp_path / 'ids.db'}"
+
+    def request(tid: str, tool: str) -> PutApproval:
+        record = ApprovalRecord(
+            session_id="s1",
+            tool_use_id=tid,
+            tool=tool,
+            input_hash=input_hash({"n": 5}),
+            input={"n": 5},
+            in_doubt=False,
+            reason="high-impact",
+            status=ApprovalStatus.PENDING,
+            requested_at=1.0,
+        )
+        return PutApproval(record, None)
+
+    with tl.open_store(url) as store:
+        store.backend.apply(
+            "s1", [request("call\r", "lookup"), request("call\r\n", "wire"), request("ok", "ok")]
+        )
+        store.backend.apply("s1", [InsertEffect(make_record("s1", "doubt\n", at=1.0))])
+    client = browser(create_app(url))
+    page = client.get("/approvals").text
+    forms = forms_of(page)
+    assert [f["tool_use_id"] for f in forms] == ["ok"], forms
+    for tid in ("call\r", "call\r\n"):
+        for verb in ("approve", "deny"):
+            shown = escape(command(verb, "s1", tid, url=url))
+            assert f'<pre class="command">{shown}</pre>' in page, (verb, tid)
+    doubt = client.get("/in-doubt").text
+    assert forms_of(doubt) == []
+    for option in ("--happened", "--not-happened"):
+        shown = escape(command("resolve", "s1", "doubt\n", options=[option], url=url))
+        assert f'<pre class="command">{shown}</pre>' in doubt, option
+    with tl.open_store(url) as store:
+        assert {a.status for a in store.approvals("s1")} == {ApprovalStatus.PENDING}

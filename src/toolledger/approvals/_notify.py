@@ -51,7 +51,7 @@ from urllib.parse import quote, urlsplit
 
 from ..engine._batch import CallOutcome, Disposition
 from ..errors import ConfigurationError
-from ..masking import masked
+from ..masking import MASK, masked
 
 __all__ = ["Notifier", "notifier", "verify_signature"]
 
@@ -129,8 +129,22 @@ class Notifier:
         _live.add(self)
 
     def __repr__(self) -> str:
-        shown = self.target if isinstance(self.target, str) else repr(self.target)
+        shown = _where(self.target) if isinstance(self.target, str) else repr(self.target)
         return f"Notifier({shown!r})"
+
+    def _said(self, exc: BaseException) -> str:
+        """``exc``'s text for a log line, the webhook URL's secrets in it masked (``_where``)."""
+        text = str(exc)
+        if isinstance(self.target, str):
+            parts = urlsplit(self.target)
+            path = parts.path if len(parts.path) > 1 else None
+            for secret in sorted(
+                filter(None, (self.target, parts.password, parts.query, path)),
+                key=len,
+                reverse=True,
+            ):
+                text = text.replace(secret, MASK)
+        return text
 
     # -- what the library calls ------------------------------------------------------------------
 
@@ -277,7 +291,7 @@ class Notifier:
                 event["type"],
                 event["session"],
                 self,
-                exc,
+                self._said(exc),
             )
             return None
         except Exception as exc:
@@ -288,7 +302,7 @@ class Notifier:
                     event["type"],
                     event["session"],
                     attempt,
-                    exc,
+                    self._said(exc),
                 )
                 return None
             wait: float = min(self.backoff * 2.0 ** (attempt - 1), self.max_backoff)
@@ -296,7 +310,7 @@ class Notifier:
                 "toolledger: notification %s for session %r failed (%s); retrying in %.1fs",
                 event["type"],
                 event["session"],
-                exc,
+                self._said(exc),
                 wait,
             )
             return wait
@@ -395,6 +409,20 @@ def in_doubt_calls(
                 input=o.call.input,
                 reason=o.content,
             )
+
+
+def _where(url: str) -> str:
+    """A webhook URL as a log shows it: where it goes — scheme, host, port — and neither its
+    path nor its query nor its credentials (a chat service's webhook path is its secret)."""
+    parts = urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        port = ""
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    rest = "/…" if len(parts.path) > 1 or parts.query else ""
+    return f"{parts.scheme}://{host}{port}{rest}"
 
 
 _live: weakref.WeakSet[Notifier] = weakref.WeakSet()

@@ -282,9 +282,12 @@ def create_app(
     async def unreadable(request: Request, exc: Exception) -> Response:
         """A store that cannot be opened or read (gone, unreachable, of a newer release): the
         page says why, not a bare server error."""
+        said = str(exc)
+        if isinstance(source.store, str):  # its URL as the pages show it: a password masked
+            said = said.replace(source.store, source.url)
         html = templates.get_template("message.html").render(
             heading="The store cannot be read",
-            text=f"{exc} Nothing was changed.",
+            text=masked_text(f"{said} Nothing was changed."),
             store_url=source.url,
             notice=None,
             page="",

@@ -185,6 +185,14 @@ def cookie_name(base: str, request: Request) -> str:
     return f"{base}_{port}" if port else base
 
 
+def _same(given: str, expected: str) -> bool:
+    """``given`` is ``expected``, compared in constant time. Compared as UTF-8 bytes: a cookie
+    or a field another page set may hold any character, and ``hmac.compare_digest`` raises on
+    a string that is not ASCII — every page would fail (a cookie another local page can set
+    for the console's name)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode())
+
+
 class Guard:
     """This process's secrets: the access token (if any) and the key that signs browser
     sessions and their CSRF tokens. ``loopback``: the console listens on a loopback address, so
@@ -208,7 +216,7 @@ class Guard:
         if not value or value.count(".") != 1:
             return False
         nonce, signature = value.split(".")
-        return hmac.compare_digest(signature, self._sign("session", nonce))
+        return _same(signature, self._sign("session", nonce))
 
     def csrf_for(self, session: str) -> str:
         """The CSRF token of the browser whose session cookie is ``session``."""
@@ -241,7 +249,7 @@ class Guard:
             isinstance(field, str)
             and session is not None
             and self.session_valid(session)
-            and hmac.compare_digest(field, self.csrf_for(session))
+            and _same(field, self.csrf_for(session))
         )
 
     # -- where a request comes from ----------------------------------------------------------
@@ -296,9 +304,7 @@ class Guard:
     # -- access -----------------------------------------------------------------------------
 
     def token_ok(self, given: str | None) -> bool:
-        return self.token is None or (
-            given is not None and hmac.compare_digest(given.encode(), self.token.encode())
-        )
+        return self.token is None or (given is not None and _same(given, self.token))
 
     def host_ok(self, request: Request) -> bool:
         if not self.loopback or self.token is not None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from .._lineage import Branch, BranchKind
 from .._liveness import Running, Verdict
+from .._shell import command
 from .._verify import Problem, verify
 from .._views.branch import STATE_STYLE, rewound, told
 from .._views.format import owner, when
@@ -23,7 +24,7 @@ from ..approvals._queue import pending
 from ..errors import ToolLedgerError
 from ..masking import masked, masked_text
 from ..records import ApprovalRecord, EffectRecord, RunStatus, SessionState, Status
-from ..stores import Store
+from ..stores import DEFAULT_STORE_URL, Store
 
 __all__ = [
     "CallRow",
@@ -344,6 +345,36 @@ class DoubtRow:
     why: str
     in_progress: bool
     attempt: int = 0  # the attempt in doubt: a settling form is bound to it
+    commands: tuple[str, ...] = ()
+    """When its ids cannot be posted back from a form (``postable``): the commands that settle
+    it, instead of a form."""
+
+
+_UNPOSTABLE = frozenset("\r\n\x00")
+
+
+def postable(*values: str) -> bool:
+    """Whether each of ``values`` comes back from a page's form exactly as written into it. An
+    HTML parser reads a carriage return as a line feed and a NUL as U+FFFD, a browser sends
+    every line break as CR LF, and a lone surrogate cannot be written in UTF-8: a form holding
+    such an id would post another id (another call's, perhaps), or the page could not be sent.
+    ``toolledger`` refuses such ids in new calls; a store written otherwise may hold them."""
+    return not any(c in _UNPOSTABLE or "\ud800" <= c <= "\udfff" for v in values for c in v)
+
+
+def _commands(store: Store, *argvs: tuple[str, str, str, str | None]) -> tuple[str, ...]:
+    """``toolledger VERB SESSION CALL [OPTION]`` for the store shown, each whole and quoted."""
+    return tuple(
+        command(
+            verb,
+            sid,
+            tid,
+            options=[] if option is None else [option],
+            url=store.url,
+            default_url=DEFAULT_STORE_URL,
+        )
+        for verb, sid, tid, option in argvs
+    )
 
 
 def in_doubt_view(store: Store) -> dict[str, Any]:
@@ -356,6 +387,8 @@ def in_doubt_view(store: Store) -> dict[str, Any]:
         if sid not in inputs:
             inputs[sid] = calls_of(store, sid)
         found = inputs[sid].get(record.tool_use_id)
+        tid = record.tool_use_id
+        unposted = not postable(sid, tid)
         rows.append(
             DoubtRow(
                 session_id=sid,
@@ -367,6 +400,13 @@ def in_doubt_view(store: Store) -> dict[str, Any]:
                 why=verdict.why,
                 in_progress=isinstance(verdict, Running),
                 attempt=record.attempt,
+                commands=_commands(
+                    store,
+                    ("resolve", sid, tid, "--happened"),
+                    ("resolve", sid, tid, "--not-happened"),
+                )
+                if unposted
+                else (),
             )
         )
     return {
@@ -383,7 +423,18 @@ def approvals_view(store: Store) -> dict[str, Any]:
     them (``fields_of``)."""
     return {
         "requests": [
-            {"record": a, "fields": fields_of(a.input), "asked": when(a.requested_at)}
+            {
+                "record": a,
+                "fields": fields_of(a.input),
+                "asked": when(a.requested_at),
+                "commands": ()
+                if postable(a.session_id, a.tool_use_id, a.input_hash)
+                else _commands(
+                    store,
+                    ("approve", a.session_id, a.tool_use_id, None),
+                    ("deny", a.session_id, a.tool_use_id, None),
+                ),
+            }
             for a in pending(store)
         ]
     }
