@@ -17,6 +17,7 @@ from ._invisible import escape_char as _escape
 from ._invisible import has_invisible, invisible_parts, invisible_spots, shown_id
 
 __all__ = [
+    "SETTLING",
     "STORE_ENV",
     "command",
     "command_label",
@@ -28,6 +29,9 @@ __all__ = [
 ]
 
 STORE_ENV = "TOOLLEDGER_STORE"
+SETTLING = frozenset({"approve", "deny", "resolve"})
+"""The commands a stop reason names (``toolledger.agent._stops``), the only ones a reason's
+words may show as commands (``toolledger._views.overview.reason_parts``)."""
 """The variable naming the store a command line opens without ``--store``."""
 
 

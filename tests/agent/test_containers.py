@@ -141,6 +141,24 @@ def _result(proc: subprocess.Popen[bytes], out: Path) -> dict[str, Any]:
     return found
 
 
+def _group_stopped(group: int) -> None:
+    """Return once every thread of every process in process group ``group`` is stopped (its
+    state in ``/proc``: ``T``): a signal to a group lands on each thread in its own time."""
+    deadline = time.monotonic() + 10
+    while True:
+        states = []
+        for stat in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                text = stat.read_text()
+                fields = text[text.rindex(")") + 2 :].split()
+                if int(fields[2]) == group:  # state, ppid, pgrp
+                    states.append(fields[0])
+        if states and all(s in "Tt" for s in states):
+            return
+        assert time.monotonic() < deadline, f"group {group} not stopped: {states}"
+        time.sleep(0.005)
+
+
 @pytest.mark.parametrize("ending", ["paused", "killed"])
 def test_another_pid_namespace_never_judges_a_worker_by_its_own_process_table(
     namespaces: None, tmp_path: Path, ending: str, spawned: list[subprocess.Popen[bytes]]
@@ -165,7 +183,7 @@ def test_another_pid_namespace_never_judges_a_worker_by_its_own_process_table(
             # Between A's commits: its keeper frozen mid-renewal would hold the write lock.
             def stop() -> None:
                 os.killpg(a.pid, signal.SIGSTOP)
-                time.sleep(0.05)  # the group's processes are not ours to wait for: let it land
+                _group_stopped(a.pid)
 
             freeze_between_writes(url, stop=stop, go=lambda: os.killpg(a.pid, signal.SIGCONT))
         else:

@@ -161,16 +161,17 @@ def test_bad_targets_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
         assert message in capsys.readouterr().err
 
 
-def test_a_file_s_name_is_not_imported_and_a_module_that_fails_is_one_line(
+def test_a_file_s_name_is_not_imported_and_a_module_that_exits_is_said_to(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``tools.py:TOOLS`` — a file's name where a module's goes, the likeliest slip — is refused
     before anything is imported (importing ``tools.py`` runs ``tools``, a script perhaps, then
-    fails on ``py``), naming the module to write; a module whose own code fails as it is
-    imported is one line saying where, not a traceback."""
+    fails on ``py``), naming the module to write. A module that calls ``sys.exit`` as it is
+    imported (a script) is one line saying so and where, not the end of the command; one whose
+    code raises keeps its traceback, which is the user's to read."""
     ran = tmp_path / "ran"
     (tmp_path / "script_tools.py").write_text(
-        f"import pathlib, sys\npathlib.Path({str(ran)!r}).touch()\nfirst = sys.argv[9]\n"
+        f"import pathlib, sys\npathlib.Path({str(ran)!r}).touch()\nsys.exit('done')\n"
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "script_tools", raising=False)
@@ -182,9 +183,22 @@ def test_a_file_s_name_is_not_imported_and_a_module_that_fails_is_one_line(
     assert main(["audit", "script_tools:TOOLS"]) == 1
     err = capsys.readouterr().err
     assert ran.exists()
-    assert "importing 'script_tools' raised IndexError" in err, err
-    assert "script_tools.py:3" in err and "Traceback" not in err, err
+    assert "importing 'script_tools' called sys.exit('done')" in err, err
+    assert "script_tools.py:3)" in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err
+    (tmp_path / "broken_tools.py").write_text('import json\nCONFIG = json.loads("{bad")\n')
+    monkeypatch.delitem(sys.modules, "broken_tools", raising=False)
+    with pytest.raises(json.JSONDecodeError):
+        main(["audit", "broken_tools:TOOLS"])
+    # A dotted name ending in ``py`` that is a module, not a file here, is imported as one.
+    (tmp_path / "shapes").mkdir()
+    (tmp_path / "shapes" / "__init__.py").write_text("")
+    (tmp_path / "shapes" / "py.py").write_text(
+        "import toolledger as tl\n\n\n@tl.tool(effect='read_only')\ndef f(a: int) -> int:\n"
+        "    \n    return a\n\n\nTOOLS = tl.ToolSet([f])\n"
+    )
+    monkeypatch.delitem(sys.modules, "shapes", raising=False)
+    assert main(["audit", "shapes.py:TOOLS"]) == 0, capsys.readouterr().err
 
 
 def test_audit_is_a_pure_function() -> None:

@@ -376,18 +376,17 @@ def test_a_mistake_on_the_command_line_is_said_in_one_line(
     call that is not in doubt, a --dir that is a file, an --output into a missing directory;
     and ``--version`` answers. (An error in a user's own module keeps its traceback.)"""
     url = f"sqlite:///{tmp_path / 'm.db'}"
-    tl.open_store(url).close()
-    assert main(["resolve", "nosuch", "toolu_01", "--happened", "--store", url]) == 1
+    with tl.open_store(url) as store:
+        store.backend.apply("s", [InsertEffect(make_record("s", "toolu_1"))])
+    assert main(["resolve", "s", "toolu_01", "--happened", "--store", url]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("NotInDoubtError: call 'toolu_01' has no record in session 'nosuch'")
+    assert err.startswith("NotInDoubtError: call 'toolu_01' has no record in session 's'")
     assert "toolledger in-doubt" in err
     afile = tmp_path / "a-file"
     afile.write_text("x")
     assert main(["demo", "--dir", str(afile)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("ConfigurationError: --dir ") and "is a file" in err, err
-    with tl.open_store(url) as store:
-        store.backend.apply("s", [InsertEffect(make_record("s", "toolu_1"))])
     gone = tmp_path / "no-such-dir" / "out.jsonl"
     assert main(["export", "s", "--output", str(gone), "--store", url]) == 1
     err = capsys.readouterr().err

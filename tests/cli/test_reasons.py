@@ -142,6 +142,24 @@ def test_an_error_s_text_in_a_reason_cannot_make_a_command_of_its_own(tmp_path: 
     assert forged not in out.splitlines(), out
 
 
+def test_an_error_s_own_words_in_backticks_stay_as_they_are() -> None:
+    """What an error's text says in backticks that is no command a stop reason names (the
+    `toolledger verify` an alert advises) is written as it was; each approve, deny or resolve
+    in it, and only those, has its backticks written ``\\x60``."""
+    from toolledger.agent._stops import no_commands
+
+    approve = command("approve", SID, TID, url=STORE)
+    resolve = command("resolve", SID, TID, options=["--happened"], url=STORE)
+    advice = "late: a person must check it (`toolledger verify` lists such calls); "
+    text = f"{advice}`{approve}` `{resolve}`"
+    written = [f"`{c}`".replace("`", "\\x60") for c in (approve, resolve)]
+    assert no_commands(text) == f"{advice}{written[0]} {written[1]}"
+    assert reason_parts(no_commands(text), {SID}, STORE)[1] == ()
+    assert no_commands("no command here: `ls` and a lone ` too") == (
+        "no command here: `ls` and a lone ` too"
+    )
+
+
 def test_resume_all_offers_no_command_from_an_error_s_words(tmp_path: Path) -> None:
     """An error's text (a session behind its ledger) names `toolledger verify`: words to
     read, not a command of the session's stop to paste under it."""

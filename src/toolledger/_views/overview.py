@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._liveness import Running, Verdict
-from .._shell import STORE_ENV, command_label, command_parts, commands_in
+from .._shell import SETTLING, STORE_ENV, command_label, command_parts, commands_in
 from ..records import ApprovalStatus, Lease, RunStatus, SessionState, Status
 from ..stores import DEFAULT_STORE_URL, Store
 from .format import when
@@ -104,7 +104,7 @@ def reason_parts(reason: str, sessions: Collection[str], url: str) -> tuple[str,
     for start, end, argv in commands_in(reason):
         store, verb, _, ids = command_parts(argv)
         if not (
-            verb in _PRINTED
+            verb in SETTLING
             and len(ids) == 2
             and ids[0] in sessions
             and (bare if store is None else store) == url
@@ -115,10 +115,6 @@ def reason_parts(reason: str, sessions: Collection[str], url: str) -> tuple[str,
         at = end
     words.append(reason[at:])
     return "".join(words), tuple(commands)
-
-
-_PRINTED = frozenset({"approve", "deny", "resolve"})
-"""The commands a stop reason names (``toolledger.agent._stops``)."""
 
 
 def lineage_of(state: SessionState) -> set[str]:

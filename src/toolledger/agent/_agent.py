@@ -69,7 +69,7 @@ from ._state import (
     turn_end,
     turn_start,
 )
-from ._stops import said
+from ._stops import no_commands
 from ._streaming import AgentStream
 from ._transcripts import Transcripts, wire_for
 
@@ -418,9 +418,10 @@ class Agent:
         self, s: Session, status: RunStatus, reason: str | None
     ) -> Generator[Request, Any, Session]:
         """The run stops with ``status`` for ``reason``: an error's or an alert's text, data
-        (the model API's answer, a store's error, a model-chosen id), its backticks written
-        ``\\x60`` — only a stop for a person (``_stops.stop_reason``) names commands."""
-        reason = None if reason is None else said(reason)
+        (the model API's answer, a store's error, a model-chosen id), no command in it shown as
+        one (``_stops.no_commands``) — only a stop for a person (``_stops.stop_reason``) names
+        commands."""
+        reason = None if reason is None else no_commands(reason)
         new = advance(s.state, self.store.clock(), status=status, reason=reason)
         yield from commit_or_raise([PutSession(new, s.state.version)])
         return Session(new, s.messages, wire=s.wire)

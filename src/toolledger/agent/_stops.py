@@ -3,13 +3,13 @@ awaiting approval (with the whole commands to run), a session behind its ledger.
 
 from __future__ import annotations
 
-from .._shell import command
+from .._shell import SETTLING, command, command_parts, commands_in
 from ..engine._outcomes import CallOutcome, Disposition
 from ..errors import CorruptLedgerError
 from ..records import RunStatus, ToolCall
 from ..stores import DEFAULT_STORE_URL
 
-__all__ = ["behind", "said", "stop_reason"]
+__all__ = ["behind", "no_commands", "said", "stop_reason"]
 
 
 def behind(sid: str, stray: list[str], why: str, *, url: str) -> CorruptLedgerError:
@@ -103,3 +103,19 @@ def said(text: str) -> str:
     reason's words, its backticks written ``\\x60``: in a reason only a command toolledger
     printed (``stop_reason``) is in backticks (``toolledger._views.overview.reason_parts``)."""
     return text.replace("`", "\\x60")
+
+
+def no_commands(text: str) -> str:
+    """``text`` — an error's or an alert's: data (the model API's answer, a store's error, a
+    call's model-chosen id) — with the backticks around each command a stop reason could name
+    (``SETTLING``) written ``\\x60``: only a stop for a person names commands. Other words in
+    backticks (`` `toolledger verify` ``) stay as they are."""
+    while True:  # until none is left: one written so could let another be read
+        out, at = [], 0
+        for start, end, argv in commands_in(text):
+            if command_parts(argv)[1] in SETTLING:
+                out += [text[at:start], said(text[start:end])]
+                at = end
+        if not at:
+            return text
+        text = "".join([*out, text[at:]])

@@ -19,25 +19,25 @@ def load_object(target: str, *, shape: str = "MODULE:ATTRIBUTE", example: str) -
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
         raise ConfigurationError(f"expected {shape} (e.g. {example}), got {target!r}")
-    if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
+    file_name = os.sep in module_name or "/" in module_name
+    if file_name or (module_name.endswith(".py") and Path(module_name).is_file()):
         # A file's name: importing ``tools.py`` would run ``tools`` first, then fail on ``py``.
-        stem = Path(module_name).stem
-        raise ConfigurationError(
-            f"{module_name!r} is a file's name; name its module instead, as Python imports it "
-            f"(e.g. {stem}:{attribute} from the directory that holds {stem}.py, or with that "
-            "directory on PYTHONPATH). Nothing was imported."
-        )
+        raise ConfigurationError(f"{_a_file(module_name, attribute)} Nothing was imported.")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
-    except Exception as exc:  # the module's own code failed as it was imported
+        hint = f" {_a_file(module_name, attribute)}" if module_name.endswith(".py") else ""
+        raise ConfigurationError(f"cannot import {module_name!r}: {exc}.{hint}") from exc
+    except SystemExit as exc:  # a script, run as it was imported, that ended the program
         raise ConfigurationError(
-            f"importing {module_name!r} raised {type(exc).__name__}: {exc}{_where(exc)}. Fix "
-            "the module, or name one that imports without running a program."
+            f"importing {module_name!r} called sys.exit({exc.code!r}){_where(exc)}: it is a "
+            "program, not a module to import. Name a module that defines the object and "
+            "imports without running a program."
         ) from exc
+    # Anything else its own code raised as it was imported goes up with its traceback: an
+    # error in a user's own code is theirs to read whole.
     value: Any = module
     for part in attribute.split("."):
         try:
@@ -47,10 +47,28 @@ def load_object(target: str, *, shape: str = "MODULE:ATTRIBUTE", example: str) -
     return value
 
 
+def _a_file(module_name: str, attribute: str) -> str:
+    stem = Path(module_name).stem
+    return (
+        f"{module_name!r} is a file's name; name its module instead, as Python imports it (e.g. "
+        f"{stem}:{attribute} from the directory that holds {stem}.py, or with that directory on "
+        "PYTHONPATH)."
+    )
+
+
 def _where(exc: BaseException) -> str:
-    """`` (at FILE:LINE)``, the last line of Python that ran before ``exc``; empty if none."""
+    """`` (at FILE:LINE)``: the last line of the program's own code that ran before ``exc`` —
+    not Python's or an installed package's line that raised it (``json.loads`` handed bad
+    text) — or the last line of all when none of it ran; empty when there is no line."""
     frames = traceback.extract_tb(exc.__traceback__)
-    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    if not frames:
+        return ""
+    installed = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+    own = [
+        f for f in frames if not f.filename.startswith(installed) and not f.filename.startswith("<")
+    ]
+    line = (own or frames)[-1]
+    return f" (at {line.filename}:{line.lineno})"
 
 
 def refused_arguments(function: Any, *args: Any) -> str | None:

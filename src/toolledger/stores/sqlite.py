@@ -410,15 +410,20 @@ class SQLiteBackend:
                 self._wake()
 
     def _wait(self) -> None:
-        """Wait for the commit under way (``_WAKE_EVERY`` at most), the queue's lock held again
-        however the wait ends. ``Condition.wait`` takes a plain lock back with an acquire that a
-        signal cuts short: a Ctrl-C while another thread held it left this caller without it,
-        and the ``with`` around then released the other thread's hold. A reentrant lock is
-        taken back with an acquire no signal cuts short; a wait interrupted after it gave the
-        lock up and before it took it back (a narrower window) takes it back here."""
+        """Wait for the commit under way (``_WAKE_EVERY`` at most), and hold the queue's lock
+        again as the wait ends, interrupted or not. ``Condition.wait`` takes a plain lock back
+        with an acquire that a signal cuts short: a Ctrl-C while another thread held it left
+        this caller without it, and the ``with`` around then released the other thread's hold.
+        A reentrant lock is taken back with an acquire no signal cuts short; a wait interrupted
+        after it gave the lock up and before it took it back (a narrower window) takes it back
+        here. Only a further interrupt in that very acquire leaves it unheld — and then the
+        ``with`` around raises, a reentrant lock being its owner's alone to release, instead of
+        releasing another thread's hold."""
         try:
             self._queue_cv.wait(_WAKE_EVERY)
         finally:
+            # ``_is_owned``: the reentrant lock's own test, which ``Condition`` itself uses (not
+            # in the type stubs).
             if not self._queue_lock._is_owned():  # type: ignore[attr-defined]
                 self._queue_lock.acquire()
 
