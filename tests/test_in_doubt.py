@@ -620,7 +620,10 @@ def test_a_stale_in_doubt_request_cannot_be_approved_and_a_no_closes_it(
     assert main(["--store", url, "approve", "s3", "toolu_01", "--by", "ana"]) != 0
     err = capsys.readouterr().err
     assert "no longer the call in doubt" in err and "succeeded" in err, err
-    assert f"toolledger --store {url} deny s3 toolu_01` closes the request" in err, err
+    assert "`deny` closes the request; `show` says what happened to the call:" in err, err
+    lines = err.splitlines()  # each command whole, on a line of its own, as rule 21 asks
+    assert f"toolledger --store {url} deny s3 toolu_01" in lines, err
+    assert f"toolledger --store {url} show s3" in lines, err
     with tl.open_store(url) as store:
         (request,) = store.approvals("s3")
         assert request.status is tl.ApprovalStatus.PENDING, "nothing was decided"

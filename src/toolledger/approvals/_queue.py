@@ -172,9 +172,9 @@ def _still_in_doubt(store: Store, request: ApprovalRecord) -> None:
     sid, tid = request.session_id, request.tool_use_id
     raise NotPendingError(
         f"the call {tid!r} in session {sid!r} is no longer the call in doubt this request asks "
-        f"about (it is {now}): there is nothing left to approve. "
-        f"`{command('deny', sid, tid, url=store.url)}` closes the request; "
-        f"`{command('show', sid, url=store.url)}` says what happened to the call.",
+        f"about (it is {now}): there is nothing left to approve. `deny` closes the request; "
+        "`show` says what happened to the call:\n"  # each command on a line of its own
+        f"{command('deny', sid, tid, url=store.url)}\n{command('show', sid, url=store.url)}",
         session_id=sid,
         tool_use_id=tid,
     )
