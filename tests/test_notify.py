@@ -27,6 +27,7 @@ class Hook:
 
     def __init__(self) -> None:
         self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.gets: list[str] = []  # paths asked for with GET (a redirected POST arrives so)
         self.codes: list[int] = []
         self.gate: threading.Event | None = None
         self.arrived = threading.Event()
@@ -41,6 +42,14 @@ class Hook:
                     hook.gate.wait(30)
                 code = hook.codes.pop(0) if hook.codes else 200
                 self.send_response(code)
+                if 300 <= code < 400:
+                    self.send_header("Location", "/moved/SECRETPATH?token=SECRETQUERY")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self) -> None:
+                hook.gets.append(self.path)
+                self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -171,6 +180,24 @@ def test_a_webhook_url_s_secrets_never_reach_the_log(
     for secret in ("PATHSECRET", "QUERYSECRET", "PASSWORDSECRET", "services/T0"):
         assert secret not in logged, logged
         assert secret not in repr(refused) + repr(unreachable)
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_a_webhook_that_redirects_is_refused_not_answered_by_a_get(
+    hook: Hook, caplog: pytest.LogCaptureFixture, code: int
+) -> None:
+    """A receiver that answers with a redirect (``http://`` moved to ``https://``, say) has not
+    taken the event. Followed, the POST would arrive as a GET without its event — and its 200
+    be taken for a delivery. It is refused instead, not retried, and logged with the place it
+    points to (its path and query masked, as the webhook's own)."""
+    hook.codes = [code]
+    notify = Notifier(hook.url, secret=SECRET, backoff=0.01)
+    with caplog.at_level(logging.ERROR, logger="toolledger"):
+        notify.in_doubt(session_id="s", tool_use_id="t", tool="send", input={}, reason="crash")
+        assert notify.flush(10)
+    assert len(hook.requests) == 1 and hook.gets == [], hook.gets
+    assert f"HTTP {code}" in caplog.text and "redirects" in caplog.text, caplog.text
+    assert "SECRETPATH" not in caplog.text and "SECRETQUERY" not in caplog.text
 
 
 def test_a_webhook_that_never_answers_well_is_given_up_and_logged(

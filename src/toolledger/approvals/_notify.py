@@ -47,7 +47,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 from ..engine._batch import CallOutcome, Disposition
 from ..errors import ConfigurationError
@@ -337,12 +337,29 @@ class Notifier:
             },
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+            with _OPENER.open(request, timeout=self.timeout) as response:
                 response.read()
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                where = _where(urljoin(self.target, exc.headers.get("Location") or ""))
+                raise _Refused(
+                    f"HTTP {exc.code}: it redirects to {where}; give the notifier that URL (a "
+                    "redirected POST is not sent again as one)"
+                ) from exc
             if 400 <= exc.code < 500 and exc.code not in _RETRYABLE_STATUS:
                 raise _Refused(f"HTTP {exc.code}") from exc
             raise
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A webhook's redirect is not followed: urllib would send the POST again as a GET without
+    its body (301, 302, 303), and that GET's answer would be taken for a delivery."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 class _Refused(Exception):
