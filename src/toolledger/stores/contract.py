@@ -31,8 +31,6 @@ __all__ = [
     "InlineAsync",
     "Inspectable",
     "Pending",
-    "answer",
-    "interrupted",
     "op_deadline",
     "operations_within",
 ]
