@@ -29,10 +29,10 @@ __all__ = [
 ]
 
 STORE_ENV = "TOOLLEDGER_STORE"
+"""The variable naming the store a command line opens without ``--store``."""
 SETTLING = frozenset({"approve", "deny", "resolve"})
 """The commands a stop reason names (``toolledger.agent._stops``), the only ones a reason's
 words may show as commands (``toolledger._views.overview.reason_parts``)."""
-"""The variable naming the store a command line opens without ``--store``."""
 
 
 def shown(text: str, *, keep: str = "") -> str:
