@@ -200,6 +200,38 @@ def test_a_webhook_that_redirects_is_refused_not_answered_by_a_get(
     assert "SECRETPATH" not in caplog.text and "SECRETQUERY" not in caplog.text
 
 
+def test_a_proxy_the_environment_names_after_import_is_used(
+    hook: Hook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``http_proxy`` set once toolledger is imported (``load_dotenv()`` after the imports): a
+    delivery goes through it — where the proxy is the only way out, nothing would arrive."""
+    seen: list[str] = []
+
+    class Proxy(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.path)  # a proxy is asked for the whole URL
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        for name in ("no_proxy", "NO_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{proxy.server_address[1]}")
+        notify = Notifier(hook.url, secret=SECRET, backoff=0.01)
+        notify.in_doubt(session_id="s", tool_use_id="t", tool="send", input={}, reason="x")
+        assert notify.flush(10)
+    finally:
+        proxy.shutdown()
+    assert seen == [hook.url] and hook.requests == [], (seen, hook.requests)
+
+
 def test_a_webhook_that_never_answers_well_is_given_up_and_logged(
     hook: Hook, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -47,6 +47,17 @@ def shown(text: str, *, keep: str = "") -> str:
     )
 
 
+def _bytes_of(c: str) -> bytes:
+    """The bytes a shell passes for ``c``: its UTF-8, and for a lone surrogate that stands for a
+    byte that was not UTF-8 (``\\udc80`` to ``\\udcff``, as Python decodes its arguments and file
+    names) that byte, which Python reads back as the same surrogate. Any other lone surrogate
+    has no bytes that come back as it: its UTF-8 form is written, and names no such id."""
+    try:
+        return c.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return c.encode("utf-8", "surrogatepass")
+
+
 def quote(arg: str) -> str:
     """One shell argument that a POSIX shell reads back as ``arg`` — in ANSI-C quoting (bash,
     zsh, ksh) when ``arg`` holds a character that must not reach the screen raw."""
@@ -58,7 +69,7 @@ def quote(arg: str) -> str:
     for i, c in enumerate(arg):
         if i in escaped:
             # The UTF-8 bytes, not ``\\u…``: bash reads ``\\u`` only in a UTF-8 locale.
-            out.append("".join(f"\\x{b:02x}" for b in c.encode()))
+            out.append("".join(f"\\x{b:02x}" for b in _bytes_of(c)))
         elif c in "\\'":
             out.append("\\" + c)
         else:

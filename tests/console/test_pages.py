@@ -730,21 +730,27 @@ def test_a_decision_whose_commit_was_not_answered_is_not_said_to_have_changed_no
         assert "may have been recorded" in answer.text
 
 
+@pytest.mark.parametrize("named", ["file", "link"])
 def test_an_earlier_release_s_store_is_copied_again_only_when_it_changed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: str
 ) -> None:
     """A 0.1.0 SQLite store is read through a copy migrated in memory, the file untouched. The
     pages (and their refresh, every 2 s) do not copy the whole file again each time: the copy
-    is kept while the file and its write-ahead log are as they were, and a commit to it is on
-    the next page."""
+    is kept while nothing was committed to the file, and a commit is on the next page — also
+    one still in the write-ahead log of a worker that keeps its connection (no checkpoint has
+    touched the file), with the store named by a symbolic link (the log is beside the file)."""
     import shutil
     import sqlite3
 
     from toolledger.stores import sqlite as sqlite_store
 
     fixture = Path(__file__).parents[1] / "upgrade" / "fixtures" / "v0_1_0" / "v0_1_0.db"
-    db = tmp_path / "old.db"
+    (tmp_path / "real").mkdir()
+    db = tmp_path / "real" / "old.db"
     shutil.copy(fixture, db)
+    named_as = db if named == "file" else tmp_path / "old.db"
+    if named == "link":
+        named_as.symlink_to(db)
     copies = 0
     real = sqlite_store.open_read_only
 
@@ -755,23 +761,27 @@ def test_an_earlier_release_s_store_is_copied_again_only_when_it_changed(
         return conn
 
     monkeypatch.setattr(sqlite_store, "open_read_only", counted)
-    client = browser(create_app(f"sqlite:///{db}"))
+    client = browser(create_app(f"sqlite:///{named_as}"))
     for _ in range(6):
         page = client.get("/sessions/rows")
         assert page.status_code == 200 and "needs-attention" in page.text
     assert copies == 2, "the first page finds it is a copy, the second keeps one"
     assert "renamed-by-0.1.0" not in page.text
-    with sqlite3.connect(db) as raw:  # a 0.1.0 worker commits meanwhile
-        raw.execute(
+    worker = sqlite3.connect(db, isolation_level=None)  # a 0.1.0 worker, its connection kept
+    try:
+        worker.execute(
             "UPDATE sessions SET session_id = 'renamed-by-0.1.0' WHERE session_id = 'leased'"
         )
-    raw.close()
-    page = client.get("/sessions/rows")
-    assert "renamed-by-0.1.0" in page.text and copies == 3
-    client.get("/sessions/rows")
-    assert copies == 3
+        page = client.get("/sessions/rows")
+        assert "renamed-by-0.1.0" in page.text and copies == 3
+        client.get("/sessions/rows")
+        assert copies == 3
+        worker.execute("UPDATE sessions SET session_id = 'again' WHERE session_id = 'completed'")
+        assert "again" in client.get("/sessions/rows").text and copies == 4
+    finally:
+        worker.close()
     assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == 3, "never migrated"
     tl.open_store(f"sqlite:///{db}").close()  # this release writes it: migrated
     for _ in range(3):
         assert "renamed-by-0.1.0" in client.get("/sessions/rows").text
-    assert copies == 3, "a migrated store is read as it is"
+    assert copies == 4, "a migrated store is read as it is"

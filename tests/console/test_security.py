@@ -636,3 +636,11 @@ def test_an_id_a_form_cannot_post_back_exactly_gets_commands_not_a_form(tmp_path
         assert f'<pre class="command">{shown}</pre>' in doubt, option
     with tl.open_store(url) as store:
         assert {a.status for a in store.approvals("s1")} == {ApprovalStatus.PENDING}
+    # A lone surrogate (a byte that was not UTF-8, as Python reads one): a json store can hold
+    # it. The page is sent, and its command names the id as bash passes it back to Python.
+    json_url = f"json:///{tmp_path / 'ids'}"
+    with tl.open_store(json_url) as store:
+        store.backend.apply("s1", [request("call\udcff", "wire")])
+    page = browser(create_app(json_url)).get("/approvals")
+    assert page.status_code == 200 and forms_of(page.text) == []
+    assert "toolledger --store" in page.text and "approve s1 $&#39;call\\xff&#39;" in page.text

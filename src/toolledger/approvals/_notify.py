@@ -337,7 +337,10 @@ class Notifier:
             },
         )
         try:
-            with _OPENER.open(request, timeout=self.timeout) as response:
+            # An opener of this delivery's: the proxies of the environment as it is now (set
+            # after import, as ``load_dotenv`` does), and no redirect followed.
+            opener = urllib.request.build_opener(_NoRedirects)
+            with opener.open(request, timeout=self.timeout) as response:
                 response.read()
         except urllib.error.HTTPError as exc:
             if 300 <= exc.code < 400:
@@ -357,9 +360,6 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 class _Refused(Exception):

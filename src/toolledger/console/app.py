@@ -7,18 +7,20 @@ request at a time).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
 import re
 import socket
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import jinja2
 import markupsafe
@@ -51,23 +53,30 @@ __all__ = ["create_app", "listen", "serve"]
 HERE = Path(__file__).parent
 
 
-def _files_now(path: str) -> tuple[int, ...] | None:
-    """What any commit to the SQLite file at ``path`` changes: the file's and its write-ahead
-    log's identity, size and time of last write (``None`` if one cannot be looked at). An empty
-    log is no log: a reader makes one, and truncates it as it closes — a commit writes frames
-    into it, and a checkpoint that empties it writes the file."""
-    seen: list[int] = []
-    for name in (path, f"{path}-wal"):
+class _Watch:
+    """Whether the SQLite file at ``path`` changed: ``PRAGMA data_version`` on a read-only
+    connection of its own moves with every commit another connection makes — whatever the file
+    system's clock, wherever the write-ahead log is (beside the file a link names) — and the
+    file's identity tells one replaced (renamed over) from the one that connection reads."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.realpath(path)
+        self.conn = sqlite3.connect(
+            f"file:{quote(self.path)}?mode=ro", uri=True, isolation_level=None,
+            check_same_thread=False,
+        )  # fmt: skip
+
+    def now(self) -> tuple[int, int, int] | None:
+        """The file's identity and data version; ``None`` when either cannot be read."""
         try:
-            st = os.stat(name)
-        except FileNotFoundError:
-            seen += [-1] * 4
-            continue
-        except OSError:
+            st = os.stat(self.path)
+            (version,) = self.conn.execute("PRAGMA data_version").fetchone()
+        except (OSError, sqlite3.Error):
             return None
-        empty_log = name != path and st.st_size == 0
-        seen += [-1] * 4 if empty_log else [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
-    return tuple(seen)
+        return (st.st_dev, st.st_ino, int(version))
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 def shown_url(url: str) -> str:
@@ -85,9 +94,9 @@ def shown_url(url: str) -> str:
 @dataclass(frozen=True)
 class _Copy:
     """An earlier release's SQLite store, migrated into memory to be read, and the state of
-    its files it was copied from (``_files_now``)."""
+    its file it was copied from (``_Watch.now``)."""
 
-    files: tuple[int, ...]
+    files: tuple[int, int, int]
     store: Store
 
 
@@ -106,30 +115,39 @@ class _Source:
         self.store = store
         self.lock = threading.Lock()
         self.url = store.url if isinstance(store, Store) else shown_url(store)
-        self._copied_path: str | None = None  # the file, once it was read through a copy
+        self._watch: _Watch | None = None  # the file, once it was read through a copy
         self._copy: _Copy | None = None
 
     @contextmanager
     def open(self, *, write: bool = False) -> Iterator[Store]:
+        watch = self._watch
         if isinstance(self.store, Store):
             with self.lock:
                 yield self.store
-        elif write or self._copied_path is None:
+        elif write or watch is None:
             with open_store(self.store, create=False, read_only=not write) as store:
                 if not write and getattr(store.backend, "copied", False):
-                    self._copied_path = store.backend.path  # type: ignore[attr-defined]
+                    self._watch_copies(store.backend.path)  # type: ignore[attr-defined]
                 yield store
         else:
-            with self._kept_copy(self._copied_path) as store:
+            with self._kept_copy(watch) as store:
                 yield store
 
+    def _watch_copies(self, path: str) -> None:
+        """The store at ``path`` is read through a copy: keep the next one while it is as it
+        was (``_kept_copy``) — where a connection to watch it can be opened."""
+        with self.lock:
+            if self._watch is None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._watch = _Watch(path)
+
     @contextmanager
-    def _kept_copy(self, path: str) -> Iterator[Store]:
-        """The copy of the store of an earlier release at ``path``, made again when its files
+    def _kept_copy(self, watch: _Watch) -> Iterator[Store]:
+        """The copy of the store of an earlier release ``watch`` looks at, made again when it
         changed; the file itself once it was migrated (by an action, by a worker)."""
         assert isinstance(self.store, str)
         with self.lock:
-            now = _files_now(path)  # read before copying: a commit meanwhile is seen next time
+            now = watch.now()  # read before copying: a commit meanwhile is seen next time
             kept = self._copy
             if kept is None or now is None or kept.files != now:
                 self._copy = None
@@ -137,11 +155,13 @@ class _Source:
                     kept.store.close()
                 store = open_store(self.store, create=False, read_only=True)
                 if not getattr(store.backend, "copied", False):  # migrated since
-                    self._copied_path = None
+                    if self._watch is watch:
+                        self._watch = None
+                        watch.close()
                     with store:
                         yield store
                     return
-                if now is None:  # its files could not be looked at: not kept
+                if now is None:  # it could not be watched: not kept
                     with store:
                         yield store
                     return
