@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import os
 import re
 import socket
 import sqlite3
@@ -20,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import jinja2
 import markupsafe
@@ -38,6 +37,7 @@ from .._views.overview import known_session
 from ..errors import ConfigurationError, StoreError
 from ..masking import MASK, masked_text
 from ..stores import Store, open_store
+from ..stores._sqlite_files import CommitWatch
 from . import views
 from .actions import Notice, decide_from, resolve_from
 from .security import (
@@ -51,32 +51,6 @@ from .security import (
 __all__ = ["create_app", "listen", "serve"]
 
 HERE = Path(__file__).parent
-
-
-class _Watch:
-    """Whether the SQLite file at ``path`` changed: ``PRAGMA data_version`` on a read-only
-    connection of its own moves with every commit another connection makes — whatever the file
-    system's clock, wherever the write-ahead log is (beside the file a link names) — and the
-    file's identity tells one replaced (renamed over) from the one that connection reads."""
-
-    def __init__(self, path: str) -> None:
-        self.path = os.path.realpath(path)
-        self.conn = sqlite3.connect(
-            f"file:{quote(self.path)}?mode=ro", uri=True, isolation_level=None,
-            check_same_thread=False,
-        )  # fmt: skip
-
-    def now(self) -> tuple[int, int, int] | None:
-        """The file's identity and data version; ``None`` when either cannot be read."""
-        try:
-            st = os.stat(self.path)
-            (version,) = self.conn.execute("PRAGMA data_version").fetchone()
-        except (OSError, sqlite3.Error):
-            return None
-        return (st.st_dev, st.st_ino, int(version))
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 def shown_url(url: str) -> str:
@@ -94,7 +68,7 @@ def shown_url(url: str) -> str:
 @dataclass(frozen=True)
 class _Copy:
     """An earlier release's SQLite store, migrated into memory to be read, and the state of
-    its file it was copied from (``_Watch.now``)."""
+    its file it was copied from (``CommitWatch.now``)."""
 
     files: tuple[int, int, int]
     store: Store
@@ -115,7 +89,7 @@ class _Source:
         self.store = store
         self.lock = threading.Lock()
         self.url = store.url if isinstance(store, Store) else shown_url(store)
-        self._watch: _Watch | None = None  # the file, once it was read through a copy
+        self._watch: CommitWatch | None = None  # the file, once it was read through a copy
         self._copy: _Copy | None = None
 
     @contextmanager
@@ -139,10 +113,11 @@ class _Source:
         with self.lock:
             if self._watch is None:
                 with contextlib.suppress(sqlite3.Error):
-                    self._watch = _Watch(path)
+                    # A look that waits a second at most: one that cannot tell copies anew.
+                    self._watch = CommitWatch(path, busy_timeout_ms=1000)
 
     @contextmanager
-    def _kept_copy(self, watch: _Watch) -> Iterator[Store]:
+    def _kept_copy(self, watch: CommitWatch) -> Iterator[Store]:
         """The copy of the store of an earlier release ``watch`` looks at, made again when it
         changed; the file itself once it was migrated (by an action, by a worker)."""
         assert isinstance(self.store, str)

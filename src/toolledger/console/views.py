@@ -362,19 +362,9 @@ def postable(*values: str) -> bool:
     return not any(c in _UNPOSTABLE or "\ud800" <= c <= "\udfff" for v in values for c in v)
 
 
-def _commands(store: Store, *argvs: tuple[str, str, str, str | None]) -> tuple[str, ...]:
-    """``toolledger VERB SESSION CALL [OPTION]`` for the store shown, each whole and quoted."""
-    return tuple(
-        command(
-            verb,
-            sid,
-            tid,
-            options=[] if option is None else [option],
-            url=store.url,
-            default_url=DEFAULT_STORE_URL,
-        )
-        for verb, sid, tid, option in argvs
-    )
+def _command(store: Store, verb: str, sid: str, tid: str, *options: str) -> str:
+    """``toolledger VERB SESSION CALL [OPTION…]`` for the store shown, whole and quoted."""
+    return command(verb, sid, tid, options=options, url=store.url, default_url=DEFAULT_STORE_URL)
 
 
 def in_doubt_view(store: Store) -> dict[str, Any]:
@@ -400,10 +390,9 @@ def in_doubt_view(store: Store) -> dict[str, Any]:
                 why=verdict.why,
                 in_progress=isinstance(verdict, Running),
                 attempt=record.attempt,
-                commands=_commands(
-                    store,
-                    ("resolve", sid, tid, "--happened"),
-                    ("resolve", sid, tid, "--not-happened"),
+                commands=(
+                    _command(store, "resolve", sid, tid, "--happened"),
+                    _command(store, "resolve", sid, tid, "--not-happened"),
                 )
                 if unposted
                 else (),
@@ -429,10 +418,9 @@ def approvals_view(store: Store) -> dict[str, Any]:
                 "asked": when(a.requested_at),
                 "commands": ()
                 if postable(a.session_id, a.tool_use_id, a.input_hash)
-                else _commands(
-                    store,
-                    ("approve", a.session_id, a.tool_use_id, None),
-                    ("deny", a.session_id, a.tool_use_id, None),
+                else (
+                    _command(store, "approve", a.session_id, a.tool_use_id),
+                    _command(store, "deny", a.session_id, a.tool_use_id),
                 ),
             }
             for a in pending(store)

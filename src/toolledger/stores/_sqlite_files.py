@@ -14,6 +14,8 @@ from ._sql.schema import sqlite_versioned, too_new
 
 __all__ = [
     "BUSY_TIMEOUT_S",
+    "CommitWatch",
+    "connect_read_only",
     "create_owner_only",
     "identity",
     "open_read_only",
@@ -95,6 +97,42 @@ def refuse_foreign(conn: sqlite3.Connection, path: str, url: str) -> None:
     )
 
 
+def connect_read_only(path: str, *, busy_timeout_ms: int) -> sqlite3.Connection:
+    """The file at ``path``, ``mode=ro``: a connection that reads every commit, its write-ahead
+    log's too, and cannot write."""
+    conn = sqlite3.connect(
+        f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True, isolation_level=None,
+        check_same_thread=False, timeout=busy_timeout_ms / 1000,
+    )  # fmt: skip
+    conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+    return conn
+
+
+class CommitWatch:
+    """Whether anything was committed to the SQLite file at ``path`` since an earlier look:
+    ``PRAGMA data_version`` on a read-only connection of its own moves with every commit
+    another connection makes — whatever the file system's clock, wherever the write-ahead log
+    is (beside the file a link names) — and the file's identity tells one replaced (renamed
+    over) from the one that connection reads. (The console keeps a migrated copy of an earlier
+    release's store while it says nothing changed.)"""
+
+    def __init__(self, path: str, *, busy_timeout_ms: int) -> None:
+        self.path = os.path.realpath(path)
+        self.conn = connect_read_only(self.path, busy_timeout_ms=busy_timeout_ms)
+
+    def now(self) -> tuple[int, int, int] | None:
+        """The file's identity and data version; ``None`` when either cannot be read."""
+        try:
+            st = os.stat(self.path)
+            (version,) = self.conn.execute("PRAGMA data_version").fetchone()
+        except (OSError, sqlite3.Error):
+            return None
+        return (st.st_dev, st.st_ino, int(version))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def open_read_only(path: str, url: str, *, busy_timeout_ms: int) -> sqlite3.Connection:
     """A connection that cannot write, for the commands that only look (a store on read-only
     media, a bind mount, a copy owned by someone else).
@@ -109,11 +147,7 @@ def open_read_only(path: str, url: str, *, busy_timeout_ms: int) -> sqlite3.Conn
     target = quote(os.path.abspath(path))
     wal = Path(f"{path}-wal")
     try:
-        conn = sqlite3.connect(
-            f"file:{target}?mode=ro", uri=True, isolation_level=None, check_same_thread=False,
-            timeout=busy_timeout_ms / 1000,
-        )  # fmt: skip
-        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+        conn = connect_read_only(path, busy_timeout_ms=busy_timeout_ms)
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     except sqlite3.Error as exc:
         if wal.exists() and wal.stat().st_size > 0:
