@@ -21,7 +21,10 @@ from typing import Any
 import pytest
 
 import toolledger as tl
+import toolledger._crash
+from toolledger import _switches as switches
 from toolledger.codec import input_hash
+from toolledger.engine import _straight as straight
 from toolledger.ops import InsertEffect
 from toolledger.stores.contract import OP_BUDGET
 from toolledger.testing.conformance import make_record
@@ -76,7 +79,7 @@ def test_a_cancelled_run_waits_for_its_plain_tool_so_a_retry_never_runs_it_again
 
 @pytest.mark.parametrize("path", ["straight", "general"])
 def test_an_async_tool_cancelled_by_its_caller_stays_running_until_its_deadline(
-    tmp_path: Path, path: str
+    tmp_path: Path, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An ``async def`` tool hands its effect to a thread (``asyncio.to_thread``, a blocking
     client) and its run is cancelled by the caller (``asyncio.wait_for``) long before the tool's
@@ -101,7 +104,8 @@ def test_an_async_tool_cancelled_by_its_caller_stays_running_until_its_deadline(
         return "sent" if effects else None
 
     block = tool_use("toolu_1", "send", to="bob")
-    tools: list[Any] = [send] if path == "straight" else [send, _safe_tool()]
+    tools: list[Any] = [send]
+    taken = _on_path(path, store, monkeypatch)
 
     async def main() -> Any:
         with pytest.raises(asyncio.TimeoutError):
@@ -126,18 +130,31 @@ def test_an_async_tool_cancelled_by_its_caller_stays_running_until_its_deadline(
     again = asyncio.run(main())
     assert effects == ["bob"], "the tool's effect happened once"
     assert again["content"] == "sent" and not again.get("is_error")
+    assert bool(taken) is (path == "straight")
     store.close()
 
 
-def _safe_tool() -> tl.Tool[Any, Any]:
-    """A second tool: a batch that is not one known call alone takes the general path."""
+def _on_path(path: str, store: tl.Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Send session ``s``'s common call down ``path`` ("straight" or "general"); the list
+    returned names each call the straight path took, to assert that it was the path meant. A
+    session's first call that could be claimed for a branch reads whether it is one first, on
+    the general path: read up front here, as it is after the session's first call."""
+    monkeypatch.setattr(switches, "STRAIGHT", path == "straight")
+    taken: list[str] = []
+    run, call = straight.run, straight.call
 
-    @tl.tool(effect="read_only")
-    def look() -> str:
-        """Look."""
-        return "ok"
+    def counted_now(p: straight.Plan, *args: Any, **kwargs: Any) -> Any:
+        taken.append(p.call.tool_use_id)
+        return run(p, *args, **kwargs)
 
-    return look
+    def counted(p: straight.Plan, *args: Any, **kwargs: Any) -> Any:
+        taken.append(p.call.tool_use_id)
+        return (yield from call(p, *args, **kwargs))
+
+    monkeypatch.setattr(straight, "run", counted_now)
+    monkeypatch.setattr(straight, "call", counted)
+    assert store.lineage_root("s") is None
+    return taken
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -488,7 +505,7 @@ def _in_doubt_for_a_neighbour(url: str, wait: float = 10.0) -> list[str]:
 
 @pytest.mark.parametrize("where", ["straight", "general"])
 def test_an_interrupted_tool_is_over_for_its_neighbours_while_its_process_lives_on(
-    tmp_path: Path, where: str
+    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A ``KeyboardInterrupt`` (Ctrl-C in a notebook or a REPL, a server that catches it) ends
     a plain tool in the middle: its outcome is unknown, and the process goes on. The attempt is
@@ -503,9 +520,10 @@ def test_an_interrupted_tool_is_over_for_its_neighbours_while_its_process_lives_
         raise KeyboardInterrupt  # Ctrl-C while it ran
 
     block = tool_use("toolu_1", "send", to="bob")
-    tools: list[Any] = [send] if where == "straight" else [send, _safe_tool()]
+    taken = _on_path(where, store, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        tl.run_tool_uses([block], tools, ledger=ledger)
+        tl.run_tool_uses([block], [send], ledger=ledger)
+    assert taken == (["toolu_1"] if where == "straight" else [])
     assert [r.tool_use_id for r in ledger.in_doubt()] == ["toolu_1"], "over, here"
     assert _in_doubt_for_a_neighbour(url) == ["toolu_1"], "over for a neighbour of this host too"
     store.close()
@@ -576,3 +594,127 @@ def test_an_interrupted_async_tool_whose_thread_runs_on_is_over_only_once_its_ti
     finally:
         done.set()
         store.close()
+
+
+@pytest.mark.parametrize("where", ["straight", "general"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_run_stopped_between_its_intent_and_its_tool_leaves_a_call_that_did_not_happen(
+    tmp_path: Path, where: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (a ``KeyboardInterrupt``) or a task's cancellation lands after a call's intent
+    committed and before its tool was called. Nothing ran, and this process knows it: the call
+    did not happen — not in doubt, here or for a neighbour, waiting for a person — and the next
+    run runs it, once. Async, the cancellation is real: delivered to the task as the intent's
+    commit returns (a PostgreSQL commit awaited on the network, cancelled by a timeout)."""
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+    store = tl.open_store(url)
+    ledger = store.ledger("s")
+    effects: list[str] = []
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        effects.append(to)
+        return "sent"
+
+    block = tool_use("toolu_1", "send", to="bob")
+    taken = _on_path(where, store, monkeypatch)
+    if mode == "sync":
+
+        def interrupt(point: str) -> None:
+            if point == "after_intent":
+                raise KeyboardInterrupt  # Ctrl-C, right there
+
+        monkeypatch.setattr(toolledger._crash, "watchers", [interrupt])
+        with pytest.raises(KeyboardInterrupt):
+            tl.run_tool_uses([block], [send], ledger=ledger)
+        monkeypatch.setattr(toolledger._crash, "watchers", [])
+    else:
+        inner = store.async_backend
+
+        class CancelledAsItCommits:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(inner, name)
+
+            async def apply(self, session_id: str, ops: Any) -> list[bool]:
+                done = await inner.apply(session_id, ops)
+                if any(isinstance(op, InsertEffect) for op in ops):
+                    task = asyncio.current_task()
+                    assert task is not None
+                    task.cancel()
+                    await asyncio.sleep(0)  # the cancellation is delivered here
+                return done
+
+        monkeypatch.setattr(store, "async_backend", CancelledAsItCommits())
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(tl.arun_tool_uses([block], [send], ledger=ledger))
+        monkeypatch.setattr(store, "async_backend", inner)
+    assert effects == [], "the tool was never called"
+    assert taken == (["toolu_1"] if where == "straight" else [])
+    record = _settled(ledger, "toolu_1")
+    assert record.status is tl.Status.NOT_HAPPENED, record
+    assert "did not run" in (record.error or ""), record.error
+    assert ledger.in_doubt() == [], "nothing for a person to decide"
+    assert _in_doubt_for_a_neighbour(url, wait=0.3) == [], "nor for a neighbour"
+    (again,) = tl.run_tool_uses([block], [send], ledger=ledger)
+    assert again["content"] == "sent" and not again.get("is_error")
+    assert effects == ["bob"], "run once, on the next run"
+    store.close()
+
+
+def _settled(ledger: tl.Ledger, tool_use_id: str, wait: float = 10.0) -> tl.EffectRecord:
+    """The record of ``tool_use_id`` once it is no longer the intent its run left (what a run
+    that stopped leaves is written in the background), or as it is after ``wait`` seconds."""
+    until = time.monotonic() + wait
+    while True:
+        record = ledger.get(tool_use_id)
+        assert record is not None
+        if record.status is not tl.Status.STARTED or record.holder is None:
+            return record
+        if time.monotonic() > until:
+            return record
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("where", ["straight", "general"])
+def test_a_re_run_stopped_before_its_tool_leaves_its_call_in_doubt(
+    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-run of a call in doubt (its check found nothing) is stopped between its intent
+    and its tool. Its own tool did not run, but the attempt before it may have taken effect:
+    the call stays in doubt — it is not said not to have happened."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    store = tl.open_store(url)
+    ledger = store.ledger("s")
+    calls: list[str] = []
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        calls.append(to)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # Ctrl-C while it ran: its outcome is unknown
+        return "sent"
+
+    @send.check
+    def _sent(to: str) -> str | None:
+        return None  # nothing found: a re-run is allowed
+
+    block = tool_use("toolu_1", "send", to="bob")
+    taken = _on_path(where, store, monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        tl.run_tool_uses([block], [send], ledger=ledger)
+    assert [r.tool_use_id for r in ledger.in_doubt()] == ["toolu_1"]
+
+    def interrupt(point: str) -> None:
+        if point == "after_intent":
+            raise KeyboardInterrupt  # Ctrl-C between the re-run's intent and its tool
+
+    monkeypatch.setattr(toolledger._crash, "watchers", [interrupt])
+    with pytest.raises(KeyboardInterrupt):
+        tl.run_tool_uses([block], [send], ledger=ledger)
+    monkeypatch.setattr(toolledger._crash, "watchers", [])
+    assert calls == ["bob"], "the re-run's tool was never called"
+    assert bool(taken) is (where == "straight")  # its intent met the record: the general path
+    record = _settled(ledger, "toolu_1")
+    assert record.status is tl.Status.STARTED and record.attempt == 2, record
+    assert [r.tool_use_id for r in ledger.in_doubt()] == ["toolu_1"], "still in doubt"
+    store.close()

@@ -40,6 +40,7 @@ from ._outcomes import (
     Flushed,
     flush,
     hold_while_it_may_run,
+    not_run,
     release,
     write,
 )
@@ -232,6 +233,7 @@ def run(
         record=intent or record,
         began=began,
     )
+    buf.unrun.discard(key)  # from here on, the tool may have been called
     try:
         answer = yield invoke
     except CancelledAfterAnswer as late:
@@ -375,6 +377,10 @@ def _intend(
     # may ever see our ``started`` record without knowing that we are running it.
     env.ledger.store.runtime.in_flight.add(key)
     buf.flights.append(key)
+    if record is None or record.status is not Status.STARTED:
+        buf.unrun.add(key)  # no attempt before it may have taken effect
+    else:
+        buf.unrun.discard(key)  # a re-run of a call in doubt stays in doubt
     for _ in range(CLOCK_TRIES):
         intent = intent_of(
             call, tool, record, attempt=attempt, history=history, approved_by=approved_by, env=env
@@ -451,6 +457,7 @@ def unsent(
         # store answers again — exactly this intent, no other. Not happened; or, replacing an
         # attempt that may have taken effect, still in doubt (released: in doubt at once).
         buf.flights.remove(key)
+        buf.unrun.discard(key)  # its clean-up is this one
         if in_doubt:
             never = _released(
                 replace(
@@ -460,14 +467,9 @@ def unsent(
                     updated_at=env.clock(),
                 )
             )
+            op = UpdateEffect(never, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
         else:
-            never = replace(
-                intent,
-                status=Status.NOT_HAPPENED,
-                error="its worker did not run it: the commit of its intent went unconfirmed",
-                updated_at=env.clock(),
-            )
-        op = UpdateEffect(never, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
+            op = not_run(intent, "the commit of its intent went unconfirmed", env)
         # A clean-up, not an outcome: refused because the record moved on, nothing is lost
         # (a "not happened" one is never taken for an outcome: ``_background.moved_on``).
         yield Remember([op], [key], moved=_nothing_lost if in_doubt else None)

@@ -236,6 +236,9 @@ class Buffer:
     items: list[Buffered] = field(default_factory=list)
     flights: list[tuple[str, str, str]] = field(default_factory=list)  # registered by us
     intents: dict[tuple[str, str, str], EffectRecord] = field(default_factory=dict)  # theirs
+    # Attempts whose intent was sent and whose tool was not called yet, replacing no attempt
+    # that may have taken effect: ended here, they did not happen (``given_up``).
+    unrun: set[tuple[str, str, str]] = field(default_factory=set)
     kept: set[str] = field(default_factory=set)  # calls whose outcomes the background writer keeps
 
     @property
@@ -262,6 +265,7 @@ def write(new: EffectRecord, old: EffectRecord | None, at: Reading | None = None
 
 
 def release(env: Env, key: tuple[str, str, str], buf: Buffer) -> None:
+    buf.unrun.discard(key)
     if key in buf.flights:
         buf.flights.remove(key)
         env.ledger.store.runtime.in_flight.discard(key)

@@ -66,6 +66,7 @@ __all__ = [
     "flush_now",
     "given_up",
     "hold_while_it_may_run",
+    "not_run",
     "release",
     "write",
 ]
@@ -82,11 +83,19 @@ def given_up(env: Env, buf: Buffer) -> None:
     lives (a server that caught the interrupt, a notebook)."""
     in_flight = env.ledger.store.runtime.in_flight
     for key in list(buf.flights):
+        unrun = key in buf.unrun
         release(env, key, buf)
         intent = buf.intents.pop(key, None)
         # Held: its work may run on. Another thread's registration of the same call (racing
         # on it, its intent refused behind this one's) keeps nothing: this attempt is over.
         if intent is None or in_flight.held(key):
+            continue
+        if unrun:
+            # Its tool was never called (the run ended between its intent and its tool), and
+            # no attempt before it may have taken effect: it did not happen, which this process
+            # alone knows — in doubt, it would wait for a person. The next run runs it.
+            never = not_run(intent, "its run ended before the tool was called", env)
+            keeper.keep(env.ledger.store, env.session_id, [never], [], lambda _: None)
             continue
         # A plain tool the interrupt ended is over now. An ``async def`` one may have left
         # work behind it (a thread of ``asyncio.to_thread``, which ``asyncio.run`` does not
@@ -98,6 +107,19 @@ def given_up(env: Env, buf: Buffer) -> None:
             runtime = env.ledger.store.runtime
             in_flight.hold(key, runtime.monotonic() + left)  # in progress here too till then
         _release_later(env, intent, left, "its run ended before its outcome was written")
+
+
+def not_run(intent: EffectRecord, why: str, env: Env) -> UpdateEffect:
+    """The write saying that the attempt of ``intent``, whose tool was never called, did not
+    happen (``why``): a compare-and-set on that very intent, so a record that moved on — or an
+    intent that never landed — is left be."""
+    never = replace(
+        intent,
+        status=Status.NOT_HAPPENED,
+        error=f"its worker did not run it: {why}",
+        updated_at=max(env.clock(), intent.updated_at + 1e-6),
+    )
+    return UpdateEffect(never, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
 
 
 def _release_later(env: Env, intent: EffectRecord, after: float, why: str) -> None:

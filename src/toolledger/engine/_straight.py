@@ -145,7 +145,9 @@ def run(p: Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome | Again:
     if type(answer) is not list or not answer[-1]:
         return drive(_answered(p, env, buf, head=(), sent=sent, answer=answer, begun=begun), io)
     crash_point("after_intent")
-    answered = invoke_now(_invocation(p, env, intent, began))
+    invoke = _invocation(p, env, intent, began)
+    buf.unrun.discard(key)  # from here on, the tool may have been called
+    answered = invoke_now(invoke)
     return _ran(p, env, buf, answered, intent=intent, key=key)
 
 
@@ -162,6 +164,7 @@ def _intend(p: Plan, env: Env, buf: Buffer) -> _Begun:
     runtime.in_flight.add(key)
     buf.flights.append(key)
     buf.intents[key] = intent
+    buf.unrun.add(key)  # a fresh call: nothing before it may have taken effect
     return key, began, intent
 
 
@@ -211,8 +214,10 @@ def _answered(
         )
         if isinstance(done, CallOutcome | Again):
             return done
+    invoke = _invocation(p, env, intent, began)
+    buf.unrun.discard(key)  # from here on, the tool may have been called
     try:
-        answered = yield _invocation(p, env, intent, began)
+        answered = yield invoke
     except CancelledAfterAnswer as late:  # recorded, then the cancellation goes on
         _ran(p, env, buf, late.answer, intent=intent, key=key)
         yield from recorded_then_raised(late, env, buf)
