@@ -718,3 +718,44 @@ def test_a_re_run_stopped_before_its_tool_leaves_its_call_in_doubt(
     assert record.status is tl.Status.STARTED and record.attempt == 2, record
     assert [r.tool_use_id for r in ledger.in_doubt()] == ["toolu_1"], "still in doubt"
     store.close()
+
+
+def test_an_interrupted_async_tool_s_time_is_counted_on_the_monotonic_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, with this machine's wall clock stepped forward an hour while the tool's
+    thread works (an NTP correction, a VM restored): its attempt still has its whole time on
+    the monotonic clock, which its tool counts down on. It stays in progress — here and for
+    another process of this host — until then, not released at once as if its deadline had
+    passed."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    store = tl.open_store(url)
+    ledger = store.ledger("s")
+    going_on = threading.Event()
+    done = threading.Event()
+    real_time = time.time
+
+    def blocking() -> None:
+        going_on.set()
+        done.wait(30)
+
+    @tl.tool(effect="non_idempotent", timeout=3)
+    async def send(to: str) -> str:
+        threading.Thread(target=blocking, daemon=True).start()
+        while not going_on.is_set():
+            await asyncio.sleep(0.01)
+        monkeypatch.setattr(time, "time", lambda: real_time() + 3600.0)  # the clock steps
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C while its thread works
+        await asyncio.sleep(30)
+        return "sent"
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tl.run_tool_uses([tool_use("toolu_1", "send", to="bob")], [send], ledger=ledger)
+        assert ledger.in_doubt() == [], "in progress here while its time runs"
+        assert _in_doubt_for_a_neighbour(url, wait=0.5) == [], "and for a neighbour"
+        assert _in_doubt_for_a_neighbour(url, wait=15) == ["toolu_1"], "over once it is up"
+        assert [r.tool_use_id for r in ledger.in_doubt()] == ["toolu_1"]
+    finally:
+        done.set()
+        store.close()

@@ -204,6 +204,7 @@ def run(
     # intent and its tool (or a wall clock stepped meanwhile) never gives the tool more.
     began = env.ledger.store.runtime.monotonic()
     if tool.needs_intent:
+        buf.ends[key] = began + tool.timeout
         intended = yield from _intend(
             call,
             tool,

@@ -239,6 +239,9 @@ class Buffer:
     # Attempts whose intent was sent and whose tool was not called yet, replacing no attempt
     # that may have taken effect: ended here, they did not happen (``given_up``).
     unrun: set[tuple[str, str, str]] = field(default_factory=set)
+    # When each attempt's time is up, on this process's monotonic clock (its start plus its
+    # tool's timeout): what a hold on it counts to, whatever the wall clock did meanwhile.
+    ends: dict[tuple[str, str, str], float] = field(default_factory=dict)
     kept: set[str] = field(default_factory=set)  # calls whose outcomes the background writer keeps
 
     @property

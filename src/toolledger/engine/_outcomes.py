@@ -76,9 +76,10 @@ def given_up(env: Env, buf: Buffer) -> None:
     """The batch ends (an exception, an interrupt) with attempts still registered in flight
     whose outcome was never written: each is over — its tool returned, raised or was never
     called — and no outcome of it is on its way. Released from flight, and their intents
-    released in the background (in doubt for everyone, as for this process), unless the record
-    moved on meanwhile or the attempt is still held in flight here (an ``async def`` tool whose
-    run was cancelled: ``hold_while_it_may_run``; ``InFlight.held``). Left as they are, a
+    released in the background (in doubt for everyone, as for this process) — or, whose tool
+    was never called (``Buffer.unrun``), said not to have happened — unless the record moved on
+    meanwhile or the attempt is still held in flight here (an ``async def`` tool whose run was
+    cancelled: ``hold_while_it_may_run``; ``InFlight.held``). Left as they are, a
     worker of this host would judge them by this process, alive, and wait for as long as it
     lives (a server that caught the interrupt, a notebook)."""
     in_flight = env.ledger.store.runtime.in_flight
@@ -86,6 +87,7 @@ def given_up(env: Env, buf: Buffer) -> None:
         unrun = key in buf.unrun
         release(env, key, buf)
         intent = buf.intents.pop(key, None)
+        ends = buf.ends.pop(key, None)
         # Held: its work may run on. Another thread's registration of the same call (racing
         # on it, its intent refused behind this one's) keeps nothing: this attempt is over.
         if intent is None or in_flight.held(key):
@@ -99,13 +101,17 @@ def given_up(env: Env, buf: Buffer) -> None:
             continue
         # A plain tool the interrupt ended is over now. An ``async def`` one may have left
         # work behind it (a thread of ``asyncio.to_thread``, which ``asyncio.run`` does not
-        # stop when Ctrl-C ends it in ``run_tool_uses``): over only once its time is up.
+        # stop when Ctrl-C ends it in ``run_tool_uses``): over only once its time is up —
+        # counted on this process's monotonic clock, as its tool counts it down: a wall clock
+        # stepped forward meanwhile must not release it while that work still runs.
         tool = env.tools.get(intent.tool)
         left = 0.0
         if (tool is None or tool.is_async) and intent.deadline is not None:
-            left = max(0.0, intent.deadline - env.now())
             runtime = env.ledger.store.runtime
-            in_flight.hold(key, runtime.monotonic() + left)  # in progress here too till then
+            now = runtime.monotonic()
+            until = ends if ends is not None else now + intent.deadline - env.now()
+            left = max(0.0, until - now)
+            in_flight.hold(key, now + left)  # in progress here too till then
         _release_later(env, intent, left, "its run ended before its outcome was written")
 
 

@@ -165,6 +165,7 @@ def _intend(p: Plan, env: Env, buf: Buffer) -> _Begun:
     buf.flights.append(key)
     buf.intents[key] = intent
     buf.unrun.add(key)  # a fresh call: nothing before it may have taken effect
+    buf.ends[key] = began + p.tool.timeout
     return key, began, intent
 
 
