@@ -690,6 +690,28 @@ def test_a_pruned_branch_hands_its_calls_outcomes_to_the_lineage(store: tl.Store
     assert desk.opened == ["outage"], "made once, by the branch that is gone"
 
 
+def test_prune_keeps_a_lineage_s_first_session_while_a_branch_of_it_remains(
+    store: tl.Store,
+) -> None:
+    """The second fork made the lineage's call and ended; the parent ended too; the first fork
+    waits to be run. A prune removes the second fork (its outcome handed to its claim in the
+    parent) but keeps the parent, whose ledger answers the claim: the first fork, meeting the
+    id, takes the outcome — one ticket. Once no branch remains, the parent goes too."""
+    desk = Desk()
+    first, second = lineage_of_three(store, desk)
+    assert go_on(store, second, desk).status is tl.RunStatus.COMPLETED
+
+    report = store.prune(older_than=0)
+    assert [p.session_id for p in report.removed] == [second]
+    kept = {k.session_id: k.why for k in report.kept}
+    assert f"first session of the lineage of {first!r}" in kept[PARENT]
+    assert store.ledger(PARENT).get("toolu_same") is not None
+
+    assert go_on(store, first, desk).status is tl.RunStatus.COMPLETED
+    assert desk.opened == ["outage"], "made once, by the branch that is gone"
+    assert [p.session_id for p in store.prune(older_than=0).removed] == [first, PARENT]
+
+
 def test_which_calls_a_branch_claims() -> None:
     """Calls whose intent is written before they run: a second run would add an effect, and
     the lineage's first session claims with its own intent. Not read-only, idempotent or

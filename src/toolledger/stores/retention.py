@@ -15,7 +15,10 @@ refuses it.
 Removing a session forgets its calls: a ``tool_use_id`` of it, met again, runs as a new call.
 Remove only what no agent will resume; ``toolledger export SESSION`` keeps a copy first. A
 branch's calls made for its lineage are handed to their claims in the lineage's first session
-before it goes (``_hand_over``), so the rest of the lineage still answers them.
+before it goes (``_hand_over``), so the rest of the lineage still answers them; and the
+lineage's first session stays while a branch of it remains that holds no copy of one of its calls
+(a claim, a call made after the fork): that branch would claim the id there, find nothing, and
+run the call again.
 """
 
 from __future__ import annotations
@@ -75,7 +78,10 @@ def prune(
     wanted = _status(status)
     now = store.fresh_now()  # a lease expiry is judged on it: never a reading from before a step
     report = PruneReport(dry_run=dry_run)
-    for sid in store.sessions():
+    branches = _branches_by_root(store)
+    gone: set[str] = set()
+    # A lineage's first session goes after its branches: its ledger holds their claims.
+    for sid in sorted(store.sessions(), key=lambda s: (s in branches, s)):
         state = store.session(sid)
         if wanted is not None and (state is None or state.status is not wanted):
             continue
@@ -91,10 +97,12 @@ def prune(
             continue
         lease = store.lease(sid)
         why = _held(state.status if state else None, records, approvals, lease, now, wanted=wanted)
+        if why is None:
+            why = _relied_on(store, found, [b for b in branches.get(sid, ()) if b not in gone])
         if why is not None:
             report.kept.append(Kept(sid, why))
             continue
-        gone = Pruned(
+        pruned = Pruned(
             session_id=sid,
             status=state.status if state else None,
             last_activity=last,
@@ -111,8 +119,41 @@ def prune(
             except SessionConflictError:
                 report.kept.append(Kept(sid, "it changed while it was being removed"))
                 continue
-        report.removed.append(gone)
+        gone.add(sid)
+        report.removed.append(pruned)
     return report
+
+
+def _branches_by_root(store: StoreCore) -> dict[str, set[str]]:
+    """The sessions a fork made, by their lineage's first session (``Store.lineage_root``)."""
+    out: dict[str, set[str]] = {}
+    for state in store.session_states():
+        if not state.lineage:
+            continue
+        store.note_lineage(state.session_id, state.lineage)
+        root = store.lineage_root(state.session_id)
+        if root is not None and root != state.session_id:
+            out.setdefault(root, set()).add(state.session_id)
+    return out
+
+
+def _relied_on(
+    store: StoreCore, records: dict[str, EffectRecord], branches: list[str]
+) -> str | None:
+    """Why a lineage's first session must stay for the ``branches`` of it that remain, or
+    ``None``: it holds a call one of them holds no copy of — a claim another branch made, or a
+    call it made after the fork. A branch meeting that id claims it there, and finds it; with
+    the session gone, it would find nothing and run the call again. (The calls a fork copied
+    answer on the fork alone.)"""
+    relying = sorted(b for b in branches if set(records) - set(store.backend.read_effect_ids(b)))
+    if not relying:
+        return None
+    shown = ", ".join(repr(b) for b in relying[:3])
+    more = f" and {len(relying) - 3} more" if len(relying) > 3 else ""
+    return (
+        f"it is the first session of the lineage of {shown}{more}: its ledger holds calls of "
+        "the lineage they hold no copy of, and answers them there (remove them first)"
+    )
 
 
 def _hand_over(store: StoreCore, sid: str, records: list[EffectRecord]) -> None:
