@@ -196,3 +196,32 @@ def test_on_a_screen_each_command_is_a_line_of_its_own_and_runs_pasted(url: str)
     # Settled since: its commands are history, and no longer offered.
     out = in_terminal(["show", SID, "--store", url], 200)
     assert "settled since" in out and not any(c in out.splitlines() for c in commands)
+
+
+def test_a_branch_s_commands_for_a_call_its_sibling_settles_are_lines_of_their_own(
+    tmp_path: Path,
+) -> None:
+    """Two forks of one session meet the same new call id: the first makes it for the lineage
+    (its answer lost: in doubt there), and the second's stop names the first — a sibling, not
+    a session it was branched from — as where the call is settled. On a screen those commands
+    are each a line of their own, as for any session of the lineage."""
+    from ..test_lineage_calls import GREETED, Desk, go_on
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    left = "left 'it' \u00e9"
+    desk = Desk(lose="outage")
+    with tl.open_store(url) as store:
+        with ScriptedModel(GREETED) as model:
+            tl.Agent(client=model.client(), model="x", tools=desk.tools(), store=store).run(
+                session="root", prompt="Say hello."
+            )
+        tl.fork(store, "root", at_turn=1, new_session=left)
+        tl.fork(store, "root", at_turn=1, new_session="right")
+        assert go_on(store, left, desk).status is tl.RunStatus.NEEDS_ATTENTION
+        assert go_on(store, "right", desk).status is tl.RunStatus.NEEDS_ATTENTION
+    happened = command("resolve", left, "toolu_same", options=["--happened"], url=url)
+    not_happened = command("resolve", left, "toolu_same", options=["--not-happened"], url=url)
+    lines = [
+        line.strip() for line in in_terminal(["show", "right", "--store", url], 200).splitlines()
+    ]
+    assert happened in lines and not_happened in lines, lines

@@ -19,6 +19,7 @@ __all__ = [
     "known_session",
     "lease_text",
     "lineage_of",
+    "lineage_sessions",
     "overview",
     "reason_parts",
     "settled_since",
@@ -122,6 +123,22 @@ def lineage_of(state: SessionState) -> set[str]:
     sessions = {state.session_id}
     for b in state.lineage:
         sessions.update(x for x in (b.source, b.root) if x)
+    return sessions
+
+
+def lineage_sessions(store: Store, state: SessionState) -> set[str]:
+    """``lineage_of(state)``, and each session a command of ``state``'s stop reason names that
+    shares its lineage's first session (``Store.lineage_root``): a sibling branch that makes a
+    call for the whole lineage, where the call is settled (``toolledger.engine._claims``).
+    Reads the store: call it while it is open."""
+    sessions = lineage_of(state)
+    root = store.lineage_root(state.session_id) or state.session_id
+    for _, _, argv in commands_in(state.reason or ""):
+        _, verb, _, ids = command_parts(argv)
+        if verb not in SETTLING or len(ids) != 2 or ids[0] in sessions:
+            continue
+        if (store.lineage_root(ids[0]) or ids[0]) == root:
+            sessions.add(ids[0])
     return sessions
 
 

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from .._liveness import Over, Running
 from .._verify import Problem, Severity, verify
-from .._views.overview import known_session, overview, settled_since
+from .._views.overview import known_session, lineage_sessions, overview, settled_since
 from .._views.timeline import timeline_window
 from .._views.window import window_of
 from ..errors import CorruptLedgerError
@@ -35,6 +35,7 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
         seen = overview(store)
         # Only sessions stopped for a person are looked into (``settled_since``).
         settled = {s.session_id: settled_since(store, s) for s in seen.states}
+        lineages = {s.session_id: lineage_sessions(store, s) for s in seen.states if s.reason}
         url = store.url
     states, ledger_only, held, calls = seen.states, seen.ledger_only, seen.held, seen.calls
     if args.json:
@@ -67,7 +68,9 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
         if out.grid(grid) is not Layout.TSV:
             for s in states:
                 if not known.get(s.session_id):  # settled since: history, nothing to run
-                    commands = render.reason_parts(s.reason or "", render.lineage_of(s), url)[1]
+                    commands = render.reason_parts(
+                        s.reason or "", lineages.get(s.session_id, set()), url
+                    )[1]
                     out.reason_commands(safe_id(s.session_id), commands)
     return 0
 
@@ -79,6 +82,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
             return no_session(console, args, store)
         state = store.session(args.session)
         settled = settled_since(store, state) if state else None
+        lineage = lineage_sessions(store, state) if state else set()
         url = store.url
         events, window = timeline_window(
             store,
@@ -112,7 +116,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
         if state.reason:
             # On a screen each command on a line of its own, whole (docs/design.md, rule 21);
             # in a pipe the reason is one comment line, as stored, and the rows are TSV alone.
-            words, commands = render.reason_parts(state.reason, render.lineage_of(state), url)
+            words, commands = render.reason_parts(state.reason, lineage, url)
             out.note(safe(f"  {words if out.terminal else state.reason}"))
             if settled:
                 out.note(safe(f"  {render.SETTLED_SINCE}"))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from .._views.overview import lineage_sessions
 from . import render
 from ._command import emit_json, store_of
 from .output import Out
@@ -50,8 +51,13 @@ def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
             "function taking a store and returning one[/red]"
         )
         return 2
+    lineages: dict[str, set[str]] = {}
     try:
         done = resume_all(agent, workers=args.workers)
+        for r in done:  # the sessions a stop reason may name: read while the store is open
+            state = agent.store.session(r.session_id) if r.run is not None else None
+            if state is not None:
+                lineages[r.session_id] = lineage_sessions(agent.store, state)
     finally:
         agent.store.close()
     rows = [
@@ -74,7 +80,9 @@ def cmd_resume_all(args: argparse.Namespace, console: Console) -> int:
         # a run's stop reason names commands; an error's text is words.
         url = agent.store.url
         parts = {
-            r.session_id: render.reason_parts(r.run.reason or "", {r.session_id}, url)
+            r.session_id: render.reason_parts(
+                r.run.reason or "", lineages.get(r.session_id, {r.session_id}), url
+            )
             if r.run is not None
             else ("", ())
             for r in done
