@@ -100,6 +100,30 @@ def test_resume_never_appends_the_prompt_twice(store: tl.Store, world: World) ->
     assert m.requests[-1]["messages"] == [{"role": "user", "content": "hi"}]
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["create", "stream"])
+def test_a_call_cut_off_by_max_tokens_is_neither_stored_nor_run(
+    store: tl.Store, world: World, streamed: bool
+) -> None:
+    """A reply that hit ``max_tokens`` while it wrote a call: the call's input may be cut short
+    (streamed, the SDK reads ``{"title": "Out`` as ``{"title": "Out"}``), so it never runs; the
+    session keeps only its prompt, and the next run asks the model again."""
+    cut = Reply(tool_uses=[ToolUse("create_ticket", {"title": "Out"})], stop_reason="max_tokens")
+    on_text = (lambda text: None) if streamed else None
+    with (
+        ScriptedModel([cut]) as m,
+        pytest.raises(tl.MalformedContentError, match="max_tokens") as info,
+    ):
+        agent_for(m, store, world).run(session="s", prompt="open a ticket", on_text=on_text)
+    assert world.tickets() == [], "a call cut short never runs"
+    assert info.value.tool_use_id is not None
+    assert [msg.role for msg in store.messages("s")] == ["user"]
+    with ScriptedModel([Reply(tool_uses=[TICKET]), Reply(text="done")]) as m:
+        agent = agent_for(m, store, world, max_tokens=8192)
+        run = agent.run(session="s", prompt="open a ticket", on_text=on_text)
+    assert run.status is tl.RunStatus.COMPLETED
+    assert [t["title"] for t in world.tickets()] == ["Outage"]
+
+
 def test_completed_session_with_its_own_prompt_is_returned_as_is(
     store: tl.Store, world: World
 ) -> None:

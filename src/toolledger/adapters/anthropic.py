@@ -32,11 +32,14 @@ def read_tool_uses(content: Any) -> list[ToolCall]:
     """The ``tool_use`` blocks of a message's content, in order; other blocks are skipped.
 
     Accepts the content list, or a whole message (SDK ``Message`` or dict with ``content``).
-    Raises ``MalformedContentError`` for a block we cannot read or a tool_use id seen twice.
+    Raises ``MalformedContentError`` for a block we cannot read, a tool_use id seen twice, or a
+    whole message cut off while it wrote a call.
     """
     if isinstance(content, dict) and "content" in content and "type" not in content:
+        _cut_off_call(content.get("stop_reason"), content["content"])
         content = content["content"]
     elif not isinstance(content, (list, tuple, dict, str)) and hasattr(content, "content"):
+        _cut_off_call(getattr(content, "stop_reason", None), content.content)
         content = content.content
     if type(content) is not list and (  # the common case skips the ABC check
         isinstance(content, (str, bytes, dict)) or not isinstance(content, Iterable)
@@ -78,6 +81,30 @@ def read_tool_uses(content: Any) -> list[ToolCall]:
         seen.add(tool_use_id)
         calls.append(_call(tool_use_id, name, raw_input))
     return calls
+
+
+_CUT_OFF = frozenset({"max_tokens", "model_context_window_exceeded"})
+"""Stop reasons of a reply the API ended mid-block: its last block may be incomplete."""
+
+
+def _cut_off_call(stop_reason: Any, blocks: Any) -> None:
+    """Raise ``MalformedContentError`` when a reply that stopped at its token limit ends with a
+    ``tool_use`` block: the limit may have cut that call's input short (the SDK's stream reads
+    partial JSON as far as it goes: ``{"amount": 10`` of ``{"amount": 1000}`` is ``10``), and
+    running it would do something nobody asked for. Nothing is stored or run; a larger
+    ``max_tokens`` gets the whole call."""
+    if stop_reason not in _CUT_OFF or not isinstance(blocks, (list, tuple)) or not blocks:
+        return
+    last = blocks[-1]
+    if field(last, "type") != "tool_use":
+        return
+    tool_use_id = field(last, "id")
+    raise MalformedContentError(
+        f"the model's reply stopped at {stop_reason} while it wrote a call of "
+        f"{field(last, 'name')!r} ({tool_use_id}), whose input may be cut short: nothing was "
+        "stored or run. Raise max_tokens and run the session again.",
+        tool_use_id=tool_use_id if isinstance(tool_use_id, str) else None,
+    )
 
 
 def _call(tool_use_id: str, name: str, raw_input: dict[str, Any]) -> ToolCall:
@@ -184,6 +211,7 @@ class AnthropicProvider:
     def read_response(self, response: Any) -> ModelTurn:
         # As stored, and as the API can take back: no lone surrogate, nothing nested too deep.
         content = valid_unicode(shallow([_plain(b) for b in field(response, "content") or []]))
+        _cut_off_call(field(response, "stop_reason"), content)
         usage = field(response, "usage")
         return ModelTurn(
             content=content,
