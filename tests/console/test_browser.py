@@ -62,18 +62,22 @@ def free_port() -> int:
 class Console:
     """``toolledger console`` in a process of its own."""
 
-    def __init__(self, url: str, port: int) -> None:
-        self.url, self.port = url, port
+    def __init__(self, url: str, port: int, token: str | None = None) -> None:
+        self.url, self.port, self.token = url, port, token
         self.base = f"http://127.0.0.1:{port}"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         argv = [sys.executable, "-m", "toolledger.cli", "console", "--store", self.url]
-        self.process = subprocess.Popen([*argv, "--port", str(self.port)])
+        argv += ["--port", str(self.port)] + (["--token", self.token] if self.token else [])
+        self.process = subprocess.Popen(argv)
+        ready = urllib.request.Request(self.base + "/verify")
+        if self.token:
+            ready.add_header("Authorization", f"Bearer {self.token}")
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(self.base + "/verify", timeout=5) as answer:
+                with urllib.request.urlopen(ready, timeout=5) as answer:
                     assert answer.status == 200
                     return
             except OSError:
@@ -540,3 +544,38 @@ def test_an_approval_card_keeps_every_field_in_view(browser: Any, stage: Stage) 
     assert "we are sorry for the outage." * 1 in folded.text
     assert SECRET not in section.text
     shot(browser, stage, "07-approval-card")
+
+
+def test_a_link_to_a_console_with_a_token_opens_it_from_another_site(
+    browser: Any, stage: Stage
+) -> None:
+    """A console that needs its token, opened by a link on another site (a chat, a wiki) as
+    ``/?token=…``: the browser shows the console, not "this console needs its token". Its
+    token cookie is ``SameSite=Strict``, which a browser does not send along a navigation
+    another site began — a redirect of it included — so the first answer is a page of the
+    console's own that goes on to it. The token is not left in the address."""
+    console = Console(stage.scene.url, free_port(), token="t0ken-for-the-link")
+    console.start()
+    _Neighbour.cookies = []
+    _Neighbour.page = (
+        f'<a id="go" href="{console.base}/approvals?token={console.token}">the console</a>'
+    ).encode()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Neighbour)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        browser.get(f"http://localhost:{server.server_address[1]}/")  # another site
+        browser.find_element("id", "go").click()
+        shown = lambda: browser.execute_script(  # noqa: E731
+            "return document.querySelector('main h1')?.textContent"
+        )
+        wait_for(lambda: shown() == "Approvals", "the approvals page", timeout=20)
+        assert "needs its token" not in body_text(browser)
+        assert browser.current_url == f"{console.base}/approvals", browser.current_url
+        browser.refresh()
+        wait_for(lambda: shown() == "Approvals", "the approvals page, reloaded")
+        browser.back()  # the address with the token was replaced: back is the other site
+        wait_for(lambda: browser.current_url.startswith("http://localhost:"), "the other site")
+    finally:
+        server.shutdown()
+        server.server_close()
+        console.stop()

@@ -311,6 +311,36 @@ def test_a_token_is_needed_on_every_request(built: Scene) -> None:
     assert decided.status is ApprovalStatus.DENIED and decided.decided_by == "ana"
 
 
+def test_a_first_visit_another_site_began_goes_on_through_a_page_of_the_console(
+    built: Scene,
+) -> None:
+    """``?token=`` opened from a link on another site (``Sec-Fetch-Site: cross-site``): a
+    ``SameSite=Strict`` cookie is not sent along that navigation, its redirect included, so
+    the console answers a page of its own that goes on (a refresh and a link: a navigation its
+    own site begins), the cookie set. The page names the address without the token, escaped;
+    it is the console's page, with every header the others have."""
+    app = create_app(built.url, token="s3cret-token", loopback=False)
+    person = TestClient(app, base_url="http://console.example", follow_redirects=False)
+    first = person.get(
+        '/session?id=pay-1&x="><script>&token=s3cret-token',
+        headers={"Sec-Fetch-Site": "cross-site"},
+    )
+    assert first.status_code == 200, first.status_code
+    assert first.headers["set-cookie"].startswith("toolledger_token_80=s3cret-token;")
+    assert "samesite=strict" in first.headers["set-cookie"].lower()
+    assert "s3cret-token" not in first.text
+    assert "<script>" not in first.text and "%3Cscript%3E" in first.text
+    target = "/session?id=pay-1&amp;x=%22%3E%3Cscript%3E"
+    assert f'<meta http-equiv="refresh" content="0; url={target}">' in first.text
+    assert f'<a href="{target}">' in first.text
+    assert first.headers["content-security-policy"].startswith("default-src 'none'")
+    page = person.get("/session?id=pay-1", headers={"Sec-Fetch-Site": "same-origin"})
+    assert page.status_code == 200 and "pay-1" in page.text
+    for site in ("same-origin", "none"):  # typed, a bookmark: a redirect, as before
+        again = person.get("/?token=s3cret-token", headers={"Sec-Fetch-Site": site})
+        assert again.status_code == 303 and again.headers["location"] == "/"
+
+
 def _first_visit(app: Any, path: str, query: str) -> tuple[int, str]:
     """A GET of exactly ``path`` (as a raw request line carries it, which an HTTP client would
     normalise) with ``query``: the status and the Location the console answers."""

@@ -4,7 +4,8 @@
   ``$TOOLLEDGER_CONSOLE_TOKEN``): ``serve`` refuses to start without one (``bind_check``).
 * **The token**, when there is one, is checked on every request: an ``Authorization: Bearer``
   header, or the cookie set when a page is first opened as ``/?token=…`` (the browser is then
-  sent to the same page without it, so it stays out of the address bar and of the history).
+  sent to the same page without it, so it stays out of the address bar and of the history —
+  by a page of the console's own when another site's link began the visit: ``_go_on``).
 * **Seen beyond this machine** through a proxy (``--origin`` names a host that is not a
   loopback one), it needs a token too: the proxy's visitors are other machines.
 * **Host names.** On a loopback address without a token only ``127.0.0.1``, ``localhost`` and
@@ -46,6 +47,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import html
 import ipaddress
 import secrets
 from collections.abc import Awaitable, Callable
@@ -55,7 +57,7 @@ from starlette.datastructures import FormData
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp
 
 from ..errors import ConfigurationError
@@ -340,7 +342,7 @@ class GuardMiddleware(BaseHTTPMiddleware):
             # browser to another site (a Location read as a network path).
             path = "/" + request.url.path.lstrip("/\\")
             target = path + (f"?{urlencode(rest)}" if rest else "")
-            response = RedirectResponse(target, status_code=303)
+            response = _go_on(request, target)
             response.set_cookie(
                 cookie_name(TOKEN_COOKIE, request),
                 offered,
@@ -386,6 +388,24 @@ class GuardMiddleware(BaseHTTPMiddleware):
         if header[:7].lower() == "bearer ":
             return self.guard.token_ok(header[7:].strip())
         return self.guard.token_ok(request.cookies.get(cookie_name(TOKEN_COOKIE, request)))
+
+
+def _go_on(request: Request, target: str) -> Response:
+    """Where a first visit's ``?token=`` goes on to ``target``, its token cookie set. A redirect,
+    unless another site began the navigation (``Sec-Fetch-Site: cross-site``: a link in a chat or
+    a wiki): a ``SameSite=Strict`` cookie is not sent along it, a redirect of it included, and
+    the console would answer "needs its token". Then a page of its own goes on instead — a
+    navigation the console's own site begins, which carries the cookie (a refresh at once,
+    which replaces the page in the history, and a link)."""
+    if request.headers.get("sec-fetch-site") != "cross-site":
+        return RedirectResponse(target, status_code=303)
+    where = html.escape(target, quote=True)
+    page = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="refresh" content="0; url={where}"><title>toolledger console</title>'
+        f'</head><body><p><a href="{where}">Open the console</a></p></body></html>'
+    )
+    return HTMLResponse(page)
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]
