@@ -182,6 +182,31 @@ def test_a_webhook_url_s_secrets_never_reach_the_log(
         assert secret not in repr(refused) + repr(unreachable)
 
 
+def test_a_webhook_url_s_secrets_stay_out_of_the_log_however_an_error_quotes_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An error may quote the URL as ``repr`` writes it (a control character in the path:
+    ``http.client`` refuses it, quoting ``'/…\\t…'``), and credentials have a user name too.
+    Neither reaches the log; a password too short to be told from the text around it is
+    masked where the URL writes it, and the rest of the line is left readable."""
+    urls = {
+        "tab": "http://127.0.0.1:9/services/TABSECRET\tT0/B0",
+        "user": "http://USERSECRET:pw-long-enough@127.0.0.1:9/hook",
+        "short": "http://ops:e@127.0.0.1:9/hook",
+    }
+    with caplog.at_level(logging.WARNING, logger="toolledger"):
+        for name, url in urls.items():
+            notify = Notifier(url, secret=SECRET, attempts=1, backoff=0.01)
+            notify.in_doubt(session_id="s", tool_use_id=name, tool="send", input={}, reason="x")
+            assert notify.flush(10)
+    logged = caplog.text
+    assert "given up" in logged, logged
+    for secret in ("TABSECRET", "USERSECRET", "pw-long-enough", "ops:e@"):
+        assert secret not in logged, logged
+    assert "Name or service not known" in logged, logged  # the words around stay whole
+    assert "r***" not in logged and "***rror" not in logged, logged
+
+
 @pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
 def test_a_webhook_that_redirects_is_refused_not_answered_by_a_get(
     hook: Hook, caplog: pytest.LogCaptureFixture, code: int

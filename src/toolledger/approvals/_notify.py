@@ -136,13 +136,7 @@ class Notifier:
         """``exc``'s text for a log line, the webhook URL's secrets in it masked (``_where``)."""
         text = str(exc)
         if isinstance(self.target, str):
-            parts = urlsplit(self.target)
-            path = parts.path if len(parts.path) > 1 else None
-            for secret in sorted(
-                filter(None, (self.target, parts.password, parts.query, path)),
-                key=len,
-                reverse=True,
-            ):
+            for secret in _secrets_of(self.target):
                 text = text.replace(secret, MASK)
         return text
 
@@ -426,6 +420,29 @@ def in_doubt_calls(
                 input=o.call.input,
                 reason=o.content,
             )
+
+
+def _secrets_of(url: str) -> list[str]:
+    """What of a webhook URL an error's text must not show, longest first: the URL, its path,
+    query and user info — as parsed, as written (``urlsplit`` drops a tab or a newline from
+    them, and the request — ``http.client``'s error — keeps it), and as ``repr`` quotes them
+    (``http.client`` quotes a path it refuses for a control character, escaped) — and its user
+    name and password alone when they are long enough to be told from the words around them
+    (``_TOLD``): "e" would be taken out of every word of the line."""
+    parts = urlsplit(url)
+    after = url.partition("://")[2]
+    raw_path, _, raw_query = (after[after.find("/") :] if "/" in after else "").partition("?")
+    found = {url, parts.netloc.rpartition("@")[0], parts.query, raw_query}
+    found |= {p for p in (parts.path, raw_path) if len(p) > 1}
+    found |= {s for s in (parts.username, parts.password) if s and len(s) >= _TOLD}
+    found -= {""}
+    found |= {repr(s)[1:-1] for s in found}
+    return sorted(found, key=len, reverse=True)
+
+
+_TOLD = 4
+"""How long a webhook URL's user name or password must be to be masked wherever an error's text
+has it (``Notifier._said``); shorter, it is masked where the URL writes it."""
 
 
 def _where(url: str) -> str:
