@@ -10,14 +10,14 @@ from typing import Any
 from .adapters import ResultShape, read_calls
 from .approvals._notify import Notifier, Target, in_doubt_calls, notifier
 from .engine._drivers import AlertHook, IOContext, adrive, refuse_async_in_loop
-from .engine._outcomes import Batch
+from .engine._outcomes import Batch, CallOutcome
 from .engine._runner import process_batch, run_batch
 from .errors import ConfigurationError
 from .records import ToolCall
 from .stores.store import Ledger
 from .tools import ToolSet
 
-__all__ = ["arun_tool_uses", "run_tool_uses"]
+__all__ = ["arun_calls", "arun_tool_uses", "run_tool_uses"]
 
 _NUMBERS = (int, float)  # a tuple: ``int | float`` is built at every call
 
@@ -116,11 +116,46 @@ async def arun_tool_uses(
     """The async twin of ``run_tool_uses``: same rules, same results. ``async def`` tools,
     checks and approvers are awaited (an ``async def`` tool is cancelled at its deadline and left
     in doubt); plain ones run in a worker thread."""
-    notify = notifier(on_in_doubt)
+    batch, shape = await _abatch(
+        content, tools, ledger, approve=approve, on_alert=on_alert, wait=wait, told=on_in_doubt
+    )
+    return _results(batch, shape, raise_alerts)
+
+
+async def arun_calls(
+    content: Any,
+    tools: ToolSet | Sequence[Any],
+    *,
+    ledger: Ledger,
+    approve: Any = None,
+    on_alert: AlertHook | None = None,
+    wait: float = 0.0,
+    on_in_doubt: Notifier | Target | None = None,
+) -> list[CallOutcome]:
+    """``arun_tool_uses`` answering each call's ``CallOutcome`` rather than its ``tool_result``:
+    its content and ``is_error``, and what happened to it (its disposition) — for a framework
+    that tells a model a call in doubt or declined otherwise than a call it may retry."""
+    batch, _ = await _abatch(
+        content, tools, ledger, approve=approve, on_alert=on_alert, wait=wait, told=on_in_doubt
+    )
+    return batch.outcomes
+
+
+async def _abatch(
+    content: Any,
+    tools: ToolSet | Sequence[Any],
+    ledger: Ledger,
+    *,
+    approve: Any,
+    on_alert: AlertHook | None,
+    wait: float,
+    told: Notifier | Target | None,
+) -> tuple[Batch, ResultShape]:
+    notify = notifier(told)
     calls, toolset, io, shape = _start(
         content, tools, ledger, approve=approve, on_alert=on_alert, wait=wait, sync=False
     )
     gen = process_batch(calls, toolset, ledger, can_ask=approve is not None, wait=wait)
     batch = await adrive(gen, io)
     in_doubt_calls(notify, ledger.session_id, batch.outcomes)
-    return _results(batch, shape, raise_alerts)
+    return batch, shape

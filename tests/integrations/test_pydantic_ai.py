@@ -19,15 +19,22 @@ from .conftest import require
 require("pydantic_ai", "pydantic-ai")
 
 from pydantic_ai import Agent, UnexpectedModelBehavior, capture_run_messages  # noqa: E402
-from pydantic_ai.messages import ToolReturnPart  # noqa: E402
-from pydantic_ai.models.function import FunctionModel  # noqa: E402
+from pydantic_ai.messages import (  # noqa: E402
+    ModelMessage,
+    ModelResponse,
+    RetryPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 from pydantic_ai.toolsets import FunctionToolset  # noqa: E402
 
 import toolledger as tl  # noqa: E402
 from toolledger.integrations.pydantic_ai import LedgerToolset, tool_context  # noqa: E402
 from toolledger.records import Status  # noqa: E402
 
-from .pydantic_ai_app import CALL_ID, CONVERSATION, build, scripted  # noqa: E402
+from .pydantic_ai_app import CALL_ID, CONVERSATION, build, scripted, world_toolset  # noqa: E402
 
 APP = str(Path(__file__).with_name("pydantic_ai_app.py"))
 
@@ -98,10 +105,13 @@ def test_session_from_deps_and_the_running_calls_context() -> None:
     assert ctx is not None and (ctx.session_id, ctx.tool_use_id) == ("user-ana", CALL_ID)
     assert keys == [ctx.idempotency_key]
 
-    with pytest.raises(UnexpectedModelBehavior):  # retries=0: the model may not retry
-        agent.run_sync("boom", deps="bob")
+    with capture_run_messages() as messages, pytest.raises(UnexpectedModelBehavior):
+        agent.run_sync("boom", deps="bob")  # a ModelRetry, and retries=0: the model may not
     (failed,) = store.ledger("user-bob").records()
     assert failed.status is Status.FAILED and "backend down" in (failed.error or "")
+    with pytest.raises(UnexpectedModelBehavior):  # a replay answers the same: a ModelRetry
+        agent.run_sync(message_history=messages[:2], deps="bob")
+    assert len(seen) == 2, "the failed call did not run again"
     store.close()
 
 
@@ -150,8 +160,9 @@ def test_an_in_doubt_call_is_settled_by_the_check_of_its_tl_tool_declaration(
     store = tl.open_store("memory://")
     ledgered = LedgerToolset(tools, store=store, effects={"append_line": declared})
     agent = Agent(FunctionModel(scripted), toolsets=[ledgered], retries=0)
-    with capture_run_messages() as messages, pytest.raises(UnexpectedModelBehavior):
-        asyncio.run(agent.run("alpha", conversation_id="c"))
+    with capture_run_messages() as messages:
+        first = asyncio.run(agent.run("alpha", conversation_id="c"))
+    assert "may already have happened" in first.output  # told, as the call's answer
     (doubt,) = store.ledger("c").in_doubt()
     assert doubt.tool_use_id == CALL_ID
 
@@ -160,6 +171,115 @@ def test_an_in_doubt_call_is_settled_by_the_check_of_its_tl_tool_declaration(
     assert executions == ["alpha"], "settled by the check, never run again"
     (record,) = store.ledger("c").records()
     assert record.status is Status.SUCCEEDED and record.result == '"line 1 (found)"'
+    store.close()
+
+
+# -- what the model is told ----------------------------------------------------------------------
+
+
+def obliging(sent: list[str]) -> Any:
+    """A scripted model that does what it is told: asked to retry a call (a retried tool return,
+    or a retry prompt), it makes the call again, under a new id as a model does; told the call's
+    answer, it says what it was. ``sent`` collects the text of every answer it was sent, as
+    rendered for a model."""
+    calls = 0
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        nonlocal calls
+        answers = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart | RetryPromptPart)]
+        for part in answers:
+            rendered = (
+                part.model_response_str()
+                if isinstance(part, ToolReturnPart)
+                else part.model_response()
+            )
+            sent.append(rendered)
+        if answers and not any(asks_for_a_retry(p) for p in answers):
+            return ModelResponse(parts=[TextPart(f"done: {answers[0].content}")])
+        calls += 1
+        return ModelResponse(
+            parts=[ToolCallPart("append_line", {"text": "alpha"}, f"call_{calls}")]
+        )
+
+    return respond
+
+
+def asks_for_a_retry(part: Any) -> bool:
+    return isinstance(part, RetryPromptPart) or getattr(part, "outcome", None) == "retried"
+
+
+def test_a_call_left_in_doubt_is_not_retried_under_a_new_id(tmp_path: Path) -> None:
+    """The tool cannot tell whether its effect happened (``OutcomeUnknown``): the call is in
+    doubt, and the model is told so as the call's answer — never asked to retry, which a model
+    does under a new call id the ledger cannot match, running the effect twice."""
+    world = tmp_path / "world.txt"
+    tools = FunctionToolset[Any]()
+
+    @tools.tool_plain
+    def append_line(text: str) -> str:
+        """Append a line; the connection drops before the answer."""
+        with world.open("a") as f:
+            f.write(text + "\n")
+        raise tl.OutcomeUnknown("the connection dropped after the request was sent")
+
+    sent: list[str] = []
+    store = tl.open_store("memory://")
+    agent = Agent(FunctionModel(obliging(sent)), toolsets=[LedgerToolset(tools, store=store)])
+    with capture_run_messages() as messages:
+        result = agent.run_sync("alpha", conversation_id="c")
+    assert world.read_text() == "alpha\n", "the effect happened once"
+    (doubt,) = store.ledger("c").in_doubt()
+    assert doubt.tool_use_id == "call_1"
+    (told,) = sent
+    assert "may already have happened" in told and "Do not retry it under a new call" in told
+    assert "try again" not in told.lower()
+    (answer,) = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert not asks_for_a_retry(answer)
+    assert result.output == f"done: {answer.content}"
+
+    again = agent.run_sync(message_history=messages[:2])  # the prompt, the call: the same id
+    assert world.read_text() == "alpha\n", "never run again"
+    (still,) = sent[1:]  # still in doubt, and still not to be retried
+    assert "may already have happened" in still and "Do not retry it under a new call" in still
+    assert [p.outcome for p in again.new_messages()[0].parts] == ["failed"]
+    assert store.ledger("c").in_doubt() == [doubt]
+    store.close()
+
+
+def test_a_declined_call_is_not_retried_under_a_new_id(tmp_path: Path) -> None:
+    """A high-impact call the approver declined: the model is told it was declined as the call's
+    answer, not asked to retry it (which would put the same action to the approver again under a
+    new id); the denial stands for the call's id."""
+    world = tmp_path / "world.txt"
+    asked: list[str] = []
+
+    def approve(request: Any) -> tl.Decision:
+        asked.append(request.tool_use_id)
+        return tl.Decision(approved=False, by="ana")
+
+    sent: list[str] = []
+    store = tl.open_store("memory://")
+    ledgered = LedgerToolset(
+        world_toolset(world),
+        store=store,
+        effects={"append_line": {"effect": "non_idempotent", "high_impact": True}},
+        approve=approve,
+    )
+    agent = Agent(FunctionModel(obliging(sent)), toolsets=[ledgered])
+    with capture_run_messages() as messages:
+        result = agent.run_sync("alpha", conversation_id="c")
+    assert not world.exists(), "nothing ran"
+    assert asked == ["call_1"], "asked once"
+    (record,) = store.ledger("c").records()
+    assert (record.tool_use_id, record.status) == ("call_1", Status.DENIED)
+    (told,) = sent
+    assert "declined by ana" in told and "try again" not in told.lower()
+    assert result.output.startswith("done: declined by ana")
+
+    again = agent.run_sync(message_history=messages[:2])
+    assert asked == ["call_1"], "the denial answers the replay; nobody is asked again"
+    assert sent[1:] == [told]
+    assert again.output == result.output
     store.close()
 
 
@@ -197,8 +317,8 @@ def test_killed_after_the_outcome_then_resumed_from_the_saved_history(tmp_path: 
 
 def test_killed_while_the_tool_ran_is_in_doubt_never_rerun(tmp_path: Path) -> None:
     """Killed after the effect but before its outcome was written: the resumed run does not run
-    the call again; the model is told (a retry prompt naming ``toolledger resolve``) and the
-    ledger holds the call in doubt for a person."""
+    the call again; the model is told (a failed return naming ``toolledger resolve``, not a
+    retry) and the ledger holds the call in doubt for a person."""
     killed(run_pa(tmp_path, "start", crash_at="before_record"), tmp_path)
     out = finished(run_pa(tmp_path, "resume"), tmp_path)  # never re-run silently
     (told,) = out["returns"]

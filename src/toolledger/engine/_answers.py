@@ -73,7 +73,17 @@ def denied(env: Env, call: ToolCall, record: EffectRecord | None, message: str) 
 
 def replayed(call: ToolCall, record: EffectRecord) -> CallOutcome:
     if record.status is Status.SUCCEEDED and record.result is not None:
-        return CallOutcome(call, Disposition.REPLAYED, content_of(record.result), is_error=False)
+        return CallOutcome(
+            call,
+            Disposition.REPLAYED,
+            content_of(record.result),
+            is_error=False,
+            replayed=record.status,
+        )
     return CallOutcome(
-        call, Disposition.REPLAYED, record.error or f"{record.status.value}", is_error=True
+        call,
+        Disposition.REPLAYED,
+        record.error or f"{record.status.value}",
+        is_error=True,
+        replayed=record.status,
     )

@@ -59,6 +59,7 @@ class CallOutcome:
         False  # ``settle_in`` has not run the call yet: it runs it, nothing to settle
     )
     in_doubt: bool = False  # awaiting a person's word on a call in doubt
+    replayed: Status | None = None  # a replay: the status of the record that answers it
 
     def __post_init__(self) -> None:
         # An error message can carry text UTF-8 cannot hold (an exception's repr); the model

@@ -38,10 +38,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 try:
     from pydantic_ai import ModelRetry, RunContext
+    from pydantic_ai import exceptions as _exceptions
     from pydantic_ai.toolsets import WrapperToolset
     from pydantic_ai.toolsets.abstract import ToolsetTool
 except ImportError as exc:  # pragma: no cover - the extra is installed wherever this is tested
@@ -51,10 +52,12 @@ except ImportError as exc:  # pragma: no cover - the extra is installed wherever
     ) from exc
 
 from .. import keys
-from .._tool_uses import arun_tool_uses
+from .._tool_uses import arun_calls
 from ..approvals._notify import Notifier, Target
 from ..engine._drivers import AlertHook
+from ..engine._outcomes import CallOutcome, Disposition
 from ..errors import ConfigurationError
+from ..records import Status
 from ..stores import Ledger, Store
 from ..tools import Tool, ToolContext
 from ._declarations import Declaration, checked_declarations, one_call_tool
@@ -63,6 +66,10 @@ __all__ = ["LedgerToolset", "conversation", "tool_context"]
 
 DepsT = TypeVar("DepsT")
 SessionOf = Callable[[RunContext[Any]], str]
+
+_ToolFailed: type[Exception] | None = getattr(_exceptions, "ToolFailed", None)
+"""Pydantic AI's failed tool return that asks for no retry (``None`` before it had one: the
+message is then the tool's return)."""
 
 _context: ContextVar[ToolContext | None] = ContextVar("toolledger_pydantic_ai_call", default=None)
 
@@ -97,9 +104,13 @@ class LedgerToolset(WrapperToolset[DepsT]):
     ``on_in_doubt`` and ``wait`` are those of ``tl.arun_tool_uses``. Raises
     ``ConfigurationError`` at construction for a bad declaration.
 
-    A call answers the JSON the ledger recorded (a string result as itself); an error result
-    (the tool raised, the call is in doubt, an approval was declined) is raised as
-    ``ModelRetry`` with toolledger's message, so the model is told. ``LedgerMismatchError`` and
+    A call answers the JSON the ledger recorded (a string result as itself). A call whose tool
+    raised (recorded ``failed``) is raised as ``ModelRetry`` with toolledger's message: retrying
+    it is the model's business. A call in doubt, declined (or with no approver), awaiting
+    approval or not executed is raised as Pydantic AI's ``ToolFailed`` (a failed return that
+    asks for no retry and uses up none; the message is the return where Pydantic AI has no
+    ``ToolFailed``): a retry would be a new call id the ledger cannot match, running an in-doubt
+    effect twice. A replay (the same id) answers the same way. ``LedgerMismatchError`` and
     ``EffectInProgressError`` are raised, as ``run_tool_uses`` does.
     """
 
@@ -142,7 +153,7 @@ class LedgerToolset(WrapperToolset[DepsT]):
                 _context.reset(token)
 
         block = {"type": "tool_use", "id": ctx.tool_call_id, "name": name, "input": tool_args}
-        (result,) = await arun_tool_uses(
+        (outcome,) = await arun_calls(
             [block],
             [one_call_tool(name, run, self._declarations.get(name))],
             ledger=ledger,
@@ -151,6 +162,34 @@ class LedgerToolset(WrapperToolset[DepsT]):
             on_in_doubt=self.on_in_doubt,
             wait=self.wait,
         )
-        if result.get("is_error"):
-            raise ModelRetry(str(result["content"]))
-        return result["content"]  # the JSON the ledger recorded: a replay answers the same
+        if not outcome.is_error:
+            return outcome.content  # the JSON the ledger recorded: a replay answers the same
+        if _model_may_retry(outcome):
+            raise ModelRetry(outcome.content)
+        # In doubt, declined, awaiting a person, not executed: a retry would be a new call id
+        # the ledger cannot match (an in-doubt effect run twice, a declined action asked again),
+        # so the model is told the outcome, not asked to try again.
+        if _ToolFailed is None:
+            return outcome.content
+        raise _ToolFailed(outcome.content)
+
+
+def _model_may_retry(outcome: CallOutcome) -> bool:
+    """Whether a call that did not succeed is the model's to retry (``ModelRetry``): its tool
+    raised and the call is recorded failed, or its input was refused before anything ran. A
+    call in doubt, declined, awaiting approval or not executed is not: it stands for its id."""
+    match outcome.disposition:
+        case Disposition.FAILED | Disposition.REJECTED:
+            return True
+        case Disposition.REPLAYED:
+            return outcome.replayed is Status.FAILED
+        case (
+            Disposition.EXECUTED
+            | Disposition.DECLINED
+            | Disposition.IN_DOUBT
+            | Disposition.NOT_EXECUTED
+            | Disposition.AWAITING_APPROVAL
+        ):
+            return False
+        case _:
+            assert_never(outcome.disposition)
