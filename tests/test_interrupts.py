@@ -759,3 +759,40 @@ def test_an_interrupted_async_tool_s_time_is_counted_on_the_monotonic_clock(
     finally:
         done.set()
         store.close()
+
+
+@pytest.mark.parametrize("where", ["straight", "general"])
+def test_a_run_stopped_before_its_tool_is_not_in_doubt_for_the_next_run_of_its_process(
+    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C lands between a call's intent and its tool, and the process runs the message
+    again at once (a server that caught it, a notebook's next cell). Its record still names
+    this process until the background write says the call did not happen: the next run waits
+    for that write and runs the call — it is never told that the call may already have
+    happened, for a person to resolve, while the ledger then says it did not."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    ledger = store.ledger("s")
+    effects: list[str] = []
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        effects.append(to)
+        return "sent"
+
+    def interrupt(point: str) -> None:
+        if point == "after_intent":
+            raise KeyboardInterrupt  # Ctrl-C, right there
+
+    block = tool_use("toolu_1", "send", to="bob")
+    _on_path(where, store, monkeypatch)
+    monkeypatch.setattr(toolledger._crash, "watchers", [interrupt])
+    with pytest.raises(KeyboardInterrupt):
+        tl.run_tool_uses([block], [send], ledger=ledger)
+    monkeypatch.setattr(toolledger._crash, "watchers", [])
+    assert effects == [], "the tool was never called"
+    (again,) = tl.run_tool_uses([block], [send], ledger=ledger, wait=5.0)
+    assert again["content"] == "sent" and not again.get("is_error"), again
+    assert effects == ["bob"], "run once, by the next run"
+    record = ledger.get("toolu_1")
+    assert record is not None and record.status is tl.Status.SUCCEEDED, record
+    store.close()

@@ -96,8 +96,12 @@ def given_up(env: Env, buf: Buffer) -> None:
             # Its tool was never called (the run ended between its intent and its tool), and
             # no attempt before it may have taken effect: it did not happen, which this process
             # alone knows — in doubt, it would wait for a person. The next run runs it.
+            # In flight here until that is written (at once, in the background): its record
+            # still names this process, alive, and a run of it meanwhile would otherwise find
+            # the call over, in doubt — it waits for the write instead, then runs the call.
             never = not_run(intent, "its run ended before the tool was called", env)
-            keeper.keep(env.ledger.store, env.session_id, [never], [], lambda _: None)
+            in_flight.add(key)
+            keeper.keep(env.ledger.store, env.session_id, [never], [key], after=0.0)
             continue
         # A plain tool the interrupt ended is over now. An ``async def`` one may have left
         # work behind it (a thread of ``asyncio.to_thread``, which ``asyncio.run`` does not
