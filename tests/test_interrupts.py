@@ -796,3 +796,62 @@ def test_a_run_stopped_before_its_tool_is_not_in_doubt_for_the_next_run_of_its_p
     record = ledger.get("toolu_1")
     assert record is not None and record.status is tl.Status.SUCCEEDED, record
     store.close()
+
+
+def test_a_racer_stopped_before_its_tool_never_says_the_winner_s_call_did_not_happen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of this process race on one call; the second's intent is refused behind the
+    first's, whose tool is running, and the second is cancelled as that refusal comes back.
+    Its own tool never ran, but the intent in the ledger is the first's: with a clock too
+    coarse to tell the two intents apart (a wall clock that ticks every 15 ms), a "did not
+    happen" written for the second lands on the first's — and the next run sends it again."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'w.db'}", clock=lambda: 1_000_000.0)
+    ledger = store.ledger("s")
+    effects: list[str] = []
+    entered, go = threading.Event(), threading.Event()
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        effects.append(to)
+        entered.set()
+        go.wait(10)  # a slow downstream service
+        return "sent"
+
+    block = tool_use("toolu_1", "send", to="bob")
+    assert store.lineage_root("s") is None
+    first = threading.Thread(
+        target=tl.run_tool_uses, args=([block], [send]), kwargs={"ledger": ledger}
+    )
+    first.start()
+    try:
+        assert entered.wait(10)
+        inner = store.async_backend
+
+        class CancelledAsItCommits:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(inner, name)
+
+            async def apply(self, session_id: str, ops: Any) -> list[bool]:
+                done = await inner.apply(session_id, ops)
+                if any(isinstance(op, InsertEffect) for op in ops):
+                    task = asyncio.current_task()
+                    assert task is not None
+                    task.cancel()
+                    await asyncio.sleep(0)  # the cancellation is delivered here
+                return done
+
+        monkeypatch.setattr(store, "async_backend", CancelledAsItCommits())
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(tl.arun_tool_uses([block], [send], ledger=ledger))
+        monkeypatch.setattr(store, "async_backend", inner)
+        time.sleep(1.5)  # what a stopped run leaves is written in the background
+        record = ledger.get("toolu_1")
+        assert record is not None and record.status is tl.Status.STARTED, record
+        with pytest.raises(tl.EffectInProgressError):
+            tl.run_tool_uses([block], [send], ledger=ledger)
+    finally:
+        go.set()
+        first.join(10)
+    assert effects == ["bob"], "sent once"
+    store.close()

@@ -92,7 +92,11 @@ def given_up(env: Env, buf: Buffer) -> None:
         # on it, its intent refused behind this one's) keeps nothing: this attempt is over.
         if intent is None or in_flight.held(key):
             continue
-        if unrun:
+        # Said not to have happened only while no other thread or task of this process is
+        # registered on the call: racing on it, theirs may be the intent that landed — ours
+        # refused — and the compare-and-set below tells two intents of the same attempt apart
+        # only by their ``updated_at``, which a coarse (or shared) clock can give both.
+        if unrun and key not in in_flight:
             # Its tool was never called (the run ended between its intent and its tool), and
             # no attempt before it may have taken effect: it did not happen, which this process
             # alone knows — in doubt, it would wait for a person. The next run runs it.
