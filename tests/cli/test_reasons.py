@@ -204,7 +204,8 @@ def test_a_branch_s_commands_for_a_call_its_sibling_settles_are_lines_of_their_o
     """Two forks of one session meet the same new call id: the first makes it for the lineage
     (its answer lost: in doubt there), and the second's stop names the first — a sibling, not
     a session it was branched from — as where the call is settled. On a screen those commands
-    are each a line of their own, as for any session of the lineage."""
+    are each a line of their own, as for any session of the lineage, and the reason's words
+    (in ``sessions``, a cell of the table) name them by what they do."""
     from ..test_lineage_calls import GREETED, Desk, go_on
 
     url = f"sqlite:///{tmp_path / 'r.db'}"
@@ -221,7 +222,8 @@ def test_a_branch_s_commands_for_a_call_its_sibling_settles_are_lines_of_their_o
         assert go_on(store, "right", desk).status is tl.RunStatus.NEEDS_ATTENTION
     happened = command("resolve", left, "toolu_same", options=["--happened"], url=url)
     not_happened = command("resolve", left, "toolu_same", options=["--not-happened"], url=url)
-    lines = [
-        line.strip() for line in in_terminal(["show", "right", "--store", url], 200).splitlines()
-    ]
-    assert happened in lines and not_happened in lines, lines
+    for argv in (["show", "right"], ["sessions"]):
+        out = in_terminal([*argv, "--store", url], 200)
+        lines = [line.strip() for line in out.splitlines()]
+        assert happened in lines and not_happened in lines, (argv, out)
+        assert not any("`toolledger" in line for line in lines), (argv, out)

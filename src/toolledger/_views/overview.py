@@ -78,15 +78,22 @@ SETTLED_SINCE = (
 the console)."""
 
 
-def stopped_reason(s: SessionState, settled: bool | None, *, url: str | None = None) -> str:
+def stopped_reason(
+    s: SessionState,
+    settled: bool | None,
+    *,
+    url: str | None = None,
+    sessions: Collection[str] = (),
+) -> str:
     """Why the session's last run stopped, as stored — followed, when it has been settled since
     (``settled_since``), by a plain word that it is history: its commands were right for that
     moment and the store then (an approve now refused, a call no longer in doubt, a store named
-    by the URL that run was given). ``url``: each command for the store at ``url`` named by
-    what it does (``reason_parts``), for a caller that shows them on lines of their own."""
+    by the URL that run was given). ``url``: each command for a call in one of ``sessions``
+    (``lineage_sessions``) on the store at ``url`` named by what it does (``reason_parts``),
+    for a caller that shows them on lines of their own."""
     reason = s.reason or ""
     if url is not None:
-        reason = reason_parts(reason, lineage_of(s), url)[0]
+        reason = reason_parts(reason, sessions, url)[0]
     return f"{reason} — {SETTLED_SINCE}" if reason and settled else reason
 
 
@@ -97,9 +104,9 @@ def reason_parts(reason: str, sessions: Collection[str], url: str) -> tuple[str,
 
     A reason holds data (a call's id, an alert's text from a tool), so a command is taken for
     one only when it is one toolledger prints for it: ``approve``, ``deny`` or ``resolve`` of a
-    call in one of ``sessions`` (the session's, and its lineage's: ``lineage_of``), on the store
-    at ``url`` (named, or the one the command opens without ``--store`` here). Anything else
-    stays in the words."""
+    call in one of ``sessions`` (the session's, and its lineage's: ``lineage_sessions``), on the
+    store at ``url`` (named, or the one the command opens without ``--store`` here). Anything
+    else stays in the words."""
     bare = os.environ.get(STORE_ENV) or DEFAULT_STORE_URL
     words, commands, at = [], [], 0
     for start, end, argv in commands_in(reason):

@@ -64,7 +64,9 @@ def cmd_sessions(args: argparse.Namespace, console: Console) -> int:
         known = {sid: v for sid, v in settled.items() if v is not None}
         out = Out(console)
         shown = url if out.terminal else None
-        grid = render.sessions_table(states, ledger_only, text, summary, known, url=shown)
+        grid = render.sessions_table(
+            states, ledger_only, text, summary, known, url=shown, lineages=lineages
+        )
         if out.grid(grid) is not Layout.TSV:
             for s in states:
                 if not known.get(s.session_id):  # settled since: history, nothing to run

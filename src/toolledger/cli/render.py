@@ -198,11 +198,13 @@ def sessions_table(
     settled: dict[str, bool] | None = None,
     *,
     url: str | None = None,
+    lineages: dict[str, set[str]] | None = None,
 ) -> Grid:
     """``settled``: per session stopped for a person, whether that is settled since
-    (``stopped_reason``). ``url`` (on a screen): a reason's commands for the store there are
-    named by what they do, and the caller prints them after the grid, one a line
-    (``reason_parts``); in a pipe a reason is whole, as stored."""
+    (``stopped_reason``). ``url`` (on a screen): a reason's commands for the store there, for a
+    call of a session in the session's ``lineages`` entry (``lineage_sessions``), are named by
+    what they do, and the caller prints them after the grid, one a line (``reason_parts``); in
+    a pipe a reason is whole, as stored."""
     grid = Grid(
         "sessions",
         [
@@ -216,7 +218,7 @@ def sessions_table(
             Col("reason"),  # whole: it names the commands that settle the session's calls
         ],
     )
-    leases, started, settled = leases or {}, started or {}, settled or {}
+    leases, started, settled, lineages = leases or {}, started or {}, settled or {}, lineages or {}
     for s in sorted(states, key=lambda s: s.updated_at, reverse=True):
         held = leases.get(s.session_id, "")
         if not held and s.status is RunStatus.RUNNING:
@@ -229,7 +231,14 @@ def sessions_table(
             when(s.updated_at),
             safe(held),
             safe(started.get(s.session_id, "")),
-            safe(stopped_reason(s, settled.get(s.session_id), url=url)),
+            safe(
+                stopped_reason(
+                    s,
+                    settled.get(s.session_id),
+                    url=url,
+                    sessions=lineages.get(s.session_id, ()),
+                )
+            ),
         )
     for sid in ledger_only:
         grid.add(

@@ -118,8 +118,9 @@ class SessionRow:
 def _why(s: SessionState, settled: bool | None, url: str) -> dict[str, Any]:
     """Why ``s`` stopped, its commands for the store at ``url`` named by what they do, and
     those commands whole (``reason_parts``)."""
-    commands = () if settled else reason_parts(s.reason or "", lineage_of(s), url)[1]
-    return {"reason": stopped_reason(s, settled, url=url), "commands": commands}
+    sessions = lineage_of(s)
+    commands = () if settled else reason_parts(s.reason or "", sessions, url)[1]
+    return {"reason": stopped_reason(s, settled, url=url, sessions=sessions), "commands": commands}
 
 
 def sessions_view(store: Store, status: str | None) -> dict[str, Any]:
