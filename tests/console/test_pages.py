@@ -785,3 +785,41 @@ def test_an_earlier_release_s_store_is_copied_again_only_when_it_changed(
     for _ in range(3):
         assert "renamed-by-0.1.0" in client.get("/sessions/rows").text
     assert copies == 4, "a migrated store is read as it is"
+
+
+def test_a_branch_s_commands_for_a_call_its_sibling_settles_are_shown_each_on_its_own(
+    tmp_path: Path,
+) -> None:
+    """Two forks of one session meet the same new call id: the first makes it for the lineage
+    (its answer lost: in doubt there), and the second's stop names the first — a sibling, not
+    a session it was branched from — as where the call is settled. The second's page and the
+    sessions table show those commands each in a block of its own, as for any session of the
+    lineage, the sibling's id escaped in the words and in the commands."""
+    from ..test_lineage_calls import GREETED, Desk, go_on
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    left = "left <i>'it'</i> \u202e"
+    desk = Desk(lose="outage")
+    with tl.open_store(url) as store:
+        with ScriptedModel(GREETED) as model:
+            tl.Agent(client=model.client(), model="x", tools=desk.tools(), store=store).run(
+                session="root", prompt="Say hello."
+            )
+        tl.fork(store, "root", at_turn=1, new_session=left)
+        tl.fork(store, "root", at_turn=1, new_session="right")
+        assert go_on(store, left, desk).status is tl.RunStatus.NEEDS_ATTENTION
+        assert go_on(store, "right", desk).status is tl.RunStatus.NEEDS_ATTENTION
+        state = store.session("right")
+    assert state is not None and state.reason is not None
+    commands = re.findall(r"`(toolledger [^`]*)`", state.reason)
+    assert len(commands) == 2 and all(" resolve $'left " in c for c in commands)
+    client = browser(create_app(url))
+    page = client.get("/session", params={"id": "right"}).text
+    shown = [html.unescape(c) for c in re.findall(r'<pre class="command">([^<]*)</pre>', page)]
+    assert shown == commands, page
+    (words,) = re.findall(r'<p class="reason">([^<]*)</p>', page)
+    assert "`toolledger" not in html.unescape(words) and "<i>" not in page
+    rows = client.get("/sessions/rows", params={"status": "needs_attention"}).text
+    cells = [html.unescape(c) for c in re.findall(r'<code class="command">([^<]*)</code>', rows)]
+    assert all(c in cells for c in commands), rows
+    assert "`toolledger resolve" not in html.unescape(rows)

@@ -17,7 +17,13 @@ from .._shell import command
 from .._verify import Problem, verify
 from .._views.branch import STATE_STYLE, rewound, told
 from .._views.format import owner, when
-from .._views.overview import lineage_of, overview, reason_parts, settled_since, stopped_reason
+from .._views.overview import (
+    lineage_sessions,
+    overview,
+    reason_parts,
+    settled_since,
+    stopped_reason,
+)
 from .._views.timeline import Event, timeline
 from ..adapters import transcript_reader
 from ..approvals._queue import pending
@@ -115,10 +121,13 @@ class SessionRow:
     none once what stopped the session is settled."""
 
 
-def _why(s: SessionState, settled: bool | None, url: str) -> dict[str, Any]:
-    """Why ``s`` stopped, its commands for the store at ``url`` named by what they do, and
-    those commands whole (``reason_parts``)."""
-    sessions = lineage_of(s)
+def _why(store: Store, s: SessionState) -> dict[str, Any]:
+    """Why ``s`` stopped, its commands for the store shown named by what they do, and those
+    commands whole (``reason_parts``), none once what stopped it is settled
+    (``settled_since``). A command is one for a call of any session of its lineage
+    (``lineage_sessions``), a sibling branch where a call made for the lineage is settled too."""
+    settled, url = settled_since(store, s), store.url
+    sessions = lineage_sessions(store, s) if s.reason else set()
     commands = () if settled else reason_parts(s.reason or "", sessions, url)[1]
     return {"reason": stopped_reason(s, settled, url=url, sessions=sessions), "commands": commands}
 
@@ -143,7 +152,7 @@ def sessions_view(store: Store, status: str | None) -> dict[str, Any]:
                 updated_at=s.updated_at,
                 held=held,
                 started=summary.get(s.session_id, ""),
-                **_why(s, settled_since(store, s), store.url),
+                **_why(store, s),
             )
         )
     for sid in seen.ledger_only:
@@ -290,11 +299,7 @@ def session_view(store: Store, session_id: str) -> dict[str, Any]:
     return {
         "session_id": session_id,
         "state": state,
-        **(
-            _why(state, settled_since(store, state), store.url)
-            if state
-            else {"reason": "", "commands": ()}
-        ),
+        **(_why(store, state) if state else {"reason": "", "commands": ()}),
         "updated": when(state.updated_at) if state else "-",
         "events": [
             {
