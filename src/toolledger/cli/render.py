@@ -19,7 +19,7 @@ from .._liveness import Running, Verdict
 from .._shell import command as shell_command
 from .._shell import shown, shown_id
 from .._views.format import STATUS_STYLE, owner, when
-from .._views.overview import SETTLED_SINCE, lineage_of, reason_parts, stopped_reason
+from .._views.overview import SETTLED_SINCE, reason_parts, stopped_reason
 from .._views.timeline import Event, timeline
 from ..masking import is_secret_key, masked, masked_text
 from ..records import (
@@ -48,7 +48,6 @@ __all__ = [
     "in_doubt_table",
     "in_progress_table",
     "is_secret_key",
-    "lineage_of",
     "masked",
     "masked_text",
     "owner",
