@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
@@ -19,9 +20,10 @@ from .conftest import require
 require("langgraph.prebuilt", "langgraph")
 
 from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
+from langgraph.prebuilt import InjectedState, ToolNode, ToolRuntime  # noqa: E402
 
 import toolledger as tl  # noqa: E402
 from toolledger.codec import idempotency_key  # noqa: E402
@@ -209,6 +211,150 @@ def test_errors_are_recorded_failed_and_a_missing_thread_is_refused() -> None:
     assert runs == [1]
     with pytest.raises(tl.ConfigurationError, match="unknown keys"):
         LedgerInterceptor(store, effects={"flaky": {"effekt": "read_only"}})
+    store.close()
+
+
+def charge_tool(world: Path) -> BaseTool:
+    """``charge``: its effect is a line in ``world``; then the connection drops before the answer
+    (``OutcomeUnknown``), or, for order ``boom``, the backend refuses (``ValueError``)."""
+
+    @tool
+    def charge(order: str) -> str:
+        """Charge an order."""
+        with world.open("a") as f:
+            f.write(order + "\n")
+        if order == "boom":
+            raise ValueError("backend down")
+        raise tl.OutcomeUnknown("the connection dropped after the request was sent")
+
+    return charge
+
+
+def handler(exc: Exception) -> str:
+    return f"the tool failed: {exc}"
+
+
+def hand_built(tools: list[Any], store: tl.Store, **options: Any) -> ToolNode:
+    """The ``ToolNode`` a user builds around ``LedgerInterceptor``."""
+    interceptor = LedgerInterceptor(store)
+    return ToolNode(
+        tools,
+        wrap_tool_call=interceptor.wrap_tool_call,
+        awrap_tool_call=interceptor.awrap_tool_call,
+        **options,
+    )
+
+
+NODES: dict[str, Callable[[list[Any], tl.Store], ToolNode]] = {
+    "default": lambda tools, store: ledgered_tool_node(tools, store=store),
+    "handle_tool_errors=True": lambda tools, store: ledgered_tool_node(
+        tools, store=store, handle_tool_errors=True
+    ),
+    "a handler": lambda tools, store: ledgered_tool_node(
+        tools, store=store, handle_tool_errors=handler
+    ),
+    "ToolNode(handle_tool_errors=True)": lambda tools, store: hand_built(
+        tools, store, handle_tool_errors=True
+    ),
+    "ToolNode(a handler)": lambda tools, store: hand_built(
+        tools, store, handle_tool_errors=handler
+    ),
+}
+
+
+def invoker(mode: str, app: Any) -> Callable[..., Any]:
+    if mode == "invoke":
+        return app.invoke
+    return lambda *args: asyncio.run(app.ainvoke(*args))
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("node", list(NODES))
+def test_a_tool_that_cannot_tell_leaves_its_call_in_doubt(
+    tmp_path: Path, node: str, mode: str
+) -> None:
+    """The tool raises ``OutcomeUnknown``: whatever ``handle_tool_errors`` says, the call is in
+    doubt and the model is told not to retry it — never LangGraph's "please fix your mistakes",
+    which a model answers with a new call id the ledger cannot match (a second charge)."""
+    world = tmp_path / "world.txt"
+    store = tl.open_store("memory://")
+    run = invoker(mode, tools_only_graph(NODES[node]([charge_tool(world)], store)))
+    turn = AIMessage(
+        content="", tool_calls=[{"name": "charge", "args": {"order": "A-1"}, "id": "c1"}]
+    )
+    for _ in range(2):  # the same call again (a replay): answered from the ledger, not run
+        (told,) = tool_messages(run({"messages": [turn]}, config("t"))["messages"])
+        assert world.read_text() == "A-1\n", "the effect happened once"
+        (record,) = store.ledger("t").records()
+        assert record.status is Status.STARTED, "in doubt, not failed"
+        assert store.ledger("t").in_doubt() == [record]
+        assert told.status == "error" and told.tool_call_id == "c1"
+        assert "may already have happened" in str(told.content)
+        assert "Do not retry it under a new call" in str(told.content)
+        assert "fix" not in str(told.content) and "failed" not in str(told.content)
+    store.close()
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("node", [n for n in NODES if n != "default"])
+def test_other_exceptions_keep_langgraphs_error_handling(
+    tmp_path: Path, node: str, mode: str
+) -> None:
+    world = tmp_path / "world.txt"
+    store = tl.open_store("memory://")
+    run = invoker(mode, tools_only_graph(NODES[node]([charge_tool(world)], store)))
+    turn = AIMessage(
+        content="", tool_calls=[{"name": "charge", "args": {"order": "boom"}, "id": "c1"}]
+    )
+    (told,) = tool_messages(run({"messages": [turn]}, config("t"))["messages"])
+    expected = (
+        "the tool failed: backend down"
+        if "handler" in node
+        else "Error: ValueError('backend down')\n Please fix your mistakes."
+    )
+    assert (told.content, told.status) == (expected, "error"), "LangGraph's own message"
+    (record,) = store.ledger("t").records()
+    assert record.status is Status.FAILED and "backend down" in (record.error or "")
+    assert world.read_text() == "boom\n"
+    store.close()
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_injected_state_call_id_and_runtime_reach_the_tool(mode: str) -> None:
+    """LangGraph still injects what the model does not send, with ``handle_tool_errors`` on."""
+    seen: list[tuple[int, str, str, int]] = []
+
+    @tool
+    def note(
+        text: str,
+        messages: Annotated[list[Any], InjectedState("messages")],
+        call_id: Annotated[str, InjectedToolCallId],
+        runtime: ToolRuntime,
+    ) -> str:
+        """Note something."""
+        seen.append(
+            (len(messages), call_id, str(runtime.tool_call_id), len(runtime.state["messages"]))
+        )
+        if text == "lost":
+            raise tl.OutcomeUnknown("the connection dropped after the request was sent")
+        return f"noted {text}"
+
+    store = tl.open_store("memory://")
+    node = ledgered_tool_node([note], store=store, handle_tool_errors=True)
+    run = invoker(mode, tools_only_graph(node))
+    turn = AIMessage(
+        content="",
+        tool_calls=[
+            {"name": "note", "args": {"text": "kept"}, "id": "c1"},
+            {"name": "note", "args": {"text": "lost"}, "id": "c2"},
+        ],
+    )
+    kept, lost = tool_messages(run({"messages": [turn]}, config("t"))["messages"])
+    assert (kept.content, kept.status) == ("noted kept", "success")
+    assert lost.status == "error" and "may already have happened" in str(lost.content)
+    assert sorted(seen) == [(1, "c1", "c1", 1), (1, "c2", "c2", 1)]
+    statuses = {r.tool_use_id: r.status for r in store.ledger("t").records()}
+    assert statuses == {"c1": Status.SUCCEEDED, "c2": Status.STARTED}
     store.close()
 
 

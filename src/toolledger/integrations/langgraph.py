@@ -56,7 +56,7 @@ from .. import keys
 from .._tool_uses import arun_tool_uses, run_tool_uses
 from ..approvals._notify import Notifier, Target
 from ..engine._drivers import AlertHook
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, OutcomeUnknown
 from ..records import Status
 from ..stores import Ledger, Store
 from ..tools import SchemaTool, Tool, ToolContext
@@ -100,6 +100,63 @@ class _Failed(Exception):
     """LangGraph answered the call with an error message: recorded ``failed``, answered as is."""
 
 
+class _WatchedTool(BaseTool):
+    """``tool`` as LangGraph's ``execute`` runs it for one call: ``invoke`` and ``ainvoke`` are
+    ``tool``'s own (callbacks, injected arguments and all), and an ``OutcomeUnknown`` the tool
+    raises is kept in ``unknown`` before ``handle_tool_errors`` turns it into an error message —
+    which toolledger would record as a failure the model is invited to retry under a new id."""
+
+    tool: BaseTool
+    unknown: OutcomeUnknown | None = None
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        try:
+            return self.tool.invoke(input, config, **kwargs)
+        except OutcomeUnknown as exc:
+            self.unknown = exc
+            raise
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        try:
+            return await self.tool.ainvoke(input, config, **kwargs)
+        except OutcomeUnknown as exc:
+            self.unknown = exc
+            raise
+
+    def get_input_schema(self, config: RunnableConfig | None = None) -> Any:
+        return self.tool.get_input_schema(config)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - invoke runs ``tool``
+        raise NotImplementedError
+
+
+class _Watched:
+    """One call's request to LangGraph's ``execute``, its tool watched for ``OutcomeUnknown``."""
+
+    def __init__(self, request: ToolCallRequest, tool: _WatchedTool | None) -> None:
+        self.request = request
+        self.tool = tool
+
+    @classmethod
+    def over(cls, request: ToolCallRequest) -> _Watched:
+        if request.tool is None:  # not a tool of the node: LangGraph answers it, nothing runs
+            return cls(request, None)
+        tool = _WatchedTool(
+            name=request.tool.name,
+            description=request.tool.description,
+            args_schema=request.tool.args_schema,
+            tool=request.tool,
+        )
+        return cls(request.override(tool=tool), tool)
+
+    def raise_unknown(self) -> None:
+        """Raise the ``OutcomeUnknown`` the tool raised, if LangGraph answered it with a message:
+        raised inside the ledgered run, it leaves the call in doubt whatever
+        ``handle_tool_errors`` says, as it does when LangGraph lets it through."""
+        if self.tool is not None and self.tool.unknown is not None:
+            raise self.tool.unknown
+
+
 class LedgerInterceptor:
     """``ToolNode``'s ``wrap_tool_call`` and ``awrap_tool_call``: the ledger gate (and approval
     gate) before LangGraph's ``execute``, in the ledger of the run's thread.
@@ -116,8 +173,11 @@ class LedgerInterceptor:
     ``ToolMessage`` built from the ledger's result (``status="error"`` for a refusal or a
     recorded failure). A ``ToolMessage`` with ``status="error"`` from ``execute`` is recorded
     ``failed``; an exception ``execute`` raises is recorded ``failed`` and answered as an error
-    message, as toolledger answers every failed tool. ``LedgerMismatchError`` (the id recorded with
-    another tool or input) and ``EffectInProgressError`` are raised, as ``run_tool_uses`` does.
+    message, as toolledger answers every failed tool. A tool that raises ``tl.OutcomeUnknown``
+    leaves its call in doubt (the model is told not to retry it), whatever the ``ToolNode``'s
+    ``handle_tool_errors`` says; the other exceptions it handles keep its error message.
+    ``LedgerMismatchError`` (the id recorded with another tool or input) and
+    ``EffectInProgressError`` are raised, as ``run_tool_uses`` does.
     """
 
     def __init__(
@@ -154,7 +214,10 @@ class LedgerInterceptor:
             token = _context.set(ctx)
             try:
                 with keys.forwarding(ctx):
-                    return _recorded(execute(request), produced)
+                    watched = _Watched.over(request)
+                    message = execute(watched.request)
+                    watched.raise_unknown()
+                    return _recorded(message, produced)
             finally:
                 _context.reset(token)
 
@@ -180,7 +243,10 @@ class LedgerInterceptor:
             token = _context.set(ctx)
             try:
                 with keys.forwarding(ctx):
-                    return _recorded(await execute(request), produced)
+                    watched = _Watched.over(request)
+                    message = await execute(watched.request)
+                    watched.raise_unknown()
+                    return _recorded(message, produced)
             finally:
                 _context.reset(token)
 
