@@ -93,7 +93,9 @@ def _cut_off_call(stop_reason: Any, blocks: Any) -> None:
     partial JSON as far as it goes: ``{"amount": 10`` of ``{"amount": 1000}`` is ``10``), and
     running it would do something nobody asked for. Nothing is stored or run; a larger
     ``max_tokens`` gets the whole call."""
-    if stop_reason not in _CUT_OFF or not isinstance(blocks, (list, tuple)) or not blocks:
+    if not isinstance(stop_reason, str) or stop_reason not in _CUT_OFF:
+        return
+    if not isinstance(blocks, (list, tuple)) or not blocks:
         return
     last = blocks[-1]
     if field(last, "type") != "tool_use":
@@ -211,11 +213,13 @@ class AnthropicProvider:
     def read_response(self, response: Any) -> ModelTurn:
         # As stored, and as the API can take back: no lone surrogate, nothing nested too deep.
         content = valid_unicode(shallow([_plain(b) for b in field(response, "content") or []]))
-        _cut_off_call(field(response, "stop_reason"), content)
+        stop_reason = field(response, "stop_reason")
+        if type(stop_reason) is str and stop_reason in _CUT_OFF:
+            _cut_off_call(stop_reason, content)
         usage = field(response, "usage")
         return ModelTurn(
             content=content,
-            stop_reason=field(response, "stop_reason"),
+            stop_reason=stop_reason,
             input_tokens=int(field(usage, "input_tokens") or 0) if usage is not None else 0,
             output_tokens=int(field(usage, "output_tokens") or 0) if usage is not None else 0,
             calls=read_tool_uses(content),
