@@ -193,3 +193,62 @@ def test_a_process_killed_mid_stream_loses_only_the_partial_text(
     assert sorted(p.name for p in world.glob("ticket-*")) == ["ticket-1"]
     seen = (tmp_path / "seen").read_text().splitlines()
     assert json.loads(seen[-1]).startswith(at), "the kill came mid-stream, at that piece"
+
+
+def _cut_short(server: ScriptedModel | ScriptedOpenAI, what: str) -> None:
+    """Make ``server`` end its first streamed reply early, cleanly (as a proxy that closes the
+    stream may): after the first piece of the call's arguments (``call``), or of turn 2's text
+    (``text``) — before the event that says the reply is complete."""
+    events = server.events
+    cut: list[bool] = []
+
+    def mid(data: Any) -> bool:
+        marker = "Ticket T-1" if what == "text" else '"{\\"title'  # turn 2's text, the call's input
+        return isinstance(data, dict) and marker in json.dumps(data)
+
+    def cut_events(path: str, payload: dict[str, Any]) -> list[tuple[str | None, Any]]:
+        sent = events(path, payload)
+        at = next((i for i, (_, data) in enumerate(sent) if mid(data)), None)
+        if cut or at is None:
+            return sent
+        cut.append(True)
+        return sent[: at + 1]
+
+    server.events = cut_events  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("what", ["call", "text"])
+@pytest.mark.parametrize("aio", [False, True], ids=["sync", "async"])
+def test_a_stream_that_ends_before_the_reply_is_neither_stored_nor_run(
+    what: str, api: str, aio: bool, tmp_path: Path
+) -> None:
+    """A reply's stream that ends cleanly mid-reply: the SDK hands back what arrived (Anthropic:
+    a call's input read from its partial JSON; Chat Completions: partial text). It is a failure
+    of the model API: the run raises ``ModelCallError``, the session is ``failed`` with nothing
+    of the reply stored or run, and the resume asks the model again — the call runs once, with
+    its whole input, and the final text is whole."""
+    world = tmp_path / "world"
+    with server_for(api) as model, tl.open_store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        _cut_short(model, what)
+        agent = tl.Agent(
+            client=client_for(api, model, aio=aio), model="m", tools=tools(world), store=store
+        )
+
+        def run() -> tl.Run:
+            if aio:
+                return asyncio.run(agent.arun(session="s", prompt="outage", on_text=len))
+            return agent.run(session="s", prompt="outage", on_text=len)
+
+        with pytest.raises(tl.ModelCallError, match="stream ended before the reply did") as info:
+            run()
+        assert info.value.session_id == "s" and info.value.status_code is None
+        state = store.session("s")
+        assert state is not None and state.status is tl.RunStatus.FAILED
+        answers = [c for role, c in stored(store, "s") if role == "assistant"]
+        assert len(answers) == (0 if what == "call" else 1), "turn 2's partial text is not kept"
+        tickets = len(list(world.glob("ticket-*")))
+        assert tickets == (0 if what == "call" else 1), "a call cut short never runs"
+        done = run()
+        assert done.status is tl.RunStatus.COMPLETED and done.final_text == TEXT_2
+    assert [p.read_text() for p in world.glob("ticket-*")] == ["Outage"]

@@ -23,11 +23,20 @@ __all__ = [
     "ModelTurn",
     "Provider",
     "ResultShape",
+    "StreamCutOff",
     "as_text",
     "check_call_id",
     "field",
     "transcript_kind",
 ]
+
+
+class StreamCutOff(Exception):
+    """A streamed reply whose stream ended before the API's last event (Anthropic's
+    ``message_delta``, a Chat Completions ``finish_reason``, the Responses API's
+    ``response.completed``): what arrived may end mid-text or mid-call (the SDKs read a call's
+    partial JSON as far as it goes). The agent loop takes it as a failure of the model API:
+    nothing of the reply is stored or run, and the session is asked again when it resumes."""
 
 
 class ResultShape(Protocol):

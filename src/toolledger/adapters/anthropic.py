@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 from ..codec import MAX_NESTING, input_hash, nesting, shallow, valid_unicode
 from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
-from ._shapes import MessageParts, ModelTurn, as_text, check_call_id, field, told
+from ._shapes import (
+    MessageParts,
+    ModelTurn,
+    StreamCutOff,
+    as_text,
+    check_call_id,
+    field,
+    told,
+)
 
 if TYPE_CHECKING:
     from ..tools import ToolSet
@@ -170,14 +178,14 @@ class AnthropicProvider:
             for text in events.text_stream:
                 if text:
                     on_text(text)
-            return events.get_final_message()
+            return _whole(events.get_final_message())
 
     async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
         async with self.client.messages.stream(**kwargs) as events:
             async for text in events.text_stream:
                 if text:
                     await told(on_text, text)
-            return await events.get_final_message()
+            return _whole(await events.get_final_message())
 
     def is_api_error(self, exc: BaseException) -> bool:
         """An error of the API (HTTP status, timeout, connection), not of our own code."""
@@ -299,6 +307,18 @@ class AnthropicProvider:
         if last and last["role"] == "assistant" and read_tool_uses(_blocks(last["content"])):
             wire = wire[:-1]  # a pending turn: its results are not due yet
         return pairing_errors(wire)
+
+
+def _whole(message: Any) -> Any:
+    """A streamed reply, once its stream has ended: ``StreamCutOff`` unless it ended after the
+    ``message_delta`` event that says why the model stopped (``stop_reason``) — the SDK hands
+    back whatever arrived, a call's input read from partial JSON as far as it goes."""
+    if field(message, "stop_reason") is None:
+        raise StreamCutOff(
+            "the response stream ended before the reply did (no stop_reason): nothing of it "
+            "was stored or run"
+        )
+    return message
 
 
 def _is_async_client(client: Any) -> bool:

@@ -15,7 +15,7 @@ from ..codec import shallow, valid_unicode
 from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
 from ._openai_base import ERROR_PREFIX, OpenAIBase, read_call, result_text, role_content, unique
-from ._shapes import MessageParts, ModelTurn, as_text, field, told
+from ._shapes import MessageParts, ModelTurn, StreamCutOff, as_text, field, told
 
 if TYPE_CHECKING:
     from ..tools import ToolSet
@@ -168,14 +168,14 @@ class OpenAIChat(OpenAIBase):
             for event in events:
                 if event.type == "content.delta" and event.delta:
                     on_text(event.delta)
-            return events.get_final_completion()
+            return _whole(events.get_final_completion())
 
     async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
         async with self.client.chat.completions.stream(**_streamed(kwargs)) as events:
             async for event in events:
                 if event.type == "content.delta" and event.delta:
                     await told(on_text, event.delta)
-            return await events.get_final_completion()
+            return _whole(await events.get_final_completion())
 
     def read_response(self, response: Any) -> ModelTurn:
         choices = field(response, "choices") or []
@@ -255,6 +255,18 @@ def chat_wire(messages: Iterable[StoredMessage | Mapping[str, Any]]) -> list[dic
             dict(content) if isinstance(content, Mapping) else {"role": role, "content": content}
         )
     return out
+
+
+def _whole(completion: Any) -> Any:
+    """A streamed completion, once its stream has ended: ``StreamCutOff`` unless its choice
+    came with a ``finish_reason`` — the SDK hands back whatever arrived."""
+    choices = field(completion, "choices") or []
+    if not choices or field(choices[0], "finish_reason") is None:
+        raise StreamCutOff(
+            "the response stream ended before the reply did (no finish_reason): nothing of it "
+            "was stored or run"
+        )
+    return completion
 
 
 def _streamed(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from ._openai_base import (
     role_content,
     unique,
 )
-from ._shapes import MessageParts, ModelTurn, as_text, field, told
+from ._shapes import MessageParts, ModelTurn, StreamCutOff, as_text, field, told
 
 if TYPE_CHECKING:
     from ..tools import ToolSet
@@ -135,18 +135,24 @@ class OpenAIResponses(OpenAIBase):
         return {**kwargs, **self.options}
 
     def stream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
+        last = None
         with self.client.responses.stream(**kwargs) as events:
             for event in events:
                 if event.type == "response.output_text.delta" and event.delta:
                     on_text(event.delta)
-            return _as_sent(events.get_final_response())
+                elif event.type in _ENDS:
+                    last = event
+            return _as_sent(_whole(last))
 
     async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
+        last = None
         async with self.client.responses.stream(**kwargs) as events:
             async for event in events:
                 if event.type == "response.output_text.delta" and event.delta:
                     await told(on_text, event.delta)
-            return _as_sent(await events.get_final_response())
+                elif event.type in _ENDS:
+                    last = event
+            return _as_sent(_whole(last))
 
     def read_response(self, response: Any) -> ModelTurn:
         output = valid_unicode(shallow([plain(item) for item in field(response, "output") or []]))
@@ -228,6 +234,30 @@ class OpenAIResponses(OpenAIBase):
         if messages and self.tool_calls(messages[-1]):
             messages = messages[:-1]  # a pending turn: its results are not due yet
         return responses_pairing_errors(responses_wire(messages))
+
+
+_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+"""The events that end a streamed response, each with the whole response."""
+
+
+def _whole(last: Any) -> Any:
+    """The response a stream ended with (``last``: its ending event, if one came) — completed,
+    or incomplete (``max_output_tokens``), as ``create`` returns it. ``StreamCutOff`` for a
+    stream that ended before any, or with ``response.failed``: nothing of it is stored or run.
+    (The SDK's ``get_final_response`` raises a ``RuntimeError`` for both.)"""
+    if last is None:
+        raise StreamCutOff(
+            "the response stream ended before the reply did (no response.completed): nothing "
+            "of it was stored or run"
+        )
+    response = field(last, "response")
+    if last.type == "response.failed":
+        error = field(response, "error")
+        raise StreamCutOff(
+            f"the response stream ended with response.failed ({field(error, 'code')}: "
+            f"{field(error, 'message')}): nothing of it was stored or run"
+        )
+    return response
 
 
 def _as_sent(response: Any) -> dict[str, Any]:

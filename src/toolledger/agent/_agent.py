@@ -32,6 +32,7 @@ from typing import Any
 from .._crash import hit as crash_point
 from .._liveness import Verdict
 from ..adapters import provider_for
+from ..adapters._shapes import StreamCutOff
 from ..approvals._notify import Notifier, Target, in_doubt_calls, notifier
 from ..engine import _leases as leases
 from ..engine import _telemetry as telemetry
@@ -340,7 +341,8 @@ class Agent:
         if isinstance(answer, Failure):
             telemetry.model_done(span, error=answer.exc)
             unreadable = isinstance(answer.exc, RecursionError)  # the SDK's JSON decoder gave up
-            if not unreadable and not self.provider.is_api_error(answer.exc):
+            cut = isinstance(answer.exc, StreamCutOff)  # a reply streamed in part: asked again
+            if not (unreadable or cut or self.provider.is_api_error(answer.exc)):
                 raise answer.exc
             reason = (
                 "the model's response is nested too deep to read"
