@@ -26,6 +26,7 @@ from toolledger.testing.world import World
 from ..helpers import spy_store, writes_status
 
 TICKET = ToolUse("create_ticket", {"title": "Outage"})
+TICKET_BLOCK = {"type": "tool_use", "id": "toolu_1", "name": "create_ticket", "input": {}}
 
 
 @pytest.fixture
@@ -493,3 +494,47 @@ def test_the_terminal_approver_without_a_terminal_declines(
     decision = tl.approvals.terminal(request)
     assert decision == tl.Decision(approved=False, by="terminal: no terminal to ask on")
     assert "no terminal" in capsys.readouterr().err
+
+
+def test_an_empty_answer_is_sent_back_with_content(store: tl.Store, world: World) -> None:
+    """The model may end its turn with no content at all (``end_turn``, ``content: []``), or with
+    an empty text block. It is stored as it came; the Messages API refuses it back in a later
+    request (only a final assistant message may be empty), so the request carries it as a
+    placeholder text and the conversation goes on."""
+    with ScriptedModel([Reply(tool_uses=[TICKET]), Reply(), Reply(text="Ticket open.")]) as m:
+        agent = agent_for(m, store, world)
+        first = agent.run(session="s", prompt="Outage!")
+        assert first.status is tl.RunStatus.COMPLETED and first.final_text == ""
+        assert first.messages[-1] == {"role": "assistant", "content": []}, "stored as it came"
+        run = agent.run(session="s", prompt="status?")
+    assert run.status is tl.RunStatus.COMPLETED and run.final_text == "Ticket open."
+    assert m.rejected == []
+    said = m.requests[-1]["messages"][3]
+    assert said == {"role": "assistant", "content": [{"type": "text", "text": "(no content)"}]}
+    assert len(world.tickets()) == 1
+
+
+@pytest.mark.parametrize(
+    "content",
+    [[], "", [{"type": "text", "text": ""}], [{"type": "text", "text": ""}, TICKET_BLOCK]],
+    ids=["no-blocks", "empty-string", "empty-text", "empty-text-then-call"],
+)
+def test_an_empty_turn_or_text_block_is_never_sent_as_it_is(content: Any) -> None:
+    from toolledger.adapters.anthropic import merged, pairing_errors
+    from toolledger.records import StoredMessage
+
+    turns = [("user", "hi"), ("assistant", content), ("user", "and?")]
+    if content and content[-1] is TICKET_BLOCK:
+        turns[2] = ("user", [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}])
+    messages = [
+        StoredMessage(seq=i, role=r, content=c, created_at=0.0) for i, (r, c) in enumerate(turns)
+    ]
+    assert pairing_errors([{"role": r, "content": c} for r, c in turns]) != [], "the API refuses it"
+    sent = merged(messages)
+    assert pairing_errors(sent) == []
+    blocks = sent[1]["content"]
+    assert blocks == (
+        [TICKET_BLOCK]
+        if content and content[-1] is TICKET_BLOCK
+        else [{"type": "text", "text": "(no content)"}]
+    )

@@ -351,15 +351,37 @@ def merged(
 ) -> list[dict[str, Any]]:
     """The transcript as the Messages API wants it: consecutive messages of one role become one
     (the tool_result message and a following prompt are sent as a single user turn, results
-    first). ``start``, the merged messages before ``messages``, is continued: a new list, and a
-    last entry that a message merges into is replaced by a new one, never changed."""
+    first), and a model turn with nothing to say is sent saying ``NO_CONTENT`` (``said``).
+    ``start``, the merged messages before ``messages``, is continued: a new list, and a last
+    entry that a message merges into is replaced by a new one, never changed."""
     out: list[dict[str, Any]] = list(start)
     for m in messages:
+        content = said(m.content) if m.role == "assistant" else m.content
         if out and out[-1]["role"] == m.role:
-            out[-1] = {"role": m.role, "content": _blocks(out[-1]["content"]) + _blocks(m.content)}
+            out[-1] = {"role": m.role, "content": _blocks(out[-1]["content"]) + _blocks(content)}
         else:
-            out.append({"role": m.role, "content": m.content})
+            out.append({"role": m.role, "content": content})
     return out
+
+
+NO_CONTENT = "(no content)"
+"""What a model turn that said nothing says when it is sent back."""
+
+
+def said(content: Any) -> Any:
+    """A stored model turn's content as the API takes it back: the model may end a turn with no
+    content (``end_turn`` and ``[]``) or with an empty text block, which it stores as it came;
+    the API refuses both in a request (only a final assistant message may be empty, and a text
+    block never), so empty text blocks are left out, and a turn left with nothing says
+    ``NO_CONTENT``. Content with nothing empty is returned as it is."""
+    if content and (isinstance(content, str) or not any(_empty_text(b) for b in content)):
+        return content
+    kept = [] if isinstance(content, str) else [b for b in content if not _empty_text(b)]
+    return kept or [{"type": "text", "text": NO_CONTENT}]
+
+
+def _empty_text(block: Any) -> bool:
+    return isinstance(block, Mapping) and block.get("type") == "text" and not block.get("text")
 
 
 def _blocks(content: Any) -> list[Any]:
@@ -375,6 +397,14 @@ def pairing_errors(messages: list[dict[str, Any]]) -> list[str]:
     for i, message in enumerate(messages):
         content = message.get("content")
         blocks = content if isinstance(content, list) else []
+        final_assistant = i == len(messages) - 1 and message.get("role") == "assistant"
+        if not content and not final_assistant:
+            problems.append(
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
+        if any(_empty_text(b) for b in blocks):
+            problems.append(f"messages.{i}: text content blocks must be non-empty")
         if message.get("role") == "user":
             leading = []
             seen_other = False
