@@ -128,6 +128,8 @@ class SQLiteBackend(GroupQueue):
         self._init_queue()
         self.commits = 0  # physical commits (transactions), for tests and benchmarks
         self._probe: sqlite3.Connection | None = None  # reads the schema version (_check_schema)
+        self._wal_path = ""  # the write-ahead log, and its identity once open (_check_identity)
+        self._wal: tuple[int, int] | None = None
         self.place = _place(path, url)
         self.copied = False  # read through a migrated copy in memory (an earlier release's)
         if self.read_only:
@@ -150,6 +152,9 @@ class SQLiteBackend(GroupQueue):
             refuse_foreign(self._conn, path, url)  # before _configure: WAL rewrites the header
             self._configure()
             self._migrate()
+            if self._identity is not None:  # beside the file a symbolic link names
+                self._wal_path = f"{os.path.realpath(path)}-wal"
+                self._wal = _file_id(self._wal_path)
         except sqlite3.Error as exc:
             self._conn.close()
             raise translate(exc, url, "opening") from exc
@@ -449,9 +454,11 @@ class SQLiteBackend(GroupQueue):
             raise error
 
     def _check_identity(self) -> None:
-        """The file we opened must still be the one at our path. SQLite writes on into a
-        deleted (or replaced) database as if nothing happened — every commit "succeeding" into
-        an inode nobody will ever open again."""
+        """The file we opened must still be the one at our path, and so must its write-ahead
+        log. SQLite writes on into a deleted (or replaced) database as if nothing happened —
+        every commit "succeeding" into an inode nobody will ever open again — and into a deleted
+        write-ahead log too: its commits are then in no file a next open reads, and a process
+        killed before it checkpoints them loses them (a call it recorded runs again)."""
         if self._identity is None:
             return
         now = identity(self.path, self.url)  # refuses a second name made meanwhile, too
@@ -461,6 +468,19 @@ class SQLiteBackend(GroupQueue):
                 f"{self.url}: the database file {what} while this store had it open; nothing "
                 "more is written to it. Restore it (and its -wal file) from where it went, or "
                 "open the store again knowing that what the old file held is lost.",
+                url=self.url,
+            )
+        wal = _file_id(self._wal_path)
+        if wal != self._wal:
+            what = "was deleted" if wal is None else "was replaced by another file"
+            raise StoreUnavailableError(
+                f"{self.url}: its write-ahead log {self._wal_path} {what} while this store had "
+                "it open; nothing more is written to it. The commits it held that are not yet "
+                "in the database file are in no file another process reads, and are lost if "
+                "this process is killed: close the store rather than kill the process (when it is "
+                "the file's last connection, SQLite copies them into the database file as it "
+                "closes), then open it again and check `toolledger in-doubt` before a run goes "
+                "on.",
                 url=self.url,
             )
 
@@ -504,6 +524,15 @@ class SQLiteBackend(GroupQueue):
             self._conn.close()
             if self._probe is not None:
                 self._probe.close()
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``; ``None`` when there is none."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _place(path: str, url: str) -> str:
