@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -488,6 +489,37 @@ def test_a_server_busy_or_restarting_is_not_blamed_on_the_url(said: str) -> None
     exc = psycopg.OperationalError(f"connection failed: FATAL:  {said}")
     error = pg_store_errors.translate(exc, url="postgresql://h/db", action="connecting")
     assert "refused" not in str(error) and "Check that the server is up" in str(error)
+
+
+def test_a_server_that_takes_no_writes_says_so_and_runs_nothing(
+    postgres_store_url: str, postgres_schema: str, tmp_path: Path
+) -> None:
+    """default_transaction_read_only (or a standby): the intent cannot be written, so the tool
+    does not run, and the error says why and what to change — not a bare driver message."""
+    tl.open_store(postgres_store_url).close()  # the schema, made while writes were taken
+    read_only = with_params(postgres_store_url, options="-c default_transaction_read_only=on")
+    world = tmp_path / "world"
+
+    @tl.tool(effect="non_idempotent")
+    def append(line: str) -> str:
+        with world.open("a") as fh:
+            fh.write(line + "\n")
+        return "ok"
+
+    with tl.open_store(read_only) as store:
+        with pytest.raises(tl.StoreUnavailableError) as info:
+            tl.run_tool_uses(
+                [tool_use("toolu_1", "append", line="a")],
+                tl.ToolSet([append]),
+                ledger=store.ledger("s"),
+            )
+        assert "default_transaction_read_only" in str(info.value)
+        assert "target_session_attrs=read-write" in str(info.value)
+    assert not world.exists()
+    fresh = postgres_store_url.replace(postgres_schema, postgres_schema + "_new")  # made by none
+    with pytest.raises(tl.StoreUnavailableError, match="takes no writes") as opened:
+        tl.open_store(with_params(fresh, options="-c default_transaction_read_only=on"))
+    assert "Nothing was written" in str(opened.value)
 
 
 def test_a_closed_store_says_so(postgres_store_url: str) -> None:

@@ -127,6 +127,15 @@ def translate(exc: psycopg.Error, *, url: str, action: str, committing: bool = F
             "dropped? open_store() creates them.",
             url=url,
         )
+    if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+        return StoreUnavailableError(
+            f"{url}: PostgreSQL takes no writes on this connection while {action} ({exc}): "
+            "default_transaction_read_only is on (for the database, the user, or in the URL's "
+            "options), or the server is a standby. Nothing was written. Point the URL at the "
+            "primary (target_session_attrs=read-write), or turn default_transaction_read_only "
+            "off, then retry.",
+            url=url,
+        )
     if isinstance(exc, pg_errors.InsufficientPrivilege):
         return StoreError(
             f"{url}: permission denied while {action} ({exc}). Grant this user SELECT, INSERT "
