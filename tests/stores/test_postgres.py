@@ -522,6 +522,46 @@ def test_a_server_that_takes_no_writes_says_so_and_runs_nothing(
     assert "Nothing was written" in str(opened.value)
 
 
+def test_a_statement_the_server_cancels_says_which_setting_and_runs_nothing(
+    postgres_store_url: str, postgres_schema: str, postgres_url: str
+) -> None:
+    """A statement_timeout of the server's (here in the URL's options) runs out while another
+    transaction holds a lock on the ledger: the call does not run, and the error names the
+    setting and what to do with it — not a bare "canceling statement"."""
+    tl.open_store(postgres_store_url).close()
+    url = with_params(postgres_store_url, options="-c statement_timeout=200")
+    runs: list[str] = []
+
+    @tl.tool(effect="non_idempotent")
+    def append(line: str) -> str:
+        runs.append(line)
+        return "ok"
+
+    with tl.open_store(url) as store, psycopg.connect(postgres_url) as blocker:
+        blocker.execute(
+            sql.SQL("LOCK TABLE {}.effects IN ACCESS EXCLUSIVE MODE").format(
+                sql.Identifier(postgres_schema)
+            )
+        )
+        with pytest.raises(tl.StoreUnavailableError) as info:
+            tl.run_tool_uses(
+                [tool_use("toolu_1", "append", line="a")],
+                tl.ToolSet([append]),
+                ledger=store.ledger("s"),
+            )
+        blocker.rollback()
+        said = " ".join(str(info.value).split())
+        assert "statement_timeout" in said and "op_timeout" in said, said
+        assert isinstance(info.value.__cause__, psycopg.errors.QueryCanceled)
+    assert runs == []
+    error = pg_store_errors.translate(
+        psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"),
+        url="postgresql://h/db",
+        action="writing the ledger",
+    )
+    assert isinstance(error, tl.StoreUnavailableError) and "lock_timeout" in str(error)
+
+
 def test_a_closed_store_says_so(postgres_store_url: str) -> None:
     store = tl.open_store(postgres_store_url)
     store.close()

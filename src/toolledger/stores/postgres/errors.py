@@ -136,6 +136,18 @@ def translate(exc: psycopg.Error, *, url: str, action: str, committing: bool = F
             "off, then retry.",
             url=url,
         )
+    if isinstance(exc, pg_errors.QueryCanceled | pg_errors.LockNotAvailable):
+        # Not our own deadline (op_timeout cuts the connection: ``timed_out``): the server's.
+        # A cancelled statement, or COMMIT, rolls its transaction back.
+        return StoreUnavailableError(
+            f"{url}: PostgreSQL cancelled a statement while {action} ({str(exc).strip()}): "
+            "a statement_timeout or lock_timeout set for the database, the user or in the "
+            "URL's options ran out (while another transaction held a lock on a toolledger "
+            "table, say), or someone cancelled it. Nothing was written. toolledger bounds each "
+            "operation itself (?op_timeout=): leave the server's timeouts to it for this user "
+            "(statement_timeout=0, lock_timeout=0) or set them above it, then retry.",
+            url=url,
+        )
     if isinstance(exc, pg_errors.InsufficientPrivilege):
         return StoreError(
             f"{url}: permission denied while {action} ({exc}). Grant this user SELECT, INSERT "
