@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 import toolledger as tl
+from toolledger.ops import InsertEffect
 from toolledger.stores._sql.schema import VERSION, sqlite_versioned
 from toolledger.stores.jsonfile._format import FORMAT, FORMAT_FILE
+from toolledger.testing.conformance import make_record
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 
 NEWER = "written by a newer toolledger — upgrade"
@@ -51,6 +53,28 @@ def test_the_json_store_writes_its_format(tmp_path: Path) -> None:
     written = json.loads((tmp_path / FORMAT_FILE).read_text())
     assert written["format"] == FORMAT and written["written_by"].startswith("toolledger ")
     assert tl.open_store(f"json:///{tmp_path}").session_states() == []
+
+
+@pytest.mark.parametrize("damage", [b"", b'{"format": 3, "written_by": "toolledger 9', b"[3]"])
+def test_a_damaged_json_format_file_is_refused_not_written_over(
+    tmp_path: Path, damage: bytes
+) -> None:
+    """The format file is what tells a newer release's directory: one that cannot be read as a
+    format is not taken for a pre-0.2 store's missing one (and written over with this release's
+    format, the newer store then written by this one). Opening, or a store open already, stops
+    with an error naming the file; the file and the ledger are left as they were."""
+    url = f"json:///{tmp_path}"
+    with tl.open_store(url) as store:
+        store.ledger("s")
+        (tmp_path / FORMAT_FILE).write_bytes(damage)
+        before = sorted(p.name for p in tmp_path.iterdir())
+        with pytest.raises(tl.CorruptLedgerError, match="format file") as info:
+            store.apply("s", [InsertEffect(make_record("s", "toolu_1"))])
+        assert info.value.path == str(tmp_path / FORMAT_FILE)
+    with pytest.raises(tl.CorruptLedgerError, match="remove it: the next open writes it again"):
+        tl.open_store(url)
+    assert (tmp_path / FORMAT_FILE).read_bytes() == damage
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_a_line_a_newer_release_wrote_is_not_called_corrupt(tmp_path: Path) -> None:

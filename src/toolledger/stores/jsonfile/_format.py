@@ -19,7 +19,7 @@ import json
 import os
 from pathlib import Path
 
-from ...errors import SchemaVersionError, StoreUnavailableError
+from ...errors import CorruptLedgerError, SchemaVersionError, StoreUnavailableError
 from ._files import LOCK_FILE, LOG_SUFFIX, SUFFIX
 
 __all__ = ["FORMAT", "FORMAT_FILE", "Format", "format_file", "refuse_foreign", "too_new"]
@@ -39,7 +39,9 @@ class Format:
         self.version = 1
 
     def read(self) -> int:
-        """The directory's format now (1 when the file is missing, or unreadable as a format)."""
+        """The directory's format now (1 when the file is missing). A file that cannot be read,
+        or read as a format, is an error: read as 1, it would be written over with this
+        release's format — and a newer release's directory written by this one."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -48,10 +50,30 @@ class Format:
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key != self._seen:
             try:
-                raw = json.loads(self.path.read_bytes())
+                data = self.path.read_bytes()
+            except FileNotFoundError:
+                self._seen, self.version = None, 1
+                return 1
+            except OSError as exc:
+                raise StoreUnavailableError(
+                    f"{self.url}: cannot read its format file {self.path}: {exc}. Check that it "
+                    "is readable by this user.",
+                    url=self.url,
+                ) from exc
+            try:
+                raw = json.loads(data)
                 version = int(raw["format"])
-            except (OSError, ValueError, KeyError, TypeError):
-                version = 1
+            except (ValueError, KeyError, TypeError) as exc:
+                raise CorruptLedgerError(
+                    f"{self.url}: its format file {self.path} ({len(data)} bytes) is damaged "
+                    f"({type(exc).__name__}: {exc}). It says which toolledger wrote the "
+                    "directory, and is not guessed: a newer release's store written by this "
+                    "one could lose what it records. Nothing was read or written. Restore it "
+                    "from a backup; or, if no toolledger newer than this one has written here, "
+                    "remove it: the next open writes it again.",
+                    url=self.url,
+                    path=str(self.path),
+                ) from exc
             self._seen, self.version = key, version
         return self.version
 
