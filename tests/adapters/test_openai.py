@@ -405,3 +405,36 @@ def test_run_messages_are_json(store: tl.Store, world: World) -> None:
         run = agent_for(m, "chat", store, world).run(session="s", prompt="go")
     json.dumps(run.messages)
     assert [m["role"] for m in run.messages] == ["user", "assistant", "tool", "assistant"]
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("arguments", ["", '{"env": "sta'], ids=["none-yet", "half"])
+def test_a_call_cut_off_by_the_output_limit_is_neither_stored_nor_run(
+    api: str, arguments: str, store: tl.Store
+) -> None:
+    """A reply that hit its output limit (``finish_reason`` ``length``, a response
+    ``incomplete``) while it wrote a call: its arguments may be cut short — cut before they
+    began they read as none, ``{}``, and a tool with defaults would run as nobody asked. Nothing
+    runs; the session keeps only its prompt, and the next run asks the model again."""
+    deployed: list[str] = []
+
+    @tl.tool(effect="non_idempotent")
+    def deploy(env: str = "production") -> str:
+        """Deploy."""
+        deployed.append(env)
+        return f"deployed to {env}"
+
+    stop = "length" if api == "chat" else "max_output_tokens"
+    cut = Reply(tool_uses=[RawArguments("deploy", arguments=arguments)], stop_reason=stop)
+    with ScriptedOpenAI([cut]) as m:
+        agent = tl.Agent(client=client_for(m, api), model="gpt-test", tools=[deploy], store=store)
+        with pytest.raises(tl.MalformedContentError, match="stopped at") as info:
+            agent.run(session="s", prompt="deploy to staging")
+    assert deployed == [], "a call cut short never runs"
+    assert info.value.tool_use_id is not None
+    assert [msg.role for msg in store.messages("s")] == ["user"]
+    whole = Reply(tool_uses=[ToolUse("deploy", {"env": "staging"})])
+    with ScriptedOpenAI([whole, Reply(text="done")]) as m:
+        agent = tl.Agent(client=client_for(m, api), model="gpt-test", tools=[deploy], store=store)
+        assert agent.run(session="s", prompt="deploy to staging").status is tl.RunStatus.COMPLETED
+    assert deployed == ["staging"]

@@ -15,8 +15,11 @@ durable loop are the same code as for Anthropic:
 OpenAI has no ``is_error`` flag on a tool result, so an error result is sent as text starting
 with ``ERROR_PREFIX`` ("Error: "). Arguments arrive as a JSON *string*; arguments that are not a
 JSON object never reach the tool: the call answers an error naming the problem, and nothing is
-recorded. Nothing here imports the ``openai`` SDK at import time: shapes are read by duck typing,
-and the SDK is looked at only when a client is given.
+recorded. A reply cut off at its output limit (``finish_reason`` ``length``, a response
+``incomplete``) while it wrote its last call is refused (``MalformedContentError``) before
+anything is stored or run: that call's arguments may be cut short. Nothing here imports the
+``openai`` SDK at import time: shapes are read by duck typing, and the SDK is looked at only
+when a client is given.
 
 This module tells which OpenAI shape a content or a client is; each API lives in its own module
 (``openai_chat``, ``openai_responses``), and their public names are importable from here too.

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 from ..codec import shallow, valid_unicode
 from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
-from ._openai_base import ERROR_PREFIX, OpenAIBase, read_call, result_text, role_content, unique
+from ._openai_base import (
+    ERROR_PREFIX,
+    OpenAIBase,
+    cut_off_call,
+    read_call,
+    result_text,
+    role_content,
+    unique,
+)
 from ._shapes import MessageParts, ModelTurn, StreamCutOff, as_text, field, told
 
 if TYPE_CHECKING:
@@ -183,12 +191,16 @@ class OpenAIChat(OpenAIBase):
             raise MalformedContentError("the Chat Completions response has no choices")
         message = valid_unicode(shallow(_chat_message(field(choices[0], "message"))))
         usage = field(response, "usage")
+        finish = field(choices[0], "finish_reason")
+        calls = read_chat_tool_calls(message.get("tool_calls"))
+        if finish == "length":  # the calls come last: the limit cut the last one
+            cut_off_call("length", calls)
         return ModelTurn(
             content=message,
-            stop_reason=field(choices[0], "finish_reason"),
+            stop_reason=finish,
             input_tokens=int(field(usage, "prompt_tokens") or 0),
             output_tokens=int(field(usage, "completion_tokens") or 0),
-            calls=read_chat_tool_calls(message.get("tool_calls")),
+            calls=calls,
             stored_as_is=True,
         )
 

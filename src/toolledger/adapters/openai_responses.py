@@ -16,6 +16,7 @@ from ..records import StoredMessage, ToolCall
 from ._openai_base import (
     ERROR_PREFIX,
     OpenAIBase,
+    cut_off_call,
     plain,
     read_call,
     result_text,
@@ -158,6 +159,14 @@ class OpenAIResponses(OpenAIBase):
         output = valid_unicode(shallow([plain(item) for item in field(response, "output") or []]))
         usage = field(response, "usage")
         calls = read_function_calls(output)
+        # Cut at the output limit (or a filter): a call as the last item may be cut short.
+        last = output[-1] if output else None
+        if (
+            field(response, "status") == "incomplete"
+            and isinstance(last, Mapping)
+            and last.get("type") == "function_call"
+        ):
+            cut_off_call("its output limit (status 'incomplete')", calls)
         return ModelTurn(
             content=output,
             stop_reason="tool_calls" if calls else field(response, "status"),

@@ -181,7 +181,9 @@ class ScriptedOpenAI(ScriptedServer):
             "id": "resp_" + uuid.uuid4().hex[:24],
             "object": "response",
             "created_at": time.time(),
-            "status": "completed",
+            # A stop reason for the Responses API is why a response is incomplete.
+            "status": "incomplete" if reply.stop_reason else "completed",
+            "incomplete_details": {"reason": reply.stop_reason} if reply.stop_reason else None,
             "model": body.get("model", self.model),
             "output": output,
             "parallel_tool_calls": True,
