@@ -207,6 +207,27 @@ def test_a_webhook_url_s_secrets_stay_out_of_the_log_however_an_error_quotes_the
     assert "r***" not in logged and "***rror" not in logged, logged
 
 
+def test_a_webhook_url_s_query_stays_out_of_the_log_with_no_path_or_with_a_fragment(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A control character in a URL with a query and no path (the request's is ``/?…``), or in
+    one with a fragment (never sent, so not in the path the error quotes): the query and the
+    path the error quotes are masked all the same."""
+    urls = {
+        "no-path": "http://127.0.0.1:9?to\tken=QUERYSECRET",
+        "fragment": "http://127.0.0.1:9/services/PATHSECRET\tT0#part",
+    }
+    with caplog.at_level(logging.WARNING, logger="toolledger"):
+        for name, url in urls.items():
+            notify = Notifier(url, secret=SECRET, attempts=1, backoff=0.01)
+            notify.in_doubt(session_id="s", tool_use_id=name, tool="send", input={}, reason="x")
+            assert notify.flush(10)
+    logged = caplog.text
+    assert logged.count("given up") == 2, logged
+    for secret in ("QUERYSECRET", "PATHSECRET"):
+        assert secret not in logged, logged
+
+
 @pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
 def test_a_webhook_that_redirects_is_refused_not_answered_by_a_get(
     hook: Hook, caplog: pytest.LogCaptureFixture, code: int

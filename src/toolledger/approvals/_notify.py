@@ -431,7 +431,9 @@ def _secrets_of(url: str) -> list[str]:
     (``_TOLD``): "e" would be taken out of every word of the line."""
     parts = urlsplit(url)
     after = url.partition("://")[2]
-    raw_path, _, raw_query = (after[after.find("/") :] if "/" in after else "").partition("?")
+    # The host ends at the first "/", "?" or "#"; the fragment is never sent (nor quoted).
+    host_end = min((i for i in map(after.find, "/?#") if i >= 0), default=len(after))
+    raw_path, _, raw_query = after[host_end:].partition("#")[0].partition("?")
     found = {url, parts.netloc.rpartition("@")[0], parts.query, raw_query}
     found |= {p for p in (parts.path, raw_path) if len(p) > 1}
     found |= {s for s in (parts.username, parts.password) if s and len(s) >= _TOLD}
