@@ -118,6 +118,9 @@ def test_a_call_cut_off_by_max_tokens_is_neither_stored_nor_run(
     assert world.tickets() == [], "a call cut short never runs"
     assert info.value.tool_use_id is not None
     assert [msg.role for msg in store.messages("s")] == ["user"]
+    state = store.session("s")
+    assert state is not None and state.status is tl.RunStatus.FAILED, "not left running"
+    assert "max_tokens" in (state.reason or ""), state.reason
     with ScriptedModel([Reply(tool_uses=[TICKET]), Reply(text="done")]) as m:
         agent = agent_for(m, store, world, max_tokens=8192)
         run = agent.run(session="s", prompt="open a ticket", on_text=on_text)

@@ -333,6 +333,7 @@ def test_a_first_visit_another_site_began_goes_on_through_a_page_of_the_console(
     target = "/session?id=pay-1&amp;x=%22%3E%3Cscript%3E"
     assert f'<meta http-equiv="refresh" content="0; url={target}">' in first.text
     assert f'<a href="{target}">' in first.text
+    assert '<meta name="referrer" content="no-referrer">' in first.text  # no token in a Referer
     assert first.headers["content-security-policy"].startswith("default-src 'none'")
     page = person.get("/session?id=pay-1", headers={"Sec-Fetch-Site": "same-origin"})
     assert page.status_code == 200 and "pay-1" in page.text

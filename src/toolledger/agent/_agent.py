@@ -54,7 +54,13 @@ from ..engine._drivers import (
 )
 from ..engine._outcomes import Batch, CallOutcome, ahead
 from ..engine._runner import process_batch
-from ..errors import ConfigurationError, LedgerWriteError, ModelCallError, SessionConflictError
+from ..errors import (
+    ConfigurationError,
+    LedgerWriteError,
+    MalformedContentError,
+    ModelCallError,
+    SessionConflictError,
+)
 from ..ops import DropLease, Op, PutSession, TakeLease
 from ..records import Lease, RunStatus, SessionState, StoredMessage
 from ..stores.store import Store, check_session_id
@@ -358,6 +364,14 @@ class Agent:
             ) from answer.exc
         try:
             turn = self.provider.read_response(answer)
+        except MalformedContentError as exc:
+            # A reply it cannot take as it is (cut off at its limit while it wrote a call, say):
+            # nothing of it is stored or run, and the session says why — not "running".
+            telemetry.model_done(span, error=exc)
+            yield from self._set_status(
+                s, RunStatus.FAILED, f"the model's reply was refused: {exc}"
+            )
+            raise
         except BaseException as exc:
             telemetry.model_done(span, error=exc)
             raise

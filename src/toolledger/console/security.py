@@ -402,6 +402,8 @@ def _go_on(request: Request, target: str) -> Response:
     where = html.escape(target, quote=True)
     page = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        # The next request's Referer would hold this address, the token in it.
+        '<meta name="referrer" content="no-referrer">'
         f'<meta http-equiv="refresh" content="0; url={where}"><title>toolledger console</title>'
         f'</head><body><p><a href="{where}">Open the console</a></p></body></html>'
     )
