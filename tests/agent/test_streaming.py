@@ -252,3 +252,44 @@ def test_a_stream_that_ends_before_the_reply_is_neither_stored_nor_run(
         done = run()
         assert done.status is tl.RunStatus.COMPLETED and done.final_text == TEXT_2
     assert [p.read_text() for p in world.glob("ticket-*")] == ["Outage"]
+
+
+@pytest.mark.parametrize("aio", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("api", APIS)
+def test_a_streamed_reply_that_stops_at_its_limit_is_read_as_the_same_reply_unstreamed(
+    api: str, aio: bool, tmp_path: Path
+) -> None:
+    """A streamed reply that stopped at the output limit (``max_tokens``, ``length``, an
+    incomplete response): its text is the session's answer, as unstreamed — not an error the
+    SDK raises (Chat Completions' stream raised ``LengthFinishReasonError``, which left the
+    session running) — and a call it was writing is refused and never run, its session failed
+    with the reason."""
+    limit = "max_tokens" if api == "anthropic" else "length"
+    text = [Reply(text="an answer cut", stop_reason=limit)]
+    call = [Reply(tool_uses=[ToolUse("create_ticket", {"title": "Out"})], stop_reason=limit)]
+    world = tmp_path / "w"
+    for n, replies in enumerate((text, call)):
+        server = ScriptedModel(replies) if api == "anthropic" else ScriptedOpenAI(replies)
+        with server as model, tl.open_store(f"sqlite:///{tmp_path / f'{n}.db'}") as store:
+            agent = tl.Agent(
+                client=client_for(api, model, aio=aio), model="m", tools=tools(world), store=store
+            )
+            pieces: list[str] = []
+
+            def go() -> tl.Run:
+                if aio:
+                    return asyncio.run(agent.arun(session="s", prompt="go", on_text=pieces.append))
+                return agent.run(session="s", prompt="go", on_text=pieces.append)
+
+            if replies is text:
+                run = go()
+                assert run.status is tl.RunStatus.COMPLETED
+                assert "an answer cut" in json.dumps(store.messages("s")[-1].content)
+                assert "".join(pieces) == "an answer cut"
+            else:
+                with pytest.raises(tl.MalformedContentError, match="Raise max_tokens"):
+                    go()
+                assert [m.role for m in store.messages("s")] == ["user"]
+                state = store.session("s")
+                assert state is not None and state.status is tl.RunStatus.FAILED, state
+    assert not world.exists() or list(world.iterdir()) == [], "a call cut off never runs"

@@ -172,18 +172,24 @@ class OpenAIChat(OpenAIBase):
         return {**kwargs, **self.options}
 
     def stream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
-        with self.client.chat.completions.stream(**_streamed(kwargs)) as events:
-            for event in events:
-                if event.type == "content.delta" and event.delta:
-                    on_text(event.delta)
-            return _whole(events.get_final_completion())
+        try:
+            with self.client.chat.completions.stream(**_streamed(kwargs)) as events:
+                for event in events:
+                    if event.type == "content.delta" and event.delta:
+                        on_text(event.delta)
+                return _whole(events.get_final_completion())
+        except _stopped() as exc:
+            return _whole(exc.completion)
 
     async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
-        async with self.client.chat.completions.stream(**_streamed(kwargs)) as events:
-            async for event in events:
-                if event.type == "content.delta" and event.delta:
-                    await told(on_text, event.delta)
-            return _whole(await events.get_final_completion())
+        try:
+            async with self.client.chat.completions.stream(**_streamed(kwargs)) as events:
+                async for event in events:
+                    if event.type == "content.delta" and event.delta:
+                        await told(on_text, event.delta)
+                return _whole(await events.get_final_completion())
+        except _stopped() as exc:
+            return _whole(exc.completion)
 
     def read_response(self, response: Any) -> ModelTurn:
         choices = field(response, "choices") or []
@@ -267,6 +273,16 @@ def chat_wire(messages: Iterable[StoredMessage | Mapping[str, Any]]) -> list[dic
             dict(content) if isinstance(content, Mapping) else {"role": role, "content": content}
         )
     return out
+
+
+def _stopped() -> tuple[type[Any], ...]:
+    """What the SDK's stream raises for a reply that ended at its length limit or its content
+    filter (``LengthFinishReasonError``, ``ContentFilterFinishReasonError``), its completion
+    as it arrived attached: read as the same reply unstreamed is — a text as it is, a call cut
+    off refused (``read_response``) — not raised as an error the run does not expect."""
+    from openai import ContentFilterFinishReasonError, LengthFinishReasonError
+
+    return (LengthFinishReasonError, ContentFilterFinishReasonError)
 
 
 def _whole(completion: Any) -> Any:
