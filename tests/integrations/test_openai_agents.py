@@ -202,6 +202,40 @@ def test_outcomes_reach_the_ledger_failed_and_in_doubt(tmp_path: Path) -> None:
     assert [s[0] for s in seen] == ["c-boom", "c-lost"] and all(s[1] for s in seen)
 
 
+def test_a_tool_that_raises_cancelled_error_is_in_doubt_not_an_invitation_to_retry(
+    tmp_path: Path,
+) -> None:
+    """An await inside the tool was cancelled (nobody cancelled the run): the SDK would answer
+    its failure formatter's "Please try again", and a model that obeys makes the call again
+    under a new id, which the ledger cannot match. The call is left in doubt, the model told."""
+    world = tmp_path / "charges.txt"
+
+    @function_tool
+    async def charge(order: str) -> str:
+        """Charge an order; the connection's future is cancelled under it."""
+        with world.open("a") as f:
+            f.write(order + "\n")
+        raise asyncio.CancelledError()
+
+    with (
+        ScriptedOpenAI(
+            [Reply(tool_uses=[ToolUse("charge", {"order": "A"}, id="c-1")]), Reply(text="ok")]
+        ) as model,
+        tl.open_store("memory://") as store,
+    ):
+        use_model(model.url)
+        out = run(ledgered(Agent(name="a", model="m", tools=[charge]), store=store), "go")
+        (doubt,) = store.ledger(SESSION).in_doubt()
+        (told,) = [i.output for i in out.new_items if i.type == "tool_call_output_item"]
+        (sent,) = [
+            i for i in model.requests[-1]["input"] if i.get("call_id") == "c-1" and "output" in i
+        ]
+    assert doubt.tool_use_id == "c-1" and "CancelledError" in (doubt.error or "")
+    assert "may already have happened" in told and "Do not retry it under a new call" in told
+    assert "try again" not in told.lower() and sent["output"] == told, "what the model was sent"
+    assert world.read_text() == "A\n"
+
+
 def test_same_call_id_with_other_arguments_fails_the_run(tmp_path: Path) -> None:
     @function_tool
     def charge(order: str) -> str:

@@ -26,7 +26,8 @@ which ``RunState`` keeps; under DBOS, ``lambda ctx: DBOS.workflow_id``). A call 
 * **Outcomes reach the ledger.** The inner tool's failure formatter is turned off: an exception is
   recorded ``failed`` (and answered to the model as toolledger's error text), and
   ``tl.OutcomeUnknown`` leaves the call in doubt — the SDK's default formatter would turn both into
-  a "success" string.
+  a "success" string. A ``CancelledError`` the tool raises while its run was not cancelled is
+  ``OutcomeUnknown`` too (the SDK would answer it "Please try again").
 * **Timeouts move into the declaration.** ``FunctionTool.timeout_seconds`` would cancel the gate
   mid-commit; it becomes the declaration's ``timeout`` (set both: ``ConfigurationError``).
 * **Approvals are the SDK's.** A tool declared ``high_impact`` gets ``needs_approval=True``; when
@@ -46,6 +47,7 @@ shell, computer, apply-patch and custom tools are not ``FunctionTool``\\ s and r
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import json
@@ -68,7 +70,7 @@ from .._tool_uses import arun_tool_uses
 from ..approvals._notify import Notifier, Target
 from ..engine._drivers import AlertHook
 from ..engine._gate import ApprovalRequest, Decision
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, OutcomeUnknown
 from ..records import Status
 from ..stores import Ledger, Store
 from ..tools import Tool, ToolContext
@@ -232,6 +234,9 @@ class _Gate:
             try:
                 with keys.forwarding(call):
                     return await inner.on_invoke_tool(ctx, raw)
+            except asyncio.CancelledError as exc:
+                _raise_unless_the_tool_cancelled_itself(exc)
+                raise
             finally:
                 _context.reset(token)
 
@@ -255,6 +260,20 @@ class _Gate:
             wait=self.wait,
         )
         return result["content"]  # the JSON the ledger recorded: a replay answers the same
+
+
+def _raise_unless_the_tool_cancelled_itself(exc: asyncio.CancelledError) -> None:
+    """A ``CancelledError`` the tool raised while nobody cancelled its task (an await inside it
+    was cancelled) is ``OutcomeUnknown``: the call is left in doubt and the model told so. Let
+    through, the SDK would answer it with its failure formatter ("An error occurred while running
+    the tool. Please try again.") and the model would make the call again under a new id, which
+    the ledger cannot match. A cancellation of the task (the run's, or the deadline's) goes on
+    up, as it should."""
+    task = asyncio.current_task()
+    if task is not None and not task.cancelling():
+        raise OutcomeUnknown(
+            f"the tool raised CancelledError before it answered ({exc!r})"
+        ) from exc
 
 
 def _declared(declaration: Declaration | None) -> dict[str, Any]:
