@@ -467,6 +467,33 @@ def test_approving_a_call_in_doubt_says_it_runs_again_and_how_to_settle_it_inste
     assert "approving runs it again" not in out, "said of a request that waits, not a decided one"
 
 
+def test_denying_a_call_in_doubt_says_it_is_still_in_doubt_and_how_to_settle_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A no to running a call in doubt again is not a word on whether it happened: the call
+    stays in doubt and a run stops on it again. ``deny`` says so and prints the two resolves,
+    each alone on its line; ``sessions`` does not call the stop settled since, nor send the
+    person to a run instead of the commands that settle it."""
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    stopped_in_doubt(url, queue=True)
+    code, out = run(capsys, "deny", "s3", "toolu_01", "--by", "ana", "--store", url)
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "denied by ana" in flat and "It is still in doubt" in flat
+    assert "Run the session again to go on" not in flat, "a run would stop on it again"
+    lines = out.splitlines()
+    for flag in ("--happened", "--not-happened"):
+        assert f"toolledger --store {url} resolve s3 toolu_01 {flag}" in lines
+    for argv in (["sessions"], ["show", "s3"]):
+        code, out = run(capsys, *argv, "--store", url)
+        assert code == 0 and "settled since" not in out, argv
+    (listed,) = json.loads(run(capsys, "sessions", "--store", url, "--json")[1])["sessions"]
+    assert listed["settled_since"] is False, "the call still waits for a person"
+    assert run(capsys, "resolve", "s3", "toolu_01", "--not-happened", "--store", url)[0] == 0
+    (listed,) = json.loads(run(capsys, "sessions", "--store", url, "--json")[1])["sessions"]
+    assert listed["settled_since"] is True, "settled now: the next run goes on"
+
+
 def test_the_line_a_settling_command_prints_shows_its_ids_as_ids(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -384,6 +384,30 @@ def test_a_request_for_a_call_that_may_have_run_says_so_in_red(
     assert scene.ran["wire"] == 2, "run again only because a person approved it, in doubt"
 
 
+def test_denying_a_re_run_of_a_call_in_doubt_says_it_is_still_in_doubt(
+    client: TestClient, scene: Scene
+) -> None:
+    """A no to running a call in doubt again leaves it in doubt: the notice says so, not that
+    a run goes on, and the session's page does not call its stop settled."""
+    (first,) = [f for f in forms_of(client.get("/approvals").text) if f["session"] == "pay-1"]
+    client.post("/approvals/decide", data={**first, "by": "ana", "decision": "approve"})
+    scene.crash = True  # the approved call starts, and its process stops before it returns
+    with contextlib.suppress(KeyboardInterrupt):
+        scene.run("pay-1", "wire", PAY)
+    scene.crash = False
+    assert scene.run("pay-1", "wire", PAY).status is tl.RunStatus.AWAITING_APPROVAL
+    (again,) = [f for f in forms_of(client.get("/approvals").text) if f["session"] == "pay-1"]
+    done = html.unescape(
+        client.post("/approvals/decide", data={**again, "by": "bo", "decision": "deny"}).text
+    )
+    assert "denied by bo" in done and "It is still in doubt" in done
+    assert "Run the session again to go on" not in done
+    page = html.unescape(client.get("/session?id=pay-1").text)
+    assert "settled since" not in page
+    assert scene.run("pay-1", "wire", PAY).status is tl.RunStatus.NEEDS_ATTENTION
+    assert scene.ran["wire"] == 1, "not run again"
+
+
 def test_a_forked_and_a_rewound_session_show_what_they_left_behind(
     client: TestClient, scene: Scene
 ) -> None:

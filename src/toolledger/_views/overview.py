@@ -166,22 +166,33 @@ def settled_since(store: Store, state: SessionState) -> bool | None:
         requests = store.approvals(sid)
         if any(a.status is ApprovalStatus.PENDING for a in requests):
             return False
+        # A request about running a call in doubt again, denied, leaves that call in doubt:
+        # its resolve is what a person does next, not a run.
+        if _started_since(store, sid, stopped) is None:
+            return False
         return any((a.decided_at or 0.0) > stopped for a in requests)
     if state.status is RunStatus.NEEDS_ATTENTION:
-        moved = False
-        for record in store.ledger(sid).records():
-            r = record
-            if r.status is Status.STARTED and r.copied and r.origin is not None:
-                # A branch's copy stands for its lineage's record: it is settled there, and
-                # this session takes that outcome at its next run.
-                there = store.ledger(r.origin).get(r.tool_use_id)
-                if there is not None and (there.tool, there.input_hash) == (r.tool, r.input_hash):
-                    r = there
-            if r.status is Status.STARTED:
-                return False  # in doubt (or in progress) still: nothing is settled
-            moved = moved or r.updated_at > stopped
-        return moved
+        moved = _started_since(store, sid, stopped)
+        return False if moved is None else moved
     return None
+
+
+def _started_since(store: Store, session_id: str, stopped: float) -> bool | None:
+    """``None`` when a call of the session is started without an outcome (in doubt, or in
+    progress: nothing is settled); else whether a record was settled after ``stopped``."""
+    moved = False
+    for record in store.ledger(session_id).records():
+        r = record
+        if r.status is Status.STARTED and r.copied and r.origin is not None:
+            # A branch's copy stands for its lineage's record: it is settled there, and this
+            # session takes that outcome at its next run.
+            there = store.ledger(r.origin).get(r.tool_use_id)
+            if there is not None and (there.tool, there.input_hash) == (r.tool, r.input_hash):
+                r = there
+        if r.status is Status.STARTED:
+            return None
+        moved = moved or r.updated_at > stopped
+    return moved
 
 
 def known_session(store: Store, session_id: str) -> bool:

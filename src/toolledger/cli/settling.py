@@ -13,6 +13,7 @@ from .._views.overview import known_session
 from .._views.results import parse_result
 from ..approvals import _queue as approvals
 from ..errors import NotInDoubtError, NotPendingError
+from ..records import Status
 from . import render
 from ._command import emit_json, no_session, store_of, url_of
 from .output import Out
@@ -89,11 +90,34 @@ def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
             if not known_session(store, args.session):  # a mistyped session, most likely
                 return no_session(console, args, store)
             raise
+        call_now = store.ledger(record.session_id).get(record.tool_use_id)
+    still_in_doubt = record.in_doubt and call_now is not None and call_now.status is Status.STARTED
     if args.json:
         emit_json(render.approval_json(record))
         return 0
     call = Text.assemble(safe_id(record.tool), " (", safe_id(record.tool_use_id), ")")
     what = _call_in(record.session_id, call).append(": ")
+    if not approved and still_in_doubt:
+        # A no to running it again is not a word on whether it happened: the call stays in
+        # doubt, and a run would stop on it again. Its resolve is what comes next.
+        out = Out(console)
+        out.line(what, render.styled(record.status.value), safe(f" by {record.decided_by}."))
+        out.line(
+            safe(
+                "It is still in doubt: it will not be run again, and a run stops on it until "
+                "it is settled with exactly one of these two commands:",
+                "yellow",
+            )
+        )
+        sid, tid = record.session_id, record.tool_use_id
+        for flag, note in (
+            ("--happened", "it took effect"),
+            ("--not-happened", "it did not take effect: the call runs on the next run"),
+        ):
+            out.command(
+                render.command("resolve", sid, tid, options=[flag], url=url_of(args)), note=note
+            )
+        return 0
     _settled(console, what, record.status.value, f" by {record.decided_by}")
     if approved and record.in_doubt:
         # The yes is to running it again, whatever the first attempt did. The call stays in

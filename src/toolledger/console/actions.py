@@ -18,6 +18,7 @@ from .._invisible import has_invisible, shown_id
 from .._views.results import parse_result
 from ..approvals._queue import decide
 from ..errors import StoreError, ToolLedgerError
+from ..records import Status
 from ..stores import Store
 
 __all__ = ["MAX_NAME", "Notice", "decide_from", "resolve_from"]
@@ -158,8 +159,18 @@ def decide_from(store: Store, form: FormData) -> Notice:
             in_doubt=in_doubt,
             attempt=attempt,
         )
+        now = store.ledger(session).get(call) if record.in_doubt and not approved else None
     except (Refused, ToolLedgerError) as exc:
         return _not_done(exc)
+    if now is not None and now.status is Status.STARTED:
+        # A no to running it again is not a word on whether it happened: a run would stop on
+        # the call again. Settling it is what comes next.
+        return Notice(
+            True,
+            f"{_named(record.tool, call, session)}: {record.status.value} by {by}. It is still "
+            "in doubt: it will not be run again, and a run stops on it until it is settled — "
+            "on the In doubt page, say whether it happened.",
+        )
     return Notice(
         True,
         f"{_named(record.tool, call, session)}: {record.status.value} by {by}. "
