@@ -275,21 +275,21 @@ def test_a_streamed_reply_that_stops_at_its_limit_is_read_as_the_same_reply_unst
                 client=client_for(api, model, aio=aio), model="m", tools=tools(world), store=store
             )
             pieces: list[str] = []
-
-            def go() -> tl.Run:
-                if aio:
-                    return asyncio.run(agent.arun(session="s", prompt="go", on_text=pieces.append))
-                return agent.run(session="s", prompt="go", on_text=pieces.append)
-
             if replies is text:
-                run = go()
+                run = _streamed_run(agent, aio, pieces)
                 assert run.status is tl.RunStatus.COMPLETED
                 assert "an answer cut" in json.dumps(store.messages("s")[-1].content)
                 assert "".join(pieces) == "an answer cut"
             else:
                 with pytest.raises(tl.MalformedContentError, match="Raise max_tokens"):
-                    go()
+                    _streamed_run(agent, aio, pieces)
                 assert [m.role for m in store.messages("s")] == ["user"]
                 state = store.session("s")
                 assert state is not None and state.status is tl.RunStatus.FAILED, state
     assert not world.exists() or list(world.iterdir()) == [], "a call cut off never runs"
+
+
+def _streamed_run(agent: tl.Agent, aio: bool, pieces: list[str]) -> tl.Run:
+    if aio:
+        return asyncio.run(agent.arun(session="s", prompt="go", on_text=pieces.append))
+    return agent.run(session="s", prompt="go", on_text=pieces.append)
