@@ -521,6 +521,9 @@ class SQLiteBackend(GroupQueue):
 
     def close(self) -> None:
         with self._lock:
+            # Closed, a write meets the closed connection first: its files' identity says
+            # nothing more (the last connection's close removes the write-ahead log).
+            self._identity = None
             self._conn.close()
             if self._probe is not None:
                 self._probe.close()
