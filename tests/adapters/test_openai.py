@@ -438,3 +438,32 @@ def test_a_call_cut_off_by_the_output_limit_is_neither_stored_nor_run(
         agent = tl.Agent(client=client_for(m, api), model="gpt-test", tools=[deploy], store=store)
         assert agent.run(session="s", prompt="deploy to staging").status is tl.RunStatus.COMPLETED
     assert deployed == ["staging"]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["unstreamed", "streamed"])
+def test_a_call_cut_off_by_the_content_filter_is_neither_stored_nor_run(
+    streamed: bool, store: tl.Store
+) -> None:
+    """A Chat Completions reply the content filter stopped (``finish_reason``
+    ``content_filter``) while it wrote a call: as at the length limit, its arguments may be cut
+    short — cut before they began they read as ``{}``, and a tool with defaults would run as
+    nobody asked. Nothing runs; the session keeps only its prompt."""
+    deployed: list[str] = []
+
+    @tl.tool(effect="non_idempotent")
+    def deploy(env: str = "production") -> str:
+        """Deploy."""
+        deployed.append(env)
+        return f"deployed to {env}"
+
+    cut = Reply(tool_uses=[RawArguments("deploy", arguments="")], stop_reason="content_filter")
+    with ScriptedOpenAI([cut, Reply(text="done")]) as m:
+        agent = tl.Agent(
+            client=client_for(m, "chat"), model="gpt-test", tools=[deploy], store=store
+        )
+        on_text = {"on_text": lambda _: None} if streamed else {}
+        with pytest.raises(tl.MalformedContentError, match="content filter") as info:
+            agent.run(session="s", prompt="deploy to staging", **on_text)
+    assert deployed == [], "a call cut short never runs"
+    assert info.value.tool_use_id is not None
+    assert [msg.role for msg in store.messages("s")] == ["user"]

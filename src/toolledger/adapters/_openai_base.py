@@ -125,19 +125,22 @@ def read_call(call_id: Any, name: Any, arguments: Any, where: str) -> ToolCall:
     return ToolCall(tool_use_id=call_id, name=name, input=parsed, input_hash=digest)
 
 
-def cut_off_call(stopped: str, calls: list[ToolCall]) -> None:
-    """Raise ``MalformedContentError`` for a reply that ``stopped`` at its limit (``finish_reason``
-    ``length``, a response ``incomplete``) while it wrote its last call, ``calls[-1]``: its
-    arguments may be cut short — arguments cut before they began read as none at all, ``{}``,
-    and a tool with defaults would run as nobody asked. Nothing is stored or run; a larger
-    ``max_tokens`` gets the whole call (as for Anthropic: ``anthropic._cut_off_call``)."""
+def cut_off_call(
+    stopped: str, calls: list[ToolCall], remedy: str = "Raise max_tokens and run the session again."
+) -> None:
+    """Raise ``MalformedContentError`` for a reply that ``stopped`` at its limit or its content
+    filter (``finish_reason`` ``length`` or ``content_filter``, a response ``incomplete``) while
+    it wrote its last call, ``calls[-1]``: its arguments may be cut short — arguments cut before
+    they began read as none at all, ``{}``, and a tool with defaults would run as nobody asked.
+    Nothing is stored or run; ``remedy`` says what gets the whole call (for the limit, a larger
+    ``max_tokens``, as for Anthropic: ``anthropic._cut_off_call``)."""
     if not calls:
         return
     last = calls[-1]
     raise MalformedContentError(
         f"the model's reply stopped at {stopped} while it wrote a call of {last.name!r} "
         f"({last.tool_use_id}), whose arguments may be cut short: nothing was stored or run. "
-        "Raise max_tokens and run the session again.",
+        + remedy,
         tool_use_id=last.tool_use_id,
     )
 

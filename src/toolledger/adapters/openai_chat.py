@@ -201,6 +201,8 @@ class OpenAIChat(OpenAIBase):
         calls = read_chat_tool_calls(message.get("tool_calls"))
         if finish == "length":  # the calls come last: the limit cut the last one
             cut_off_call("length", calls)
+        elif finish == "content_filter":  # as the limit does, the filter stops a call midway
+            cut_off_call("its content filter (finish_reason 'content_filter')", calls, _FILTERED)
         return ModelTurn(
             content=message,
             stop_reason=finish,
@@ -273,6 +275,9 @@ def chat_wire(messages: Iterable[StoredMessage | Mapping[str, Any]]) -> list[dic
             dict(content) if isinstance(content, Mapping) else {"role": role, "content": content}
         )
     return out
+
+
+_FILTERED = "Run the session again; if the filter stops it again, change what the prompt asks for."
 
 
 def _stopped() -> tuple[type[Any], ...]:
