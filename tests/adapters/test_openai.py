@@ -440,14 +440,16 @@ def test_a_call_cut_off_by_the_output_limit_is_neither_stored_nor_run(
     assert deployed == ["staging"]
 
 
+@pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("streamed", [False, True], ids=["unstreamed", "streamed"])
 def test_a_call_cut_off_by_the_content_filter_is_neither_stored_nor_run(
-    streamed: bool, store: tl.Store
+    api: str, streamed: bool, store: tl.Store
 ) -> None:
-    """A Chat Completions reply the content filter stopped (``finish_reason``
-    ``content_filter``) while it wrote a call: as at the length limit, its arguments may be cut
-    short — cut before they began they read as ``{}``, and a tool with defaults would run as
-    nobody asked. Nothing runs; the session keeps only its prompt."""
+    """A reply the content filter stopped (``finish_reason`` ``content_filter``; a response
+    ``incomplete`` for that reason) while it wrote a call: as at the length limit, its
+    arguments may be cut short — cut before they began they read as ``{}``, and a tool with
+    defaults would run as nobody asked. Nothing runs; the session keeps only its prompt; the
+    error says what gets the whole call (not a larger ``max_tokens``)."""
     deployed: list[str] = []
 
     @tl.tool(effect="non_idempotent")
@@ -458,12 +460,30 @@ def test_a_call_cut_off_by_the_content_filter_is_neither_stored_nor_run(
 
     cut = Reply(tool_uses=[RawArguments("deploy", arguments="")], stop_reason="content_filter")
     with ScriptedOpenAI([cut, Reply(text="done")]) as m:
-        agent = tl.Agent(
-            client=client_for(m, "chat"), model="gpt-test", tools=[deploy], store=store
-        )
+        agent = tl.Agent(client=client_for(m, api), model="gpt-test", tools=[deploy], store=store)
         on_text = {"on_text": lambda _: None} if streamed else {}
         with pytest.raises(tl.MalformedContentError, match="content filter") as info:
             agent.run(session="s", prompt="deploy to staging", **on_text)
+    assert "change what the prompt asks for" in str(info.value)
+    assert "max_tokens" not in str(info.value)
     assert deployed == [], "a call cut short never runs"
     assert info.value.tool_use_id is not None
     assert [msg.role for msg in store.messages("s")] == ["user"]
+
+
+def test_a_stopped_stream_whose_sdk_kept_no_reply_is_a_stream_cut_off() -> None:
+    """The SDK's stream raised for a reply stopped at its limit or filter, with nothing of it
+    attached (a ``completion`` of ``None``, or none at all): nothing is at hand to store or
+    run, and it is said so — a model API failure the run expects, not an ``AttributeError``."""
+    from toolledger.adapters._shapes import StreamCutOff
+    from toolledger.adapters.openai_chat import _completion_of
+
+    class Bare(Exception):
+        pass
+
+    class NoReply(Exception):
+        completion = None
+
+    for stopped in (Bare(), NoReply()):
+        with pytest.raises(StreamCutOff, match="kept nothing of the reply"):
+            _completion_of(stopped)

@@ -20,6 +20,7 @@ from ._shapes import check_call_id
 
 __all__ = [
     "ERROR_PREFIX",
+    "FILTERED",
     "OpenAIBase",
     "cut_off_call",
     "plain",
@@ -123,6 +124,10 @@ def read_call(call_id: Any, name: Any, arguments: Any, where: str) -> ToolCall:
             f"{where} ({call_id}) has arguments that are not JSON: {exc}", tool_use_id=call_id
         ) from exc
     return ToolCall(tool_use_id=call_id, name=name, input=parsed, input_hash=digest)
+
+
+FILTERED = "Run the session again; if the filter stops it again, change what the prompt asks for."
+"""What gets the whole call of a reply a content filter stopped (``cut_off_call``)."""
 
 
 def cut_off_call(

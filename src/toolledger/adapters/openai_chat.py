@@ -16,6 +16,7 @@ from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
 from ._openai_base import (
     ERROR_PREFIX,
+    FILTERED,
     OpenAIBase,
     cut_off_call,
     read_call,
@@ -179,7 +180,7 @@ class OpenAIChat(OpenAIBase):
                         on_text(event.delta)
                 return _whole(events.get_final_completion())
         except _stopped() as exc:
-            return _whole(exc.completion)
+            return _whole(_completion_of(exc))
 
     async def astream(self, kwargs: dict[str, Any], on_text: Callable[[str], object]) -> Any:
         try:
@@ -189,7 +190,7 @@ class OpenAIChat(OpenAIBase):
                         await told(on_text, event.delta)
                 return _whole(await events.get_final_completion())
         except _stopped() as exc:
-            return _whole(exc.completion)
+            return _whole(_completion_of(exc))
 
     def read_response(self, response: Any) -> ModelTurn:
         choices = field(response, "choices") or []
@@ -202,7 +203,7 @@ class OpenAIChat(OpenAIBase):
         if finish == "length":  # the calls come last: the limit cut the last one
             cut_off_call("length", calls)
         elif finish == "content_filter":  # as the limit does, the filter stops a call midway
-            cut_off_call("its content filter (finish_reason 'content_filter')", calls, _FILTERED)
+            cut_off_call("its content filter (finish_reason 'content_filter')", calls, FILTERED)
         return ModelTurn(
             content=message,
             stop_reason=finish,
@@ -277,9 +278,6 @@ def chat_wire(messages: Iterable[StoredMessage | Mapping[str, Any]]) -> list[dic
     return out
 
 
-_FILTERED = "Run the session again; if the filter stops it again, change what the prompt asks for."
-
-
 def _stopped() -> tuple[type[Any], ...]:
     """What the SDK's stream raises for a reply that ended at its length limit or its content
     filter (``LengthFinishReasonError``, ``ContentFilterFinishReasonError``), its completion
@@ -288,6 +286,18 @@ def _stopped() -> tuple[type[Any], ...]:
     from openai import ContentFilterFinishReasonError, LengthFinishReasonError
 
     return (LengthFinishReasonError, ContentFilterFinishReasonError)
+
+
+def _completion_of(stopped: Exception) -> Any:
+    """The completion the SDK attached to ``stopped`` (``_stopped``) — or, where it kept none,
+    ``StreamCutOff``: the reply stopped, and nothing of it is at hand to store or run."""
+    completion = getattr(stopped, "completion", None)
+    if completion is None:
+        raise StreamCutOff(
+            f"the response stream stopped ({type(stopped).__name__}) and the SDK kept nothing "
+            "of the reply: nothing of it was stored or run"
+        ) from stopped
+    return completion
 
 
 def _whole(completion: Any) -> Any:

@@ -15,6 +15,7 @@ from ..codec import shallow, valid_unicode
 from ..records import StoredMessage, ToolCall
 from ._openai_base import (
     ERROR_PREFIX,
+    FILTERED,
     OpenAIBase,
     cut_off_call,
     plain,
@@ -166,7 +167,11 @@ class OpenAIResponses(OpenAIBase):
             and isinstance(last, Mapping)
             and last.get("type") == "function_call"
         ):
-            cut_off_call("its output limit (status 'incomplete')", calls)
+            why = field(field(response, "incomplete_details"), "reason")
+            if why == "content_filter":
+                cut_off_call("its content filter (status 'incomplete')", calls, FILTERED)
+            else:
+                cut_off_call("its output limit (status 'incomplete')", calls)
         return ModelTurn(
             content=output,
             stop_reason="tool_calls" if calls else field(response, "status"),
@@ -273,11 +278,12 @@ def _as_sent(response: Any) -> dict[str, Any]:
     """A streamed response as the API sent it: its output items without the fields the SDK's
     stream helper adds while it parses (``parsed`` on a text part, ``parsed_arguments`` on a
     function call — not API fields: the API refuses them in a later request's ``input``), its
-    status and usage (what ``read_response`` reads)."""
+    status, why it is incomplete, and its usage (what ``read_response`` reads)."""
     output = [_unparsed(plain(item)) for item in field(response, "output") or []]
     return {
         "output": output,
         "status": field(response, "status"),
+        "incomplete_details": plain(field(response, "incomplete_details")),
         "usage": plain(field(response, "usage")),
     }
 
