@@ -31,6 +31,7 @@ __all__ = ["Chaos"]
 PAUSE_EVERY_S = 0.3  # mean time between two pauses
 KILL_EVERY_S = 1.0  # mean time between two kills
 AIM_AGAIN = 0.5  # how often a second attempt at a call without a forwarded key is killed
+AIM_FIRST = 0.2  # until a kill has landed inside a tool: how often a first attempt is killed
 STOP_WAIT_S = 8.0  # how long workers may take to finish their run once told to stop
 PROGRESS_EVERY_S = 10.0
 
@@ -143,9 +144,18 @@ class Chaos:
 
     def _aim(self, start: dict[str, Any], now: float) -> None:
         """Now and then, kill a worker that has just begun a second attempt at a call without a
-        forwarded key — before or after its effect — so that calls are in doubt twice."""
-        if start["tool"] in UNSAFE_TOOLS and start["attempt"] > 1 and self.rng.random() < AIM_AGAIN:
-            self.aimed.append((now + self.rng.uniform(0.0, 0.05), start["w"]))
+        forwarded key — before or after its effect — so that calls are in doubt twice. And,
+        until one kill has landed inside such a tool, now and then one that has just begun a
+        first attempt, at once: a tool naps for milliseconds, and the kills drawn at random
+        instants may all fall outside one (a run that never killed a worker mid-effect proved
+        less than it says)."""
+        if start["tool"] not in UNSAFE_TOOLS:
+            return
+        if start["attempt"] > 1:
+            if self.rng.random() < AIM_AGAIN:
+                self.aimed.append((now + self.rng.uniform(0.0, 0.05), start["w"]))
+        elif not self.report.kills_in_tool and not self.aimed and self.rng.random() < AIM_FIRST:
+            self.aimed.append((now, start["w"]))
 
     def _pick(self, candidates: list[_Slot]) -> _Slot | None:
         """A slot at random — half the time one whose worker is inside an unsafe tool, and
