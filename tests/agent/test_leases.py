@@ -277,6 +277,7 @@ def _state(pid: int) -> str:
 
 def test_the_heartbeat_keeps_a_long_tool_s_lease(store: tl.Store, tmp_path: Path) -> None:
     seen: list[Lease | None] = []
+    read_at: list[float] = []
 
     @tl.tool(effect="read_only")
     def slow_read() -> str:
@@ -295,6 +296,7 @@ def test_the_heartbeat_keeps_a_long_tool_s_lease(store: tl.Store, tmp_path: Path
         ):
             time.sleep(0.05)
             later = store.backend.read_lease("s")
+        read_at.append(time.time())
         seen.extend([first, later])
         return "ok"
 
@@ -306,7 +308,10 @@ def test_the_heartbeat_keeps_a_long_tool_s_lease(store: tl.Store, tmp_path: Path
     before, after = seen
     assert before is not None and after is not None
     assert after.token == before.token and after.expires_at > before.expires_at
-    assert after.expires_at > time.time() - 0.1, "renewed while the tool ran"
+    assert after.renewals > before.renewals
+    # Live when it was read, inside the tool: measured then, not after the run's last model
+    # call and its end, which a loaded machine can stretch past the lease's 0.3 s.
+    assert after.expires_at > read_at[0] - 0.1, "renewed while the tool ran"
 
 
 def test_a_run_that_could_not_give_its_lease_back_does_not_block_the_next(
