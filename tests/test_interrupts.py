@@ -23,6 +23,7 @@ import pytest
 import toolledger as tl
 import toolledger._crash
 from toolledger import _switches as switches
+from toolledger._liveness._runtime import Runtime
 from toolledger.codec import input_hash
 from toolledger.engine import _straight as straight
 from toolledger.ops import InsertEffect
@@ -855,3 +856,70 @@ def test_a_racer_stopped_before_its_tool_never_says_the_winner_s_call_did_not_ha
         first.join(10)
     assert effects == ["bob"], "sent once"
     store.close()
+
+
+def test_a_racer_of_another_worker_stopped_before_its_tool_leaves_the_winner_s_intent_be(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same race between two workers (two processes; here two stores on one database, each
+    with its own view of the process, so neither sees the other's attempts in flight): the
+    second's intent is refused behind the first's while its tool runs, and the second is
+    cancelled as that refusal comes back. Its clean-up — "did not happen" — must not land on the
+    first's intent, which a clock too coarse to tell them apart gives the same ``updated_at``:
+    the next run would send the call again."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    winner = tl.open_store(url, clock=lambda: 1_000_000.0)
+    loser = tl.open_store(url, clock=lambda: 1_000_000.0)
+    loser.runtime = Runtime()  # another process: none of the winner's attempts in flight
+    assert loser.worker_id != winner.worker_id
+    effects: list[str] = []
+    entered, go = threading.Event(), threading.Event()
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        effects.append(to)
+        entered.set()
+        go.wait(10)  # a slow downstream service
+        return "sent"
+
+    block = tool_use("toolu_1", "send", to="bob")
+    first = threading.Thread(
+        target=tl.run_tool_uses, args=([block], [send]), kwargs={"ledger": winner.ledger("s")}
+    )
+    first.start()
+    try:
+        assert entered.wait(10)
+        inner = loser.async_backend
+
+        class CancelledAsItCommits:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(inner, name)
+
+            async def apply(self, session_id: str, ops: Any) -> list[bool]:
+                done = await inner.apply(session_id, ops)
+                if any(isinstance(op, InsertEffect) for op in ops):
+                    task = asyncio.current_task()
+                    assert task is not None
+                    task.cancel()
+                    await asyncio.sleep(0)  # the cancellation is delivered here
+                return done
+
+        monkeypatch.setattr(loser, "async_backend", CancelledAsItCommits())
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(tl.arun_tool_uses([block], [send], ledger=loser.ledger("s")))
+        monkeypatch.setattr(loser, "async_backend", inner)
+        time.sleep(1.5)  # what a stopped run leaves is written in the background
+        record = winner.ledger("s").get("toolu_1")
+        assert record is not None and record.status is tl.Status.STARTED, record
+        assert record.worker == winner.worker_id, record.worker
+        assert record.holder is not None, "not released: its tool runs"
+    finally:
+        go.set()
+        first.join(10)
+    record = winner.ledger("s").get("toolu_1")
+    assert record is not None and record.status is tl.Status.SUCCEEDED, record
+    again = tl.run_tool_uses([block], [send], ledger=loser.ledger("s"))
+    assert effects == ["bob"], "sent once"
+    assert "sent" in json.dumps(again)
+    loser.close()
+    winner.close()

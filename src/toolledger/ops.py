@@ -87,6 +87,11 @@ class UpdateEffect:
     (``errors.ClockMovedError``) — a deadline written on a stale reading of it would let a
     worker elsewhere judge a running attempt over. ``None``: the record sets no time another
     worker judges by."""
+    expect_worker: str | None = None
+    """With ``expect_at``: and written by that worker (``EffectRecord.worker``). A clean-up of
+    an intent whose commit was never confirmed names its own worker: two workers racing on a
+    call build intents of the same attempt, which a coarse clock can give one ``updated_at`` —
+    the intent that landed may be the other's, whose tool is running."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +234,7 @@ def _update_effect_init(  # noqa: PLR0917 (the dataclass's own signature)
     expect_at: float | None = None,
     guard: bool = False,
     at: Reading | None = None,
+    expect_worker: str | None = None,
 ) -> None:
     s = _UPDATE_SETTERS  # in field order
     s[0](self, record)
@@ -237,6 +243,7 @@ def _update_effect_init(  # noqa: PLR0917 (the dataclass's own signature)
     s[3](self, expect_at)
     s[4](self, guard)
     s[5](self, at)
+    s[6](self, expect_worker)
 
 
 _PUT_SETTERS = slot_setters(PutSession)
@@ -368,6 +375,7 @@ def effect_applies(op: InsertEffect | UpdateEffect, current: EffectRecord | None
         and current.status is op.expect_status
         and current.attempt == op.expect_attempt
         and (op.expect_at is None or current.updated_at == op.expect_at)
+        and (op.expect_worker is None or current.worker == op.expect_worker)
     )
 
 

@@ -468,7 +468,13 @@ def unsent(
                     updated_at=env.clock(),
                 )
             )
-            op = UpdateEffect(never, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
+            op = UpdateEffect(
+                never,
+                Status.STARTED,
+                intent.attempt,
+                expect_at=intent.updated_at,
+                expect_worker=intent.worker,
+            )
         else:
             op = not_run(intent, "the commit of its intent went unconfirmed", env)
         # A clean-up, not an outcome: refused because the record moved on, nothing is lost

@@ -125,20 +125,28 @@ def given_up(env: Env, buf: Buffer) -> None:
 
 def not_run(intent: EffectRecord, why: str, env: Env) -> UpdateEffect:
     """The write saying that the attempt of ``intent``, whose tool was never called, did not
-    happen (``why``): a compare-and-set on that very intent, so a record that moved on — or an
-    intent that never landed — is left be."""
+    happen (``why``): a compare-and-set on that very intent — its ``updated_at`` and its worker:
+    another worker's intent of the same attempt, racing on the call, may carry the same time —
+    so a record that moved on, or an intent that never landed, is left be."""
     never = replace(
         intent,
         status=Status.NOT_HAPPENED,
         error=f"its worker did not run it: {why}",
         updated_at=max(env.clock(), intent.updated_at + 1e-6),
     )
-    return UpdateEffect(never, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
+    return UpdateEffect(
+        never,
+        Status.STARTED,
+        intent.attempt,
+        expect_at=intent.updated_at,
+        expect_worker=intent.worker,
+    )
 
 
 def _release_later(env: Env, intent: EffectRecord, after: float, why: str) -> None:
     """Release ``intent`` (its attempt over, outcome unknown) in ``after`` seconds, in the
-    background: a compare-and-set on that very intent, so a record that moved on is left be."""
+    background: a compare-and-set on that very intent (``not_run``), so a record that moved on
+    is left be."""
     released = replace(
         intent,
         holder=None,
@@ -146,7 +154,13 @@ def _release_later(env: Env, intent: EffectRecord, after: float, why: str) -> No
         error=f"in doubt: {why}",
         updated_at=max(env.clock(), intent.updated_at + 1e-6),
     )
-    op = UpdateEffect(released, Status.STARTED, intent.attempt, expect_at=intent.updated_at)
+    op = UpdateEffect(
+        released,
+        Status.STARTED,
+        intent.attempt,
+        expect_at=intent.updated_at,
+        expect_worker=intent.worker,
+    )
     keeper.keep(
         env.ledger.store,
         env.session_id,

@@ -85,6 +85,7 @@ def _checked(version: int) -> dict[str, str]:
         ),
         q.UPDATE_EFFECT: f"{q.UPDATE_EFFECT} AND {ours}",
         q.UPDATE_EFFECT_AT: f"{q.UPDATE_EFFECT_AT} AND {ours}",
+        q.UPDATE_EFFECT_BY: f"{q.UPDATE_EFFECT_BY} AND {ours}",
         q.INSERT_NEXT_MESSAGE: f"{q.INSERT_NEXT_MESSAGE} AND {ours}",
         q.INSERT_COUNTED_MESSAGE_FENCED: f"{q.INSERT_COUNTED_MESSAGE_FENCED} AND {ours}",
         q.UPDATE_SESSION_NOW_FENCED: f"{q.UPDATE_SESSION_NOW_FENCED} AND {ours}",

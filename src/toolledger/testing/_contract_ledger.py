@@ -15,8 +15,8 @@ import pytest
 
 from .._tool_uses import run_tool_uses
 from ..errors import InvalidSessionIdError, ToolLedgerError
-from ..ops import InsertEffect, UpdateEffect
-from ..records import Status
+from ..ops import HoldLease, InsertEffect, TakeLease, UpdateEffect
+from ..records import Lease, Status
 from ..stores import Store, open_store
 from ..tools import ToolSet, tool
 from ._samples import WEIRD_SESSION_IDS, make_record
@@ -70,6 +70,35 @@ class LedgerContract:
         # The same transition again finds the record moved on: a re-sent write is harmless.
         assert store.apply("s", [right]) == [False]
         assert store.ledger("s").get("toolu_1") == done
+
+    def test_update_naming_a_worker_applies_only_to_that_worker_s_version(
+        self, store: Store
+    ) -> None:
+        """Two workers' intents of one attempt, written at the same instant, differ only by
+        their worker: a clean-up naming its own worker leaves the other's intent be — written
+        alone, in a batch, and behind the session's lease."""
+        theirs = replace(make_record(status=Status.STARTED, attempt=1), worker="host:2:b")
+        store.apply("s", [InsertEffect(theirs)])
+        lease = Lease(session_id="s", owner="host:1:a", token=1, expires_at=4e9)
+        assert store.apply("s", [TakeLease(lease, expect_token=0)]) == [True]
+        never = replace(theirs, status=Status.NOT_HAPPENED, updated_at=theirs.updated_at + 1)
+
+        def mine(worker: str) -> UpdateEffect:
+            return UpdateEffect(
+                replace(never, worker=worker),
+                Status.STARTED,
+                1,
+                expect_at=theirs.updated_at,
+                expect_worker=worker,
+            )
+
+        other = make_record(tool_use_id="other")
+        assert store.apply("s", [mine("host:1:a")]) == [False]
+        assert store.apply("s", [mine("host:1:a"), InsertEffect(other)]) == [False, True]
+        assert store.apply("s", [HoldLease("s", 1, None), mine("host:1:a")]) == [True, False]
+        assert store.ledger("s").get("toolu_1") == theirs
+        assert store.apply("s", [HoldLease("s", 1, None), mine("host:2:b")]) == [True, True]
+        assert store.ledger("s").get("toolu_1") == never
 
     def test_update_of_a_missing_record_applies_nothing(self, store: Store) -> None:
         ghost = make_record(status=Status.SUCCEEDED)

@@ -68,7 +68,11 @@ def insert_params(op: InsertEffect) -> tuple[Any, ...]:
 def update_params(op: UpdateEffect) -> tuple[Any, ...]:
     v = effect_values(op.record)
     expect = (op.expect_status._value_, op.expect_attempt)
-    return (*v[2:], *v[:2], *expect, *(() if op.expect_at is None else (op.expect_at,)))
+    if op.expect_at is None:
+        return (*v[2:], *v[:2], *expect)
+    if op.expect_worker is None:
+        return (*v[2:], *v[:2], *expect, op.expect_at)
+    return (*v[2:], *v[:2], *expect, op.expect_at, op.expect_worker)
 
 
 def clocked_insert_params(op: InsertEffect, expected: float) -> tuple[Any, ...]:

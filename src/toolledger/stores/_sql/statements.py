@@ -29,10 +29,16 @@ UPDATE_EFFECT = (
     "WHERE session_id = ? AND tool_use_id = ? AND status = ? AND attempt = ?"
 )
 UPDATE_EFFECT_AT = UPDATE_EFFECT + " AND updated_at = ?"
+# ... and by that worker: the clean-up of an intent whose commit went unconfirmed
+# (``UpdateEffect.expect_worker``).
+_BY = " AND worker = ?"
+UPDATE_EFFECT_BY = UPDATE_EFFECT_AT + _BY
 
 
 def update_statement(op: UpdateEffect) -> str:
-    return UPDATE_EFFECT if op.expect_at is None else UPDATE_EFFECT_AT
+    if op.expect_at is None:
+        return UPDATE_EFFECT
+    return UPDATE_EFFECT_AT if op.expect_worker is None else UPDATE_EFFECT_BY
 
 
 # PostgreSQL only: an intent's deadline, set on this process's reading of the server's clock, is
@@ -59,11 +65,14 @@ UPDATE_EFFECT_CLOCKED = UPDATE_EFFECT.replace(
     "lease_token = ?, deadline = ?,", f"lease_token = ?, deadline = {_CHECKED_DEADLINE},"
 )
 UPDATE_EFFECT_AT_CLOCKED = UPDATE_EFFECT_CLOCKED + " AND updated_at = ?"
+UPDATE_EFFECT_BY_CLOCKED = UPDATE_EFFECT_AT_CLOCKED + _BY
 assert INSERT_EFFECT_CLOCKED != INSERT_EFFECT and UPDATE_EFFECT_CLOCKED != UPDATE_EFFECT
 
 
 def clocked_update_statement(op: UpdateEffect) -> str:
-    return UPDATE_EFFECT_CLOCKED if op.expect_at is None else UPDATE_EFFECT_AT_CLOCKED
+    if op.expect_at is None:
+        return UPDATE_EFFECT_CLOCKED
+    return UPDATE_EFFECT_AT_CLOCKED if op.expect_worker is None else UPDATE_EFFECT_BY_CLOCKED
 
 
 SELECT_EFFECTS = f"SELECT {EFFECT_COLUMNS} FROM effects WHERE session_id = ?"
@@ -239,6 +248,7 @@ INSERT_EFFECT_FENCED = (
 )
 UPDATE_EFFECT_FENCED = f"{UPDATE_EFFECT} AND {LEASE_HELD}"
 UPDATE_EFFECT_AT_FENCED = f"{UPDATE_EFFECT_AT} AND {LEASE_HELD}"
+UPDATE_EFFECT_BY_FENCED = f"{UPDATE_EFFECT_BY} AND {LEASE_HELD}"
 
 
 # -- a session's counters in its latest message (SQLite) -----------------------------------------
@@ -317,7 +327,9 @@ SELECT_SESSIONS_NOW = _SESSION_NOW
 
 
 def fenced_update_statement(op: UpdateEffect) -> str:
-    return UPDATE_EFFECT_FENCED if op.expect_at is None else UPDATE_EFFECT_AT_FENCED
+    if op.expect_at is None:
+        return UPDATE_EFFECT_FENCED
+    return UPDATE_EFFECT_AT_FENCED if op.expect_worker is None else UPDATE_EFFECT_BY_FENCED
 
 
 DROP_LEASE = "UPDATE leases SET expires_at = 0 WHERE session_id = ? AND token = ?"
