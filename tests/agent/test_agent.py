@@ -128,6 +128,28 @@ def test_a_call_cut_off_by_max_tokens_is_neither_stored_nor_run(
     assert [t["title"] for t in world.tickets()] == ["Outage"]
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["create", "stream"])
+def test_a_call_the_api_s_classifiers_stopped_is_neither_stored_nor_run(
+    store: tl.Store, world: World, streamed: bool
+) -> None:
+    """A reply the API's safety classifiers stopped (``stop_reason`` ``refusal``) while it
+    wrote a call: its input may be cut short just as at ``max_tokens``, so it never runs — and
+    the error does not send the user to raise a limit that would change nothing."""
+    cut = Reply(tool_uses=[ToolUse("create_ticket", {"title": "Out"})], stop_reason="refusal")
+    on_text = (lambda text: None) if streamed else None
+    with (
+        ScriptedModel([cut]) as m,
+        pytest.raises(tl.MalformedContentError, match="refused") as info,
+    ):
+        agent_for(m, store, world).run(session="s", prompt="open a ticket", on_text=on_text)
+    assert "max_tokens" not in str(info.value)
+    assert world.tickets() == [], "a call cut short never runs"
+    assert [msg.role for msg in store.messages("s")] == ["user"]
+    state = store.session("s")
+    assert state is not None and state.status is tl.RunStatus.FAILED, "not left running"
+    assert "refus" in (state.reason or ""), state.reason
+
+
 def test_completed_session_with_its_own_prompt_is_returned_as_is(
     store: tl.Store, world: World
 ) -> None:

@@ -91,17 +91,27 @@ def read_tool_uses(content: Any) -> list[ToolCall]:
     return calls
 
 
-_CUT_OFF = frozenset({"max_tokens", "model_context_window_exceeded"})
-"""Stop reasons of a reply the API ended mid-block: its last block may be incomplete."""
+_RAISE_LIMIT = "Raise max_tokens and run the session again."
+_CUT_OFF = {
+    "max_tokens": _RAISE_LIMIT,
+    "model_context_window_exceeded": _RAISE_LIMIT,
+    # The API's safety classifiers stopped the reply where it was (a larger limit gets the
+    # same): the model declined to go on with it.
+    "refusal": "The model refused to go on: change the prompt, or settle the work another way.",
+}
+"""Stop reasons of a reply the API ended mid-block (its last block may be incomplete), each
+with what gets a whole reply."""
 
 
 def _cut_off_call(stop_reason: Any, blocks: Any) -> None:
-    """Raise ``MalformedContentError`` when a reply that stopped at its token limit ends with a
-    ``tool_use`` block: the limit may have cut that call's input short (the SDK's stream reads
-    partial JSON as far as it goes: ``{"amount": 10`` of ``{"amount": 1000}`` is ``10``), and
-    running it would do something nobody asked for. Nothing is stored or run; a larger
-    ``max_tokens`` gets the whole call."""
-    if not isinstance(stop_reason, str) or stop_reason not in _CUT_OFF:
+    """Raise ``MalformedContentError`` when a reply that stopped at its token limit (or that
+    the API's classifiers stopped: ``refusal``) ends with a ``tool_use`` block: the stop may
+    have cut that call's input short (the SDK's stream reads partial JSON as far as it goes:
+    ``{"amount": 10`` of ``{"amount": 1000}`` is ``10``), and running it would do something
+    nobody asked for. Nothing is stored or run; the error says
+    what gets a whole reply (``_CUT_OFF``)."""
+    remedy = _CUT_OFF.get(stop_reason) if isinstance(stop_reason, str) else None
+    if remedy is None:
         return
     if not isinstance(blocks, (list, tuple)) or not blocks:
         return
@@ -112,7 +122,7 @@ def _cut_off_call(stop_reason: Any, blocks: Any) -> None:
     raise MalformedContentError(
         f"the model's reply stopped at {stop_reason} while it wrote a call of "
         f"{field(last, 'name')!r} ({tool_use_id}), whose input may be cut short: nothing was "
-        "stored or run. Raise max_tokens and run the session again.",
+        f"stored or run. {remedy}",
         tool_use_id=tool_use_id if isinstance(tool_use_id, str) else None,
     )
 
