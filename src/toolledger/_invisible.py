@@ -82,6 +82,9 @@ ACTING_RANGES = (
     (0xFEFF, 0xFEFF),
 )
 _INVISIBLE = re.compile(INVISIBLE_CLASS)
+# ``json_invisible_escaped``'s: those, and the lone surrogates ``ensure_ascii=False`` leaves raw —
+# a code point UTF-8 cannot hold, which a file or a strict standard output refuses to write.
+_JSON_ESCAPED = re.compile(INVISIBLE_CLASS[:-1] + "\\ud800-\\udfff]")
 _ACTING = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ACTING_RANGES) + "]")
 
 
@@ -222,9 +225,10 @@ def _escaped(c: str, keep: str) -> str:
 def json_invisible_escaped(text: str) -> str:
     """JSON text (``json.dumps(..., ensure_ascii=False)``) with every invisible character
     (``INVISIBLE_RANGES``) in its strings written as its ``\\uXXXX`` escape — the same JSON,
-    loading to the same value, that shows a person what it holds. Its layout (line breaks and
-    indents between values) is kept: ``json.dumps`` writes no raw control inside a string."""
-    return _INVISIBLE.sub(_json_escaped, text)
+    loading to the same value, that shows a person what it holds — and every lone surrogate too,
+    so the text is UTF-8 whatever it holds. Its layout (line breaks and indents between values)
+    is kept: ``json.dumps`` writes no raw control inside a string."""
+    return _JSON_ESCAPED.sub(_json_escaped, text)
 
 
 def _json_escaped(m: re.Match[str]) -> str:

@@ -206,6 +206,38 @@ def test_a_records_error_text_is_masked_wherever_it_is_shown(
     assert "hunter2" in out and "sk-live-12345678" in out
 
 
+def test_a_lone_surrogate_in_a_result_is_exported_as_its_escape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A result holding a lone surrogate (a file name read with ``surrogateescape``): ``export``
+    (to a file, and on standard output) and ``effects --json`` write it as its ``\\u`` escape —
+    UTF-8 any reader takes, loading to the same value — never the raw code point UTF-8 cannot
+    hold (the file's write raised, and a strict standard output lost every line after it)."""
+
+    @tl.tool(effect="read_only")
+    def list_dir(path: str) -> str:
+        return "report-\udcff.txt"
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    content = [{"type": "tool_use", "id": "toolu_1", "name": "list_dir", "input": {"path": "."}}]
+    with tl.open_store(url) as store:
+        tl.run_tool_uses(content, [list_dir], ledger=store.ledger("s"))
+    target = tmp_path / "s.jsonl"
+    code, _ = cli(capsys, "--store", url, "export", "s", "--show-secrets", "-o", str(target))
+    assert code == 0
+    (effect,) = [
+        r
+        for r in map(json.loads, target.read_bytes().decode().splitlines())
+        if r["kind"] == "effect"
+    ]
+    assert effect["result"] == "report-\udcff.txt"
+    for argv in (["export", "s"], ["--json", "effects", "s", "--show-secrets"]):
+        code = main(["--store", url, *argv])
+        out = capsys.readouterr().out
+        assert code == 0 and "\udcff" not in out and "\\udcff" in out, argv
+        out.encode()  # the whole of it is UTF-8
+
+
 def test_a_bad_age_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["prune", "--older-than", "30 days"])
