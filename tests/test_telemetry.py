@@ -17,7 +17,7 @@ import pytest
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
@@ -216,6 +216,54 @@ def test_a_failed_model_call_and_a_raising_batch_end_their_spans_in_error(
     assert mismatched.status.status_code is trace.StatusCode.ERROR
     assert mismatched.attributes is not None
     assert mismatched.attributes["error.type"] == "LedgerMismatchError"
+
+
+class Failing(SpanProcessor):
+    """A span processor that raises as each span ends while ``armed`` (a broken pipeline)."""
+
+    armed = False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if Failing.armed:
+            raise RuntimeError("the span pipeline is broken")
+
+
+def test_a_span_processor_that_raises_changes_nothing_of_the_run(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    """Tracing watches; it never decides. A processor that raises as a span ends — after the
+    tool ran — neither fails the batch (its result lost to the caller, the next call never run,
+    every retry failing the same way) nor the agent's run."""
+    ran: list[int] = []
+
+    @tl.tool
+    def pay(amount: int) -> str:
+        ran.append(amount)
+        return f"paid {amount}"
+
+    content = [
+        {"type": "tool_use", "id": f"toolu_{i}", "name": "pay", "input": {"amount": i}}
+        for i in (1, 2)
+    ]
+    script = [Reply(text="Paying.", tool_uses=[ToolUse("pay", {"amount": 3})]), Reply(text="Paid.")]
+    trace.get_tracer_provider().add_span_processor(Failing())  # type: ignore[attr-defined]
+    Failing.armed = True
+    try:
+        with (
+            ScriptedModel(script) as m,
+            tl.open_store(f"sqlite:///{tmp_path / 'l.db'}") as store,
+        ):
+            results = tl.run_tool_uses(content, [pay], ledger=store.ledger("s"))
+            agent = tl.Agent(client=m.client(), model="claude-test", tools=[pay], store=store)
+            run = agent.run(session="a", prompt="Pay 3.")
+            statuses = [r.status for s in ("s", "a") for r in store.ledger(s).records()]
+    finally:
+        Failing.armed = False
+    assert [r["content"] for r in results] == ["paid 1", "paid 2"]
+    assert run.status is tl.RunStatus.COMPLETED and run.final_text == "Paid."
+    assert ran == [1, 2, 3]
+    assert statuses == [tl.Status.SUCCEEDED] * 3
+    assert len(by_name(spans)["execute_tool pay"]) == 3  # the other processors still had them
 
 
 RUN_A_CALL = textwrap.dedent(

@@ -22,6 +22,8 @@ The counter ``toolledger.tool.calls`` counts calls by ``toolledger.disposition``
 ``gen_ai.tool.name`` and ``toolledger.effect`` (through the global meter provider).
 
 Nothing about inputs or results is put on a span: they may hold what only the store should.
+Tracing watches and never decides: a span processor that raises as a span ends (after the tool
+ran) is not let into the run (``_end``).
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ def agent_span(session_id: str, model: str, provider: str) -> Iterator[Any]:
     if tracer is None:
         yield None
         return
-    with tracer.start_as_current_span(
+    span = tracer.start_span(
         "invoke_agent toolledger",
         kind=_trace.SpanKind.INTERNAL,
         attributes={
@@ -147,8 +149,12 @@ def agent_span(session_id: str, model: str, provider: str) -> Iterator[Any]:
             "gen_ai.provider.name": provider,
             "toolledger.session": session_id,
         },
-    ) as span:
-        yield span
+    )
+    try:
+        with _trace.use_span(span, end_on_exit=False):  # (records an error that goes through)
+            yield span
+    finally:
+        _end(span)
 
 
 def agent_done(span: Any, run: Any) -> None:
@@ -193,7 +199,7 @@ def model_done(
     else:
         span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
-    span.end()
+    _end(span)
 
 
 # -- tool calls ----------------------------------------------------------------------------------
@@ -248,17 +254,25 @@ def tool_done(span: Any, outcome: CallOutcome | None, effect: str | None, tool: 
         span.set_attribute("toolledger.disposition", outcome.disposition.value)
         if outcome.is_error:
             span.set_status(_trace.Status(_trace.StatusCode.ERROR, outcome.disposition.value))
-    span.end()
+    _end(span)
 
 
 def tool_failed(span: Any, exc: BaseException) -> None:
     if span is None:
         return
     _failed(span, exc)
-    span.end()
+    _end(span)
 
 
 def _failed(span: Any, exc: BaseException) -> None:
     span.record_exception(exc)
     span.set_attribute("error.type", type(exc).__qualname__)
     span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(exc).__qualname__))
+
+
+def _end(span: Any) -> None:
+    """End ``span``. The SDK hands it to every span processor as it ends, and lets what one
+    raises through: after the tool ran, that would fail the batch — its result never returned,
+    the next call never run — for a fault of tracing alone."""
+    with suppress(Exception):
+        span.end()
