@@ -6,7 +6,8 @@ a fresh ticket id; every ``tools/call`` of it that arrives is logged (its key) t
 runs) or ``ledgered`` (under a ``ServerLedger`` on the store at ``STORE``, all calls from the
 one local client); ``unnamed`` is ``ledgered`` with the default principal, which a stdio server
 never has. ``slow_ticket`` is ``create_ticket`` after a second's pause (a first attempt still
-running); ``echo_meta`` answers the ``_meta`` it received.
+running); ``unsure_ticket`` is ``create_ticket`` that then cannot tell whether it took effect
+(it raises ``OutcomeUnknown``); ``echo_meta`` answers the ``_meta`` it received.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ def received(tool: Callable[..., Any]) -> Callable[..., Any]:
     return logged
 
 
+def unsure_ticket(title: str, ctx: Context) -> dict[str, str]:
+    """Open a support ticket; the answer is lost on the way back."""
+    effect(title)
+    raise tl.OutcomeUnknown("the ticket service timed out after it was sent")
+
+
 @server.tool()
 def echo_meta(ctx: Context) -> dict[str, Any]:
     """The _meta of this request."""
@@ -80,6 +87,7 @@ if __name__ == "__main__":
             keyed = ServerLedger(store)
         server.tool()(received(keyed.tool(effect="non_idempotent")(create_ticket)))
         server.tool()(keyed.tool(slow_ticket))
+        server.tool()(keyed.tool(effect="non_idempotent")(unsure_ticket))
     try:
         server.run()
     finally:

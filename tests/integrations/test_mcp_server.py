@@ -197,6 +197,27 @@ def test_a_repeat_while_the_first_runs_is_not_a_failure_on_the_client(tmp_path: 
     assert lines(tmp_path) == ["a"]
 
 
+def test_a_repeat_of_a_call_the_tool_could_not_tell_says_so(tmp_path: Path) -> None:
+    """The tool raised OutcomeUnknown: the call is in doubt, and a repeat under the same key is
+    answered OUTCOME_UNKNOWN_CODE with the reason it is in doubt — the tool could not tell — not
+    a process that stopped (this server is alive and answered the first attempt itself)."""
+
+    async def body(session: ClientSession) -> list[MCPError]:
+        raised = []
+        for _ in range(2):
+            with pytest.raises(MCPError) as error:
+                await session.call_tool("unsure_ticket", {"title": "a"}, meta={KEY_META: "k-1"})
+            raised.append(error.value)
+        return raised
+
+    first, again = with_server(tmp_path, "ledgered", body)
+    assert lines(tmp_path) == ["a"], "run once"
+    for error in (first, again):
+        assert error.error.code == OUTCOME_UNKNOWN_CODE
+        assert "the ticket service timed out after it was sent" in error.error.message
+    assert "process stopped" not in again.error.message
+
+
 def test_the_key_is_mirrored_and_merged_with_the_callers_meta(tmp_path: Path) -> None:
     async def body(session: ClientSession) -> list[dict[str, Any]]:
         tools = await tools_from_session(

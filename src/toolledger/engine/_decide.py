@@ -262,10 +262,18 @@ def first_step(
                     "approve only if running it again is acceptable"
                 ),
             )
-        return Unresolved(in_doubt_message(call.name, "the process stopped while it ran"))
+        return Unresolved(in_doubt_message(call.name, _why_in_doubt(record)))
     if tool.high_impact:
         return Ask(in_doubt=False, reason=f"{call.name!r} is high-impact")
     return _RUN
+
+
+def _why_in_doubt(record: EffectRecord | None) -> str:
+    """Why a ``started`` record is in doubt: what its worker said when it gave the attempt up
+    (the tool could not tell, its run was cancelled), else its process stopped while it ran."""
+    if record is not None and record.released and record.error:
+        return record.error.removeprefix("in doubt: ")
+    return "the process stopped while it ran"
 
 
 def writes_first(action: Action, tool: Tool[Any, Any] | None) -> bool:
