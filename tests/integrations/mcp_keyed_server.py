@@ -7,7 +7,8 @@ runs) or ``ledgered`` (under a ``ServerLedger`` on the store at ``STORE``, all c
 one local client); ``unnamed`` is ``ledgered`` with the default principal, which a stdio server
 never has. ``slow_ticket`` is ``create_ticket`` after a second's pause (a first attempt still
 running); ``unsure_ticket`` is ``create_ticket`` that then cannot tell whether it took effect
-(it raises ``OutcomeUnknown``); ``echo_meta`` answers the ``_meta`` it received.
+(it raises ``OutcomeUnknown``); ``full_ticket`` answers the SDK's ``CallToolResult`` itself, an
+error result once the world holds a line; ``echo_meta`` answers the ``_meta`` it received.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult, TextContent
 
 import toolledger as tl
 from toolledger.integrations.mcp_server import ServerLedger
@@ -68,6 +70,13 @@ def unsure_ticket(title: str, ctx: Context) -> dict[str, str]:
     raise tl.OutcomeUnknown("the ticket service timed out after it was sent")
 
 
+def full_ticket(title: str, ctx: Context) -> CallToolResult:
+    """Open a support ticket unless one is open already (an error result)."""
+    if WORLD.exists():
+        return CallToolResult(content=[TextContent(text="a ticket is open already")], is_error=True)
+    return CallToolResult(content=[TextContent(text=json.dumps(effect(title)))])
+
+
 @server.tool()
 def echo_meta(ctx: Context) -> dict[str, Any]:
     """The _meta of this request."""
@@ -88,6 +97,7 @@ if __name__ == "__main__":
         server.tool()(received(keyed.tool(effect="non_idempotent")(create_ticket)))
         server.tool()(keyed.tool(slow_ticket))
         server.tool()(keyed.tool(effect="non_idempotent")(unsure_ticket))
+        server.tool()(keyed.tool(effect="non_idempotent")(full_ticket))
     try:
         server.run()
     finally:

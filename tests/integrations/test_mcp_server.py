@@ -218,6 +218,24 @@ def test_a_repeat_of_a_call_the_tool_could_not_tell_says_so(tmp_path: Path) -> N
     assert "process stopped" not in again.error.message
 
 
+def test_a_repeat_answers_the_call_tool_result_the_tool_returned(tmp_path: Path) -> None:
+    """A tool that answers the SDK's CallToolResult itself — here an error result — is answered
+    the same on a repeat: an error, with its text, not a success whose text is its JSON."""
+
+    async def body(session: ClientSession) -> list[Any]:
+        first = await session.call_tool("full_ticket", {"title": "a"}, meta={KEY_META: "k-1"})
+        refused = await session.call_tool("full_ticket", {"title": "b"}, meta={KEY_META: "k-2"})
+        again = await session.call_tool("full_ticket", {"title": "b"}, meta={KEY_META: "k-2"})
+        first_again = await session.call_tool("full_ticket", {"title": "a"}, meta={KEY_META: "k-1"})
+        return [first, refused, again, first_again]
+
+    first, refused, again, first_again = with_server(tmp_path, "ledgered", body)
+    assert lines(tmp_path) == ["a"]
+    assert refused.is_error and refused.content[0].text == "a ticket is open already"
+    assert again.is_error and again.content == refused.content
+    assert not first_again.is_error and first_again.content == first.content
+
+
 def test_the_key_is_mirrored_and_merged_with_the_callers_meta(tmp_path: Path) -> None:
     async def body(session: ClientSession) -> list[dict[str, Any]]:
         tools = await tools_from_session(

@@ -50,6 +50,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from pydantic import TypeAdapter, ValidationError
+
 from .._tool_uses import arun_tool_uses
 from ..adapters._shapes import check_call_id
 from ..adapters.mcp import KEY_META, OUTCOME_UNKNOWN_CODE, key_from_meta
@@ -145,6 +147,7 @@ class ServerLedger:
         context_name = _context_parameter(fn)
         name: str = getattr(fn, "__name__", "tool")
         is_async = _is_async(fn)
+        returns = _returns(fn)
 
         @functools.wraps(fn)
         async def ledgered(*args: Any, **kwargs: Any) -> Any:
@@ -159,7 +162,7 @@ class ServerLedger:
                 return await run_tool()
             arguments = {k: _plain(v) for k, v in kwargs.items() if k != context_name}
             call = _Call(name=name, key=key, arguments=arguments)
-            return await self._call(call, run_tool, declaration, ctx)
+            return await self._call(call, run_tool, declaration, ctx, returns)
 
         return ledgered  # type: ignore[return-value]
 
@@ -169,6 +172,7 @@ class ServerLedger:
         run_tool: Callable[[], Awaitable[Any]],
         declaration: dict[str, Any],
         ctx: Any,
+        returns: TypeAdapter[Any] | None,
     ) -> Any:
         name, key = call.name, call.key
         try:
@@ -206,7 +210,9 @@ class ServerLedger:
             return produced[-1]  # ran now: the tool's own value, as the SDK would return it
         record = ledger.get(key)
         if record is not None and record.status is Status.SUCCEEDED and record.result:
-            return json.loads(record.result)  # a repeat: what the first call returned
+            # A repeat: what the first call returned, as the type the tool declares (the SDK's
+            # CallToolResult, content blocks, a model): the SDK answers it as it did the first.
+            return _as_returned(json.loads(record.result), returns)
         if record is not None and record.status is Status.STARTED:
             raise _unknown(str(result["content"]))  # in doubt: the first attempt may have run
         raise _tool_error(str(result["content"]))
@@ -238,6 +244,29 @@ class _Call:
 
 def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(inspect.unwrap(fn))
+
+
+def _returns(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:
+    """What ``fn`` declares it returns, to rebuild a recorded result as (``None``: nothing, or
+    an annotation that cannot be resolved)."""
+    try:
+        annotation = inspect.signature(fn, eval_str=True).return_annotation
+        if annotation is inspect.Signature.empty:
+            return None
+        return TypeAdapter(annotation)
+    except Exception:  # whatever resolving a user's annotation raises: answer it as recorded
+        return None
+
+
+def _as_returned(value: Any, returns: TypeAdapter[Any] | None) -> Any:
+    """A recorded result as the type the tool returned it as, else as recorded (a result
+    recorded as a note, or by a tool whose annotation changed since)."""
+    if returns is None:
+        return value
+    try:
+        return returns.validate_python(value)
+    except ValidationError:
+        return value
 
 
 def _plain(value: Any) -> Any:
