@@ -26,6 +26,7 @@ require("mcp", "mcp")
 
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
+from mcp.server.mcpserver import Context  # noqa: E402
 
 import toolledger as tl  # noqa: E402
 from toolledger.adapters.mcp import (  # noqa: E402
@@ -299,3 +300,18 @@ def test_a_tool_without_a_context_or_with_a_bad_declaration_is_refused() -> None
         keyed.tool(effekt="read_only")
     with pytest.raises(tl.ConfigurationError, match="meta_keys"):
         ServerLedger(tl.open_store("memory://"), meta_keys="idempotencyKey")
+
+
+def test_a_high_impact_tool_is_refused_for_a_server_has_no_one_to_ask() -> None:
+    """A server's tool has no approval gate: a keyed call would be declined for ever (asking
+    for an ``approve=`` nobody can pass), and a call without a key runs as without the ledger —
+    approved by nobody. Declaring it high-impact would promise what the server cannot keep."""
+    keyed = ServerLedger(tl.open_store("memory://"), principal=lambda ctx: "local")
+
+    def pay(amount: int, ctx: Context) -> str:
+        return "paid"
+
+    with pytest.raises(tl.ConfigurationError, match="no approval") as info:
+        keyed.tool(high_impact=True)(pay)
+    assert "pay" in str(info.value)
+    keyed.tool(high_impact=False)(pay)  # said explicitly: as any other tool

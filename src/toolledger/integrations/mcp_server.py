@@ -137,15 +137,25 @@ class ServerLedger:
         """``@keyed.tool`` or ``@keyed.tool(effect=..., timeout=..., ...)`` (``@tl.tool``'s
         keywords: what running the tool twice would do, for a first attempt the server died in),
         under the SDK's ``@server.tool()``. Raises ``ConfigurationError`` for a bad declaration
-        or a function without a ``Context`` parameter."""
+        (``high_impact``: a server has no one to ask) or a function without a ``Context``
+        parameter."""
         checked_declarations({"tool": declaration})
         if fn is None:
             return lambda f: self._wrap(f, declaration)
         return self._wrap(fn, declaration)
 
     def _wrap(self, fn: F, declaration: dict[str, Any]) -> F:
-        context_name = _context_parameter(fn)
         name: str = getattr(fn, "__name__", "tool")
+        if declaration.get("high_impact"):
+            # No one to ask: a keyed call would be declined for ever, and one without a key
+            # runs as it would without the ledger — approved by nobody.
+            raise ConfigurationError(
+                f"{name!r} is declared high_impact, but an MCP server's tools have no approval "
+                "gate: a keyed call could never be approved, and a call without a key would run "
+                "unapproved. Gate it in the client (its agent's approve=), or have the tool ask "
+                "a person before it acts"
+            )
+        context_name = _context_parameter(fn)
         is_async = _is_async(fn)
         returns = _returns(fn)
 
