@@ -25,8 +25,8 @@ from .conftest import require
 require("mcp", "mcp")
 
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp.server.mcpserver import Context  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
 
 import toolledger as tl  # noqa: E402
 from toolledger.adapters.mcp import (  # noqa: E402
