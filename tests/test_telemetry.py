@@ -10,7 +10,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import opentelemetry.metrics._internal as metrics_internal
 import pytest
@@ -264,6 +264,58 @@ def test_a_span_processor_that_raises_changes_nothing_of_the_run(
     assert ran == [1, 2, 3]
     assert statuses == [tl.Status.SUCCEEDED] * 3
     assert len(by_name(spans)["execute_tool pay"]) == 3  # the other processors still had them
+
+
+class Exporting(SpanProcessor):
+    """An exporter that sends each span as it ends (``SimpleSpanProcessor``): it reads, in a
+    connection of its own, what the ledger holds of the call the span is about then."""
+
+    url: str | None = None
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+    added = False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if Exporting.url is None or not span.name.startswith("execute_tool"):
+            return
+        call = str((span.attributes or {}).get("gen_ai.tool.call.id"))
+        with tl.open_store(Exporting.url) as other:
+            record = other.ledger("s").get(call)
+        Exporting.seen.append((call, None if record is None else record.status.value))
+
+
+@pytest.mark.parametrize("calls", [1, 3], ids=["one call", "a batch"])
+def test_a_call_s_span_is_exported_after_its_outcome_is_written(
+    spans: InMemorySpanExporter, tmp_path: Path, calls: int
+) -> None:
+    """A span is exported as it ends, and an exporter may be slow or hang (a collector that
+    went away, its timeout): ended before the call's outcome is written, it would hold that
+    write back — a window in which a crash leaves a call that succeeded in doubt. The span ends
+    once the outcome is in the ledger, with the time the call was done."""
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+
+    @tl.tool
+    def pay(amount: int) -> str:
+        return f"paid {amount}"
+
+    content = [
+        {"type": "tool_use", "id": f"toolu_{i}", "name": "pay", "input": {"amount": i}}
+        for i in range(calls)
+    ]
+    if not Exporting.added:  # once: the provider is the module's
+        trace.get_tracer_provider().add_span_processor(Exporting())  # type: ignore[attr-defined]
+        Exporting.added = True
+    Exporting.url, Exporting.seen = url, []
+    try:
+        with tl.open_store(url) as store:
+            tl.run_tool_uses(content, [pay], ledger=store.ledger("s"))
+    finally:
+        Exporting.url = None
+    assert Exporting.seen == [(f"toolu_{i}", "succeeded") for i in range(calls)]
+    ended = by_name(spans)["execute_tool pay"]
+    assert len(ended) == calls
+    for span in ended:
+        assert span.end_time is not None and span.start_time is not None
+        assert span.end_time >= span.start_time
 
 
 RUN_A_CALL = textwrap.dedent(

@@ -244,6 +244,8 @@ class Buffer:
     # tool's timeout): what a hold on it counts to, whatever the wall clock did meanwhile.
     ends: dict[tuple[str, str, str], float] = field(default_factory=dict)
     kept: set[str] = field(default_factory=set)  # calls whose outcomes the background writer keeps
+    # The calls' spans, ended once their outcomes are written (``telemetry.tool_done``).
+    spans: list[tuple[Any, int]] | None = None
 
     @property
     def urgent(self) -> bool:

@@ -132,6 +132,8 @@ def _process(
         return Batch(outcomes, commit_error=error if extra else None)
     finally:
         given_up(env, buf)  # an exception: attempts whose outcome never committed
+        if buf.spans:
+            telemetry.end_spans(buf.spans)  # after the outcomes' commit
 
 
 def _same_call(record: EffectRecord, call: ToolCall, env: Env) -> None:
@@ -176,7 +178,9 @@ def _one(
         raise
     finally:
         telemetry.leave(token)
-    telemetry.tool_done(span, outcome, effect, call.name)
+    if buf.spans is None:
+        buf.spans = []
+    telemetry.tool_done(span, outcome, effect, call.name, buf.spans)
     return outcome
 
 
@@ -413,6 +417,8 @@ def run_batch(
         return Batch([done])
     finally:
         given_up(env, buf)  # an exception: attempts whose outcome never committed
+        if buf.spans:
+            telemetry.end_spans(buf.spans)  # after the outcome's commit
 
 
 def _one_now(common: straight.Plan, env: Env, buf: Buffer, io: IOContext) -> CallOutcome:
@@ -430,7 +436,9 @@ def _one_now(common: straight.Plan, env: Env, buf: Buffer, io: IOContext) -> Cal
         raise
     finally:
         telemetry.leave(token)
-    telemetry.tool_done(span, done, effect, call.name)
+    if buf.spans is None:
+        buf.spans = []
+    telemetry.tool_done(span, done, effect, call.name, buf.spans)
     return done
 
 

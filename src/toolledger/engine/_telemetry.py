@@ -29,6 +29,7 @@ ran) is not let into the run (``_end``).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ except ImportError:  # pragma: no cover - exercised where the extra is not insta
 
 __all__ = [
     "agent_span",
+    "end_spans",
     "enter",
     "leave",
     "model_done",
@@ -236,9 +238,19 @@ def leave(token: Any) -> None:
         _context.detach(token)
 
 
-def tool_done(span: Any, outcome: CallOutcome | None, effect: str | None, tool: str) -> None:
-    """End the call's span with its disposition, and count it. ``outcome`` is ``None`` when the
-    call raised (``tool_failed`` ends the span then)."""
+def tool_done(
+    span: Any,
+    outcome: CallOutcome | None,
+    effect: str | None,
+    tool: str,
+    ended: list[tuple[Any, int]],
+) -> None:
+    """The call's span given its disposition, and the call counted. ``outcome`` is ``None``
+    when the call raised (``tool_failed`` ends the span then). The span is not ended here but
+    put in ``ended`` with the time it is done, for ``end_spans`` to end once the call's outcome
+    is written: a span processor may export as a span ends (``SimpleSpanProcessor``), and a
+    slow exporter must not hold back the write — a crash meanwhile would leave a call that
+    succeeded in doubt."""
     if _trace is None:
         return
     counter = _counter() if outcome is not None else None
@@ -254,7 +266,14 @@ def tool_done(span: Any, outcome: CallOutcome | None, effect: str | None, tool: 
         span.set_attribute("toolledger.disposition", outcome.disposition.value)
         if outcome.is_error:
             span.set_status(_trace.Status(_trace.StatusCode.ERROR, outcome.disposition.value))
-    _end(span)
+    ended.append((span, time.time_ns()))  # the SDK's own clock for a span's times
+
+
+def end_spans(ended: list[tuple[Any, int]]) -> None:
+    """End the spans ``tool_done`` kept, each at the time its call was done."""
+    for span, at in ended:
+        _end(span, at)
+    ended.clear()
 
 
 def tool_failed(span: Any, exc: BaseException) -> None:
@@ -270,9 +289,10 @@ def _failed(span: Any, exc: BaseException) -> None:
     span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(exc).__qualname__))
 
 
-def _end(span: Any) -> None:
-    """End ``span``. The SDK hands it to every span processor as it ends, and lets what one
-    raises through: after the tool ran, that would fail the batch — its result never returned,
-    the next call never run — for a fault of tracing alone."""
+def _end(span: Any, at: int | None = None) -> None:
+    """End ``span`` (at ``at``, in ns since the epoch; ``None``: now). The SDK hands it to every
+    span processor as it ends, and lets what one raises through: after the tool ran, that would
+    fail the batch — its result never returned, the next call never run — for a fault of
+    tracing alone."""
     with suppress(Exception):
-        span.end()
+        span.end(end_time=at)
