@@ -13,8 +13,10 @@ import asyncio
 import json
 import os
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -315,3 +317,29 @@ def test_a_high_impact_tool_is_refused_for_a_server_has_no_one_to_ask() -> None:
         keyed.tool(high_impact=True)(pay)
     assert "pay" in str(info.value)
     keyed.tool(high_impact=False)(pay)  # said explicitly: as any other tool
+
+
+@pytest.mark.parametrize("keyed_call", [False, True], ids=["no key", "a key"])
+def test_a_plain_tool_runs_off_the_event_loop(keyed_call: bool) -> None:
+    """The SDK runs a plain (``def``) tool on a worker thread, so the server goes on answering
+    while it works — a repeat of it among them. Wrapped, it still does: run on the event loop,
+    it would stop the whole server for as long as it took."""
+    keyed = ServerLedger(tl.open_store("memory://"), principal=lambda ctx: "local")
+    go_on = threading.Event()
+
+    @keyed.tool(effect="idempotent")
+    def wait_for_the_loop(title: str, ctx: Context) -> str:
+        return "ran beside the loop" if go_on.wait(5) else "the loop stood still"
+
+    meta = {KEY_META: "k-1"} if keyed_call else None
+    ctx = SimpleNamespace(request_context=SimpleNamespace(meta=meta))
+
+    async def body() -> Any:
+        async def meanwhile() -> None:
+            await asyncio.sleep(0.05)
+            go_on.set()
+
+        answer, _ = await asyncio.gather(wait_for_the_loop(title="t", ctx=ctx), meanwhile())
+        return answer
+
+    assert asyncio.run(body()) == "ran beside the loop"

@@ -157,6 +157,9 @@ class ServerLedger:
             )
         context_name = _context_parameter(fn)
         is_async = _is_async(fn)
+        # On a worker thread, as the SDK runs a plain tool: on the event loop it would stop the
+        # server — every other request, a repeat of this call among them. (``anyio``: the SDK's.)
+        in_thread = None if is_async else importlib.import_module("anyio.to_thread").run_sync
         returns = _returns(fn)
 
         @functools.wraps(fn)
@@ -166,7 +169,9 @@ class ServerLedger:
             key = key_from_meta(meta, self.meta_keys)
 
             async def run_tool() -> Any:
-                return (await fn(*args, **kwargs)) if is_async else fn(*args, **kwargs)
+                if in_thread is None:
+                    return await fn(*args, **kwargs)
+                return await in_thread(functools.partial(fn, *args, **kwargs))
 
             if key is None:
                 return await run_tool()
