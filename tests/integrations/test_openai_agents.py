@@ -202,6 +202,28 @@ def test_outcomes_reach_the_ledger_failed_and_in_doubt(tmp_path: Path) -> None:
     assert [s[0] for s in seen] == ["c-boom", "c-lost"] and all(s[1] for s in seen)
 
 
+def test_stop_on_first_tool_ends_the_run_with_the_in_doubt_text_as_documented(
+    tmp_path: Path,
+) -> None:
+    """With ``tool_use_behavior="stop_on_first_tool"`` the tool's answer is the run's final
+    output, whatever it says (docs/integrations/openai-agents.md): a call left in doubt ends the
+    run with toolledger's in-doubt text, not an exception — the ledger tells it apart."""
+
+    @function_tool
+    def charge(order: str) -> str:
+        """Charge an order."""
+        raise tl.OutcomeUnknown("the connection dropped after the request was sent")
+
+    call = Reply(tool_uses=[ToolUse("charge", {"order": "A-7"}, id="c-1")])
+    with ScriptedOpenAI([call]) as model, tl.open_store("memory://") as store:
+        use_model(model.url)
+        agent = Agent(name="a", model="m", tools=[charge], tool_use_behavior="stop_on_first_tool")
+        out = run(ledgered(agent, store=store), "go")
+        record = store.ledger(SESSION).get("c-1")
+    assert "may already have happened" in str(out.final_output)
+    assert record is not None and record.status is Status.STARTED, "in doubt"
+
+
 def test_a_tool_that_raises_cancelled_error_is_in_doubt_not_an_invitation_to_retry(
     tmp_path: Path,
 ) -> None:
