@@ -576,6 +576,56 @@ def test_a_call_in_progress_is_shown_as_such_and_cannot_be_resolved_without_forc
     assert code == 2 and "--result goes with --happened" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("columns", [40, 200])
+def test_a_call_in_progress_refused_names_the_whole_forcing_command(
+    tmp_path: Path, columns: int
+) -> None:
+    """`resolve` of a call still in progress is refused, and the refusal ends with the one
+    complete command that forces it — the same choice, --result and --by, quoted, alone on its
+    line at any width — not a flag to add. Pasted into bash, it settles that call so."""
+    from toolledger.codec import input_hash
+    from toolledger.records import EffectRecord, Holder
+
+    from .test_widths import BIN, EVIL, in_terminal
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    tid = "toolu_" + "9b13b1d367ca44fd99fd8a3a" * 2
+    with tl.open_store(url) as store:
+        running = EffectRecord(
+            session_id=EVIL,
+            tool_use_id=tid,
+            tool="refund",
+            input_hash=input_hash({"amount": 5}),
+            status=Status.STARTED,
+            attempt=1,
+            created_at=store.clock(),
+            updated_at=store.clock(),
+            worker="host-b:77:abcd",
+            holder=Holder(host="host-b", pidns="4026531836", pid=77, start=9),
+            lease_token=3,
+            deadline=store.now() + 600,
+        )
+        store.backend.apply(EVIL, [InsertEffect(running)])
+    result = '{"refund": "R-1", "note": "it\'s done"}'
+    argv = ["--store", url, "resolve", EVIL, tid, "--happened", "--result", result, "--by", "a n"]
+    out = in_terminal([*argv, "--watch", "0"], columns, code=1)
+    assert "EffectInProgressError" in out and "\u202e" not in out and "\x9b" not in out, out
+    assert "use --force" not in " ".join(out.split()), out
+    (line,) = [line for line in out.splitlines() if line.startswith("toolledger ")]
+    assert "--force" in line, out
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-c", line], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, (line, done.stdout, done.stderr)
+    with tl.open_store(url) as store:
+        record = store.ledger(EVIL).get(tid)
+    assert record is not None and record.status is Status.SUCCEEDED
+    assert record.result is not None and json.loads(record.result) == json.loads(result)
+    assert record.error is not None and record.error.startswith("resolved by a n: happened")
+    assert "forced while attempt 1 may still run" in record.error
+
+
 @pytest.mark.parametrize(
     ("result", "why"),
     [

@@ -12,7 +12,8 @@ from rich.text import Text
 from .._views.overview import known_session
 from .._views.results import parse_result
 from ..approvals import _queue as approvals
-from ..errors import NotInDoubtError, NotPendingError
+from ..approvals._terminal import user
+from ..errors import EffectInProgressError, NotInDoubtError, NotPendingError
 from ..records import Status
 from . import render
 from ._command import emit_json, no_session, store_of, url_of
@@ -54,6 +55,8 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
             if not known_session(store, args.session):  # a mistyped session, most likely
                 return no_session(console, args, store)
             raise
+        except EffectInProgressError as exc:
+            return _in_progress(args, exc, url_of(args))
     if args.json:
         emit_json(render.effect_json(record))
     else:
@@ -62,6 +65,35 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
         if args.force and record.error and "forced while" in record.error:
             Out(console).line(safe(record.error, "yellow"))
     return 0
+
+
+def _in_progress(args: argparse.Namespace, exc: EffectInProgressError, url: str) -> int:
+    """A call whose attempt may still run is not settled: say so, and then — whole, quoted,
+    alone on its line — the one command that settles it anyway, the same way (the same
+    ``--result``, the same ``--by``), for a person who knows that worker is gone for good."""
+    options = ["--happened" if args.happened else "--not-happened"]
+    if args.result is not None:
+        options += ["--result", args.result]
+    if args.by != user():
+        options += ["--by", args.by]
+    forcing = render.command(
+        "resolve", args.session, args.tool_use_id, options=[*options, "--force"], url=url
+    )
+    if args.json:
+        emit_json({"error": type(exc).__name__, "message": str(exc), "force_command": forcing})
+        return 1
+    err = Console(stderr=True)
+    err.print(safe(f"{type(exc).__name__}:", "red"), safe(str(exc)), soft_wrap=True)
+    out = Out(err)
+    out.line(
+        safe(
+            "Only if you know that worker is gone for good (its machine or container will not "
+            "come back), settle it anyway with:",
+            "yellow",
+        )
+    )
+    out.command(forcing)
+    return 1
 
 
 def cmd_approvals(args: argparse.Namespace, console: Console) -> int:

@@ -92,8 +92,7 @@ def in_progress_error(
         + (
             "retry later to get its stored result."
             if action == "run again"
-            else "look again once its attempt is over (its outcome written, or in doubt), or "
-            "use --force if you know better."
+            else "look again once its attempt is over (its outcome written, or in doubt)."
         ),
         session_id=record.session_id,
         tool_use_id=record.tool_use_id,
