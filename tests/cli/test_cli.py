@@ -247,6 +247,84 @@ def test_approvals_from_the_command_line(
     assert [a["status"] for a in cli(capsys, "approvals", "--all", "--json")[1]] == ["used"]
 
 
+@pytest.mark.parametrize(
+    ("change", "shown"),
+    [
+        ({"input": {"amount": 3000}}, ["--input-hash"]),
+        ({"in_doubt": True}, ["--in-doubt"]),
+        ({"attempt": 2}, ["--attempt"]),
+    ],
+)
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_a_decision_from_the_command_line_is_bound_to_the_request_it_was_shown(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: dict[str, Any],
+    shown: list[str],
+    decision: str,
+) -> None:
+    """`approvals --json` gives each request's input hash, whether it is in doubt and its
+    attempt; `approve`/`deny` given them decide that request only. One replaced meanwhile by
+    another question for the same call (another input, a re-run of a call in doubt, another
+    attempt) is refused and stays pending; the one shown is decided."""
+    from dataclasses import replace
+
+    from toolledger.codec import input_hash
+    from toolledger.ops import PutApproval
+    from toolledger.records import ApprovalStatus
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+
+    @tl.tool(high_impact=True)
+    def wire(amount: int) -> str:
+        return "wired"
+
+    with (
+        ScriptedModel([Reply(tool_uses=[ToolUse("wire", {"amount": 3})]), Reply(text="paid")]) as m,
+        tl.open_store(url) as store,
+    ):
+        agent = tl.Agent(
+            client=m.client(), model="x", tools=[wire], store=store, approve=tl.approvals.queue
+        )
+        assert agent.run(session="pay", prompt="pay").status is tl.RunStatus.AWAITING_APPROVAL
+    code, (request,) = cli(capsys, "approvals", "--json", "--store", url)
+    assert request["input_hash"] == input_hash({"amount": 3}), request
+    as_shown = {
+        "--input-hash": request["input_hash"],
+        "--in-doubt": "yes" if request["in_doubt"] else "no",
+        "--attempt": str(request["attempt"]),
+    }
+    bound = [word for option in shown for word in (option, as_shown[option])]
+    tid = request["tool_use_id"]
+    with tl.open_store(url) as store:
+        (current,) = store.approvals("pay")
+        if "input" in change:
+            change = {**change, "input_hash": input_hash(change["input"])}
+        store.apply("pay", [PutApproval(replace(current, **change), ApprovalStatus.PENDING)])
+    code = main([decision, "pay", tid, *bound, "--by", "ana", "--store", url])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1 and "is not the one you were shown" in err, err
+    with tl.open_store(url) as store:
+        (now,) = store.approvals("pay")
+    assert now.status is ApprovalStatus.PENDING and now.decided_by is None
+    code, (again,) = cli(capsys, "approvals", "--json", "--store", url)
+    if again["in_doubt"] and decision == "approve":
+        return  # a yes to a re-run of a call not in doubt in the ledger answers nothing
+    every = [
+        "--input-hash",
+        again["input_hash"],
+        "--in-doubt",
+        "yes" if again["in_doubt"] else "no",
+        "--attempt",
+        str(again["attempt"]),
+    ]
+    code, decided = cli(
+        capsys, decision, "pay", tid, *every, "--by", "ana", "--store", url, "--json"
+    )
+    assert code == 0 and decided["decided_by"] == "ana", decided
+    assert decided["input_hash"] == again["input_hash"]
+
+
 @pytest.mark.parametrize("damage", ["not a database", "truncated"])
 def test_verify_reports_a_store_too_damaged_to_open(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str

@@ -176,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("session")
         p.add_argument("tool_use_id")
         p.add_argument("--by", default=user(), help="who decides (default: you)")
+        _as_shown(p)
     add("verify", cmd_verify)
     _console(add)
     p = add("audit", cmd_audit)
@@ -192,6 +193,38 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("bench", cmd_bench)
     p.add_argument("--quick", action="store_true", help="about a minute")
     return parser
+
+
+def _attempt(text: str) -> int:
+    try:
+        attempt = int(text)
+    except ValueError:
+        attempt = -1
+    if attempt < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an attempt: a number, 0 or more")
+    return attempt
+
+
+def _as_shown(p: argparse.ArgumentParser) -> None:
+    """``approve``/``deny``: the request as the person was shown it (``approvals --json``).
+    Each one given binds the decision: a request that is another question by now is refused,
+    not decided."""
+    shown = p.add_argument_group(
+        "the request as you were shown it (from `approvals --json`): a request that is "
+        "another question by now is refused, not decided"
+    )
+    shown.add_argument(
+        "--input-hash", metavar="HASH", help="its input_hash: decide it only for that input"
+    )
+    shown.add_argument(
+        "--in-doubt",
+        choices=("yes", "no"),
+        help="its in_doubt: yes, to run again a call that may already have happened; no, a "
+        "first run",
+    )
+    shown.add_argument(
+        "--attempt", type=_attempt, metavar="N", help="its attempt: the attempt it asks about"
+    )
 
 
 def _reading(

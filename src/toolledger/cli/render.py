@@ -167,6 +167,8 @@ def approval_json(a: ApprovalRecord, *, reveal: bool = False) -> dict[str, Any]:
         "tool_use_id": a.tool_use_id,
         "tool": a.tool,
         "input": a.input if reveal else masked(a.input),
+        # What `approve`/`deny --input-hash` binds a decision to: the input the person saw.
+        "input_hash": a.input_hash,
         "in_doubt": a.in_doubt,
         "attempt": a.attempt,
         "reason": a.reason,

@@ -116,7 +116,14 @@ def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
     with store_of(args, write=True) as store:
         try:
             record = approvals.decide(
-                store, args.session, args.tool_use_id, approved=approved, by=args.by
+                store,
+                args.session,
+                args.tool_use_id,
+                approved=approved,
+                by=args.by,
+                input_hash=args.input_hash,
+                in_doubt=None if args.in_doubt is None else args.in_doubt == "yes",
+                attempt=args.attempt,
             )
         except NotPendingError:
             if not known_session(store, args.session):  # a mistyped session, most likely
