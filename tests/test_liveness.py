@@ -569,8 +569,11 @@ def test_run_tool_uses_refuses_a_call_another_host_is_running(store: tl.Store) -
         tl.run_tool_uses([tool_use("t", "send", to="a")], [send], ledger=store.ledger("s"))
     assert info.value.holder == "w" and info.value.until is not None
     assert abs(info.value.until - (record.deadline or 0)) < 5  # its deadline, or its timeout
-    with pytest.raises(tl.EffectInProgressError, match="--force"):
-        store.ledger("s").resolve("t", happened=False, by="ana")
+    slept: list[float] = []
+    with pytest.raises(tl.EffectInProgressError, match="look again once its attempt is over"):
+        store.ledger("s").resolve("t", happened=False, by="ana", watch=30, sleep=slept.append)
+    # 60 s from its deadline: 30 s of watching could not tell it over, so none was spent.
+    assert slept == []
     assert store.ledger("s").in_doubt() == []
     ((listed, state),) = store.started()
     assert listed == record and isinstance(state, Running)

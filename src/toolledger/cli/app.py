@@ -72,7 +72,8 @@ def _watch(p: argparse.ArgumentParser, default: float) -> None:
         metavar="SECONDS",
         help="where a worker can be judged only by its lease's renewals (another host or "
         "container, no readable /proc), watch them for up to SECONDS to tell a live worker "
-        f"from a dead one (default: {default:g})",
+        "from a dead one; not at all when SECONDS could not tell it "
+        f"(default: {default:g})",
     )
 
 

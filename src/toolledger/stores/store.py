@@ -151,6 +151,10 @@ class Ledger:
         left = watch  # counted by what it slept, so it ends whatever the clocks do
         while undecided(verdict) and not force and left > 0:
             assert isinstance(verdict, Running) and verdict.watch is not None
+            if verdict.watch > left:
+                # More than ``watch`` seconds of watching are needed (a renewal only adds to
+                # them): waiting would end in the same refusal, later and silently.
+                break
             pause = min(verdict.watch, left, 1.0)
             left -= pause
             sleep(pause)
