@@ -651,7 +651,7 @@ def test_a_call_in_progress_is_shown_as_such_and_cannot_be_resolved_without_forc
     )
     assert code == 0 and "forced while attempt 1 may still run" in " ".join(text.split())
     code = main(["--store", url, "resolve", "s", "x", "--not-happened", "--result", "1"])
-    assert code == 2 and "--result goes with --happened" in capsys.readouterr().out
+    assert code == 2 and "--result goes with --happened" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("columns", [40, 200])
@@ -719,10 +719,15 @@ def test_resolve_refuses_a_result_that_is_not_json(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'l.db'}"
     code = main(["--store", url, "resolve", "s", "t", "--happened", "--result", result])
-    out = capsys.readouterr().out
-    assert code == 2 and why in " ".join(out.split()), out
-    code = main(["--store", url, "resolve", "s", "t", "--not-happened", "--result", "1"])
-    assert code == 2 and "--result goes with --happened" in capsys.readouterr().out
+    seen = capsys.readouterr()
+    assert code == 2 and why in " ".join(seen.err.split()), seen
+    assert seen.out == ""
+    for json_flag in ([], ["--json"]):  # a usage error: on stderr, stdout left empty
+        code = main(
+            ["--store", url, "resolve", "s", "t", "--not-happened", "--result", "1", *json_flag]
+        )
+        seen = capsys.readouterr()
+        assert code == 2 and "--result goes with --happened" in seen.err and seen.out == ""
 
 
 @pytest.mark.parametrize("name", ["what?now", "100%25 sure"])
@@ -893,3 +898,16 @@ def test_console_refuses_a_json_it_would_ignore(
     with pytest.raises(SystemExit):
         main(["console", "--help"])
     assert "--json" not in capsys.readouterr().out
+
+
+def test_approvals_with_none_says_so_for_what_was_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With ``--all`` none at all — not "none waiting", which would hint at decided ones."""
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    tl.open_store(url).close()
+    assert main(["--store", url, "approvals"]) == 0
+    assert "no approval request is waiting" in capsys.readouterr().out
+    assert main(["--store", url, "approvals", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "no approval request" in out and "waiting" not in out

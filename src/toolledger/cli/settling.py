@@ -28,8 +28,10 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
     --not-happened (it will run on the next run of the session)."""
     result = None
     if args.result is not None:
+        # Usage errors, as argparse's own: on stderr (with --json too, stdout stays empty).
+        err = Console(stderr=True)
         if not args.happened:
-            console.print(
+            err.print(
                 "[red]--result goes with --happened (what the model is told it returned); a "
                 "call that did not happen has no result[/red]"
             )
@@ -37,9 +39,7 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
         try:
             result = parse_result(args.result)
         except ValueError as exc:
-            console.print(
-                f"[red]--result is not JSON the model can be told: {escape(str(exc))}[/red]"
-            )
+            err.print(f"[red]--result is not JSON the model can be told: {escape(str(exc))}[/red]")
             return 2
     with store_of(args, write=True) as store:
         try:
@@ -108,7 +108,7 @@ def cmd_approvals(args: argparse.Namespace, console: Console) -> int:
     elif records:
         Out(console).grid(render.approvals_table(records, reveal=args.show_secrets))
     else:
-        Out(console).note("no approval request is waiting")
+        Out(console).note("no approval request" + ("" if args.all else " is waiting"))
     return 0
 
 
