@@ -217,4 +217,5 @@ def command_label(argv: Sequence[str]) -> str:
     """What a printed command does, in the words a reason can say it with: its subcommand and
     its options (``resolve --happened``), without the store and the ids it names."""
     _, verb, options, _ = command_parts(argv)
-    return " ".join([verb, *options])
+    # ``--in-doubt=no``: what it is bound to, not what it does.
+    return " ".join([verb, *(o for o in options if "=" not in o)])

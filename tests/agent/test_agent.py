@@ -347,7 +347,8 @@ def test_queued_approval_stops_then_proceeds(store: tl.Store, world: World) -> N
         (request,) = tl.approvals.pending(store)
         for verb in ("approve", "deny"):
             command = shlex.join(["toolledger", "--store", store.url, verb, "s"])
-            assert f"`{command} {request.tool_use_id}`" in (run.reason or "")
+            # Bound to the question asked: a first run, not the re-run of a call in doubt.
+            assert f"`{command} {request.tool_use_id} --in-doubt=no`" in (run.reason or "")
         assert (request.tool, request.input, request.in_doubt) == ("wire", {"amount": 5}, False)
         assert agent.run(session="s").status is tl.RunStatus.AWAITING_APPROVAL
         tl.approvals.decide(store, "s", request.tool_use_id, approved=True, by="ana")

@@ -154,11 +154,12 @@ def test_a_reason_in_a_pipe_names_its_commands_as_they_are_pasted(url: str) -> N
     sid, tid = """'acct\\x41 "it'"'"'s"'""", """'toolu_b\\q'"'"'x'"""
     assert wait["reason"] == (
         r"""awaiting approval: 'pay' (toolu_b\q'x). Decide with """
-        f"`toolledger {store} approve {sid} {tid}` or `toolledger {store} deny {sid} {tid}`, "
-        "then run the session again."
+        f"`toolledger {store} approve {sid} {tid} --in-doubt=no` or "
+        f"`toolledger {store} deny {sid} {tid} --in-doubt=no`, then run the session again."
     )
     assert [shlex.split(c) for c in commands_in(wait["reason"])] == [
-        ["toolledger", "--store", url, verb, WAIT_SID, WAIT_TID] for verb in ("approve", "deny")
+        ["toolledger", "--store", url, verb, WAIT_SID, WAIT_TID, "--in-doubt=no"]
+        for verb in ("approve", "deny")
     ]
 
 

@@ -227,3 +227,39 @@ def test_a_branch_s_commands_for_a_call_its_sibling_settles_are_lines_of_their_o
         lines = [line.strip() for line in out.splitlines()]
         assert happened in lines and not_happened in lines, (argv, out)
         assert not any("`toolledger" in line for line in lines), (argv, out)
+
+
+def test_a_pasted_approve_is_refused_once_the_question_became_a_call_in_doubt(
+    tmp_path: Path,
+) -> None:
+    """A stop's ``approve`` answers the question it was printed for — the first run of a call.
+    Pasted later, once the request asks to run again a call in doubt (a yes to which may make
+    a second effect), it is refused and the request stays pending, not taken for a yes."""
+    from dataclasses import replace
+
+    from toolledger.cli.app import main
+    from toolledger.ops import PutApproval
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+
+    @tl.tool(high_impact=True)
+    def wire(amount: int) -> str:
+        """Wire money."""
+        return "wired"
+
+    script = [Reply(tool_uses=[ToolUse("wire", {"amount": 5})]), Reply(text="done")]
+    with ScriptedModel(script) as m, tl.open_store(url) as store:
+        agent = tl.Agent(
+            client=m.client(), model="x", tools=[wire], store=store, approve=tl.approvals.queue
+        )
+        run = agent.run(session="s", prompt="pay")
+        assert run.status is tl.RunStatus.AWAITING_APPROVAL
+        (approve, _) = [argv for _, _, argv in commands_in(run.reason or "")]
+        (asked,) = tl.approvals.pending(store)
+        again = replace(asked, in_doubt=True, attempt=2)
+        assert store.apply("s", [PutApproval(again, tl.ApprovalStatus.PENDING)]) == [True]
+    assert approve[:1] == ["toolledger"] and approve[-1] == "--in-doubt=no"
+    assert main(approve[1:]) == 1
+    with tl.open_store(url) as store:
+        (still,) = store.approvals("s")
+    assert still.status is tl.ApprovalStatus.PENDING and still.in_doubt

@@ -27,6 +27,11 @@ def behind(sid: str, stray: list[str], why: str, *, url: str) -> CorruptLedgerEr
     )
 
 
+FIRST, AGAIN = "--in-doubt=no", "--in-doubt=yes"
+"""What an ``approve``/``deny`` a stop reason prints is bound to: the first run of a call, or
+the re-run of a call in doubt (``approvals.decide(in_doubt=)``)."""
+
+
 def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunStatus, str] | None:
     """Why checkpoint B must not be written yet: a call is in doubt or awaits approval. The
     commands to run are whole and shell-quoted, with the store when it is not the default."""
@@ -75,8 +80,11 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
         first = [o for o in waiting if not o.in_doubt]
         if first:
             names = ", ".join(_named(o.call) for o in first)
+            # Bound to the question asked (``--in-doubt=no``): pasted once the request has
+            # become a re-run of the call in doubt, it is refused, not taken for a yes to that.
             how = "; ".join(
-                f"`{cmd('approve', sid, o.call)}` or `{cmd('deny', sid, o.call)}`" for o in first
+                f"`{cmd('approve', sid, o.call, FIRST)}` or `{cmd('deny', sid, o.call, FIRST)}`"
+                for o in first
             )
             parts.append(f"awaiting approval: {names}. Decide with {how}")
         # A call in doubt in the queue: approving it runs it again, whatever happened the first
@@ -84,8 +92,8 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
         parts += [
             f"in doubt, awaiting a person: {_named(o.call)} may already "
             f"have happened. Settle it with {settle(sid, o.call)}; "
-            f"`{cmd('approve', sid, o.call)}` runs it again whatever happened (a second effect "
-            f"if it had), `{cmd('deny', sid, o.call)}` leaves it in doubt"
+            f"`{cmd('approve', sid, o.call, AGAIN)}` runs it again whatever happened (a second "
+            f"effect if it had), `{cmd('deny', sid, o.call, AGAIN)}` leaves it in doubt"
             for o in waiting
             if o.in_doubt
         ]

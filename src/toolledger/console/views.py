@@ -368,6 +368,12 @@ def postable(*values: str) -> bool:
     return not any(c in _UNPOSTABLE or "\ud800" <= c <= "\udfff" for v in values for c in v)
 
 
+def _asked(a: ApprovalRecord) -> str:
+    """The question ``a`` asks, which its ``approve``/``deny`` commands are bound to: the re-run
+    of a call in doubt, or a first run (``toolledger.agent._stops.FIRST``)."""
+    return f"--in-doubt={'yes' if a.in_doubt else 'no'}"
+
+
 def _command(store: Store, verb: str, sid: str, tid: str, *options: str) -> str:
     """``toolledger VERB SESSION CALL [OPTION…]`` for the store shown, whole and quoted."""
     return command(verb, sid, tid, options=options, url=store.url, default_url=DEFAULT_STORE_URL)
@@ -425,8 +431,8 @@ def approvals_view(store: Store) -> dict[str, Any]:
                 "commands": ()
                 if postable(a.session_id, a.tool_use_id, a.input_hash)
                 else (
-                    _command(store, "approve", a.session_id, a.tool_use_id),
-                    _command(store, "deny", a.session_id, a.tool_use_id),
+                    _command(store, "approve", a.session_id, a.tool_use_id, _asked(a)),
+                    _command(store, "deny", a.session_id, a.tool_use_id, _asked(a)),
                 ),
             }
             for a in pending(store)
