@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 
@@ -579,6 +580,28 @@ def test_run_tool_uses_refuses_a_call_another_host_is_running(store: tl.Store) -
     assert listed == record and isinstance(state, Running)
     forced = store.ledger("s").resolve("t", happened=False, by="ana", force=True)
     assert forced.status is Status.NOT_HAPPENED and "forced while attempt 1" in (forced.error or "")
+
+
+def test_resolve_watches_an_attempt_whose_deadline_passes_within_the_watch(
+    tmp_path: Path,
+) -> None:
+    """Another host's attempt, run under a session lease that is gone now: its deadline, on
+    this file store's clock, is 1 s away, though its 300 s timeout has not been watched from
+    here. Watching for 10 s tells it over when the deadline passes: resolve settles it, not
+    refuses it at once for the timeout it could not watch whole."""
+    store = tl.open_store(f"sqlite:///{tmp_path / 'w.db'}")
+    far = elsewhere(store, "host-far")
+    now = store.now()
+    record = replace(
+        started(far.runtime.holder, deadline=now + 1.0, at=now - 299.0, lease_token=3),
+        session_id="s",
+    )
+    store.backend.apply("s", [InsertEffect(record)])
+    settled = store.ledger("s").resolve("t", happened=False, by="ana", watch=10)
+    assert settled.status is Status.NOT_HAPPENED
+    assert "forced" not in (settled.error or "")
+    assert store.ledger("s").get("t") == settled
+    store.close()
 
 
 def test_a_runtime_of_another_host_sees_only_its_own_process_table() -> None:

@@ -151,7 +151,12 @@ class Ledger:
         left = watch  # counted by what it slept, so it ends whatever the clocks do
         while undecided(verdict) and not force and left > 0:
             assert isinstance(verdict, Running) and verdict.watch is not None
-            if verdict.watch > left:
+            # When it is judged again (``Running.until``, on the store's clock) may come before
+            # its watch is over: an attempt whose deadline passes meanwhile.
+            soonest = verdict.watch
+            if verdict.until is not None:
+                soonest = min(soonest, verdict.until - self.store.now())
+            if soonest > left:
                 # More than ``watch`` seconds of watching are needed (a renewal only adds to
                 # them): waiting would end in the same refusal, later and silently.
                 break
