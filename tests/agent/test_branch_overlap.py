@@ -19,11 +19,13 @@ from toolledger.testing.scripted import Reply, ScriptedModel
 from .test_takeover import (
     LEASE_TTL,
     SESSION,
+    SHORT_TIMEOUT,
     Tickets,
     _resume,
     _script,
     _start_paused_worker,
     agent,
+    past_lease_and_deadline,
 )
 
 
@@ -33,9 +35,9 @@ def test_a_paused_worker_on_this_host_keeps_its_session_from_a_rewind(
     tl.open_store(shared_url).close()
     world = Tickets(tmp_path / "world")
     with ScriptedModel(_script()) as model:
-        pid = _start_paused_worker(shared_url, model, world, "checked", timeout=0.2)
+        pid = _start_paused_worker(shared_url, model, world, "checked", timeout=SHORT_TIMEOUT)
         try:
-            time.sleep(LEASE_TTL + 0.3)  # past its lease and its deadline
+            past_lease_and_deadline(shared_url)
             with tl.open_store(shared_url) as store:
                 before = (store.session(SESSION), store.messages(SESSION))
                 with pytest.raises(tl.SessionBusyError, match="is alive"):

@@ -30,6 +30,10 @@ from ..helpers import freeze_between_writes
 
 LEASE_TTL = 0.5
 SESSION = "outage-7"
+# A paused worker's tool timeout, when the test goes past it: long enough for the worker to reach
+# its tool after its intent on a loaded host (past it the tool is not called, and the worker
+# never pauses); the tests then wait for the deadline recorded, not for a fixed time.
+SHORT_TIMEOUT = 2.0
 
 
 class Tickets:
@@ -150,6 +154,15 @@ def _start_paused_worker(
     return pid
 
 
+def past_lease_and_deadline(url: str) -> None:
+    """Sleep until the paused worker's lease and the deadline its intent recorded (a keyed tool
+    writes none) have passed, on the store's clock: how long after the intent the worker was
+    frozen varies with load."""
+    with tl.open_store(url) as store:
+        left = [r.deadline - store.now() for r in store.ledger(SESSION).records() if r.deadline]
+        time.sleep(max([LEASE_TTL, *left]) + 0.3)
+
+
 def _stopped(pid: int, sig: int) -> None:
     os.kill(pid, sig)
     os.waitpid(pid, os.WUNTRACED)  # stopped, every thread of it
@@ -189,17 +202,17 @@ def test_a_paused_worker_on_this_host_keeps_its_session(
     tl.open_store(shared_url).close()
     world = Tickets(tmp_path / "world")
     with ScriptedModel(_script()) as model:
-        pid = _start_paused_worker(shared_url, model, world, kind, timeout=0.2)
+        pid = _start_paused_worker(shared_url, model, world, kind, timeout=SHORT_TIMEOUT)
         try:
-            time.sleep(LEASE_TTL + 0.3)  # past its lease and its deadline
+            past_lease_and_deadline(shared_url)
             with tl.open_store(shared_url) as store:
                 with pytest.raises(tl.SessionBusyError, match="is alive"):
-                    agent(store, model, world, kind, 0.2).run(session=SESSION)
+                    agent(store, model, world, kind, SHORT_TIMEOUT).run(session=SESSION)
                 (call,) = store.backend.read_messages(SESSION)[-1].content[-1:]
                 block = {**call, "type": "tool_use"}
                 with pytest.raises(tl.EffectInProgressError, match="is alive"):
                     tl.run_tool_uses(
-                        [block], toolset(world, kind, 0.2), ledger=store.ledger(SESSION)
+                        [block], toolset(world, kind, SHORT_TIMEOUT), ledger=store.ledger(SESSION)
                     )
                 assert store.in_doubt() == []
         finally:
@@ -249,11 +262,12 @@ def test_past_the_deadline_a_late_effect_is_caught(
     tl.open_store(shared_url).close()
     world = Tickets(tmp_path / "world")
     with ScriptedModel(_script()) as model:
-        pid = _start_paused_worker(shared_url, model, world, kind, timeout=0.3)
+        pid = _start_paused_worker(shared_url, model, world, kind, timeout=SHORT_TIMEOUT)
         try:
-            time.sleep(LEASE_TTL + 0.4)
+            past_lease_and_deadline(shared_url)
             with tl.open_store(shared_url) as store:
-                run = agent(elsewhere(store), model, world, kind, 0.3).run(session=SESSION)
+                far = agent(elsewhere(store), model, world, kind, SHORT_TIMEOUT)
+                run = far.run(session=SESSION)
                 assert run.status is tl.RunStatus.COMPLETED
         finally:
             first = _resume(pid, world)
