@@ -492,6 +492,38 @@ def test_one_approval_for_the_lineage(store: tl.Store) -> None:
     no_errors(store)
 
 
+@pytest.mark.parametrize("approved", [True, False])
+def test_a_call_the_root_asked_a_person_about_is_not_claimed_by_a_branch(
+    store: tl.Store, approved: bool
+) -> None:
+    """The lineage's first session asks a person about a high-impact call (it claims nothing:
+    its ledger is where claims land), then a branch meets the same call: the branch does not
+    claim it and ask a second person — it stops, naming the root — and the root's decision is
+    the lineage's: a yes sends one e-mail, a no sends none, on both sessions."""
+    mail = MailServer()
+    first, _ = lineage_of_three(store, Desk())
+    script = [
+        *GREETED,
+        Reply(tool_uses=[ToolUse("send_email", {"to": "ana"}, id="toolu_mail")]),
+        Reply(text="Done."),
+    ]
+
+    def run(session: str, prompt: str | None) -> tl.Run:
+        return queued_run(store, mail, script, session, prompt)
+
+    assert run(PARENT, "Tell Ana.").status is tl.RunStatus.AWAITING_APPROVAL
+    stopped = run(first, "Tell Ana.")
+    assert stopped.status is tl.RunStatus.NEEDS_ATTENTION
+    assert f"is the call of session {PARENT!r}" in (stopped.reason or "")
+    assert [a.session_id for s in (PARENT, first) for a in store.approvals(s)] == [PARENT]
+    tl.approvals.decide(store, PARENT, "toolu_mail", approved=approved, by="ana")
+    assert run(PARENT, None).status is tl.RunStatus.COMPLETED
+    assert run(first, None).status is tl.RunStatus.COMPLETED
+    assert mail.handed == ([(idempotency_key(PARENT, "toolu_mail"), "ana")] if approved else [])
+    assert tl.approvals.pending(store) == []
+    no_errors(store)
+
+
 def test_a_branch_that_only_delivers_its_calls_again_claims_them_too(store: tl.Store) -> None:
     """``run_tool_uses`` on a branch's ledger, with no agent: the same claim, the same one run."""
     desk = Desk()
@@ -914,7 +946,7 @@ def test_a_copy_whose_origin_makes_the_call_while_the_copy_reads_it_takes_its_ou
     second = tl.fork(store, first, at_turn=1, new_session="second")
     copy = store.ledger(second).get(request.tool_use_id)
     assert copy is not None and copy.origin == first
-    real = _copies._still_to_run
+    real = _copies.still_to_run
     raced: list[bool] = []
 
     def racing(origin: str, tool_use_id: str) -> Any:
@@ -924,7 +956,7 @@ def test_a_copy_whose_origin_makes_the_call_while_the_copy_reads_it_takes_its_ou
             assert replay(store, first, mail, recorded).status is tl.RunStatus.COMPLETED
         return (yield from real(origin, tool_use_id))
 
-    monkeypatch.setattr(_copies, "_still_to_run", racing)
+    monkeypatch.setattr(_copies, "still_to_run", racing)
     with ScriptedModel(recorded) as model:
         run = agent(store, model, mail).run(session=second, prompt="Tell Ana and Bo.")
     assert raced and run.status is tl.RunStatus.COMPLETED, run.reason

@@ -32,7 +32,7 @@ from ..records import EffectClass, EffectRecord, Status, ToolCall
 from ..stores._copies import same_call
 from ..tools import Tool
 from ._batch import Buffer, Env, write
-from ._copies import copy_of, stand_in
+from ._copies import copy_of, stand_in, still_to_run
 from ._decide import Action, Reject, Replay
 from ._outcomes import flush
 from ._requests import Commit, Failure, ReadEffects, ReadLineageRoot, Request
@@ -159,6 +159,21 @@ def claim(
     lineage's record, settled where that one is. Raises the store's error when the claim cannot
     be written or read (nothing ran; the next run claims again)."""
     sid = env.session_id
+    if record is None and (yield from still_to_run(root, call.tool_use_id)):
+        # The root claims nothing of its own (its ledger is where claims land): a turn of it
+        # that asks for the call and has no record of it yet — under way, or stopped for a
+        # person's approval — is the lineage making it. Claimed here, the root's question would
+        # be overtaken and its answer never used, and a second person asked on this branch.
+        # The branch stands for the root's call, as a fork's copy of such a call does.
+        copy = stand_in(
+            call,
+            session=sid,
+            origin=root,
+            made_in=root,
+            at=env.clock(),
+            why=f"asked for in session {root!r}, the first of this lineage, not run there yet",
+        )
+        return (yield from _hold(call, copy, record))
     made_in = sid if record is None else record.key_session
     there = yield from _claim_in(root, call, env, made_in=made_in)
     if there is None or (there.origin == sid and there.status is Status.NOT_HAPPENED):

@@ -44,7 +44,15 @@ from ._drivers import ReadEffects, ReadLease, ReadMessages, ReadSession, Request
 from ._messages import in_doubt_message
 from ._outcomes import flush
 
-__all__ = ["adopted", "copy_of", "defer", "lineage_calls", "settled_elsewhere", "stand_in"]
+__all__ = [
+    "adopted",
+    "copy_of",
+    "defer",
+    "lineage_calls",
+    "settled_elsewhere",
+    "stand_in",
+    "still_to_run",
+]
 
 _POLL_FIRST_S = 0.005
 _POLL_MAX_S = 0.25
@@ -172,7 +180,7 @@ def defer(
         if there is None or there.status is Status.NOT_HAPPENED:
             # Not run there (yet): it runs where a turn still asks for it — there, if the
             # origin's last turn waits for it; else here, as the branch's own.
-            if not (yield from _still_to_run(origin, call.tool_use_id)):
+            if not (yield from still_to_run(origin, call.tool_use_id)):
                 # Its record was read before its transcript: a run of the origin may have made
                 # the call and moved on in between (its outcome lands before its next turn).
                 # What the record holds now decides; unchanged, the origin has given it up.
@@ -243,7 +251,7 @@ def _elsewhere(
     )
 
 
-def _still_to_run(origin: str, tool_use_id: str) -> Generator[Request, Any, bool]:
+def still_to_run(origin: str, tool_use_id: str) -> Generator[Request, Any, bool]:
     """Whether ``origin``'s transcript ends with a turn that asks for ``tool_use_id``: its next
     run runs the call."""
     state: SessionState | None = yield ReadSession(session=origin)
