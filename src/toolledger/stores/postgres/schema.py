@@ -28,6 +28,8 @@ SELECT_VERSION = "SELECT coalesce(max(version), 0) FROM toolledger_schema"
 INSERT_VERSION = "INSERT INTO toolledger_schema (version) VALUES (%s)"
 # Advisory-lock key of a schema's migrations: ("tl", hash of the schema name). Workers starting
 # together queue on it; other schemas migrate undisturbed (bar a rare hash collision).
+# A migration's wait for a lock, for its transaction only (``_step``).
+SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
 LOCK_MIGRATIONS = (
     "SELECT pg_advisory_xact_lock(29804, hashtext(coalesce(%s, current_schema(), '')))"
 )
@@ -184,20 +186,41 @@ def _upgrade(
                 "with write access migrates it, in one transaction per step), then look again.",
                 url=settings.display,
             )
-        with conn.transaction():
-            conn.execute(LOCK_MIGRATIONS, (settings.schema,))
-            schema = settings.schema
-            if schema is not None and not _scalar(
-                conn, "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
-            ):
-                conn.execute(create_schema(schema))
-            conn.execute(VERSION_TABLE)
-            # Re-read under the lock: another worker may have migrated meanwhile.
-            version = _scalar(conn, SELECT_VERSION)
-            if version < target:
-                conn.execute(POSTGRES_MIGRATIONS[version])
-                conn.execute(INSERT_VERSION, (version + 1,))
-                version += 1
+        try:
+            version = _step(conn, settings, target)
+        except psycopg.errors.LockNotAvailable as exc:
+            raise StoreUnavailableError(
+                f"{settings.display}: migrating its schema from version {version} to {target} "
+                f"waited {settings.op_timeout:g}s (op_timeout) for a lock and gave up: another "
+                "process is migrating it, or a transaction holds a toolledger table (a pg_dump, "
+                "a report left open; pg_stat_activity names it). That step wrote nothing: the "
+                f"schema is whole at version {version}, and nobody waits behind this process. "
+                "Retry once that transaction has ended.",
+                url=settings.display,
+            ) from exc
+
+
+def _step(conn: Conn, settings: Settings, target: int) -> int:
+    """One migration, in its own transaction with its ``toolledger_schema`` row; the version
+    the schema is at after it. Its locks are waited for ``op_timeout`` at most: a migration
+    queued behind a long transaction on a table queues every other statement on that table
+    behind itself, and a second opener would wait on the migration lock for ever."""
+    with conn.transaction():
+        conn.execute(SET_LOCK_TIMEOUT, (f"{max(1, round(settings.op_timeout * 1000))}ms",))
+        conn.execute(LOCK_MIGRATIONS, (settings.schema,))
+        schema = settings.schema
+        if schema is not None and not _scalar(
+            conn, "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
+        ):
+            conn.execute(create_schema(schema))
+        conn.execute(VERSION_TABLE)
+        # Re-read under the lock: another worker may have migrated meanwhile.
+        version = _scalar(conn, SELECT_VERSION)
+        if version < target:
+            conn.execute(POSTGRES_MIGRATIONS[version])
+            conn.execute(INSERT_VERSION, (version + 1,))
+            version += 1
+    return version
 
 
 def _scalar(conn: Conn, query: str, params: Sequence[Any] = ()) -> int:
