@@ -148,3 +148,29 @@ def test_a_read_only_store_refuses_writes(tmp_path: Path) -> None:
     assert not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0
     with pytest.raises(tl.StoreUnavailableError, match="no store at"):
         tl.open_store(f"sqlite:///{tmp_path / 'missing.db'}", read_only=True)
+
+
+def test_a_read_only_store_of_an_earlier_release_refuses_writes(tmp_path: Path) -> None:
+    """An earlier release's store is read through a migrated copy in memory: a write is refused
+    as it is on the file, not taken by the copy and lost when the store is closed (the tool's
+    intent and outcome "written", then gone: it runs again on the next open)."""
+    db = tmp_path / "old.db"
+    shutil.copy(FIXTURE, db)
+    ran: list[str] = []
+
+    @tl.tool(effect="non_idempotent")
+    def send_note(to: str) -> str:
+        ran.append(to)
+        return "sent"
+
+    call = {"type": "tool_use", "id": "toolu_ro_1", "name": "send_note", "input": {"to": "a"}}
+    before = digest(tmp_path)
+    with tl.open_store(f"sqlite:///{db}", read_only=True) as store:
+        assert store.backend.copied
+        with pytest.raises(tl.StoreUnavailableError):
+            tl.run_tool_uses([call], tl.ToolSet([send_note]), ledger=store.ledger("s"))
+        with pytest.raises(tl.StoreUnavailableError):
+            store.backend.apply("s", [InsertEffect(doubt("s", "toolu_ro_2"))])
+        assert store.ledger("s").records() == []
+    assert ran == []
+    assert digest(tmp_path)["old.db"] == before["old.db"]

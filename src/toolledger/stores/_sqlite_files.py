@@ -188,6 +188,8 @@ def open_read_only(path: str, url: str, *, busy_timeout_ms: int) -> sqlite3.Conn
                 copy.executescript(migration)
                 for statement in sqlite_versioned(done):
                     copy.execute(statement)
+            # Read-only as the file is: a write the copy took would be lost when it is closed.
+            copy.execute("PRAGMA query_only = ON")
         except sqlite3.Error as exc:
             copy.close()
             raise translate(exc, url, "reading an older store") from exc
