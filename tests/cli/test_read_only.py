@@ -174,3 +174,16 @@ def test_a_read_only_store_of_an_earlier_release_refuses_writes(tmp_path: Path) 
         assert store.ledger("s").records() == []
     assert ran == []
     assert digest(tmp_path)["old.db"] == before["old.db"]
+
+
+def test_a_read_only_json_store_refuses_writes(tmp_path: Path) -> None:
+    """As SQLite's: ``read_only=True`` never writes — not a record, not the lock file, and not
+    this release's lines into a 0.1 directory it does not stamp with their format."""
+    where = tmp_path / "old_json"
+    shutil.copytree(FIXTURE.parent / "v0_1_0_json", where)
+    before = digest(where)
+    with tl.open_store(f"json:///{where}", read_only=True) as store:
+        with pytest.raises(tl.StoreUnavailableError, match="read-only"):
+            store.backend.apply("s", [InsertEffect(doubt("s", "toolu_ro_1"))])
+        assert store.ledger("s").records() == []
+    assert digest(where) == before

@@ -79,7 +79,10 @@ def open_store(
         from .jsonfile import JSONBackend
 
         directory = _file_path(url, "json")
-        return Store(JSONBackend(directory, url=url, create=create and not read_only), **options)
+        return Store(
+            JSONBackend(directory, url=url, create=create and not read_only, read_only=read_only),
+            **options,
+        )
     if scheme == "memory":
         from .memory import MemoryBackend
 

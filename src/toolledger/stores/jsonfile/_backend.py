@@ -49,8 +49,11 @@ class JSONBackend:
     durable = True
     shared_clock = False  # each machine's own clock: leases are judged by watching them
 
-    def __init__(self, directory: str, *, url: str, create: bool = True) -> None:
+    def __init__(
+        self, directory: str, *, url: str, create: bool = True, read_only: bool = False
+    ) -> None:
         self.url = url
+        self.read_only = read_only
         self._files = Directory(directory, url=url, create=create)
         self.dir = self._files.path
         found = self.dir.stat()  # the directory, whatever path reaches it (``StoreCore.place``)
@@ -212,6 +215,12 @@ class JSONBackend:
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         if not ops:
             return []
+        if self.read_only:
+            raise StoreUnavailableError(
+                f"{self.url} was opened read-only: nothing is written to it. Open it without "
+                "read_only to write.",
+                url=self.url,
+            )
         try:
             with self._files.locked():
                 self._format.check()  # a newer release may have upgraded it meanwhile
