@@ -605,6 +605,28 @@ def test_an_error_message_the_api_could_not_encode_is_made_valid(
     result["content"].encode("utf-8")
 
 
+def test_a_failure_whose_message_holds_a_nul_is_recorded_on_every_store(
+    run: Runner, ledger: tl.Ledger, counter: Counter
+) -> None:
+    """PostgreSQL's TEXT cannot hold U+0000: an exception's message with one must not leave
+    the call ``started`` (in doubt once this process ends) after the tool ran and failed."""
+
+    @tl.tool
+    def broken() -> str:
+        counter.hit("broken")
+        raise ValueError("bad byte \x00 in the reply")
+
+    (first,) = run([tool_use("toolu_1", "broken")], [broken], ledger=ledger)
+    (again,) = run([tool_use("toolu_1", "broken")], [broken], ledger=ledger)
+    assert counter["broken"] == 1
+    assert first["is_error"] is True
+    assert again == first, "answered from its failed record"
+    (record,) = ledger.records()
+    assert record.status is Status.FAILED
+    assert record.error == first["content"]
+    assert first["content"] == "'broken' failed: ValueError: bad byte \\x00 in the reply"
+
+
 _VALIDATED: list[str] = []
 
 

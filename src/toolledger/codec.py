@@ -420,11 +420,15 @@ def _content(value: Any, stored: str, escaped: bool) -> str:
 
 def describe(exc: BaseException) -> str:
     """``Type: message`` of an exception — whose ``__str__`` may itself raise (a tool's own
-    exception class): never raises, so a failure is always recorded."""
+    exception class): never raises, so a failure is always recorded. A NUL in the message is
+    written ``\\x00``: PostgreSQL's text cannot hold one, and the record of the failure (or of
+    the call in doubt) would not be written there."""
     try:
         text = str(exc)
     except Exception as inner:
         text = f"(its message could not be read: {type(inner).__name__})"
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
