@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated, Any, Literal
 
 import pydantic
@@ -9,6 +10,7 @@ import pytest
 
 import toolledger as tl
 from toolledger.codec import idempotency_key
+from toolledger.tools import SchemaTool
 
 
 def test_schema_and_description_come_from_the_function() -> None:
@@ -99,6 +101,33 @@ def test_parameters_that_collide_with_pydantic_names_work() -> None:
 def test_signatures_the_model_cannot_fill_are_refused(fn: object) -> None:
     with pytest.raises(tl.ConfigurationError, match="must be nameable"):
         tl.tool(fn)  # type: ignore[call-overload]
+
+
+def _generator(x: int) -> Iterator[int]:
+    yield x
+
+
+async def _async_generator(x: int) -> AsyncIterator[int]:
+    yield x
+
+
+@pytest.mark.parametrize("fn", [_generator, _async_generator])
+def test_generator_functions_are_refused_as_tools(fn: Any) -> None:
+    """Calling one runs none of its body: the ledger would record ``succeeded`` — the call
+    answered for ever — for an effect that never happened."""
+    with pytest.raises(tl.ConfigurationError, match="generator"):
+        tl.tool(fn)
+    with pytest.raises(tl.ConfigurationError, match="generator"):
+        tl.ToolSet([fn])
+    with pytest.raises(tl.ConfigurationError, match="generator"):
+        SchemaTool(fn, name="g", input_schema={"type": "object"})
+
+    @tl.tool
+    def send(x: int) -> int:
+        return x
+
+    with pytest.raises(tl.ConfigurationError, match="generator"):
+        send.check(fn)  # its answer, never None, would read as "it happened"
 
 
 def test_bad_declarations_fail_at_import_time() -> None:

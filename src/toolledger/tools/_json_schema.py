@@ -11,7 +11,15 @@ from ..errors import ConfigurationError
 from ..records import EffectClass
 from ._context import ToolContext
 from ._signature import InputError
-from ._tool import DEFAULT_TIMEOUT, EffectName, Tool, checked_effect, checked_name, checked_timeout
+from ._tool import (
+    DEFAULT_TIMEOUT,
+    EffectName,
+    Tool,
+    checked_effect,
+    checked_function,
+    checked_name,
+    checked_timeout,
+)
 
 __all__ = ["SchemaTool", "check_json_input"]
 
@@ -94,6 +102,7 @@ class SchemaTool(Tool[..., Any]):
         checked_name(name)
         if not callable(fn):
             raise ConfigurationError(f"tool {name!r}: fn is not callable")
+        checked_function(fn, name)
         if not isinstance(input_schema, dict):
             raise ConfigurationError(f"tool {name!r}: input_schema must be a JSON schema object")
         self.fn = fn
@@ -119,6 +128,7 @@ class SchemaTool(Tool[..., Any]):
         return _positional(self.fn, kwargs[_ARGUMENTS], self._context_param is not None, ctx)
 
     def check(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        checked_function(fn, f"{self.name}.check")
         self._check_context_param = _second_param(fn, f"{self.name}.check")
         self._check = fn
         return fn

@@ -19,6 +19,7 @@ __all__ = [
     "EffectName",
     "Tool",
     "checked_effect",
+    "checked_function",
     "checked_name",
     "checked_timeout",
     "tool",
@@ -53,6 +54,7 @@ class Tool(Generic[P, R]):
     ) -> None:
         self.effect = checked_effect(effect)
         self.timeout = checked_timeout(timeout, str(name or getattr(fn, "__name__", "?")))
+        checked_function(fn, str(name or getattr(fn, "__name__", "?")))
         self.fn = fn
         self.name = checked_name(name or fn.__name__)
         self.description = description if description is not None else inspect.getdoc(fn) or ""
@@ -103,6 +105,7 @@ class Tool(Generic[P, R]):
         existing result, or ``None`` when the effect did not happen. toolledger calls it only for
         a call found in doubt.
         """
+        checked_function(fn, f"{self.name}.check")
         _, self._check_context_param, _ = input_model(fn, f"{self.name}.check")
         self._check = fn
         return fn
@@ -183,6 +186,17 @@ def checked_effect(effect: EffectClass | str) -> EffectClass:
     except ValueError:
         choices = ", ".join(repr(e.value) for e in EffectClass)
         raise ConfigurationError(f"effect={effect!r} is not one of {choices}") from None
+
+
+def checked_function(fn: object, name: str) -> None:
+    """Raise ``ConfigurationError`` for a generator function (``def`` or ``async def`` with
+    ``yield``): calling one runs none of its body, so its call would be recorded done — and
+    answered so for ever — without its effect ever happening."""
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise ConfigurationError(
+            f"tool {name!r}: a generator function cannot be a tool or a check (calling it runs "
+            "none of its body); return the value instead of yielding it"
+        )
 
 
 def checked_name(name: str) -> str:
