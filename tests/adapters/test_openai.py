@@ -295,6 +295,28 @@ def test_invalid_arguments_from_the_model_go_back_as_an_error(
     assert m.rejected == [] and verify(store) == []
 
 
+@pytest.mark.parametrize("arguments", ['{"title": NaN}', '{"title": "x", "n": 1e400}'])
+@pytest.mark.parametrize("api", APIS)
+def test_arguments_with_a_number_json_cannot_hold_go_back_as_an_error(
+    api: str, arguments: str, store: tl.Store, world: World
+) -> None:
+    """``NaN`` (which Python's JSON reader takes) and ``1e400`` (read as infinity) cannot be
+    hashed: the model is told, as for any arguments it can write again — the session goes on,
+    not failed with the model asked the same question at every run."""
+    script = [
+        Reply(tool_uses=[RawArguments("create_ticket", arguments=arguments)]),
+        Reply(tool_uses=[TICKET]),
+        Reply(text="done"),
+    ]
+    with ScriptedOpenAI(script) as m:
+        run = agent_for(m, api, store, world).run(session="s", prompt="go")
+        second = m.requests[1]
+    assert run.status is tl.RunStatus.COMPLETED and len(world.tickets()) == 1
+    answer = second["messages"][-1]["content"] if api == "chat" else second["input"][-1]["output"]
+    assert answer.startswith(ERROR_PREFIX + "the arguments of 'create_ticket' are not a JSON")
+    assert m.rejected == [] and verify(store) == []
+
+
 @pytest.mark.parametrize("api", APIS)
 def test_a_flaky_model_fails_the_run_and_the_next_run_retries(
     api: str, store: tl.Store, world: World

@@ -101,6 +101,18 @@ def read_call(call_id: Any, name: Any, arguments: Any, where: str) -> ToolCall:
         )
     if why is None and isinstance(parsed, dict) and nesting(parsed) > MAX_NESTING:
         why = f"nested more than {MAX_NESTING} levels deep"
+    digest = ""
+    if why is None:
+        try:
+            digest = input_hash(parsed)
+        except ValueError as exc:
+            # NaN, Infinity, 1e400 (read as infinity): Python's reader takes them, JSON cannot
+            # hold them. The model wrote them; it can write its arguments again.
+            why = f"it holds a number JSON cannot hold ({exc})"
+        except TypeError as exc:
+            raise MalformedContentError(
+                f"{where} ({call_id}) has arguments that are not JSON: {exc}", tool_use_id=call_id
+            ) from exc
     if why is not None:
         raw = arguments if isinstance(arguments, str) else ""
         bad = {"arguments": raw}
@@ -117,12 +129,6 @@ def read_call(call_id: Any, name: Any, arguments: Any, where: str) -> ToolCall:
                 "with its arguments as a JSON object"
             ),
         )
-    try:
-        digest = input_hash(parsed)
-    except (TypeError, ValueError) as exc:
-        raise MalformedContentError(
-            f"{where} ({call_id}) has arguments that are not JSON: {exc}", tool_use_id=call_id
-        ) from exc
     return ToolCall(tool_use_id=call_id, name=name, input=parsed, input_hash=digest)
 
 
