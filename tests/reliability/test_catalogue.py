@@ -68,6 +68,10 @@ input nested thousands deep:
     tests/reliability/test_catalogue.py::test_deeply_nested_input_is_an_error_result
 … OpenAI arguments, through the Agent:
     tests/reliability/test_catalogue.py::test_deeply_nested_openai_arguments_are_told_to_the_model
+a number JSON cannot hold (NaN, Infinity, 1e400) in a tool's input:
+    tests/reliability/test_catalogue.py::test_a_number_json_cannot_hold_in_an_input_is_refused_never_run_as_null
+… OpenAI arguments, through the Agent:
+    tests/adapters/test_openai.py::test_arguments_with_a_number_json_cannot_hold_go_back_as_an_error
 a lone surrogate or a control character in a tool_use id:
     tests/reliability/test_catalogue.py::test_tool_use_ids_that_cannot_be_keys_are_refused
 a second hard link to the SQLite database:
@@ -511,6 +515,37 @@ def test_deeply_nested_openai_arguments_are_told_to_the_model(store: tl.Store) -
     assert run.status is tl.RunStatus.COMPLETED
     assert told["role"] == "tool" and "nested too deep" in told["content"]
     assert calls["create_ticket"] == 0
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("number", [float("inf"), float("nan")])
+def test_a_number_json_cannot_hold_in_an_input_is_refused_never_run_as_null(
+    store: tl.Store, number: float, streamed: bool
+) -> None:
+    """``1e400`` in a tool's input is read by the SDK as infinity (``Infinity``, ``NaN`` too):
+    the reply is refused, nothing stored or run — never the tool run with ``null`` in its place
+    (what the SDK's JSON dump writes for it)."""
+    calls = Counter()
+    seen: list[Any] = []
+
+    @tl.tool
+    def create_ticket(title: str, n: float | None = None) -> str:
+        calls.hit("create_ticket")
+        seen.append(n)
+        return "opened"
+
+    script = [Reply(tool_uses=[ToolUse("create_ticket", {"title": "x", "n": number})])]
+    on_text = (lambda text: None) if streamed else None
+    with (
+        ScriptedModel(script) as model,
+        pytest.raises(tl.MalformedContentError, match="a number JSON cannot hold"),
+    ):
+        agent(model, store, [create_ticket]).run(session="s", prompt="go", on_text=on_text)
+    assert calls["create_ticket"] == 0, f"ran with n={seen}"
+    assert store.ledger("s").records() == []
+    state = store.session("s")
+    assert state is not None and state.status is tl.RunStatus.FAILED
+    assert [m.role for m in store.messages("s")] == ["user"], "the reply was not stored"
 
 
 @pytest.mark.parametrize("bad", ["toolu_\ud800x", "toolu_\x00", "t" * 2000])

@@ -145,7 +145,9 @@ def _call(tool_use_id: str, name: str, raw_input: dict[str, Any]) -> ToolCall:
         digest = input_hash(raw_input)
     except (TypeError, ValueError) as exc:
         raise MalformedContentError(
-            f"tool_use {tool_use_id!r} has an input that is not JSON: {exc}",
+            f"tool_use {tool_use_id!r} has an input that is not JSON (a number JSON cannot "
+            f"hold — NaN, Infinity, 1e400 — or an object that is not JSON): {exc}. Nothing "
+            "was stored or run.",
             tool_use_id=tool_use_id,
         ) from exc
     return ToolCall(tool_use_id=tool_use_id, name=name, input=raw_input, input_hash=digest)
@@ -352,6 +354,12 @@ def _plain(block: Any) -> dict[str, Any]:
     dump = getattr(block, "model_dump", None)
     if callable(dump):
         out: dict[str, Any] = dump(mode="json", exclude_none=True)
+        raw_input = getattr(block, "input", None)
+        if out.get("type") == "tool_use" and isinstance(raw_input, dict):
+            # The input as the SDK read it: the JSON dump writes a number JSON cannot hold
+            # (1e400, read as infinity) as null, and the tool would run with an input nobody
+            # sent. Kept, it is refused (``_call``).
+            out["input"] = raw_input
         return out
     raise MalformedContentError(f"cannot read content block {block!r:.200}")
 
