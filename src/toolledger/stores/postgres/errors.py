@@ -150,8 +150,9 @@ def translate(exc: psycopg.Error, *, url: str, action: str, committing: bool = F
         )
     if isinstance(exc, pg_errors.InsufficientPrivilege):
         return StoreError(
-            f"{url}: permission denied while {action} ({exc}). Grant this user SELECT, INSERT "
-            "and UPDATE on the toolledger tables (and CREATE on the schema to migrate it).",
+            f"{url}: permission denied while {action} ({exc}). Grant this user SELECT, INSERT, "
+            "UPDATE and DELETE on the toolledger tables (DELETE for rewinds and prune; CREATE "
+            "on the schema to migrate it).",
             url=url,
         )
     return StoreError(f"{url}: {action} failed: {exc}", url=url)
