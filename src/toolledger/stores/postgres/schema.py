@@ -188,26 +188,54 @@ def _upgrade(
             )
         try:
             version = _step(conn, settings, target)
+        except _Queued as exc:
+            raise StoreUnavailableError(
+                f"{settings.display}: migrating its schema from version {version} to {target} "
+                f"waited {settings.op_timeout * QUEUED:g}s ({QUEUED} x op_timeout) for another "
+                "process migrating it, which holds its migration lock (pg_stat_activity names "
+                f"it: a process paused or stuck). The schema is whole at version {version}. "
+                "Retry once that process has ended or gone on.",
+                url=settings.display,
+            ) from exc.__cause__
         except psycopg.errors.LockNotAvailable as exc:
             raise StoreUnavailableError(
                 f"{settings.display}: migrating its schema from version {version} to {target} "
-                f"waited {settings.op_timeout:g}s (op_timeout) for a lock and gave up: another "
-                "process is migrating it, or a transaction holds a toolledger table (a pg_dump, "
-                "a report left open; pg_stat_activity names it). That step wrote nothing: the "
-                f"schema is whole at version {version}, and nobody waits behind this process. "
-                "Retry once that transaction has ended.",
+                f"waited {settings.op_timeout:g}s (op_timeout) for a lock on a toolledger table "
+                "and gave up: a transaction holds it (a pg_dump, a report left open; "
+                "pg_stat_activity names it). That step wrote nothing: the schema is whole at "
+                f"version {version}, and nobody waits behind this process. Retry once that "
+                "transaction has ended.",
                 url=settings.display,
             ) from exc
 
 
+QUEUED = 10
+"""How many ``op_timeout``s an opener waits behind others migrating the schema."""
+
+
+class _Queued(Exception):
+    """The migration lock was not had within ``QUEUED`` x ``op_timeout``."""
+
+
+def _ms(seconds: float) -> str:
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
 def _step(conn: Conn, settings: Settings, target: int) -> int:
     """One migration, in its own transaction with its ``toolledger_schema`` row; the version
-    the schema is at after it. Its locks are waited for ``op_timeout`` at most: a migration
+    the schema is at after it. A table's lock is waited for ``op_timeout`` at most: a migration
     queued behind a long transaction on a table queues every other statement on that table
-    behind itself, and a second opener would wait on the migration lock for ever."""
+    behind itself. The migration lock, ``QUEUED`` times that: a process paused while it holds
+    it would keep every other opener waiting for ever."""
     with conn.transaction():
-        conn.execute(SET_LOCK_TIMEOUT, (f"{max(1, round(settings.op_timeout * 1000))}ms",))
-        conn.execute(LOCK_MIGRATIONS, (settings.schema,))
+        # Openers starting together queue on the migration lock, each holding it for one step
+        # at a time: a queue of them is no fault, so it is waited for longer than a table.
+        conn.execute(SET_LOCK_TIMEOUT, (_ms(settings.op_timeout * QUEUED),))
+        try:
+            conn.execute(LOCK_MIGRATIONS, (settings.schema,))
+        except psycopg.errors.LockNotAvailable as exc:
+            raise _Queued from exc
+        conn.execute(SET_LOCK_TIMEOUT, (_ms(settings.op_timeout),))
         schema = settings.schema
         if schema is not None and not _scalar(
             conn, "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
