@@ -564,3 +564,29 @@ def test_an_empty_turn_or_text_block_is_never_sent_as_it_is(content: Any) -> Non
         if content and content[-1] is TICKET_BLOCK
         else [{"type": "text", "text": "(no content)"}]
     )
+
+
+def test_a_model_api_error_whose_message_holds_a_nul_fails_the_session_on_every_store(
+    store: tl.Store, world: World
+) -> None:
+    """The session's reason is the API error's message, which a proxy may fill with anything:
+    a NUL in it (which PostgreSQL's text refuses) is kept as ``\\x00``, and the session is
+    ``failed``, not left ``running`` with its failure unrecorded."""
+    import anthropic
+    import httpx
+
+    class Failing:
+        def create(self, **kwargs: Any) -> Any:
+            request = httpx.Request("POST", "https://api.example/v1/messages")
+            raise anthropic.APIConnectionError(message="bad gateway\x00garbage", request=request)
+
+    class Client:
+        messages = Failing()
+
+    agent = tl.Agent(client=Client(), model="claude-test", tools=world.toolset(), store=store)
+    with pytest.raises(tl.ModelCallError) as info:
+        agent.run(session="s", prompt="hi")
+    assert info.value.session_id == "s"
+    state = store.session("s")
+    assert state is not None and state.status is tl.RunStatus.FAILED
+    assert state.reason == "model API error: bad gateway\\x00garbage"

@@ -18,6 +18,7 @@ from typing import Self
 
 from .._lineage import Branch, made_by_fork
 from .._liveness import Over, Running, Runtime, Verdict, judge, lease_state, this_process
+from .._nul import nul_free_ops
 from .._redact import redact_ops
 from ..errors import (
     EffectInProgressError,
@@ -298,16 +299,18 @@ class StoreCore:
 
     def apply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         """Commit ``ops`` through the backend, after the ``redact`` hook (see
-        ``toolledger._redact``). Everything toolledger writes goes through here."""
+        ``toolledger._redact``), with a NUL of their free text written ``\\x00`` (see
+        ``toolledger._nul``). Everything toolledger writes goes through here."""
         return self.backend.apply(session_id, self._prepare(ops))
 
     async def aapply(self, session_id: str, ops: Sequence[Op]) -> list[bool]:
         return await self.async_backend.apply(session_id, self._prepare(ops))
 
     def _prepare(self, ops: Sequence[Op]) -> list[Op]:
-        if self.redact is None:
-            return list(ops)
-        return redact_ops(list(ops), self.redact)
+        # The redact hook first: its text, too, must be text every backend can keep.
+        if self.redact is not None:
+            ops = redact_ops(list(ops), self.redact)
+        return nul_free_ops(ops)
 
     @property
     def url(self) -> str:

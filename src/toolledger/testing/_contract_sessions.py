@@ -214,6 +214,31 @@ class SessionContract:
         assert len(store.approvals()) == 2
         assert store.approvals("nobody") == []
 
+    def test_a_nul_in_free_text_is_kept_as_backslash_x00_by_every_store(self, store: Store) -> None:
+        """Free text comes from outside (a model API error's message, an exception's, an
+        approver's name, a person's ``by=``) and may hold a NUL, which PostgreSQL's text
+        refuses: every store keeps it written ``\\x00`` — nothing is refused, nothing lost,
+        and every backend reads back the same text."""
+        nul = "proxy said \x00 then hung up"
+        kept = "proxy said \\x00 then hung up"
+        failed = replace(make_state(status=RunStatus.FAILED), reason=f"model API error: {nul}")
+        store.apply("s", [PutSession(failed, None)])
+        state = store.session("s")
+        assert state is not None and state.reason == f"model API error: {kept}"
+        effect = replace(
+            make_record(status=Status.FAILED), error=f"resolved by {nul}", approved_by=nul
+        )
+        store.apply("s", [InsertEffect(effect)])
+        got = store.ledger("s").get("toolu_1")
+        assert got is not None
+        assert (got.error, got.approved_by) == (f"resolved by {kept}", kept)
+        asked = replace(make_approval(), reason=nul)
+        store.apply("s", [PutApproval(asked, None)])
+        decided = replace(asked, status=ApprovalStatus.DENIED, decided_at=2.0, decided_by=nul)
+        assert store.apply("s", [PutApproval(decided, ApprovalStatus.PENDING)]) == [True]
+        (approval,) = store.approvals("s")
+        assert (approval.reason, approval.decided_by) == (kept, kept)
+
     def test_in_doubt_lists_started_records_of_every_session(self, store: Store) -> None:
         store.apply("a", [InsertEffect(make_record("a", "t1"))])
         store.apply("b", [InsertEffect(make_record("b", "t2", status=Status.SUCCEEDED, result=1))])
