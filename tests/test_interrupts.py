@@ -34,6 +34,26 @@ from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from .conftest import tool_use
 
 
+class CancelledAsItCommits:
+    """An async backend whose task is cancelled as the commit of an intent comes back: the
+    intent landed (or was refused), and the run never hears which."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def apply(self, session_id: str, ops: Any) -> list[bool]:
+        done: list[bool] = await self.inner.apply(session_id, ops)
+        if any(isinstance(op, InsertEffect) for op in ops):
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            await asyncio.sleep(0)  # the cancellation is delivered here
+        return done
+
+
 def test_a_cancelled_run_waits_for_its_plain_tool_so_a_retry_never_runs_it_again(
     tmp_path: Path,
 ) -> None:
@@ -631,21 +651,7 @@ def test_a_run_stopped_between_its_intent_and_its_tool_leaves_a_call_that_did_no
         monkeypatch.setattr(toolledger._crash, "watchers", [])
     else:
         inner = store.async_backend
-
-        class CancelledAsItCommits:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(inner, name)
-
-            async def apply(self, session_id: str, ops: Any) -> list[bool]:
-                done = await inner.apply(session_id, ops)
-                if any(isinstance(op, InsertEffect) for op in ops):
-                    task = asyncio.current_task()
-                    assert task is not None
-                    task.cancel()
-                    await asyncio.sleep(0)  # the cancellation is delivered here
-                return done
-
-        monkeypatch.setattr(store, "async_backend", CancelledAsItCommits())
+        monkeypatch.setattr(store, "async_backend", CancelledAsItCommits(inner))
         with pytest.raises(asyncio.CancelledError):
             asyncio.run(tl.arun_tool_uses([block], [send], ledger=ledger))
         monkeypatch.setattr(store, "async_backend", inner)
@@ -828,21 +834,7 @@ def test_a_racer_stopped_before_its_tool_never_says_the_winner_s_call_did_not_ha
     try:
         assert entered.wait(10)
         inner = store.async_backend
-
-        class CancelledAsItCommits:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(inner, name)
-
-            async def apply(self, session_id: str, ops: Any) -> list[bool]:
-                done = await inner.apply(session_id, ops)
-                if any(isinstance(op, InsertEffect) for op in ops):
-                    task = asyncio.current_task()
-                    assert task is not None
-                    task.cancel()
-                    await asyncio.sleep(0)  # the cancellation is delivered here
-                return done
-
-        monkeypatch.setattr(store, "async_backend", CancelledAsItCommits())
+        monkeypatch.setattr(store, "async_backend", CancelledAsItCommits(inner))
         with pytest.raises(asyncio.CancelledError):
             asyncio.run(tl.arun_tool_uses([block], [send], ledger=ledger))
         monkeypatch.setattr(store, "async_backend", inner)
@@ -890,21 +882,7 @@ def test_a_racer_of_another_worker_stopped_before_its_tool_leaves_the_winner_s_i
     try:
         assert entered.wait(10)
         inner = loser.async_backend
-
-        class CancelledAsItCommits:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(inner, name)
-
-            async def apply(self, session_id: str, ops: Any) -> list[bool]:
-                done = await inner.apply(session_id, ops)
-                if any(isinstance(op, InsertEffect) for op in ops):
-                    task = asyncio.current_task()
-                    assert task is not None
-                    task.cancel()
-                    await asyncio.sleep(0)  # the cancellation is delivered here
-                return done
-
-        monkeypatch.setattr(loser, "async_backend", CancelledAsItCommits())
+        monkeypatch.setattr(loser, "async_backend", CancelledAsItCommits(inner))
         with pytest.raises(asyncio.CancelledError):
             asyncio.run(tl.arun_tool_uses([block], [send], ledger=loser.ledger("s")))
         monkeypatch.setattr(loser, "async_backend", inner)

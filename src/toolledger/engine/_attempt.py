@@ -25,7 +25,7 @@ from ..errors import (
     StoreUnavailableError,
     ToolLedgerError,
 )
-from ..ops import Op, Reading, UpdateEffect
+from ..ops import Op, Reading
 from ..records import EffectRecord, PastAttempt, Status, ToolCall, same_write
 from ..tools import Tool, ToolContext
 from . import _decide as decide
@@ -41,6 +41,7 @@ from ._outcomes import (
     flush,
     hold_while_it_may_run,
     not_run,
+    on_intent,
     release,
     write,
 )
@@ -468,13 +469,7 @@ def unsent(
                     updated_at=env.clock(),
                 )
             )
-            op = UpdateEffect(
-                never,
-                Status.STARTED,
-                intent.attempt,
-                expect_at=intent.updated_at,
-                expect_worker=intent.worker,
-            )
+            op = on_intent(never, intent)
         else:
             op = not_run(intent, "the commit of its intent went unconfirmed", env)
         # A clean-up, not an outcome: refused because the record moved on, nothing is lost

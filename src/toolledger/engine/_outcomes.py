@@ -67,6 +67,7 @@ __all__ = [
     "given_up",
     "hold_while_it_may_run",
     "not_run",
+    "on_intent",
     "release",
     "write",
 ]
@@ -125,17 +126,24 @@ def given_up(env: Env, buf: Buffer) -> None:
 
 def not_run(intent: EffectRecord, why: str, env: Env) -> UpdateEffect:
     """The write saying that the attempt of ``intent``, whose tool was never called, did not
-    happen (``why``): a compare-and-set on that very intent — its ``updated_at`` and its worker:
-    another worker's intent of the same attempt, racing on the call, may carry the same time —
-    so a record that moved on, or an intent that never landed, is left be."""
+    happen (``why``): a compare-and-set on that very intent (``on_intent``), so a record that
+    moved on, or an intent that never landed, is left be."""
     never = replace(
         intent,
         status=Status.NOT_HAPPENED,
         error=f"its worker did not run it: {why}",
         updated_at=max(env.clock(), intent.updated_at + 1e-6),
     )
+    return on_intent(never, intent)
+
+
+def on_intent(new: EffectRecord, intent: EffectRecord) -> UpdateEffect:
+    """``new`` written over ``intent`` — a clean-up of an intent whose commit may not have
+    landed — only if the record is that very intent: its attempt, its ``updated_at`` and its
+    worker (another worker's intent of the same attempt, racing on the call, may carry the
+    same time; ``UpdateEffect.expect_worker``)."""
     return UpdateEffect(
-        never,
+        new,
         Status.STARTED,
         intent.attempt,
         expect_at=intent.updated_at,
@@ -154,13 +162,7 @@ def _release_later(env: Env, intent: EffectRecord, after: float, why: str) -> No
         error=f"in doubt: {why}",
         updated_at=max(env.clock(), intent.updated_at + 1e-6),
     )
-    op = UpdateEffect(
-        released,
-        Status.STARTED,
-        intent.attempt,
-        expect_at=intent.updated_at,
-        expect_worker=intent.worker,
-    )
+    op = on_intent(released, intent)
     keeper.keep(
         env.ledger.store,
         env.session_id,
