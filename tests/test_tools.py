@@ -143,6 +143,21 @@ def test_bad_declarations_fail_at_import_time() -> None:
         tl.ToolSet([], max_result_bytes=0)
 
 
+@pytest.mark.parametrize("name", ["a\x00b", "send\nmail", "pay\u202etfel", "zero\u200bwidth"])
+def test_a_tool_name_with_a_control_or_invisible_character_is_refused(name: str) -> None:
+    """A tool's name is stored, compared on every replay and printed: a NUL in it fails every
+    write on PostgreSQL (its text holds none), and a control or invisible character shows a
+    person another name than the one that ran."""
+
+    def f(x: int) -> int:
+        return x
+
+    with pytest.raises(tl.ConfigurationError, match="control or invisible"):
+        tl.tool(name=name)(f)
+    with pytest.raises(tl.ConfigurationError, match="control or invisible"):
+        tl.SchemaTool(lambda arguments: None, name=name, input_schema={"type": "object"})
+
+
 def test_plain_functions_in_a_toolset_are_non_idempotent() -> None:
     def delete_everything() -> None:
         """Dangerous."""

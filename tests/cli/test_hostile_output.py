@@ -156,7 +156,9 @@ def test_a_tab_in_a_name_never_cuts_a_whole_column(tmp_path: Path) -> None:
     assert "send\\x09mail" in out
 
 
-def test_audit_shows_a_tools_name_escaped(tmp_path: Path) -> None:
+def test_audit_of_a_tool_named_with_controls_refuses_it_escaped(tmp_path: Path) -> None:
+    """Such a name is refused where the tool is declared; the refusal, as audit prints it,
+    holds the name escaped — no control reaches the terminal."""
     (tmp_path / "hostile_tools.py").write_text(
         "import toolledger as tl\n"
         "@tl.tool(effect='read_only', name='lookup\\x1b[2J\\u202egnp.exe')\n"
@@ -171,8 +173,10 @@ def test_audit_shows_a_tools_name_escaped(tmp_path: Path) -> None:
         check=False,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
-    assert b"lookup" in done.stdout, done.stderr
-    assert b"\x1b[2J" not in done.stdout and "\u202e".encode() not in done.stdout
+    assert done.returncode != 0
+    said = done.stdout + done.stderr
+    assert b"control or invisible" in said and b"lookup" in said, said
+    assert b"\x1b[2J" not in said and "\u202e".encode() not in said
 
 
 @pytest.mark.parametrize("command", [["effects", "--json"], ["export"]])

@@ -203,6 +203,13 @@ def checked_name(name: str) -> str:
     """``name`` when the APIs accept it as a tool's name; raises ``ConfigurationError``."""
     if not name or len(name) > 128:
         raise ConfigurationError(f"tool name {name!r} must be 1-128 characters")
+    if not name.isprintable():
+        # Stored, compared on every replay and printed: a NUL fails every write on PostgreSQL,
+        # and a control or invisible character shows a person another name than the one run.
+        raise ConfigurationError(
+            f"tool name {name!r} holds a control or invisible character; no model API accepts "
+            "one: name it with letters, digits, '_' and '-'"
+        )
     return name
 
 
