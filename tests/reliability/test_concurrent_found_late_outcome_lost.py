@@ -24,7 +24,17 @@ import toolledger as tl
 from toolledger._verify import Severity, verify
 from toolledger.testing import elsewhere
 
-TIMEOUT = 0.2
+# Long enough for each attempt to reach its tool after its intent on a loaded host (past it,
+# the tool is not called at all); the test waits for the deadline attempt 1 recorded, not for
+# a fixed time.
+TIMEOUT = 2.0
+
+
+def _past_the_deadline(store: tl.Store) -> None:
+    """Sleep until the deadline the running attempt recorded has passed, on the store's clock."""
+    record = store.ledger("s").get("t1")
+    assert record is not None and record.deadline is not None
+    time.sleep(max(0.0, record.deadline - store.now()) + 0.2)
 
 
 def test_a_late_outcome_survives_the_next_attempt_s_outcome(tmp_path: Path) -> None:
@@ -53,14 +63,14 @@ def test_a_late_outcome_survives_the_next_attempt_s_outcome(tmp_path: Path) -> N
         )
         here.start()
         assert entered[1].wait(30)
-        time.sleep(TIMEOUT + 0.2)  # attempt 1, "paused", is past its deadline
+        _past_the_deadline(store)  # attempt 1, "paused", is past its deadline
         far = elsewhere(store, "host-b")
         there = threading.Thread(
             target=tl.run_tool_uses,
             args=([block], [create_ticket]),
             # It waits, watching: another host's call without a lease is over once watched
             # for its whole timeout from there.
-            kwargs={"ledger": far.ledger("s"), "wait": 5.0},
+            kwargs={"ledger": far.ledger("s"), "wait": TIMEOUT + 10.0},
         )
         there.start()
         assert entered[2].wait(30), "host b judged attempt 1 over, checked, and ran attempt 2"
