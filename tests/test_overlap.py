@@ -412,7 +412,9 @@ def test_a_tool_whose_time_ran_out_before_it_was_called_is_not_called(
     tickets = tmp_path / "tickets"
     tickets.mkdir()
 
-    @tl.tool(effect="non_idempotent", timeout=0.5)
+    # Long enough for the other host's attempt to reach the tool after its intent on a loaded
+    # host (past it, that attempt is not started either).
+    @tl.tool(effect="non_idempotent", timeout=2.0)
     def create_ticket(title: str) -> str:
         (tickets / str(time.monotonic_ns())).write_text(title)
         return "made"
@@ -425,12 +427,12 @@ def test_a_tool_whose_time_ran_out_before_it_was_called_is_not_called(
     from toolledger.testing import elsewhere
 
     first: list[int] = []
-    paused = threading.Event()
+    paused, resumed = threading.Event(), threading.Event()
 
     def pause(point: str) -> None:
         if point == "after_intent" and threading.get_ident() in first:
             paused.set()
-            time.sleep(2.5)
+            resumed.wait(60)
 
     block = tool_use("t", "create_ticket", title="x")
     answers: list[Any] = []
@@ -444,10 +446,16 @@ def test_a_tool_whose_time_ran_out_before_it_was_called_is_not_called(
         paused_worker = threading.Thread(target=worker)
         paused_worker.start()
         assert paused.wait(30)
+        first_attempt = store.ledger("s").get("t")
+        assert first_attempt is not None and first_attempt.deadline is not None
         far = elsewhere(store, "host-b")
-        (other,) = tl.run_tool_uses([block], [create_ticket], ledger=far.ledger("s"), wait=2.0)
+        (other,) = tl.run_tool_uses([block], [create_ticket], ledger=far.ledger("s"), wait=12.0)
+        # The paused worker goes on once the other host has run the call, past its deadline.
+        time.sleep(max(0.0, first_attempt.deadline - store.now()) + 0.1)
+        resumed.set()
         paused_worker.join(30)
     finally:
+        resumed.set()
         _crash.watchers.remove(pause)
     assert other["content"] == "made"
     assert len(list(tickets.iterdir())) == 1, "the paused worker called its tool past its deadline"
