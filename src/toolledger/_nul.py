@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, get_args
 
+from .codec import nul_free
 from .ops import (
     AbandonMessages,
     AppendMessages,
@@ -37,11 +38,6 @@ from .ops import (
 __all__ = ["nul_free", "nul_free_ops"]
 
 NUL = "\x00"
-
-
-def nul_free(text: str) -> str:
-    """``text`` with each NUL written ``\\x00``; the very same string when it holds none."""
-    return text.replace(NUL, "\\x00") if NUL in text else text
 
 
 def _effect(op: InsertEffect | UpdateEffect) -> Op:

@@ -19,6 +19,7 @@ from ._invisible import has_invisible, invisible_parts, invisible_spots, shown_i
 __all__ = [
     "SETTLING",
     "STORE_ENV",
+    "asked",
     "command",
     "command_label",
     "command_parts",
@@ -211,6 +212,14 @@ def command_parts(argv: Sequence[str]) -> tuple[str | None, str, list[str], list
         [w for w in rest if w.startswith("-")],
         [w for w in rest if not w.startswith("-")],
     )
+
+
+def asked(in_doubt: bool) -> str:
+    """The option an ``approve``/``deny`` command is printed with, binding it to the question
+    asked (``approvals.decide(in_doubt=)``): the re-run of a call in doubt, or a first run.
+    Pasted once the request has become the other question, it is refused, not taken for a yes
+    to that one."""
+    return "--in-doubt=yes" if in_doubt else "--in-doubt=no"
 
 
 def command_label(argv: Sequence[str]) -> str:

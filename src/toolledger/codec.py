@@ -427,9 +427,14 @@ def describe(exc: BaseException) -> str:
         text = str(exc)
     except Exception as inner:
         text = f"(its message could not be read: {type(inner).__name__})"
-    if "\x00" in text:
-        text = text.replace("\x00", "\\x00")
+    text = nul_free(text)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def nul_free(text: str) -> str:
+    """``text`` with each NUL written ``\\x00`` (PostgreSQL's text cannot hold one); the very
+    same string when it holds none."""
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
 def _safe_repr(value: Any) -> str:

@@ -108,8 +108,8 @@ def _cut_off_call(stop_reason: Any, blocks: Any) -> None:
     the API's classifiers stopped: ``refusal``) ends with a ``tool_use`` block: the stop may
     have cut that call's input short (the SDK's stream reads partial JSON as far as it goes:
     ``{"amount": 10`` of ``{"amount": 1000}`` is ``10``), and running it would do something
-    nobody asked for. Nothing is stored or run; the error says
-    what gets a whole reply (``_CUT_OFF``)."""
+    nobody asked for. Nothing is stored or run; the error says what gets a whole reply
+    (``_CUT_OFF``)."""
     remedy = _CUT_OFF.get(stop_reason) if isinstance(stop_reason, str) else None
     if remedy is None:
         return

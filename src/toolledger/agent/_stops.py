@@ -3,7 +3,7 @@ awaiting approval (with the whole commands to run), a session behind its ledger.
 
 from __future__ import annotations
 
-from .._shell import SETTLING, command, command_parts, commands_in
+from .._shell import SETTLING, asked, command, command_parts, commands_in
 from ..engine._outcomes import CallOutcome, Disposition
 from ..errors import CorruptLedgerError
 from ..records import RunStatus, ToolCall
@@ -25,11 +25,6 @@ def behind(sid: str, stray: list[str], why: str, *, url: str) -> CorruptLedgerEr
         url=url,
         session_id=sid,
     )
-
-
-FIRST, AGAIN = "--in-doubt=no", "--in-doubt=yes"
-"""What an ``approve``/``deny`` a stop reason prints is bound to: the first run of a call, or
-the re-run of a call in doubt (``approvals.decide(in_doubt=)``)."""
 
 
 def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunStatus, str] | None:
@@ -80,10 +75,10 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
         first = [o for o in waiting if not o.in_doubt]
         if first:
             names = ", ".join(_named(o.call) for o in first)
-            # Bound to the question asked (``--in-doubt=no``): pasted once the request has
-            # become a re-run of the call in doubt, it is refused, not taken for a yes to that.
+            first_run = asked(in_doubt=False)  # bound to the question asked
             how = "; ".join(
-                f"`{cmd('approve', sid, o.call, FIRST)}` or `{cmd('deny', sid, o.call, FIRST)}`"
+                f"`{cmd('approve', sid, o.call, first_run)}` or "
+                f"`{cmd('deny', sid, o.call, first_run)}`"
                 for o in first
             )
             parts.append(f"awaiting approval: {names}. Decide with {how}")
@@ -92,8 +87,9 @@ def stop_reason(outcomes: list[CallOutcome], sid: str, url: str) -> tuple[RunSta
         parts += [
             f"in doubt, awaiting a person: {_named(o.call)} may already "
             f"have happened. Settle it with {settle(sid, o.call)}; "
-            f"`{cmd('approve', sid, o.call, AGAIN)}` runs it again whatever happened (a second "
-            f"effect if it had), `{cmd('deny', sid, o.call, AGAIN)}` leaves it in doubt"
+            f"`{cmd('approve', sid, o.call, asked(in_doubt=True))}` runs it again whatever "
+            f"happened (a second effect if it had), "
+            f"`{cmd('deny', sid, o.call, asked(in_doubt=True))}` leaves it in doubt"
             for o in waiting
             if o.in_doubt
         ]

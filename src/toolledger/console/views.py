@@ -13,7 +13,7 @@ from typing import Any
 
 from .._lineage import Branch, BranchKind
 from .._liveness import Running, Verdict
-from .._shell import command
+from .._shell import asked, command
 from .._verify import Problem, verify
 from .._views.branch import STATE_STYLE, rewound, told
 from .._views.format import owner, when
@@ -368,12 +368,6 @@ def postable(*values: str) -> bool:
     return not any(c in _UNPOSTABLE or "\ud800" <= c <= "\udfff" for v in values for c in v)
 
 
-def _asked(a: ApprovalRecord) -> str:
-    """The question ``a`` asks, which its ``approve``/``deny`` commands are bound to: the re-run
-    of a call in doubt, or a first run (``toolledger.agent._stops.FIRST``)."""
-    return f"--in-doubt={'yes' if a.in_doubt else 'no'}"
-
-
 def _command(store: Store, verb: str, sid: str, tid: str, *options: str) -> str:
     """``toolledger VERB SESSION CALL [OPTION…]`` for the store shown, whole and quoted."""
     return command(verb, sid, tid, options=options, url=store.url, default_url=DEFAULT_STORE_URL)
@@ -431,8 +425,8 @@ def approvals_view(store: Store) -> dict[str, Any]:
                 "commands": ()
                 if postable(a.session_id, a.tool_use_id, a.input_hash)
                 else (
-                    _command(store, "approve", a.session_id, a.tool_use_id, _asked(a)),
-                    _command(store, "deny", a.session_id, a.tool_use_id, _asked(a)),
+                    _command(store, "approve", a.session_id, a.tool_use_id, asked(a.in_doubt)),
+                    _command(store, "deny", a.session_id, a.tool_use_id, asked(a.in_doubt)),
                 ),
             }
             for a in pending(store)

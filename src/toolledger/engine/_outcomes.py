@@ -153,8 +153,8 @@ def on_intent(new: EffectRecord, intent: EffectRecord) -> UpdateEffect:
 
 def _release_later(env: Env, intent: EffectRecord, after: float, why: str) -> None:
     """Release ``intent`` (its attempt over, outcome unknown) in ``after`` seconds, in the
-    background: a compare-and-set on that very intent (``not_run``), so a record that moved on
-    is left be."""
+    background: a compare-and-set on that very intent (``on_intent``), so a record that moved
+    on is left be."""
     released = replace(
         intent,
         holder=None,
