@@ -166,3 +166,23 @@ def write_held(url: str) -> bool:
             (schema,),
         ).fetchone()
     return bool(found and found[0])
+
+
+def awaiting_approval(url: str, session: str) -> tl.Run:
+    """A run of ``session`` on the store at ``url`` stopped for a person: the model asked for
+    ``wire(amount=3)``, a high-impact tool, and the request waits in the approval queue."""
+    from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
+
+    @tl.tool(high_impact=True)
+    def wire(amount: int) -> str:
+        """Wire money."""
+        return "wired"
+
+    script = [Reply(tool_uses=[ToolUse("wire", {"amount": 3})]), Reply(text="paid")]
+    with ScriptedModel(script) as m, tl.open_store(url) as store:
+        agent = tl.Agent(
+            client=m.client(), model="x", tools=[wire], store=store, approve=tl.approvals.queue
+        )
+        run = agent.run(session=session, prompt="pay")
+    assert run.status is tl.RunStatus.AWAITING_APPROVAL, run.reason
+    return run

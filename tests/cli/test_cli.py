@@ -23,6 +23,7 @@ from toolledger.testing.conformance import make_record
 from toolledger.testing.scripted import Reply, ScriptedModel, ToolUse
 from toolledger.testing.world import AgentSpec, World, run_agent
 
+from ..helpers import awaiting_approval
 from .test_widths import started
 
 COMMANDS = [
@@ -274,19 +275,7 @@ def test_a_decision_from_the_command_line_is_bound_to_the_request_it_was_shown(
     from toolledger.records import ApprovalStatus
 
     url = f"sqlite:///{tmp_path / 'a.db'}"
-
-    @tl.tool(high_impact=True)
-    def wire(amount: int) -> str:
-        return "wired"
-
-    with (
-        ScriptedModel([Reply(tool_uses=[ToolUse("wire", {"amount": 3})]), Reply(text="paid")]) as m,
-        tl.open_store(url) as store,
-    ):
-        agent = tl.Agent(
-            client=m.client(), model="x", tools=[wire], store=store, approve=tl.approvals.queue
-        )
-        assert agent.run(session="pay", prompt="pay").status is tl.RunStatus.AWAITING_APPROVAL
+    awaiting_approval(url, "pay")
     code, (request,) = cli(capsys, "approvals", "--json", "--store", url)
     assert request["input_hash"] == input_hash({"amount": 3}), request
     as_shown = {

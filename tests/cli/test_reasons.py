@@ -18,6 +18,7 @@ from toolledger._shell import command, command_label, command_parts, commands_in
 from toolledger._views.overview import reason_parts
 from toolledger.testing.scripted import Flaky, Reply, ScriptedModel, ToolUse
 
+from ..helpers import awaiting_approval
 from .test_widths import BIN, in_terminal
 
 SID = "pay `run` 'it' \u202e now"  # a backtick, quotes, blanks and a bidi override
@@ -241,20 +242,9 @@ def test_a_pasted_approve_is_refused_once_the_question_became_a_call_in_doubt(
     from toolledger.ops import PutApproval
 
     url = f"sqlite:///{tmp_path / 'l.db'}"
-
-    @tl.tool(high_impact=True)
-    def wire(amount: int) -> str:
-        """Wire money."""
-        return "wired"
-
-    script = [Reply(tool_uses=[ToolUse("wire", {"amount": 5})]), Reply(text="done")]
-    with ScriptedModel(script) as m, tl.open_store(url) as store:
-        agent = tl.Agent(
-            client=m.client(), model="x", tools=[wire], store=store, approve=tl.approvals.queue
-        )
-        run = agent.run(session="s", prompt="pay")
-        assert run.status is tl.RunStatus.AWAITING_APPROVAL
-        (approve, _) = [argv for _, _, argv in commands_in(run.reason or "")]
+    run = awaiting_approval(url, "s")
+    (approve, _) = [argv for _, _, argv in commands_in(run.reason or "")]
+    with tl.open_store(url) as store:
         (asked,) = tl.approvals.pending(store)
         again = replace(asked, in_doubt=True, attempt=2)
         assert store.apply("s", [PutApproval(again, tl.ApprovalStatus.PENDING)]) == [True]
