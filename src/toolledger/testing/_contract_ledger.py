@@ -212,6 +212,23 @@ class LedgerContract:
         finally:
             reopened.close()
 
+    def test_a_result_whose_keys_collide_as_text_survives_reopening(
+        self, store: Store, store_url: str
+    ) -> None:
+        # ``{1: "a", "1": "b"}`` is written ``{"1": "a", "1": "b"}``: the text the model was
+        # sent. A replay after a reopen must send the same text, not a parse of it.
+        record = make_record(result={1: "a", "1": "b"}, status=Status.SUCCEEDED)
+        assert record.result == '{"1": "a", "1": "b"}'
+        store.apply("s", [InsertEffect(record)])
+        store.close()
+        reopened = open_store(store_url)
+        try:
+            got = reopened.ledger("s").get("toolu_1")
+            assert got is not None and got.result == record.result
+            assert got == record
+        finally:
+            reopened.close()
+
     def test_records_written_by_another_process_are_read(
         self, store: Store, store_url: str
     ) -> None:

@@ -85,10 +85,33 @@ def _strict_loads(data: bytes) -> Any:
 # -- ledger records ------------------------------------------------------------------------------
 
 
+class _KeysCollide(Exception):
+    """A result's JSON text names one key twice (``{1: "a", "1": "b"}``, written as text)."""
+
+
+def _each_key_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _KeysCollide
+    return out
+
+
+def _result_fields(text: str | None) -> dict[str, Any]:
+    """A result as the file holds it: its JSON value, or — when its text names a key twice,
+    which a value would keep only once — the text itself (``result_text``), so a replay after
+    a reopen sends what the first answer did."""
+    if text is None:
+        return {"result": None}
+    try:
+        return {"result": json.loads(text, object_pairs_hook=_each_key_once)}
+    except _KeysCollide:
+        return {"result": None, "result_text": text}
+
+
 def _record_json(record: EffectRecord) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": record.tool,
-        "result": None if record.result is None else json.loads(record.result),
+        **_result_fields(record.result),
         "at": _iso(record.updated_at),
         "status": record.status.value,
         "session_id": record.session_id,
@@ -132,6 +155,7 @@ def _record_from_json(tool_use_id: str, raw: Any) -> EffectRecord:
         raise Damaged(f"record {tool_use_id!r} does not match its digest")
     try:
         result = raw["result"]
+        text = raw.get("result_text")
         return EffectRecord(
             session_id=raw["session_id"],
             tool_use_id=tool_use_id,
@@ -141,7 +165,9 @@ def _record_from_json(tool_use_id: str, raw: Any) -> EffectRecord:
             attempt=int(raw["attempt"]),
             # The same encoding codec.encode_result used, so the text (and the model's content)
             # matches.
-            result=None if result is None else json_text(result),
+            result=(
+                str(text) if text is not None else None if result is None else json_text(result)
+            ),
             error=raw["error"],
             created_at=float(raw["created_at"]),
             updated_at=float(raw["updated_at"]),
