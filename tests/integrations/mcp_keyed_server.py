@@ -8,7 +8,9 @@ one local client); ``unnamed`` is ``ledgered`` with the default principal, which
 never has. ``slow_ticket`` is ``create_ticket`` after a second's pause (a first attempt still
 running); ``unsure_ticket`` is ``create_ticket`` that then cannot tell whether it took effect
 (it raises ``OutcomeUnknown``); ``full_ticket`` answers the SDK's ``CallToolResult`` itself, an
-error result once the world holds a line; ``echo_meta`` answers the ``_meta`` it received.
+error result once the world holds a line, and ``bare_ticket`` does the same with no return
+annotation; ``badge_ticket`` answers the SDK's ``Image`` (a PNG of the title's bytes);
+``echo_meta`` answers the ``_meta`` it received.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server import MCPServer
-from mcp.server.mcpserver import Context
+from mcp.server.mcpserver import Context, Image
 from mcp.types import CallToolResult, TextContent
 
 import toolledger as tl
@@ -77,6 +79,17 @@ def full_ticket(title: str, ctx: Context) -> CallToolResult:
     return CallToolResult(content=[TextContent(text=json.dumps(effect(title)))])
 
 
+def bare_ticket(title: str, ctx: Context):  # type: ignore[no-untyped-def]
+    """``full_ticket`` without a return annotation."""
+    return full_ticket(title, ctx)
+
+
+def badge_ticket(title: str, ctx: Context) -> Image:
+    """Open a support ticket and answer a badge for it (an image)."""
+    effect(title)
+    return Image(data=title.encode(), format="png")
+
+
 @server.tool()
 def echo_meta(ctx: Context) -> dict[str, Any]:
     """The _meta of this request."""
@@ -98,6 +111,8 @@ if __name__ == "__main__":
         server.tool()(keyed.tool(slow_ticket))
         server.tool()(keyed.tool(effect="non_idempotent")(unsure_ticket))
         server.tool()(keyed.tool(effect="non_idempotent")(full_ticket))
+        server.tool()(keyed.tool(effect="non_idempotent")(bare_ticket))
+        server.tool()(keyed.tool(effect="non_idempotent")(badge_ticket))
     try:
         server.run()
     finally:

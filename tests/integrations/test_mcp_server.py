@@ -221,15 +221,17 @@ def test_a_repeat_of_a_call_the_tool_could_not_tell_says_so(tmp_path: Path) -> N
     assert "process stopped" not in again.error.message
 
 
-def test_a_repeat_answers_the_call_tool_result_the_tool_returned(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tool", ["full_ticket", "bare_ticket"])
+def test_a_repeat_answers_the_call_tool_result_the_tool_returned(tmp_path: Path, tool: str) -> None:
     """A tool that answers the SDK's CallToolResult itself — here an error result — is answered
-    the same on a repeat: an error, with its text, not a success whose text is its JSON."""
+    the same on a repeat: an error, with its text, not a success whose text is its JSON; with
+    or without a return annotation that says so."""
 
     async def body(session: ClientSession) -> list[Any]:
-        first = await session.call_tool("full_ticket", {"title": "a"}, meta={KEY_META: "k-1"})
-        refused = await session.call_tool("full_ticket", {"title": "b"}, meta={KEY_META: "k-2"})
-        again = await session.call_tool("full_ticket", {"title": "b"}, meta={KEY_META: "k-2"})
-        first_again = await session.call_tool("full_ticket", {"title": "a"}, meta={KEY_META: "k-1"})
+        first = await session.call_tool(tool, {"title": "a"}, meta={KEY_META: "k-1"})
+        refused = await session.call_tool(tool, {"title": "b"}, meta={KEY_META: "k-2"})
+        again = await session.call_tool(tool, {"title": "b"}, meta={KEY_META: "k-2"})
+        first_again = await session.call_tool(tool, {"title": "a"}, meta={KEY_META: "k-1"})
         return [first, refused, again, first_again]
 
     first, refused, again, first_again = with_server(tmp_path, "ledgered", body)
@@ -237,6 +239,22 @@ def test_a_repeat_answers_the_call_tool_result_the_tool_returned(tmp_path: Path)
     assert refused.is_error and refused.content[0].text == "a ticket is open already"
     assert again.is_error and again.content == refused.content
     assert not first_again.is_error and first_again.content == first.content
+
+
+def test_a_repeat_answers_the_image_the_tool_returned(tmp_path: Path) -> None:
+    """The SDK's ``Image`` is not JSON: it is recorded as the image content the SDK sends, and
+    a repeat answers that image — not a note that the result could not be stored."""
+
+    async def body(session: ClientSession) -> list[Any]:
+        first = await session.call_tool("badge_ticket", {"title": "a"}, meta={KEY_META: "k-1"})
+        again = await session.call_tool("badge_ticket", {"title": "a"}, meta={KEY_META: "k-1"})
+        return [first, again]
+
+    first, again = with_server(tmp_path, "ledgered", body)
+    assert lines(tmp_path) == ["a"]
+    assert not first.is_error and first.content[0].type == "image"
+    assert first.content[0].data == "YQ==" and first.content[0].mime_type == "image/png"
+    assert not again.is_error and again.content == first.content
 
 
 def test_the_key_is_mirrored_and_merged_with_the_callers_meta(tmp_path: Path) -> None:

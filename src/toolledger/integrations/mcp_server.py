@@ -203,7 +203,7 @@ class ServerLedger:
         async def run(arguments: dict[str, Any], tool_ctx: ToolContext) -> Any:
             value = await run_tool()
             produced.append(value)
-            return value
+            return _recordable(value)
 
         block = {"type": "tool_use", "id": key, "name": name, "input": call.arguments}
         try:
@@ -273,15 +273,54 @@ def _returns(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:
         return None
 
 
+def _recordable(value: Any) -> Any:
+    """What a tool returned, as it is recorded: the SDK's ``Image`` and ``Audio`` (not JSON) as
+    the content blocks the SDK sends for them, so a repeat answers the same image."""
+    if isinstance(value, list | tuple):
+        return [_recordable(item) for item in value]
+    convert = getattr(value, "to_image_content", None) or getattr(value, "to_audio_content", None)
+    return convert() if callable(convert) and not isinstance(value, type) else value
+
+
 def _as_returned(value: Any, returns: TypeAdapter[Any] | None) -> Any:
     """A recorded result as the type the tool returned it as, else as recorded (a result
-    recorded as a note, or by a tool whose annotation changed since)."""
+    recorded as a note, or by a tool whose annotation changed since). Without an annotation,
+    the SDK's own types are known by their recorded shape (``_by_shape``)."""
     if returns is None:
-        return value
+        return _by_shape(value)
     try:
         return returns.validate_python(value)
     except ValidationError:
         return value
+
+
+def _by_shape(value: Any) -> Any:
+    """A recorded ``CallToolResult`` or content block (or a list of blocks) as that type: a
+    dict whose keys are exactly the fields the SDK type's dump has (every one, ``meta`` and
+    ``annotations`` among them — no dict a tool builds by hand looks like that by chance), and,
+    for a block, whose ``type`` is that block's. Anything else as recorded."""
+    if isinstance(value, list):
+        blocks = [_by_shape(item) for item in value]
+        return blocks if all(b is not v for b, v in zip(blocks, value, strict=True)) else value
+    if not isinstance(value, dict):
+        return value
+    types: Any = importlib.import_module("mcp.types")
+    for name in ("CallToolResult", *_BLOCKS):
+        model = getattr(types, name, None)
+        if model is None or set(value) != set(model.model_fields):
+            continue
+        kind = model.model_fields.get("type")
+        if kind is not None and value.get("type") != kind.default:
+            continue
+        try:
+            return model.model_validate(value)
+        except ValidationError:
+            return value
+    return value
+
+
+# The content blocks a tool may answer (mcp.types), tried by shape on a repeat.
+_BLOCKS = ("TextContent", "ImageContent", "AudioContent", "ResourceLink", "EmbeddedResource")
 
 
 def _plain(value: Any) -> Any:
