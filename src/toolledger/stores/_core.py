@@ -21,6 +21,7 @@ from .._liveness import Over, Running, Runtime, Verdict, judge, lease_state, thi
 from .._nul import nul_free_ops
 from .._redact import redact_ops
 from ..errors import (
+    ConfigurationError,
     EffectInProgressError,
     InvalidSessionIdError,
 )
@@ -123,6 +124,18 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def _checked_worker_id(worker_id: object) -> str | None:
+    """``worker_id`` when a store can keep it; raises ``ConfigurationError``."""
+    if worker_id is None or (isinstance(worker_id, str) and worker_id.isprintable()):
+        return worker_id
+    # Written on every record this worker makes, compared by its clean-ups and printed: a NUL
+    # fails every write on PostgreSQL, and a control character shows a person another worker.
+    raise ConfigurationError(
+        f"worker_id {worker_id!r} must be text without control or invisible characters "
+        "(or None: host, process id and a random part)"
+    )
+
+
 class StoreCore:
     """What every reader and writer of a store goes through (``Store`` is this and the reads
     built on it): the backend, the store's clock, liveness verdicts, ``apply``."""
@@ -142,7 +155,7 @@ class StoreCore:
         self.clock = clock
         """This worker's clock: the timestamps people read (``created_at``, ``updated_at``).
         Nothing that decides liveness uses it: that is ``now()``, the store's clock."""
-        self.worker_id = worker_id or default_worker_id()
+        self.worker_id = _checked_worker_id(worker_id) or default_worker_id()
         self.redact = redact
         self.runtime = runtime or this_process()
         """This process as liveness sees it (identity, attempts in flight, leases watched)."""

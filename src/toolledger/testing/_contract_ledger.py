@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from .._tool_uses import run_tool_uses
-from ..errors import InvalidSessionIdError, ToolLedgerError
+from ..errors import ConfigurationError, InvalidSessionIdError, ToolLedgerError
 from ..ops import HoldLease, InsertEffect, TakeLease, UpdateEffect
 from ..records import Lease, Status
 from ..stores import Store, open_store
@@ -172,6 +172,14 @@ class LedgerContract:
     def test_unusable_session_ids_are_refused(self, store: Store, bad: Any) -> None:
         with pytest.raises(InvalidSessionIdError):
             store.ledger(bad)
+
+    @pytest.mark.parametrize("bad", ["nul\x00byte", "new\nline", "\u202eevil", 42])
+    def test_a_worker_id_no_store_can_keep_is_refused_at_open(
+        self, store_url: str, bad: Any
+    ) -> None:
+        # Written on every record: a NUL failed every write on PostgreSQL, after the open.
+        with pytest.raises(ConfigurationError, match="worker_id"):
+            open_store(store_url, worker_id=bad).close()
 
     def test_sql_metacharacters_in_ids_are_data(self, store: Store) -> None:
         tid = "toolu_'; DELETE FROM effects; --"
