@@ -51,13 +51,22 @@ def verify(store: Store) -> list[Problem]:
     try:
         session_ids = store.sessions()
     except ToolLedgerError as exc:
-        return [*problems, Problem(Severity.ERROR, None, str(exc))]
+        return [*problems, Problem(Severity.ERROR, None, _finding(exc))]
     for sid in session_ids:
         try:
             problems += _session(store, sid)
         except ToolLedgerError as exc:
-            problems.append(Problem(Severity.ERROR, sid, str(exc)))
+            problems.append(Problem(Severity.ERROR, sid, _finding(exc)))
     return problems
+
+
+def _finding(exc: ToolLedgerError) -> str:
+    """An error met while verifying, as verify's finding: without the advice to run verify
+    that the other commands give with it."""
+    return str(exc).replace(_RUN_VERIFY, ".")
+
+
+_RUN_VERIFY = ", or run `toolledger verify` to see what is readable."
 
 
 def _session(store: Store, sid: str) -> list[Problem]:

@@ -900,3 +900,29 @@ def test_approvals_with_none_says_so_for_what_was_asked(
     assert main(["--store", url, "approvals", "--all"]) == 0
     out = capsys.readouterr().out
     assert "no approval request" in out and "waiting" not in out
+
+
+def test_a_damaged_row_is_said_to_be_damaged_by_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row one value of which no release writes (a status edited by hand): every command
+    says which record of which session is damaged — no traceback — and verify reports it as
+    its finding."""
+    db = tmp_path / "d.db"
+    with tl.open_store(f"sqlite:///{db}") as store:
+        store.apply("s", [InsertEffect(make_record("s", "toolu_1"))])
+    raw = sqlite3.connect(db)
+    raw.execute("UPDATE effects SET status = 'bogus'")
+    raw.commit()
+    raw.close()
+    url = f"sqlite:///{db}"
+    for argv in (["effects", "s"], ["show", "s"], ["history", "s"], ["export", "s"]):
+        assert main([*argv, "--store", url]) == 1, argv
+        err = capsys.readouterr().err
+        assert "ledger record 'toolu_1' of session 's' is damaged" in err, (argv, err)
+        assert "Traceback" not in err and "toolledger verify" in err, err
+    code, report = cli(capsys, "verify", "--store", url, "--json")
+    assert code == 1 and report["ok"] is False
+    (problem,) = report["problems"]
+    assert problem["session_id"] == "s" and "'bogus' is not a valid Status" in problem["message"]
+    assert "toolledger verify" not in problem["message"]

@@ -187,3 +187,38 @@ def test_a_read_only_json_store_refuses_writes(tmp_path: Path) -> None:
             store.backend.apply("s", [InsertEffect(doubt("s", "toolu_ro_1"))])
         assert store.ledger("s").records() == []
     assert digest(where) == before
+
+
+def test_a_read_only_store_meeting_a_damaged_row_writes_nothing(tmp_path: Path) -> None:
+    """A damaged row makes the store look for a newer release's schema: on a read-only store
+    that look is read-only too — it used to open a read-write connection whose close, the last
+    on the file, checkpointed a killed writer's write-ahead log into the database."""
+    db = tmp_path / "d.db"
+    writer = (
+        "import os, signal, sqlite3, sys, toolledger as tl\n"
+        "from toolledger.ops import InsertEffect\n"
+        "sys.path.insert(0, sys.argv[2])\n"
+        "from test_read_only import doubt\n"
+        "store = tl.open_store('sqlite:///' + sys.argv[1])\n"
+        "store.backend.apply('s', [InsertEffect(doubt('s', 'toolu_1'))])\n"
+        "raw = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "raw.execute(\"UPDATE effects SET status = 'bogus'\")\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", writer, str(db), str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == -9, done.stderr
+    assert Path(f"{db}-wal").stat().st_size > 0, "the killed writer's commits are in its WAL"
+    before = digest(tmp_path)
+    with (
+        tl.open_store(f"sqlite:///{db}", read_only=True) as store,
+        pytest.raises(tl.CorruptLedgerError),
+    ):
+        store.ledger("s").records()
+    after = digest(tmp_path)
+    assert after[db.name] == before[db.name], "the database file was written"
+    assert after[f"{db.name}-wal"] == before[f"{db.name}-wal"], "the WAL was checkpointed"

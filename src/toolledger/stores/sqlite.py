@@ -447,9 +447,15 @@ class SQLiteBackend(GroupQueue):
         and a plan's write is met by the next write; a straight commit leaves no such gap."""
         if self.path == ":memory:":
             return
-        if self._probe is None:
-            self._probe = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        version = int(self._probe.execute("PRAGMA user_version").fetchone()[0])
+        if self.read_only:  # no write to keep apart; and a read-write probe could write: its
+            probe = self._conn  # close, the last on the file, checkpoints the WAL into it
+        else:
+            if self._probe is None:
+                self._probe = sqlite3.connect(
+                    self.path, isolation_level=None, check_same_thread=False
+                )
+            probe = self._probe
+        version = int(probe.execute("PRAGMA user_version").fetchone()[0])
         error = too_new(version, self.url)
         if error is not None:
             raise error

@@ -88,28 +88,44 @@ def clocked_update_params(op: UpdateEffect, expected: float) -> tuple[Any, ...]:
     return (*v[:13], expected, *v[13:])
 
 
-def row_to_record(row: Sequence[Any]) -> EffectRecord:
-    return EffectRecord(
-        session_id=row[0],
-        tool_use_id=row[1],
-        tool=row[2],
-        input_hash=row[3],
-        status=Status(row[4]),
-        attempt=int(row[5]),
-        result=row[6],
-        error=row[7],
-        created_at=float(row[8]),
-        updated_at=float(row[9]),
-        approved_by=row[10],
-        worker=row[11],
-        holder=Holder.parse(row[12]),
-        lease_token=None if row[13] is None else int(row[13]),
-        deadline=None if row[14] is None else float(row[14]),
-        history=history_from_json(json.loads(row[15])) if row[15] else (),
-        boot_deadline=row[16],
-        made_in=row[17],
-        origin=row[18],
+def damaged(what: str, session_id: Any, name: Any, exc: BaseException) -> CorruptLedgerError:
+    """The error for a stored row a value of which this code cannot read (a status no release
+    writes, a number that is text, JSON cut short): a damaged store, named by the backend —
+    never a traceback, never a row read as something else."""
+    where = "" if session_id is None else f" of session {session_id!r}"
+    which = "" if name is None else f" {name!r}"
+    return CorruptLedgerError(
+        f"the stored {what}{which}{where} is damaged ({exc!r}). Restore the store from a "
+        "backup, or run `toolledger verify` to see what is readable.",
+        session_id=session_id if isinstance(session_id, str) else None,
     )
+
+
+def row_to_record(row: Sequence[Any]) -> EffectRecord:
+    try:
+        return EffectRecord(
+            session_id=row[0],
+            tool_use_id=row[1],
+            tool=row[2],
+            input_hash=row[3],
+            status=Status(row[4]),
+            attempt=int(row[5]),
+            result=row[6],
+            error=row[7],
+            created_at=float(row[8]),
+            updated_at=float(row[9]),
+            approved_by=row[10],
+            worker=row[11],
+            holder=Holder.parse(row[12]),
+            lease_token=None if row[13] is None else int(row[13]),
+            deadline=None if row[14] is None else float(row[14]),
+            history=history_from_json(json.loads(row[15])) if row[15] else (),
+            boot_deadline=row[16],
+            made_in=row[17],
+            origin=row[18],
+        )
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+        raise damaged("ledger record", row[0], row[1], exc) from exc
 
 
 # -- sessions, transcripts, approvals ------------------------------------------------------------
@@ -138,19 +154,22 @@ def update_session_params(op: PutSession) -> tuple[Any, ...]:
 
 
 def row_to_session(row: Sequence[Any]) -> SessionState:
-    return SessionState(
-        session_id=row[0],
-        status=RunStatus(row[1]),
-        reason=row[2],
-        version=int(row[3]),
-        turns=int(row[4]),
-        input_tokens=int(row[5]),
-        output_tokens=int(row[6]),
-        messages=int(row[7]),
-        created_at=float(row[8]),
-        updated_at=float(row[9]),
-        lineage=_lineage(row[0], row[10]),
-    )
+    try:
+        return SessionState(
+            session_id=row[0],
+            status=RunStatus(row[1]),
+            reason=row[2],
+            version=int(row[3]),
+            turns=int(row[4]),
+            input_tokens=int(row[5]),
+            output_tokens=int(row[6]),
+            messages=int(row[7]),
+            created_at=float(row[8]),
+            updated_at=float(row[9]),
+            lineage=_lineage(row[0], row[10]),
+        )
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+        raise damaged("session", row[0], None, exc) from exc
 
 
 def _lineage(session_id: str, text: Any) -> tuple[Branch, ...]:
@@ -217,9 +236,12 @@ def stored_json(text: Any) -> Any:
 
 
 def row_to_message(row: Sequence[Any]) -> StoredMessage:
-    return StoredMessage(
-        seq=int(row[0]), role=row[1], content=stored_json(row[2]), created_at=float(row[3])
-    )
+    try:
+        return StoredMessage(
+            seq=int(row[0]), role=row[1], content=stored_json(row[2]), created_at=float(row[3])
+        )
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+        raise damaged("message", None, f"seq {row[0]!r}", exc) from exc
 
 
 def approval_values(a: ApprovalRecord) -> tuple[Any, ...]:
@@ -248,21 +270,24 @@ def update_approval_params(op: PutApproval) -> tuple[Any, ...]:
 
 
 def row_to_approval(row: Sequence[Any]) -> ApprovalRecord:
-    return ApprovalRecord(
-        session_id=row[0],
-        tool_use_id=row[1],
-        tool=row[2],
-        input_hash=row[3],
-        input=json.loads(row[4]),
-        in_doubt=bool(row[5]),
-        reason=row[6],
-        status=ApprovalStatus(row[7]),
-        requested_at=float(row[8]),
-        decided_at=None if row[9] is None else float(row[9]),
-        decided_by=row[10],
-        used_at=None if row[11] is None else float(row[11]),
-        attempt=int(row[12] or 0),
-    )
+    try:
+        return ApprovalRecord(
+            session_id=row[0],
+            tool_use_id=row[1],
+            tool=row[2],
+            input_hash=row[3],
+            input=json.loads(row[4]),
+            in_doubt=bool(row[5]),
+            reason=row[6],
+            status=ApprovalStatus(row[7]),
+            requested_at=float(row[8]),
+            decided_at=None if row[9] is None else float(row[9]),
+            decided_by=row[10],
+            used_at=None if row[11] is None else float(row[11]),
+            attempt=int(row[12] or 0),
+        )
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+        raise damaged("approval request", row[0], row[1], exc) from exc
 
 
 # -- leases --------------------------------------------------------------------------------------
@@ -290,12 +315,15 @@ def clocked_take_lease_params(op: TakeLease) -> tuple[Any, ...]:
 
 
 def row_to_lease(row: Sequence[Any]) -> Lease:
-    return Lease(
-        session_id=row[0],
-        owner=row[1],
-        token=int(row[2]),
-        expires_at=float(row[3]),
-        holder=Holder.parse(row[4]),
-        renewals=int(row[5] or 0),
-        ttl=None if row[6] is None else float(row[6]),
-    )
+    try:
+        return Lease(
+            session_id=row[0],
+            owner=row[1],
+            token=int(row[2]),
+            expires_at=float(row[3]),
+            holder=Holder.parse(row[4]),
+            renewals=int(row[5] or 0),
+            ttl=None if row[6] is None else float(row[6]),
+        )
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+        raise damaged("lease", row[0], None, exc) from exc
