@@ -901,3 +901,79 @@ def test_a_racer_of_another_worker_stopped_before_its_tool_leaves_the_winner_s_i
     assert "sent" in json.dumps(again)
     loser.close()
     winner.close()
+
+
+_SAME_ID_WINNER = """
+import sys, time
+from pathlib import Path
+import toolledger as tl
+
+url, world = sys.argv[1], Path(sys.argv[2])
+
+@tl.tool(effect="non_idempotent")
+def send(to: str) -> str:
+    with open(world / "sent", "a") as fh:
+        fh.write(to + "\\n")
+    (world / "entered").touch()
+    until = time.monotonic() + 20
+    while not (world / "go").exists() and time.monotonic() < until:
+        time.sleep(0.01)  # a slow downstream service
+    return "sent"
+
+store = tl.open_store(url, clock=lambda: 1_000_000.0, worker_id="worker")
+block = {"type": "tool_use", "id": "toolu_1", "name": "send", "input": {"to": "bob"}}
+tl.run_tool_uses([block], [send], ledger=store.ledger("s"))
+store.close()
+"""
+
+
+def test_a_racer_with_the_same_worker_id_leaves_the_other_process_s_intent_be(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes given one ``worker_id`` (``open_store(worker_id=)``: one name for every
+    replica of a service) race on one call; the second's intent is refused behind the first's
+    while the first's tool runs, and the second is cancelled as that refusal comes back. Its
+    clean-up — "did not happen" — names its intent by attempt, time and worker, all of which
+    the first's shares under a coarse clock: it must still not land on the first's intent (the
+    next run would send the call again), because another process holds it."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    tl.open_store(url).close()  # created before either races on it
+    sent = tmp_path / "sent"
+
+    @tl.tool(effect="non_idempotent")
+    def send(to: str) -> str:
+        with open(sent, "a") as fh:
+            fh.write(to + "\n")
+        return "sent"
+
+    block = tool_use("toolu_1", "send", to="bob")
+    first = subprocess.Popen(
+        [sys.executable, "-c", _SAME_ID_WINNER, url, str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    loser = tl.open_store(url, clock=lambda: 1_000_000.0, worker_id="worker")
+    try:
+        until = time.monotonic() + 30
+        while not (tmp_path / "entered").exists():
+            assert time.monotonic() < until and first.poll() is None, "never entered its tool"
+            time.sleep(0.01)
+        inner = loser.async_backend
+        monkeypatch.setattr(loser, "async_backend", CancelledAsItCommits(inner))
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(tl.arun_tool_uses([block], [send], ledger=loser.ledger("s")))
+        monkeypatch.setattr(loser, "async_backend", inner)
+        time.sleep(1.5)  # what a stopped run leaves is written in the background
+        record = loser.ledger("s").get("toolu_1")
+        assert record is not None and record.status is tl.Status.STARTED, record
+        assert record.holder is not None and record.holder.pid == first.pid, record.holder
+        with pytest.raises(tl.EffectInProgressError):
+            tl.run_tool_uses([block], [send], ledger=loser.ledger("s"))
+    finally:
+        (tmp_path / "go").touch()
+        assert first.wait(30) == 0
+    record = loser.ledger("s").get("toolu_1")
+    assert record is not None and record.status is tl.Status.SUCCEEDED, record
+    again = tl.run_tool_uses([block], [send], ledger=loser.ledger("s"))
+    assert "sent" in json.dumps(again)
+    assert sent.read_text() == "bob\n", "sent once"
+    loser.close()

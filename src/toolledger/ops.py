@@ -20,6 +20,7 @@ from .records import (
     ApprovalRecord,
     ApprovalStatus,
     EffectRecord,
+    Holder,
     Lease,
     RunStatus,
     SessionState,
@@ -92,6 +93,11 @@ class UpdateEffect:
     an intent whose commit was never confirmed names its own worker: two workers racing on a
     call build intents of the same attempt, which a coarse clock can give one ``updated_at`` —
     the intent that landed may be the other's, whose tool is running."""
+    expect_holder: Holder | None = None
+    """With ``expect_worker``: and run by that process (``EffectRecord.holder``; ``None``: a
+    record naming none). A worker id is only a name, which processes may share
+    (``open_store(worker_id=)``): two processes given one, racing on a call, build intents
+    that differ only by their holder."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +241,7 @@ def _update_effect_init(  # noqa: PLR0917 (the dataclass's own signature)
     guard: bool = False,
     at: Reading | None = None,
     expect_worker: str | None = None,
+    expect_holder: Holder | None = None,
 ) -> None:
     s = _UPDATE_SETTERS  # in field order
     s[0](self, record)
@@ -244,6 +251,7 @@ def _update_effect_init(  # noqa: PLR0917 (the dataclass's own signature)
     s[4](self, guard)
     s[5](self, at)
     s[6](self, expect_worker)
+    s[7](self, expect_holder)
 
 
 _PUT_SETTERS = slot_setters(PutSession)
@@ -375,7 +383,10 @@ def effect_applies(op: InsertEffect | UpdateEffect, current: EffectRecord | None
         and current.status is op.expect_status
         and current.attempt == op.expect_attempt
         and (op.expect_at is None or current.updated_at == op.expect_at)
-        and (op.expect_worker is None or current.worker == op.expect_worker)
+        and (
+            op.expect_worker is None
+            or (current.worker == op.expect_worker and current.holder == op.expect_holder)
+        )
     )
 
 

@@ -139,15 +139,17 @@ def not_run(intent: EffectRecord, why: str, env: Env) -> UpdateEffect:
 
 def on_intent(new: EffectRecord, intent: EffectRecord) -> UpdateEffect:
     """``new`` written over ``intent`` — a clean-up of an intent whose commit may not have
-    landed — only if the record is that very intent: its attempt, its ``updated_at`` and its
-    worker (another worker's intent of the same attempt, racing on the call, may carry the
-    same time; ``UpdateEffect.expect_worker``)."""
+    landed — only if the record is that very intent: its attempt, its ``updated_at``, its
+    worker and its process (another worker's intent of the same attempt, racing on the call,
+    may carry the same time, and another process the same worker id;
+    ``UpdateEffect.expect_worker``, ``UpdateEffect.expect_holder``)."""
     return UpdateEffect(
         new,
         Status.STARTED,
         intent.attempt,
         expect_at=intent.updated_at,
         expect_worker=intent.worker,
+        expect_holder=intent.holder,
     )
 
 

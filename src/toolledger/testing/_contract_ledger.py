@@ -16,7 +16,7 @@ import pytest
 from .._tool_uses import run_tool_uses
 from ..errors import ConfigurationError, InvalidSessionIdError, ToolLedgerError
 from ..ops import HoldLease, InsertEffect, TakeLease, UpdateEffect
-from ..records import Lease, Status
+from ..records import Holder, Lease, Status
 from ..stores import Store, open_store
 from ..tools import ToolSet, tool
 from ._samples import WEIRD_SESSION_IDS, make_record
@@ -98,6 +98,40 @@ class LedgerContract:
         assert store.apply("s", [HoldLease("s", 1, None), mine("host:1:a")]) == [True, False]
         assert store.ledger("s").get("toolu_1") == theirs
         assert store.apply("s", [HoldLease("s", 1, None), mine("host:2:b")]) == [True, True]
+        assert store.ledger("s").get("toolu_1") == never
+
+    def test_update_naming_a_worker_applies_only_to_that_process_s_version(
+        self, store: Store
+    ) -> None:
+        """Two processes given one worker id: their intents of one attempt, written at the
+        same instant, differ only by their holder — a clean-up naming its own leaves the
+        other's intent be, whatever form the holder was written in."""
+        b = Holder(host="boot-b", pidns="4026531836", pid=2, start=7, boot="boot-b", timens="")
+        theirs = replace(make_record(status=Status.STARTED, attempt=1), worker="shared", holder=b)
+        store.apply("s", [InsertEffect(theirs)])
+        never = replace(theirs, status=Status.NOT_HAPPENED, updated_at=theirs.updated_at + 1)
+
+        def by(holder: Holder | None) -> UpdateEffect:
+            return UpdateEffect(
+                replace(never, holder=holder),
+                Status.STARTED,
+                1,
+                expect_at=theirs.updated_at,
+                expect_worker="shared",
+                expect_holder=holder,
+            )
+
+        a = replace(b, pid=1, start=5)
+        assert store.apply("s", [by(a)]) == [False]
+        assert store.apply("s", [by(None)]) == [False]
+        assert store.apply("s", [by(Holder.unknown(2))]) == [False]
+        other = make_record(tool_use_id="other")
+        assert store.apply("s", [by(a), InsertEffect(other)]) == [False, True]
+        lease = Lease(session_id="s", owner="shared/1", token=1, expires_at=4e9)
+        assert store.apply("s", [TakeLease(lease, expect_token=0)]) == [True]
+        assert store.apply("s", [HoldLease("s", 1, None), by(a)]) == [True, False]
+        assert store.ledger("s").get("toolu_1") == theirs
+        assert store.apply("s", [HoldLease("s", 1, None), by(b)]) == [True, True]
         assert store.ledger("s").get("toolu_1") == never
 
     def test_update_of_a_missing_record_applies_nothing(self, store: Store) -> None:

@@ -72,7 +72,8 @@ def update_params(op: UpdateEffect) -> tuple[Any, ...]:
         return (*v[2:], *v[:2], *expect)
     if op.expect_worker is None:
         return (*v[2:], *v[:2], *expect, op.expect_at)
-    return (*v[2:], *v[:2], *expect, op.expect_at, op.expect_worker)
+    holder = op.expect_holder.text() if op.expect_holder is not None else ""
+    return (*v[2:], *v[:2], *expect, op.expect_at, op.expect_worker, holder)
 
 
 def clocked_insert_params(op: InsertEffect, expected: float) -> tuple[Any, ...]:

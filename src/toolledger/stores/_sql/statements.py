@@ -29,9 +29,9 @@ UPDATE_EFFECT = (
     "WHERE session_id = ? AND tool_use_id = ? AND status = ? AND attempt = ?"
 )
 UPDATE_EFFECT_AT = UPDATE_EFFECT + " AND updated_at = ?"
-# ... and by that worker: the clean-up of an intent whose commit went unconfirmed
-# (``UpdateEffect.expect_worker``).
-_BY = " AND worker = ?"
+# ... and by that worker, in that process: the clean-up of an intent whose commit went
+# unconfirmed (``UpdateEffect.expect_worker``, ``UpdateEffect.expect_holder``).
+_BY = " AND worker = ? AND coalesce(holder, '') = ?"
 UPDATE_EFFECT_BY = UPDATE_EFFECT_AT + _BY
 
 
