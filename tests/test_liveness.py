@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field, replace
@@ -461,6 +462,28 @@ def test_an_attempt_written_by_toolledger_0_1_runs_for_the_old_claim_timeout() -
     legacy = replace(started(None, deadline=None, at=now - 10), worker=f"host:{os.getpid()}:x")
     assert isinstance(verdict(legacy, now=now), Running)
     assert isinstance(verdict(legacy, now=now - 10 + LEGACY_TIMEOUT + 1), Over)
+
+
+def test_a_lease_written_by_toolledger_0_1_is_judged_by_its_renewals_not_its_pid() -> None:
+    """0.1 named a lease's owner ``host:pid`` only. A pid of this hostname that this process
+    table lacks may be a live worker of another PID namespace sharing the hostname (a container
+    on the host's network): unknown, not ended — the lease holds until it expires on a
+    server's clock, or is watched unrenewed for its time to live."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    now = time.time()
+    legacy = Lease(
+        session_id="s",
+        owner=f"{socket.gethostname()}:{gone.pid}:0123abcd",
+        token=3,
+        expires_at=now + 30,
+        holder=None,
+    )
+    assert isinstance(lease_state(legacy, now=now, runtime=ME, shared_clock=True), Running)
+    assert isinstance(lease_state(legacy, now=now + 31, runtime=ME, shared_clock=True), Over)
+    runtime = Runtime(ME.proc)
+    held = lease_state(legacy, now=now, runtime=runtime, url=URL, shared_clock=False)
+    assert isinstance(held, Running) and held.watch is not None and held.watch > 0
 
 
 # -- leases ------------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ in doubt at once.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 
 from ..records import EffectRecord, Holder, Lease, Status
@@ -270,21 +269,6 @@ def _renewing(
     return Running(why, now + left, left, renewed)
 
 
-def _legacy(worker: str | None, runtime: Runtime) -> Verdict | None:
-    """An attempt or a lease written by toolledger 0.1, which named its owner ``host:pid:…``
-    only: over at once when it names a pid of this hostname that no process has (``kill(pid,
-    0)``); otherwise ``None``, for its time to decide (a live pid may be another process by now).
-    """
-    host, _, rest = (worker or "").partition(":")
-    pid = rest.partition(":")[0]
-    if host == socket.gethostname() and pid.isdigit() and runtime.pid_gone(int(pid)):
-        return Over(
-            f"written by toolledger 0.1 from pid {pid} of this host, which has ended",
-            clocked=False,
-        )
-    return None
-
-
 def lease_state(
     lease: Lease | None,
     *,
@@ -309,13 +293,12 @@ def lease_state(
     if lease.owner in runtime.live_runs:
         return Running("a run of this process holds it")
     holder = lease.holder
-    if holder is None:
-        ended = _legacy(lease.owner, runtime)
-        if ended is not None:
-            return ended
-    elif runtime.is_me(holder):
+    # No holder (toolledger 0.1 named a ``host:pid`` only): unknown — a pid this process table
+    # lacks may be a live process of another PID namespace with this hostname (a container
+    # on the host's network) — so it is judged by its renewals, as any holder no table proves.
+    if holder is not None and runtime.is_me(holder):
         return Over("the run of this process that held it has ended", clocked=False)
-    else:
+    if holder is not None:
         alive = runtime.evidence(holder)
         if alive:
             return Running(f"its process ({_where(holder)}) is alive")

@@ -169,13 +169,6 @@ class Runtime:
             return True
         return evidence(self.proc, self.identity, holder)
 
-    def pid_gone(self, pid: int) -> bool:
-        """Whether no process of this process table has ``pid`` (for toolledger 0.1's owners,
-        which named a pid only). Only ``kill(pid, 0)`` is trusted: it needs no ``/proc``."""
-        if pid == self.proc.getpid():
-            return False
-        return self.proc.signal0(pid) is False
-
 
 class _ThisProcess(Runtime):
     def __init__(self) -> None:
