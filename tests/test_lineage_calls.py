@@ -262,6 +262,40 @@ def test_a_lineage_id_with_another_input_is_refused_on_a_branch(store: tl.Store)
     assert mail.sent() == ["ana", "bo"]
 
 
+@pytest.mark.parametrize(
+    ("first", "keyed"),
+    [("parent", False), ("fork", False), ("parent", True)],
+    ids=["claimed, parent first", "claimed, fork first", "looked up, parent first"],
+)
+def test_an_id_made_after_the_fork_with_another_input_is_refused_on_every_side(
+    store: tl.Store, first: str, keyed: bool
+) -> None:
+    """The fork is made before either side makes the call; each then meets one id with another
+    input (an edited transcript, a model that answers a replay differently). Whichever makes it
+    first, the other is refused, as it is for a call copied into the fork: one lineage, one
+    call per id — it used to depend on who came first, and the fork sent the second mail. (A
+    key-forwarding call the fork makes first leaves no record in the parent: there the
+    receiver's key is the guard.)"""
+    mail = MailServer()
+    tools = [mail.keyed_tool()] if keyed else mail.tools()
+    with ScriptedModel([Reply(text="Hello.")]) as model:
+        tl.Agent(client=model.client(), model="claude-test", tools=tools, store=store).run(
+            session=PARENT, prompt="Say hello."
+        )
+    fork = tl.fork(store, PARENT, at_turn=1, new_session="fork")
+
+    def block(to: str) -> list[dict[str, Any]]:
+        return [{"type": "tool_use", "id": "toolu_one", "name": "send_email", "input": {"to": to}}]
+
+    maker, other = (PARENT, fork) if first == "parent" else (fork, PARENT)
+    tl.run_tool_uses(block("ana"), tools, ledger=store.ledger(maker), approve=lambda r: True)
+    with pytest.raises(tl.LedgerMismatchError):
+        tl.run_tool_uses(
+            block("mallory"), tools, ledger=store.ledger(other), approve=lambda r: True
+        )
+    assert [to for _, to in mail.handed] == ["ana"], "nothing run for the other input"
+
+
 @dataclass
 class Desk:
     """A ticket desk without keys: a plain non-idempotent tool. The answer to ``lose`` gets

@@ -26,14 +26,14 @@ from dataclasses import replace
 from typing import Any
 
 from .._crash import hit as crash_point
-from ..errors import EffectInProgressError
+from ..errors import EffectInProgressError, LedgerMismatchError
 from ..ops import InsertEffect, UpdateEffect
 from ..records import EffectClass, EffectRecord, Status, ToolCall
 from ..stores._copies import same_call
 from ..tools import Tool
 from ._batch import Buffer, Env, write
 from ._copies import copy_of, stand_in, still_to_run
-from ._decide import Action, Reject, Replay
+from ._decide import Action, Reject, Replay, mismatch
 from ._outcomes import flush
 from ._requests import Commit, Failure, ReadEffects, ReadLineageRoot, Request
 
@@ -122,14 +122,14 @@ def look_up(
     session now holds for it — a copy of the root's, settled as a fork's copies are. Run here,
     it forwards the root's key (``Env.keyed``): the key of the lineage, which every session of
     it that makes the call first forwards too — the root, or another branch — so a receiver
-    that honours keys takes it once, though no ledger of the lineage saw the others' runs."""
+    that honours keys takes it once, though no ledger of the lineage saw the others' runs.
+    Raises ``LedgerMismatchError`` when the root's record of the id is another call's."""
     found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id], session=root)
     there = found.get(call.tool_use_id)
     if there is None:
         env.keyed[call.tool_use_id] = root
         return None
-    if (there.tool, there.input_hash) != (call.name, call.input_hash):
-        return None  # another call of that id: this session's own, under its own key
+    _same_call(there, call, env, root)
     copy = copy_of(there, env.session_id)
     return (yield from _hold(call, copy, record))
 
@@ -272,8 +272,9 @@ def _claim_in(
     root: str, call: ToolCall, env: Env, *, made_in: str
 ) -> Generator[Request, Any, EffectRecord | None]:
     """Insert this session's claim on ``call`` into ``root``'s ledger: ``None`` when it landed,
-    else the record there that refused it (``None`` too when that one is gone since, or is
-    another call of that id: either way this call is this session's own)."""
+    else the record there that refused it (``None`` too when that one is gone since: this call
+    is this session's own). Raises ``LedgerMismatchError`` when that record is another call of
+    that id (rule 7, across the lineage: one lineage, one call per id)."""
     sid = env.session_id
     mark = stand_in(
         call,
@@ -292,4 +293,26 @@ def _claim_in(
         return None
     found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id], session=root)
     there = found.get(call.tool_use_id)
-    return there if there is not None and same_call(mark, there) else None
+    if there is not None:
+        _same_call(there, call, env, root)
+    return there
+
+
+def _same_call(there: EffectRecord, call: ToolCall, env: Env, root: str) -> None:
+    """Rule 7 across a lineage: ``there``, the record of ``call``'s id in the lineage's first
+    session ``root``, must be this call's (same tool, same input) — as a copy a fork made of it
+    must be. Another call of that id is refused before anything runs or is asked, whichever
+    session of the lineage made it first."""
+    why = mismatch(there, call)
+    if why is not None:
+        raise LedgerMismatchError(
+            f"{why} in session {root!r}, the first of session {env.session_id!r}'s lineage, "
+            "whose sessions share their calls. Nothing was run. The transcript was edited or a "
+            "branch's model reused an id of its lineage for another call.",
+            session_id=env.session_id,
+            tool_use_id=call.tool_use_id,
+            recorded_tool=there.tool,
+            recorded_input_hash=there.input_hash,
+            tool=call.name,
+            input_hash=call.input_hash,
+        )
