@@ -23,6 +23,7 @@ import toolledger as tl
 
 try:
     import claude_agent_sdk as sdk
+    import mcp
 except ImportError:
     print("claude-agent-sdk is not installed: pip install claude-agent-sdk (skipping this recipe)")
     sys.exit(0)
@@ -53,7 +54,16 @@ def ledger_hook(tool_names: set[str]) -> sdk.HookCallback:
 def ledgered(declared: tl.Tool[Any, Any], ledger: tl.Ledger, *, approve: Any = None) -> Any:
     """An SDK in-process tool running ``declared`` through the ledger."""
 
-    @sdk.tool(declared.name, declared.description, declared.input_schema)
+    # The SDK's server checks every call's arguments against this schema before the handler
+    # runs, so the id the hook adds must be a property of it (an optional one, overwritten by
+    # the hook whatever the model sends).
+    schema = dict(declared.input_schema)
+    schema["properties"] = {
+        **schema.get("properties", {}),
+        ID_KEY: {"type": "string", "description": "set by the runtime; leave it out"},
+    }
+
+    @sdk.tool(declared.name, declared.description, schema)
     async def handler(args: dict[str, Any]) -> dict[str, Any]:
         arguments = dict(args)
         tool_use_id = arguments.pop(ID_KEY, None)
@@ -89,7 +99,9 @@ async def main() -> None:
             allowed_tools=["mcp__tickets__create_ticket"],
             hooks={"PreToolUse": [sdk.HookMatcher(matcher="mcp__tickets__.*", hooks=[hook])]},
         )
-        # What the SDK does for one call, twice: the second time as after a crash and resume.
+        # What Claude Code does for one call, twice (the second time as after a crash and
+        # resume): the hook, then `tools/call` with the hook's `updatedInput` to the SDK's
+        # in-process server, which checks the arguments against the tool's schema.
         call = {
             "hook_event_name": "PreToolUse",
             "session_id": "claude-session-1",
@@ -100,13 +112,16 @@ async def main() -> None:
             "tool_use_id": "toolu_01",
         }
         answers = []
-        for _ in range(2):
-            decision = await hook(call, call["tool_use_id"], {"signal": None})
-            result = await ticket_tool.handler(decision["hookSpecificOutput"]["updatedInput"])
-            answers.append(result["content"][0]["text"])
+        async with mcp.Client(server["instance"]) as claude_code:
+            for _ in range(2):
+                decision = await hook(call, call["tool_use_id"], {"signal": None})
+                arguments = decision["hookSpecificOutput"]["updatedInput"]
+                result = await claude_code.call_tool("create_ticket", arguments)
+                text = result.content[0].text if result.content else ""
+                answers.append(f"error: {text}" if result.is_error else text)
     print(f"answers: {answers}; tickets opened: {len(tickets)}; hooks: {list(options.hooks or {})}")
-    if len(tickets) != 1 or answers[0] != answers[1]:
-        sys.exit("a ticket was opened twice")
+    if len(tickets) != 1 or answers[0] != answers[1] or answers[0].startswith("error"):
+        sys.exit("the call did not open one ticket and answer the same twice")
 
 
 if __name__ == "__main__":
