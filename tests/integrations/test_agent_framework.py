@@ -123,3 +123,39 @@ def test_failures_are_recorded_and_a_run_without_a_session_is_refused() -> None:
         with pytest.raises(Exception, match="session"):
             asyncio.run(agent.run("go"))
     assert ran == ["A"], "the run without a session ran nothing"
+
+
+def test_an_in_doubt_call_rerun_by_approve_is_recorded_as_that_approvers() -> None:
+    """What the framework's approval does not cover (re-run a call in doubt) goes to
+    ``approve=``: the ledger records that approver's name, and a sync approver is asked off the
+    event loop, as ``tl.arun_tool_uses`` asks it."""
+    import threading
+
+    runs: list[str] = []
+    on_loop: list[bool] = []
+
+    @tool
+    def charge(order: str) -> str:
+        """Charge an order."""
+        runs.append(order)
+        if len(runs) == 1:
+            raise tl.OutcomeUnknown("the connection dropped after the request was sent")
+        return f"charged {order}"
+
+    def rerun_it(request: tl.ApprovalRequest) -> tl.Decision:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return tl.Decision(approved=True, rerun=True)
+
+    asked = [Reply(tool_uses=[ToolUse("charge", {"order": "A"}, id="c-1")]), Reply(text="ok")]
+    with tl.open_store("memory://") as store:
+        for _ in range(2):
+            with ScriptedOpenAI(asked) as model:
+                client = OpenAIChatCompletionClient(model="m", base_url=model.url, api_key="k")
+                middleware = LedgerMiddleware(store, approve=rerun_it)
+                agent = Agent(client=client, tools=[charge], middleware=[middleware])
+                asyncio.run(agent.run("go", session=AgentSession(session_id="s")))
+        record = store.ledger("s").get("c-1")
+    assert runs == ["A", "A"], "in doubt, then re-run once on the approver's answer"
+    assert record is not None and record.status is Status.SUCCEEDED
+    assert record.approved_by == rerun_it.__qualname__, "the approver, as the engine names it"
+    assert on_loop == [False], "a sync approver is asked in a worker thread"

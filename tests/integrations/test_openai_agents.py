@@ -320,3 +320,42 @@ def test_a_run_without_a_session_is_refused_and_nothing_runs(tmp_path: Path) -> 
         with pytest.raises(Exception, match="group_id"):
             run(agent, "go", session=None)
     assert ran == []
+
+
+def test_an_in_doubt_call_rerun_by_approve_is_recorded_as_that_approvers(tmp_path: Path) -> None:
+    """The question the SDK did not ask (re-run a call in doubt) goes to ``approve=``: the ledger
+    records that approver's name, and a sync approver (a person at a prompt) is asked off the
+    event loop, as ``tl.arun_tool_uses`` asks it, so the run's other calls are not stalled."""
+    import threading
+
+    runs: list[str] = []
+    on_loop: list[bool] = []
+
+    @function_tool
+    def charge(order: str) -> str:
+        """Charge an order."""
+        runs.append(order)
+        if len(runs) == 1:
+            raise tl.OutcomeUnknown("the connection dropped after the request was sent")
+        return f"charged {order}"
+
+    def rerun_it(request: tl.ApprovalRequest) -> tl.Decision:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return tl.Decision(approved=True, rerun=True)
+
+    with tl.open_store("memory://") as store:
+        for _ in range(2):
+            step = [Reply(tool_uses=[ToolUse("charge", {"order": "A"}, id="c-1")]), Reply("ok")]
+            with ScriptedOpenAI(step) as model:
+                use_model(model.url)
+                run(
+                    ledgered(
+                        Agent(name="a", model="m", tools=[charge]), store=store, approve=rerun_it
+                    ),
+                    "go",
+                )
+        record = store.ledger(SESSION).get("c-1")
+    assert runs == ["A", "A"], "in doubt, then re-run once on the approver's answer"
+    assert record is not None and record.status is Status.SUCCEEDED
+    assert record.approved_by == rerun_it.__qualname__, "the approver, as the engine names it"
+    assert on_loop == [False], "a sync approver is asked in a worker thread"

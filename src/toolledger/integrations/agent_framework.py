@@ -38,7 +38,6 @@ ids, new calls.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -59,6 +58,7 @@ from ..engine._gate import ApprovalRequest, Decision
 from ..errors import ConfigurationError, EffectInProgressError, LedgerMismatchError
 from ..stores import Ledger, Store
 from ..tools import Tool, ToolContext
+from ._approvals import ask
 from ._declarations import Declaration, checked_declarations, one_call_tool
 
 __all__ = ["FRAMEWORK_APPROVAL", "LedgerMiddleware", "session_id", "tool_context"]
@@ -178,8 +178,7 @@ class LedgerMiddleware(FunctionMiddleware):
                 return Decision(approved=True, by=FRAMEWORK_APPROVAL)
             if self.approve is None:
                 return Decision(approved=False, by="no approver for what the framework did not ask")
-            answer = self.approve(request)
-            return (await answer) if inspect.isawaitable(answer) else answer
+            return await ask(self.approve, request)
 
         return bridge
 

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
@@ -74,6 +73,7 @@ from ..errors import ConfigurationError, OutcomeUnknown
 from ..records import Status
 from ..stores import Ledger, Store
 from ..tools import Tool, ToolContext
+from ._approvals import ask
 from ._declarations import Declaration, checked_declarations, one_call_tool
 
 __all__ = ["group_id", "ledgered", "settle_interruptions", "tool_context"]
@@ -246,8 +246,7 @@ class _Gate:
                 return Decision(approved=True, by=SDK_APPROVAL)
             if self.approve is None:
                 return Decision(approved=False, by="no approver for what the SDK did not ask")
-            answer = self.approve(request)
-            return (await answer) if inspect.isawaitable(answer) else answer
+            return await ask(self.approve, request)
 
         block = {"type": "tool_use", "id": ctx.tool_call_id, "name": inner.name}
         (result,) = await arun_tool_uses(
