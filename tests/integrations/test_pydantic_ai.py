@@ -326,3 +326,52 @@ def test_killed_while_the_tool_ran_is_in_doubt_never_rerun(tmp_path: Path) -> No
     with tl.open_store(f"sqlite:///{tmp_path / 'ledger.db'}") as store:
         (doubt,) = store.ledger(CONVERSATION).in_doubt()
     assert doubt.tool_use_id == CALL_ID
+
+
+def test_a_result_pydantic_serialises_reaches_the_model_and_the_ledger_in_full() -> None:
+    """A tool returning what Pydantic AI serialises for the model (a date, a UUID, a Decimal)
+    gives the model the same data through the ledger as without it, recorded in full — not
+    toolledger's "result not stored in full" note with a Python repr."""
+    import datetime
+    import decimal
+    import json
+    import uuid
+
+    def invoice(order: str) -> dict[str, Any]:
+        """Invoice an order."""
+        return {
+            "order": order,
+            "due": datetime.date(2026, 1, 2),
+            "ref": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+            "amount": decimal.Decimal("9.50"),
+        }
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            call = ToolCallPart("invoice", {"order": "A-7"}, tool_call_id="c-1")
+            return ModelResponse(parts=[call])
+        return ModelResponse(parts=[TextPart("done")])
+
+    sent: list[str] = []
+    with tl.open_store("memory://") as store:
+        for toolset in (
+            FunctionToolset([invoice]),
+            LedgerToolset(FunctionToolset([invoice]), store=store),
+        ):
+            with capture_run_messages() as messages:
+                Agent(FunctionModel(model), toolsets=[toolset]).run_sync("go", conversation_id="s")
+            (part,) = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+            sent.append(part.model_response_str())
+        record = store.ledger("s").get("c-1")
+    plain, ledgered = (json.loads(text) for text in sent)
+    assert (
+        ledgered
+        == plain
+        == {
+            "order": "A-7",
+            "due": "2026-01-02",
+            "ref": "12345678-1234-5678-1234-567812345678",
+            "amount": "9.50",
+        }
+    )
+    assert record is not None and json.loads(record.result or "null") == plain

@@ -26,11 +26,11 @@ tool, approval of a high-impact one, in-doubt handling after a crash). Pydantic 
 arguments before ``call_tool``, as usual. While the tool runs, ``tool_context()`` is its
 ``ToolContext`` and ``toolledger.keys.current_key()`` its idempotency key.
 
-Limits: the tool's answer is what the ledger recorded — its JSON text (a string result as
-itself) — the first time and on every replay, so a ``ToolReturn``'s metadata or binary content
-is not passed through as such. Deferral (``ApprovalRequired``, ``CallDeferred``) raised inside the
-ledger would be recorded as the call's outcome: put ``.approval_required()`` around the
-``LedgerToolset``, not inside it.
+Limits: the tool's answer is what the ledger recorded — its JSON text as Pydantic AI
+serialises it for the model (a string result as itself) — the first time and on every replay,
+so a ``ToolReturn``'s metadata or binary content is not passed through as such. Deferral
+(``ApprovalRequired``, ``CallDeferred``) raised inside the ledger would be recorded as the call's
+outcome: put ``.approval_required()`` around the ``LedgerToolset``, not inside it.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from typing import Any, TypeVar, assert_never
 try:
     from pydantic_ai import ModelRetry, RunContext
     from pydantic_ai import exceptions as _exceptions
+    from pydantic_ai import messages as _messages
     from pydantic_ai.toolsets import WrapperToolset
     from pydantic_ai.toolsets.abstract import ToolsetTool
 except ImportError as exc:  # pragma: no cover - the extra is installed wherever this is tested
@@ -72,6 +73,10 @@ _ToolFailed: type[Exception] | None = getattr(_exceptions, "ToolFailed", None)
 message is then the tool's return)."""
 
 _context: ContextVar[ToolContext | None] = ContextVar("toolledger_pydantic_ai_call", default=None)
+
+_tool_return: Any = getattr(_messages, "tool_return_ta", None)
+"""How Pydantic AI serialises a tool's return for the model (``None`` where it has no such
+adapter: the ledger's own encoding then applies alone)."""
 
 
 def tool_context() -> ToolContext | None:
@@ -148,7 +153,7 @@ class LedgerToolset(WrapperToolset[DepsT]):
             token = _context.set(call)
             try:
                 with keys.forwarding(call):
-                    return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+                    return _jsonable(await self.wrapped.call_tool(name, tool_args, ctx, tool))
             finally:
                 _context.reset(token)
 
@@ -172,6 +177,19 @@ class LedgerToolset(WrapperToolset[DepsT]):
         if _ToolFailed is None:
             return outcome.content
         raise _ToolFailed(outcome.content)
+
+
+def _jsonable(value: Any) -> Any:
+    """A tool's return as Pydantic AI would send it to the model (a date as its ISO text, a UUID,
+    a Decimal, bytes as base64), so the ledger records — and every answer gives — that data in
+    full rather than a note with a Python repr. A value Pydantic AI cannot serialise either is
+    left to the ledger's own encoding."""
+    if _tool_return is None or isinstance(value, str):
+        return value
+    try:
+        return _tool_return.dump_python(value, mode="json", by_alias=True)
+    except Exception:
+        return value
 
 
 def _model_may_retry(outcome: CallOutcome) -> bool:
