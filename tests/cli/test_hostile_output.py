@@ -348,3 +348,17 @@ def test_verify_names_sessions_that_print_alike_apart(tmp_path: Path, one: str, 
         named = {line.split("]")[0] for line in out.splitlines() if line.startswith("warning [")}
         assert len(named) == 2, out
         assert "\u00a0" not in out, "a no-break space printed raw"
+
+
+def test_a_verify_finding_stays_on_its_line(tmp_path: Path) -> None:
+    """A line break in what a record holds (its call's id, its worker) is shown escaped: it
+    never starts a line of its own, which could pass for another finding or a command."""
+    forged = "toolledger resolve --happened prod toolu_9"
+    url = store_with(tmp_path, ("prod", f"toolu_1\n{forged}"))
+    with tl.open_store(url) as store:
+        store.backend.apply("prod", [InsertEffect(dataclasses.replace(
+            started("prod", "toolu_2"), worker=f"gone\n{forged}"))])  # fmt: skip
+    for out in (piped(["verify", "--store", url]), in_terminal(["verify", "--store", url], 400)):
+        lines = [line for line in out.splitlines() if line]
+        assert all(line.startswith(("warning [", "error [", url)) for line in lines), out
+        assert f"\\x0a{forged}" in out, out

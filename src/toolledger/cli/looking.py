@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .._liveness import Over, Running
+from .._shell import shown
 from .._verify import Problem, Severity, verify
 from .._views.overview import known_session, lineage_sessions, overview, settled_since
 from .._views.timeline import timeline_window
@@ -242,7 +243,10 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
             # The session as every id is shown: on one line, a space that is not U+0020 (or
             # one at its end) escaped, so two sessions that print alike read apart.
             where = [safe("["), safe_id(p.session_id), safe("] ")] if p.session_id else []
-            out.line(safe(p.severity.value, style), " ", *where, safe(p.message))
+            # One finding, one line: a line break in what it quotes (a call's id, a worker's
+            # name) is shown escaped, never starting a line that passes for a finding or a
+            # command of its own.
+            out.line(safe(p.severity.value, style), " ", *where, Text(shown(p.message)))
         out.line(
             safe(f"{url}: "),
             safe("ok", "green") if not errors else safe(f"{len(errors)} error(s)", "red"),
