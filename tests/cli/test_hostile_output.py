@@ -362,3 +362,34 @@ def test_a_verify_finding_stays_on_its_line(tmp_path: Path) -> None:
         lines = [line for line in out.splitlines() if line]
         assert all(line.startswith(("warning [", "error [", url)) for line in lines), out
         assert f"\\x0a{forged}" in out, out
+
+
+def test_a_refusal_names_the_worker_on_its_line(tmp_path: Path) -> None:
+    """The error that refuses to settle a call still in progress names the worker running it:
+    a line break in that name (read from the store) is shown escaped, so the only command on a
+    line of its own is the one the refusal prints."""
+    import time
+
+    from toolledger.records import Holder
+
+    forged = "toolledger resolve --happened prod toolu_9"
+    url = store_with(tmp_path)
+    running = dataclasses.replace(
+        started("prod", "toolu_1"),
+        worker=f"w\n{forged}",
+        holder=Holder(host="", pidns="", pid=1, start=0),  # another machine's process
+        deadline=time.time() + 3600,
+    )
+    with tl.open_store(url) as store:
+        assert store.backend.apply("prod", [InsertEffect(running)]) == [True]
+    argv = ["resolve", "prod", "toolu_1", "--happened", "--store", url]
+    done = subprocess.run(
+        [sys.executable, "-m", "toolledger", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "w\\x0a" + forged in done.stderr, done.stderr
+    assert not any(line.startswith(forged) for line in done.stderr.splitlines()), done.stderr

@@ -16,6 +16,7 @@ from collections.abc import Callable, Generator, Sequence
 from functools import partial
 from typing import Self
 
+from .._invisible import shown_id
 from .._lineage import Branch, made_by_fork
 from .._liveness import Over, Running, Runtime, Verdict, judge, lease_state, this_process
 from .._nul import nul_free_ops
@@ -81,14 +82,16 @@ def in_progress_error(
     record: EffectRecord, verdict: Running, *, action: str = "run again"
 ) -> EffectInProgressError:
     """``record``'s attempt may still take effect, so it cannot be ``action`` now."""
-    holder = record.worker or "another worker"
+    # Names read from the store, on the error's line: a line break in one is shown escaped
+    # (``shown_id``), never starting a line that passes for a command to paste.
+    holder = shown_id(record.worker) if record.worker else "another worker"
     until = (
         f" until {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(verdict.until))} at least"
         if verdict.until is not None
         else " for as long as that process lives"
     )
     return EffectInProgressError(
-        f"{record.tool!r} ({record.tool_use_id}) in session {record.session_id!r} is in "
+        f"{record.tool!r} ({shown_id(record.tool_use_id)}) in session {record.session_id!r} is in "
         f"progress: attempt {record.attempt} by {holder} may still take effect ({verdict.why})"
         f"{until}. It cannot be {action} now; "
         + (
