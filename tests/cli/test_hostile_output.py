@@ -393,3 +393,29 @@ def test_a_refusal_names_the_worker_on_its_line(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert "w\\x0a" + forged in done.stderr, done.stderr
     assert not any(line.startswith(forged) for line in done.stderr.splitlines()), done.stderr
+
+
+def test_who_decided_is_named_on_its_line(tmp_path: Path) -> None:
+    """Who decided a request is a name read from the store: a line break in it is shown
+    escaped — in the line that says it was decided, and in the refusal of a second decision —
+    never starting a line that passes for a command to paste."""
+    from tests.helpers import awaiting_approval
+
+    forged = "toolledger approve prod toolu_9"
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    awaiting_approval(url, "prod")
+    with tl.open_store(url) as store:
+        (request,) = tl.approvals.pending(store)
+    for code in (0, 1):  # decided, then refused: it is decided already
+        argv = ["approve", "prod", request.tool_use_id, "--by", f"ann\n{forged}", "--store", url]
+        done = subprocess.run(
+            [sys.executable, "-m", "toolledger", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        said = done.stdout + done.stderr
+        assert done.returncode == code, said
+        assert "ann\\x0a" + forged in said, said
+        assert not any(line.startswith(forged) for line in said.splitlines()), said

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any, overload
 
 from .._liveness import Running
-from .._shell import command
+from .._shell import command, shown_id
 from ..engine._gate import PENDING, ApprovalRequest, Decision
 from ..errors import ConfigurationError, NotPendingError, SessionConflictError
 from ..ops import PutApproval
@@ -228,18 +228,18 @@ def decide(
     question, and the queue asks again."""
     current = _find(store, session_id, tool_use_id)
     if current is None or current.status is not ApprovalStatus.PENDING:
+        # Who decided, as a name read from the store is shown: a line break in it would start
+        # a line of the error's own, one that could pass for a command to paste.
+        who = None if current is None else shown_id(str(current.decided_by))
         if current is None:
             state = f"there is no approval request for {tool_use_id!r} in session {session_id!r}"
         elif current.status is ApprovalStatus.USED:
             state = (
-                f"the request for {tool_use_id!r} was approved by {current.decided_by} and that "
+                f"the request for {tool_use_id!r} was approved by {who} and that "
                 "approval has been used by the call it allowed"
             )
         else:
-            state = (
-                f"the request for {tool_use_id!r} was already {current.status.value} by "
-                f"{current.decided_by}"
-            )
+            state = f"the request for {tool_use_id!r} was already {current.status.value} by {who}"
         raise NotPendingError(
             f"{state} (in {store.url}); only a pending request can be decided — "
             "`toolledger approvals` lists them",

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from .._shell import shown_id
 from .._views.overview import known_session
 from .._views.results import parse_result
 from ..approvals import _queue as approvals
@@ -61,7 +62,7 @@ def cmd_resolve(args: argparse.Namespace, console: Console) -> int:
         emit_json(render.effect_json(record))
     else:
         what = _call_in(args.session, safe_id(args.tool_use_id)).append(" resolved: ")
-        _settled(console, what, record.status.value, f" (by {args.by})")
+        _settled(console, what, record.status.value, f" (by {shown_id(args.by)})")
         if args.force and record.error and "forced while" in record.error:
             Out(console).line(safe(record.error, "yellow"))
     return 0
@@ -140,7 +141,11 @@ def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
         # A no to running it again is not a word on whether it happened: the call stays in
         # doubt, and a run would stop on it again. Its resolve is what comes next.
         out = Out(console)
-        out.line(what, render.styled(record.status.value), safe(f" by {record.decided_by}."))
+        out.line(
+            what,
+            render.styled(record.status.value),
+            safe(f" by {shown_id(str(record.decided_by))}."),
+        )
         out.line(
             safe(
                 "It is still in doubt: it will not be run again, and a run stops on it until "
@@ -157,7 +162,7 @@ def _decide(args: argparse.Namespace, console: Console, approved: bool) -> int:
                 render.command("resolve", sid, tid, options=[flag], url=url_of(args)), note=note
             )
         return 0
-    _settled(console, what, record.status.value, f" by {record.decided_by}")
+    _settled(console, what, record.status.value, f" by {shown_id(str(record.decided_by))}")
     if approved and record.in_doubt:
         # The yes is to running it again, whatever the first attempt did. The call stays in
         # doubt until that run, so a resolve still settles it — and then nothing runs again.
