@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigurationError, StoreUnavailableError
+from ._core import checked_worker_id
 from .store import Ledger, Store
 
 __all__ = ["DEFAULT_STORE_URL", "Ledger", "Store", "open_store"]
@@ -66,6 +67,7 @@ def open_store(
     """
     if not isinstance(url, str):
         raise ConfigurationError(f"a store URL must be a str, not {type(url).__name__}")
+    checked_worker_id(worker_id)  # refused before anything is opened (or left open)
     options: dict[str, Any] = {"clock": clock, "worker_id": worker_id, "redact": redact}
     scheme = urlsplit(url).scheme.lower()
     if scheme == "sqlite":

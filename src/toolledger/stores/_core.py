@@ -127,7 +127,7 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _checked_worker_id(worker_id: object) -> str | None:
+def checked_worker_id(worker_id: object) -> str | None:
     """``worker_id`` when a store can keep it; raises ``ConfigurationError``."""
     if worker_id is None or (isinstance(worker_id, str) and worker_id.isprintable()):
         return worker_id
@@ -158,7 +158,7 @@ class StoreCore:
         self.clock = clock
         """This worker's clock: the timestamps people read (``created_at``, ``updated_at``).
         Nothing that decides liveness uses it: that is ``now()``, the store's clock."""
-        self.worker_id = _checked_worker_id(worker_id) or default_worker_id()
+        self.worker_id = checked_worker_id(worker_id) or default_worker_id()
         self.redact = redact
         self.runtime = runtime or this_process()
         """This process as liveness sees it (identity, attempts in flight, leases watched)."""

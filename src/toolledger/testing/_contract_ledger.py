@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -212,8 +213,11 @@ class LedgerContract:
         self, store_url: str, bad: Any
     ) -> None:
         # Written on every record: a NUL failed every write on PostgreSQL, after the open.
+        # Refused before the store is opened: nothing is made, no connection is left open.
         with pytest.raises(ConfigurationError, match="worker_id"):
             open_store(store_url, worker_id=bad).close()
+        if store_url.startswith(("sqlite:///", "json:///")):
+            assert not Path(store_url.split(":///", 1)[1]).exists(), "a store was made"
 
     def test_sql_metacharacters_in_ids_are_data(self, store: Store) -> None:
         tid = "toolu_'; DELETE FROM effects; --"
