@@ -347,6 +347,31 @@ def test_a_call_left_in_doubt_is_told_once_to_a_callable(tmp_path: Path) -> None
     assert "mail server hung up" in event["reason"] and event["console"] is None
 
 
+def test_a_call_in_doubt_again_after_a_person_settled_it_is_told_again(tmp_path: Path) -> None:
+    """Told once per attempt, not once per call: after a person said the first attempt did not
+    happen, its re-run ended in doubt too — a new question, which the same notifier tells."""
+    events: list[dict[str, Any]] = []
+    runs: list[str] = []
+
+    @tl.tool
+    def send_email(to: str) -> str:
+        runs.append(to)
+        raise tl.OutcomeUnknown("the mail server hung up after DATA")
+
+    notify = Notifier(events.append, backoff=0.01)
+    with tl.open_store(f"sqlite:///{tmp_path / 'l.db'}") as store:
+        content = [tool_use("toolu_1", "send_email", to="a@b")]
+        ledger = store.ledger("s")
+        tl.run_tool_uses(content, [send_email], ledger=ledger, on_in_doubt=notify)
+        tl.run_tool_uses(content, [send_email], ledger=ledger, on_in_doubt=notify)  # same attempt
+        ledger.resolve("toolu_1", happened=False, by="ana")
+        tl.run_tool_uses(content, [send_email], ledger=ledger, on_in_doubt=notify)
+        assert notify.flush(10)
+        (record,) = ledger.in_doubt()
+    assert runs == ["a@b", "a@b"] and record.attempt == 2
+    assert [e["tool_use_id"] for e in events] == ["toolu_1", "toolu_1"]
+
+
 def test_an_agent_tells_of_the_call_it_stops_on(tmp_path: Path) -> None:
     events: list[dict[str, Any]] = []
 

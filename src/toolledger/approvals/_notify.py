@@ -125,7 +125,7 @@ class Notifier:
         self._queue: queue.Queue[Event] = queue.Queue(_QUEUE_SIZE)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._told: dict[tuple[str, str], None] = {}  # in-doubt calls sent, oldest first
+        self._told: dict[tuple[str, str, int | None], None] = {}  # attempts told, oldest first
         _live.add(self)
 
     def __repr__(self) -> str:
@@ -166,11 +166,19 @@ class Notifier:
         )
 
     def in_doubt(
-        self, *, session_id: str, tool_use_id: str, tool: str, input: Any, reason: str
+        self,
+        *,
+        session_id: str,
+        tool_use_id: str,
+        tool: str,
+        input: Any,
+        reason: str,
+        attempt: int | None = None,
     ) -> None:
-        """A call is in doubt. Told once per call for the life of this notifier: a run that
-        meets the same unsettled call again does not repeat it."""
-        key = (session_id, tool_use_id)
+        """A call is in doubt. Told once per attempt for the life of this notifier: a run that
+        meets the same unsettled attempt again does not repeat it; a re-run a person allowed
+        that ends in doubt too (``attempt``: the attempt in doubt) is a new question."""
+        key = (session_id, tool_use_id, attempt)
         with self._lock:
             if key in self._told:
                 return
@@ -419,6 +427,7 @@ def in_doubt_calls(
                 tool=o.call.name,
                 input=o.call.input,
                 reason=o.content,
+                attempt=o.attempt,
             )
 
 

@@ -327,8 +327,11 @@ def ran(
             buf.items.append(
                 Buffered(write(ended, intent), urgent=True, outcome=None, closes=closes)
             )
-        disposition = Disposition.IN_DOUBT if failed.in_doubt else Disposition.FAILED
-        return CallOutcome(call, disposition, failed.message, is_error=True)
+        if failed.in_doubt:
+            return CallOutcome(
+                call, Disposition.IN_DOUBT, failed.message, is_error=True, attempt=attempt
+            )
+        return CallOutcome(call, Disposition.FAILED, failed.message, is_error=True)
     encoded = encode(answer, env, call)
     base = intent if intent is not None else record
     done = env.record(

@@ -60,6 +60,7 @@ class CallOutcome:
     )
     in_doubt: bool = False  # awaiting a person's word on a call in doubt
     replayed: Status | None = None  # a replay: the status of the record that answers it
+    attempt: int | None = None  # in doubt: the attempt nobody knows the end of
 
     def __post_init__(self) -> None:
         # An error message can carry text UTF-8 cannot hold (an exception's repr); the model

@@ -248,6 +248,7 @@ def _elsewhere(
         is_error=True,
         settle_in=origin,
         not_run_in=not_run,
+        attempt=copy.attempt,
     )
 
 

@@ -339,7 +339,10 @@ def _steps(
             case decide.Reject():
                 return CallOutcome(call, Disposition.REJECTED, action.message, is_error=True)
             case decide.Unresolved():
-                return CallOutcome(call, Disposition.IN_DOUBT, action.message, is_error=True)
+                attempt = None if record is None else record.attempt
+                return CallOutcome(
+                    call, Disposition.IN_DOUBT, action.message, is_error=True, attempt=attempt
+                )
             case decide.Await():
                 return CallOutcome(
                     call,
