@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ._invisible import shown_id
 from ._liveness import Running
 from ._shell import command
 from .adapters import transcript_reader
@@ -97,7 +98,8 @@ def _session(store: Store, sid: str) -> list[Problem]:
             Problem(
                 Severity.ERROR,
                 sid,
-                f"completed, but its last turn's calls have no results: {', '.join(pending)}",
+                "completed, but its last turn's calls have no results: "
+                + ", ".join(map(shown_id, pending)),
             )
         )
     by_id = {r.tool_use_id: r for r in records}
@@ -115,7 +117,7 @@ def _session(store: Store, sid: str) -> list[Problem]:
                     Problem(
                         Severity.ERROR,
                         sid,
-                        f"the transcript reports {tid} succeeded but the "
+                        f"the transcript reports {shown_id(tid)} succeeded but the "
                         f"ledger has {found}: an effect the ledger cannot vouch for",
                     )
                 )
@@ -132,10 +134,10 @@ def _session(store: Store, sid: str) -> list[Problem]:
                     Problem(
                         Severity.ERROR,
                         sid,
-                        f"the session is completed but {r.tool!r} ({r.tool_use_id}) is still "
-                        f"started (attempt {r.attempt} by {r.worker or 'an unknown worker'}): "
-                        "its transcript has an answer the ledger does not back. Check the "
-                        "world, then resolve it.",
+                        f"the session is completed but {r.tool!r} "
+                        f"({shown_id(r.tool_use_id)}) is still started (attempt {r.attempt} "
+                        f"by {_worker(r)}): its transcript has an answer the ledger does not "
+                        "back. Check the world, then resolve it.",
                     )
                 )
     out += _branches(store, sid, state)
@@ -146,7 +148,8 @@ def _session(store: Store, sid: str) -> list[Problem]:
             Problem(
                 Severity.ERROR,
                 sid,
-                f"ledger record {tid} ({by_id[tid].tool}) matches no tool_use in the transcript",
+                f"ledger record {shown_id(tid)} ({shown_id(by_id[tid].tool)}) matches no tool_use "
+                "in the transcript",
             )
         )
     return out
@@ -180,16 +183,21 @@ def _branches(store: Store, sid: str, state: SessionState) -> list[Problem]:
                     Severity.ERROR,
                     sid,
                     f"abandoned branch {b.branch} does not hold the calls its rewind listed: "
-                    + ", ".join(missing),
+                    + ", ".join(map(shown_id, missing)),
                 )
             )
     return out
 
 
+def _worker(r: EffectRecord) -> str:
+    """Who wrote ``r``'s attempt, as an id is shown."""
+    return shown_id(r.worker) if r.worker else "an unknown worker"
+
+
 def _attempts(store: Store, sid: str, r: EffectRecord, lease: Lease | None) -> list[Problem]:
     """What a record's attempts say: one still running or in doubt, two that both took effect."""
     out: list[Problem] = []
-    call = f"{r.tool!r} ({r.tool_use_id})"
+    call = f"{r.tool!r} ({shown_id(r.tool_use_id)})"
 
     def settle(how: str) -> str:
         return command(
@@ -206,7 +214,7 @@ def _attempts(store: Store, sid: str, r: EffectRecord, lease: Lease | None) -> l
         # Judged over, it is read again first: what it is now is what is reported.
         r, verdict = store.current(r, lease)
     if verdict is not None:
-        who = f"attempt {r.attempt} by {r.worker or 'an unknown worker'}"
+        who = f"attempt {r.attempt} by {_worker(r)}"
         if isinstance(verdict, Running):
             out.append(
                 Problem(Severity.WARNING, sid, f"{call} is in progress: {who} ({verdict.why})")

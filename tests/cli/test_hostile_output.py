@@ -419,3 +419,13 @@ def test_who_decided_is_named_on_its_line(tmp_path: Path) -> None:
         assert done.returncode == code, said
         assert "ann\\x0a" + forged in said, said
         assert not any(line.startswith(forged) for line in said.splitlines()), said
+
+
+def test_ids_that_print_alike_are_told_apart_by_verify(tmp_path: Path) -> None:
+    """Two calls whose ids differ by an invisible character (U+2060) print apart in verify's
+    findings: the invisible one is shown as its escape."""
+    url = store_with(tmp_path)
+    with tl.open_store(url) as store:
+        store.backend.apply("prod", [InsertEffect(started("prod", "toolu_\u20601"))])
+    out = piped(["verify", "--store", url])
+    assert "toolu_\\u20601" in out and "\u2060" not in out, out
