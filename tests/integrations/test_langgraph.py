@@ -320,6 +320,32 @@ def test_other_exceptions_keep_langgraphs_error_handling(
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("node", list(NODES))
+def test_a_failed_call_replays_the_message_the_model_first_saw(
+    tmp_path: Path, node: str, mode: str
+) -> None:
+    """The same call again (a resume from a checkpoint before the tools step) answers, from the
+    ledger, the very text the first answer sent — and the record names no internal class."""
+    world = tmp_path / "world.txt"
+    store = tl.open_store("memory://")
+    run = invoker(mode, tools_only_graph(NODES[node]([charge_tool(world)], store)))
+    turn = AIMessage(
+        content="", tool_calls=[{"name": "charge", "args": {"order": "boom"}, "id": "c1"}]
+    )
+    answers = []
+    for _ in range(2):
+        (told,) = tool_messages(run({"messages": [turn]}, config("t"))["messages"])
+        answers.append((told.content, told.status, told.tool_call_id))
+    assert answers[1] == answers[0], "the replay sends what the first answer sent"
+    assert answers[0][1] == "error" and "backend down" in str(answers[0][0])
+    assert world.read_text() == "boom\n", "the tool ran once"
+    (record,) = store.ledger("t").records()
+    assert record.status is Status.FAILED and "backend down" in (record.error or "")
+    assert "_Failed" not in (record.error or "") and "_Failed" not in str(answers[0][0])
+    store.close()
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
 def test_injected_state_call_id_and_runtime_reach_the_tool(mode: str) -> None:
     """LangGraph still injects what the model does not send, with ``handle_tool_errors`` on."""
     seen: list[tuple[int, str, str, int]] = []

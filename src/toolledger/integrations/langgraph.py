@@ -56,6 +56,7 @@ from .. import keys
 from .._tool_uses import arun_tool_uses, run_tool_uses
 from ..approvals._notify import Notifier, Target
 from ..engine._drivers import AlertHook
+from ..engine._messages import failed_message
 from ..errors import ConfigurationError, OutcomeUnknown
 from ..records import Status
 from ..stores import Ledger, Store
@@ -96,8 +97,10 @@ def thread_id(config: RunnableConfig) -> str:
     return str(found)
 
 
-class _Failed(Exception):
-    """LangGraph answered the call with an error message: recorded ``failed``, answered as is."""
+class ToolErrorMessage(Exception):
+    """LangGraph answered the call with an error message (``ToolMessage(status="error")``), whose
+    text this is: recorded ``failed`` (its ``error`` reads ``'<tool>' failed: ToolErrorMessage:
+    <text>``), and answered with that text the first time and on every replay."""
 
 
 class _WatchedTool(BaseTool):
@@ -172,8 +175,9 @@ class LedgerInterceptor:
     ``Command``); one answered from the ledger, or refused (in doubt, declined), a
     ``ToolMessage`` built from the ledger's result (``status="error"`` for a refusal or a
     recorded failure). A ``ToolMessage`` with ``status="error"`` from ``execute`` is recorded
-    ``failed``; an exception ``execute`` raises is recorded ``failed`` and answered as an error
-    message, as toolledger answers every failed tool. A tool that raises ``tl.OutcomeUnknown``
+    ``failed``, and a replay answers its content as the first answer did; an exception
+    ``execute`` raises is recorded ``failed`` and answered as an error message, as toolledger
+    answers every failed tool. A tool that raises ``tl.OutcomeUnknown``
     leaves its call in doubt (the model is told not to retry it), whatever the ``ToolNode``'s
     ``handle_tool_errors`` says; the other exceptions it handles keep its error message.
     ``LedgerMismatchError`` (the id recorded with another tool or input) and
@@ -354,7 +358,7 @@ def _recorded(message: Result, produced: list[Result]) -> Any:
     if tool_message is None:
         return ""  # a Command without a tool message: its state update is not replayable
     if tool_message.status == "error":
-        raise _Failed(_text(tool_message.content))
+        raise ToolErrorMessage(_text(tool_message.content))
     return tool_message.content
 
 
@@ -374,7 +378,10 @@ def _answer(
         return produced[-1]  # ran now: LangGraph's own answer (or its error message)
     is_error = bool(result.get("is_error"))
     sent: str = result["content"]
-    content = sent if is_error else _recorded_content(ledger, call["id"], sent)
+    if is_error:
+        content = _failed_content(ledger, call["id"], call["name"], sent)
+    else:
+        content = _recorded_content(ledger, call["id"], sent)
     return ToolMessage(
         content=content,
         tool_call_id=call["id"],
@@ -393,6 +400,27 @@ def _recorded_content(
         return sent
     value = json.loads(record.result)
     return value if isinstance(value, list) else sent
+
+
+def _failed_content(
+    ledger: Ledger, tool_call_id: str | None, name: str, sent: str
+) -> str | list[str | dict[Any, Any]]:
+    """The content a refused or failed call answers with: ``sent`` (toolledger's text), except
+    for a recorded ``ToolErrorMessage`` — LangGraph's error message, answered as it was the first
+    time (its list of content blocks again when it was one), not as the record's wording."""
+    record = ledger.get(tool_call_id or "")
+    head = failed_message(name, ToolErrorMessage(_MARK)).partition(_MARK)[0]
+    if record is None or record.status is not Status.FAILED or not sent.startswith(head):
+        return sent
+    text = sent.removeprefix(head)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, list) else text
+
+
+_MARK = "\x1f"  # where the text of a ToolErrorMessage goes in toolledger's failure wording
 
 
 def _text(content: str | list[str | dict[Any, Any]]) -> str:
