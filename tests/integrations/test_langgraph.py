@@ -20,10 +20,11 @@ from .conftest import require
 require("langgraph.prebuilt", "langgraph")
 
 from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
-from langchain_core.tools import BaseTool, InjectedToolCallId, tool  # noqa: E402
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 from langgraph.prebuilt import InjectedState, ToolNode, ToolRuntime  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
 
 import toolledger as tl  # noqa: E402
 from toolledger.codec import idempotency_key  # noqa: E402
@@ -381,6 +382,52 @@ def test_injected_state_call_id_and_runtime_reach_the_tool(mode: str) -> None:
     assert sorted(seen) == [(1, "c1", "c1", 1), (1, "c2", "c2", 1)]
     statuses = {r.tool_use_id: r.status for r in store.ledger("t").records()}
     assert statuses == {"c1": Status.SUCCEEDED, "c2": Status.STARTED}
+    store.close()
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_a_tool_another_interceptor_hands_in_keeps_its_injected_state(mode: str) -> None:
+    """An interceptor around the ledger's swaps in a tool the ``ToolNode`` does not hold, whose
+    injected state is declared on its function only (its ``args_schema`` names what the model
+    sends): LangGraph reads it from the tool it is handed, and still injects it."""
+    seen: list[int] = []
+
+    class Args(BaseModel):
+        text: str
+
+    def note(text: str, messages: Annotated[list[Any], InjectedState("messages")]) -> str:
+        seen.append(len(messages))
+        return f"noted {text}"
+
+    async def anote(text: str, messages: Annotated[list[Any], InjectedState("messages")]) -> str:
+        return note(text, messages)
+
+    handed = StructuredTool.from_function(
+        func=note, coroutine=anote, name="note", description="Note.", args_schema=Args
+    )
+
+    @tool
+    def placeholder(text: str) -> str:
+        """Registered under another name."""
+        return text
+
+    store = tl.open_store("memory://")
+    ledger = LedgerInterceptor(store)
+
+    def swap(request: Any, execute: Any) -> Any:
+        return ledger.wrap_tool_call(request.override(tool=handed), execute)
+
+    async def aswap(request: Any, execute: Any) -> Any:
+        return await ledger.awrap_tool_call(request.override(tool=handed), execute)
+
+    node = ToolNode([placeholder], wrap_tool_call=swap, awrap_tool_call=aswap)
+    run = invoker(mode, tools_only_graph(node))
+    turn = AIMessage(content="", tool_calls=[{"name": "note", "args": {"text": "a"}, "id": "c1"}])
+    (told,) = tool_messages(run({"messages": [turn]}, config("t"))["messages"])
+    assert (told.content, told.status) == ("noted a", "success")
+    assert seen == [1], "ran once, with the thread's messages injected"
+    (record,) = store.ledger("t").records()
+    assert record.status is Status.SUCCEEDED
     store.close()
 
 

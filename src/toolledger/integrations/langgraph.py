@@ -107,10 +107,14 @@ class _WatchedTool(BaseTool):
     """``tool`` as LangGraph's ``execute`` runs it for one call: ``invoke`` and ``ainvoke`` are
     ``tool``'s own (callbacks, injected arguments and all), and an ``OutcomeUnknown`` the tool
     raises is kept in ``unknown`` before ``handle_tool_errors`` turns it into an error message —
-    which toolledger would record as a failure the model is invited to retry under a new id."""
+    which toolledger would record as a failure the model is invited to retry under a new id.
+    ``func`` and ``coroutine`` are ``tool``'s, read by LangGraph for the annotations of what it
+    injects (state, store, runtime) into a tool it does not hold."""
 
     tool: BaseTool
     unknown: OutcomeUnknown | None = None
+    func: Any = None
+    coroutine: Any = None
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         try:
@@ -149,6 +153,8 @@ class _Watched:
             description=request.tool.description,
             args_schema=request.tool.args_schema,
             tool=request.tool,
+            func=getattr(request.tool, "func", None),
+            coroutine=getattr(request.tool, "coroutine", None),
         )
         return cls(request.override(tool=tool), tool)
 
