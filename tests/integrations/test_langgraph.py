@@ -35,7 +35,7 @@ from toolledger.integrations.langgraph import (  # noqa: E402
 )
 from toolledger.records import Status  # noqa: E402
 
-from .langgraph_app import CALL_ID, THREAD, build  # noqa: E402
+from .langgraph_app import CALL_ID, THREAD, ScriptedChat, build, world_tool  # noqa: E402
 
 APP = str(Path(__file__).with_name("langgraph_app.py"))
 
@@ -472,6 +472,63 @@ def test_a_high_impact_call_asks_the_approver_once() -> None:
     )
     statuses = {r.tool_use_id: r.status for r in store.ledger("bank").records()}
     assert statuses == {"small": Status.SUCCEEDED, "large": Status.DENIED}
+    store.close()
+
+
+def test_a_queued_call_runs_under_its_id_from_the_checkpoint_before_the_tools_step(
+    tmp_path: Path,
+) -> None:
+    """``approve=tl.approvals.queue``: the call answers "awaiting approval", and that answer is
+    the tools step's, checkpointed; the model goes on. Once a person approved, the documented way
+    back is the checkpoint before the tools step: the call comes back under its id and runs once,
+    nobody asked again."""
+    world = tmp_path / "world.txt"
+    executions: list[str] = []
+    store = tl.open_store("memory://")
+    model = ScriptedChat()
+
+    def agent(state: MessagesState) -> dict[str, list[Any]]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    def route(state: MessagesState) -> str:
+        last = state["messages"][-1]
+        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node(
+        "tools",
+        ledgered_tool_node(
+            [world_tool(world, executions)],
+            store=store,
+            effects={"append_line": {"high_impact": True}},
+            approve=tl.approvals.queue,
+        ),
+    )
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", route, ["tools", END])
+    graph.add_edge("tools", "agent")
+    app = graph.compile(checkpointer=InMemorySaver())
+
+    first = app.invoke({"messages": [("user", "deploy")]}, config(THREAD))
+    (waiting,) = tool_messages(first["messages"])
+    assert waiting.status == "error" and "awaiting approval" in str(waiting.content)
+    assert executions == [] and app.get_state(config(THREAD)).next == (), "the run went on"
+    (request,) = tl.approvals.pending(store, THREAD)
+    assert request.tool_use_id == CALL_ID
+
+    tl.approvals.decide(store, THREAD, CALL_ID, approved=True, by="alice")
+    app.invoke(None, config(THREAD))
+    assert executions == [], "resuming the thread where it stands does not make the call again"
+
+    before_tools = next(s for s in app.get_state_history(config(THREAD)) if s.next == ("tools",))
+    again = app.invoke(None, before_tools.config)
+    ran = tool_messages(again["messages"])[-1]
+    assert (ran.content, ran.status, ran.tool_call_id) == ("line 1", "success", CALL_ID)
+    assert executions == ["deploy"] and world.read_text() == "deploy\n"
+    assert tl.approvals.pending(store, THREAD) == []
+    (record,) = store.ledger(THREAD).records()
+    assert record.status is Status.SUCCEEDED and record.approved_by == "alice"
     store.close()
 
 
