@@ -264,8 +264,13 @@ def test_a_lineage_id_with_another_input_is_refused_on_a_branch(store: tl.Store)
 
 @pytest.mark.parametrize(
     ("first", "keyed"),
-    [("parent", False), ("fork", False), ("parent", True)],
-    ids=["claimed, parent first", "claimed, fork first", "looked up, parent first"],
+    [("parent", False), ("fork", False), ("parent", True), ("fork", True)],
+    ids=[
+        "claimed, parent first",
+        "claimed, fork first",
+        "looked up, parent first",
+        "looked up, fork first",
+    ],
 )
 def test_an_id_made_after_the_fork_with_another_input_is_refused_on_every_side(
     store: tl.Store, first: str, keyed: bool
@@ -273,9 +278,10 @@ def test_an_id_made_after_the_fork_with_another_input_is_refused_on_every_side(
     """The fork is made before either side makes the call; each then meets one id with another
     input (an edited transcript, a model that answers a replay differently). Whichever makes it
     first, the other is refused, as it is for a call copied into the fork: one lineage, one
-    call per id — it used to depend on who came first, and the fork sent the second mail. (A
-    key-forwarding call the fork makes first leaves no record in the parent: there the
-    receiver's key is the guard.)"""
+    call per id — it used to depend on who came first, and the fork sent the second mail. A
+    key-forwarding call the fork made first left no record in the parent, which sent the other
+    input under the same key: a receiver that honours keys answered it with the fork's outcome,
+    its own effect never made, and the parent's ledger recorded a success."""
     mail = MailServer()
     tools = [mail.keyed_tool()] if keyed else mail.tools()
     with ScriptedModel([Reply(text="Hello.")]) as model:
@@ -294,6 +300,33 @@ def test_an_id_made_after_the_fork_with_another_input_is_refused_on_every_side(
             block("mallory"), tools, ledger=store.ledger(other), approve=lambda r: True
         )
     assert [to for _, to in mail.handed] == ["ana"], "nothing run for the other input"
+
+
+def test_a_key_forwarding_id_a_branch_made_with_another_input_is_refused_on_its_sibling(
+    store: tl.Store,
+) -> None:
+    """Two forks made before either makes a key-forwarding call meet one id with another
+    input. Both would forward the lineage's key: the second, run, is answered by a receiver
+    that honours keys with the first's outcome, its own e-mail never sent, and its ledger
+    records a success. The first fork's call is pinned in the lineage's first session, so the
+    second is refused before anything runs."""
+    mail = MailServer()
+    tools = [mail.keyed_tool()]
+    with ScriptedModel([Reply(text="Hello.")]) as model:
+        tl.Agent(client=model.client(), model="claude-test", tools=tools, store=store).run(
+            session=PARENT, prompt="Say hello."
+        )
+    first = tl.fork(store, PARENT, at_turn=1, new_session="first")
+    second = tl.fork(store, PARENT, at_turn=1, new_session="second")
+
+    def block(to: str) -> list[dict[str, Any]]:
+        return [{"type": "tool_use", "id": "toolu_one", "name": "send_email", "input": {"to": to}}]
+
+    tl.run_tool_uses(block("ana"), tools, ledger=store.ledger(first))
+    with pytest.raises(tl.LedgerMismatchError):
+        tl.run_tool_uses(block("mallory"), tools, ledger=store.ledger(second))
+    assert [to for _, to in mail.handed] == ["ana"], "nothing run for the other input"
+    assert store.ledger(second).get("toolu_one") is None
 
 
 @dataclass

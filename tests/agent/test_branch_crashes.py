@@ -122,6 +122,46 @@ def test_a_fork_killed_between_its_claim_and_its_intent(
     assert_one_effect_per_call(world, kind, 2)
 
 
+def test_a_fork_killed_after_pinning_key_forwarding_calls_holds_up_no_one(
+    shared_url: str, tmp_path: Path
+) -> None:
+    """A fork's fresh key-forwarding call is pinned in its lineage's first session before it
+    runs (``toolledger.engine._claims.look_up``). Killed right after the pin, the fork leaves
+    the pin standing; the parent, asked for the same ids meanwhile, runs them itself under its
+    own key — the receiver's key is their guard, and a dead fork settles nothing — and the fork,
+    resumed, makes them again under that same key: one ticket per call."""
+    with tl.open_store(shared_url) as store:
+        write_origin(store)
+        tl.fork(store, ORIGIN, at_turn=1, new_session=SESSION)
+    world = World(tmp_path / "world")
+    with ScriptedModel([Reply(text="Hello."), *script("keyed", 2)]) as model:
+        spec = AgentSpec(
+            store_url=shared_url, base_url=model.url, world=str(world.path), session=SESSION
+        )
+        code, _ = run_agent(spec, crash_at="after_claim:1")
+        assert code == KILLED
+        with tl.open_store(shared_url) as store:
+            (pin,) = store.ledger(ORIGIN).records()
+            assert (pin.status, pin.origin) == (tl.Status.NOT_HAPPENED, SESSION)
+            assert store.ledger(SESSION).get(pin.tool_use_id) is None, "killed before"
+            asked = ScriptedModel.from_session(store, SESSION, branched=True).script
+            with ScriptedModel([*asked, Reply(text="All tickets are open.")]) as replay:
+                run = tl.Agent(
+                    client=replay.client(), model="m", tools=world.toolset(), store=store
+                ).run(session=ORIGIN, prompt="Open the tickets.")
+            assert run.status is tl.RunStatus.COMPLETED, run.final_text
+            for r in store.ledger(ORIGIN).records():
+                assert r.status is tl.Status.SUCCEEDED and r.key_session == ORIGIN, r
+        assert_one_effect_per_call(world, "keyed", 2)
+        code, result = run_agent(spec)
+        assert code == 0 and result is not None and result["status"] == "completed", result
+    assert_one_effect_per_call(world, "keyed", 2)
+    with tl.open_store(shared_url) as store:
+        for r in store.ledger(SESSION).records():
+            assert r.status is tl.Status.SUCCEEDED and r.key_session == ORIGIN, r
+        assert [p for p in verify(store) if p.severity is Severity.ERROR] == []
+
+
 def _four_turns(url: str) -> None:
     from toolledger.testing import Counter
 

@@ -14,9 +14,10 @@ takes its outcome, waits while it runs, answers in doubt naming where it is sett
 Only calls whose second run would add an effect and whose intent is written before they run are
 claimed (non-idempotent tools that do not forward their key, and high-impact ones); a read-only,
 idempotent or key-forwarding call runs where it is asked — a non-idempotent key-forwarding one
-once a read of the root found no record of it there (``looks_up``), under the root's key. A
-session no fork made claims nothing: its own ledger is the root's, where its intents meet the
-claims.
+once its claim in the root found no record of it there (``looks_up``), under the root's key.
+Such a claim only pins which call the id is (``pins_only``): another input is refused wherever
+it is met later, and nobody waits for it. A session no fork made claims nothing: its own ledger
+is the root's, where its intents meet the claims.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ __all__ = [
     "lineage_root",
     "look_up",
     "looks_up",
+    "pinned",
+    "pins_only",
     "take_over",
     "to_claim",
 ]
@@ -62,7 +65,8 @@ def looks_up(tool: Tool[Any, Any] | None) -> bool:
     root first: its second run would add an effect, but it writes no intent (a key-forwarding
     tool that is not high-impact), so it is not claimed. A call the root recorded is the
     lineage's: the branch answers from that record, under its key, and does not run it again
-    under its own (a receiver that honours keys would take it twice)."""
+    under its own (a receiver that honours keys would take it twice). One the root holds no
+    record of is pinned there (``look_up``), and no one waits for it."""
     return tool is not None and not tool.needs_intent and tool.effect is EffectClass.NON_IDEMPOTENT
 
 
@@ -123,15 +127,46 @@ def look_up(
     it forwards the root's key (``Env.keyed``): the key of the lineage, which every session of
     it that makes the call first forwards too — the root, or another branch — so a receiver
     that honours keys takes it once, though no ledger of the lineage saw the others' runs.
-    Raises ``LedgerMismatchError`` when the root's record of the id is another call's."""
-    found: dict[str, EffectRecord] = yield ReadEffects([call.tool_use_id], session=root)
-    there = found.get(call.tool_use_id)
-    if there is None:
+    The look-up is a claim in the root (``_claim_in``): the root held no record of the call
+    before, and a session of the lineage that makes it later under another input — the root
+    itself, another branch — would send that input under the same key, and a receiver that
+    honours keys would answer it with this call's outcome, its own effect never made. The claim
+    pins the call; it makes no one wait (``pins_only``). Raises ``LedgerMismatchError`` when
+    the root's record of the id is another call's."""
+    there = yield from _claim_in(root, call, env, made_in=root, why=_PINNED)
+    if there is None or pins_only(there):
         env.keyed[call.tool_use_id] = root
         return None
-    _same_call(there, call, env, root)
     copy = copy_of(there, env.session_id)
     return (yield from _hold(call, copy, record))
+
+
+_PINNED = (
+    "made first by session {sid!r}, a branch of this lineage, under this session's key: "
+    "recorded here so that every session of the lineage meets one call under this id; not run here"
+)
+
+
+def pinned(
+    record: EffectRecord, tool: Tool[Any, Any] | None, env: Env
+) -> Generator[Request, Any, bool]:
+    """Whether ``record``, this session's copy of a call of ``tool``, is a branch's claim on a
+    key-forwarding call in the lineage's first session — this one (``look_up``): it pins which
+    call the id is and no more. The call runs here as if unrecorded, under this session's key
+    (``EffectRecord.made_in``), not deferred to the branch: a branch that stopped while it made
+    the call settles nothing, and the receiver's key is the call's guard."""
+    if not (looks_up(tool) and pins_only(record)):
+        return False
+    return (yield from lineage_root(env)) is None
+
+
+def pins_only(record: EffectRecord) -> bool:
+    """Whether ``record``, in a lineage's first session, is a branch's claim on a call and no
+    more: not run there, standing for the branch that asked for it. Of a key-forwarding call
+    (``looks_up``) it only pins which call the id is (rule 7, across the lineage): the call
+    still runs where it is asked, under the first session's key, and the receiver's key is its
+    guard."""
+    return record.copied and record.status is Status.NOT_HAPPENED
 
 
 def _hold(
@@ -268,8 +303,14 @@ def _move_claim(
     )
 
 
+_CLAIMED = (
+    "claimed by session {sid!r}, a branch of this lineage, which makes this call for every "
+    "session of it; not run here"
+)
+
+
 def _claim_in(
-    root: str, call: ToolCall, env: Env, *, made_in: str
+    root: str, call: ToolCall, env: Env, *, made_in: str, why: str = _CLAIMED
 ) -> Generator[Request, Any, EffectRecord | None]:
     """Insert this session's claim on ``call`` into ``root``'s ledger: ``None`` when it landed,
     else the record there that refused it (``None`` too when that one is gone since: this call
@@ -282,8 +323,7 @@ def _claim_in(
         origin=sid,
         made_in=made_in,
         at=env.clock(),
-        why=f"claimed by session {sid!r}, a branch of this lineage, which makes this call for "
-        "every session of it; not run here",
+        why=why.format(sid=sid),
     )
     answer = yield Commit([InsertEffect(mark)], fenced=False, session=root)
     if isinstance(answer, Failure):

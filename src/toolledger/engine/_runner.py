@@ -33,7 +33,16 @@ from . import _decide as decide
 from . import _straight as straight
 from . import _telemetry as telemetry
 from ._attempt import Again, context, run
-from ._claims import before_making, claims, lineage_root, look_up, looks_up, take_over, to_claim
+from ._claims import (
+    before_making,
+    claims,
+    lineage_root,
+    look_up,
+    looks_up,
+    pinned,
+    take_over,
+    to_claim,
+)
 from ._copies import defer
 from ._drivers import (
     Ask,
@@ -242,7 +251,12 @@ def _decide(
     then (``Again``): one statement less for the common case, and on a server one round trip.
     Any other call reads its record first (rule 1: the ledger before the tool or the approver).
     """
-    if record is not None and record.copied and not record.status.terminal:
+    if (
+        record is not None
+        and record.copied
+        and not record.status.terminal
+        and not (yield from pinned(record, env.tools.get(call.name), env))
+    ):
         # A branch's copy of its lineage's call: its origin settles it
         # (``toolledger.engine._copies``).
         # Returned as it is, its origin no longer holds the call: its attempt as copied is over.
