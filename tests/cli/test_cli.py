@@ -926,3 +926,27 @@ def test_a_damaged_row_is_said_to_be_damaged_by_every_command(
     (problem,) = report["problems"]
     assert problem["session_id"] == "s" and "'bogus' is not a valid Status" in problem["message"]
     assert "toolledger verify" not in problem["message"]
+
+
+def test_a_damaged_message_is_named_with_its_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A transcript message cut short (its JSON text damaged): the error names the message and
+    its session, as it does a damaged record, and carries the session's id."""
+    db = tmp_path / "d.db"
+    url = f"sqlite:///{db}"
+    with ScriptedModel([Reply(text="Hello.")]) as model, tl.open_store(url) as store:
+        tl.Agent(client=model.client(), model="claude-test", tools=[], store=store).run(
+            session="s", prompt="hi"
+        )
+    raw = sqlite3.connect(db)
+    raw.execute("UPDATE messages SET content = '{bad' WHERE seq = 0")
+    raw.commit()
+    raw.close()
+    with tl.open_store(url, read_only=True) as store, pytest.raises(tl.CorruptLedgerError) as e:
+        store.backend.read_messages("s")
+    assert e.value.session_id == "s"
+    assert "message 'seq 0' of session 's' is damaged" in str(e.value), e.value
+    assert main(["show", "s", "--store", url]) == 1
+    err = capsys.readouterr().err
+    assert "message 'seq 0' of session 's' is damaged" in err and "Traceback" not in err, err

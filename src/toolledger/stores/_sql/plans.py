@@ -11,6 +11,7 @@ means is written here once.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Sequence
+from functools import partial
 from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar
 
 from ...errors import SessionConflictError
@@ -141,16 +142,16 @@ def _sessions(found: list[Any]) -> list[SessionState]:
     return [r.row_to_session(row) for row in found]
 
 
-def _messages(found: list[Any]) -> list[StoredMessage]:
-    return [r.row_to_message(row) for row in found]
+def _messages(session_id: str, found: list[Any]) -> list[StoredMessage]:
+    return [r.row_to_message(row, session_id) for row in found]
 
 
-def _abandoned(found: list[Any]) -> dict[int, list[StoredMessage]]:
+def _abandoned(session_id: str, found: list[Any]) -> dict[int, list[StoredMessage]]:
     out: dict[int, list[StoredMessage]] = {}
     for row in found:
         messages = out.setdefault(int(row[0]), [])
         if row[1] is not None:  # a branch without messages has one row, its columns NULL
-            messages.append(r.row_to_message(row[1:]))
+            messages.append(r.row_to_message(row[1:], session_id))
     return out
 
 
@@ -194,11 +195,11 @@ def session_query(session_id: str, now: bool = False) -> Query[SessionState | No
 
 
 def messages_query(session_id: str, since: int) -> Query[list[StoredMessage]]:
-    return Query(q.SELECT_MESSAGES, (session_id, since), _messages)
+    return Query(q.SELECT_MESSAGES, (session_id, since), partial(_messages, session_id))
 
 
 def abandoned_query(session_id: str) -> Query[dict[int, list[StoredMessage]]]:
-    return Query(q.SELECT_ABANDONED, (session_id,), _abandoned)
+    return Query(q.SELECT_ABANDONED, (session_id,), partial(_abandoned, session_id))
 
 
 def approvals_query(session_id: str | None) -> Query[list[ApprovalRecord]]:

@@ -236,13 +236,14 @@ def stored_json(text: Any) -> Any:
     return json.loads(text)
 
 
-def row_to_message(row: Sequence[Any]) -> StoredMessage:
+def row_to_message(row: Sequence[Any], session_id: str | None = None) -> StoredMessage:
+    """A transcript's row (``session_id``'s: named if it is damaged)."""
     try:
         return StoredMessage(
             seq=int(row[0]), role=row[1], content=stored_json(row[2]), created_at=float(row[3])
         )
     except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
-        raise damaged("message", None, f"seq {row[0]!r}", exc) from exc
+        raise damaged("message", session_id, f"seq {row[0]!r}", exc) from exc
 
 
 def approval_values(a: ApprovalRecord) -> tuple[Any, ...]:
