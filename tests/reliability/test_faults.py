@@ -107,6 +107,36 @@ class JSONOSError(Fault):
         self.monkeypatch.setattr(_files, "os", os)
 
 
+class FsyncFailsOnce(Fault):
+    """The json backend's ``os.fsync`` of one kind of file — a session log (``.jsonl``), a
+    ledger's temporary file (``.tmp``), the directory (``dir``) — raises ``OSError(EIO)`` once,
+    and succeeds from then on, as Linux does after writeback failed: the failed pages are marked
+    clean, so a second fsync reports success for bytes that may never reach the disk."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+        self.monkeypatch = monkeypatch
+        self.kind = kind
+
+    def arm(self) -> None:
+        failed = False
+
+        def fsync(fd: int) -> None:
+            nonlocal failed
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            hit = os.path.isdir(target) if self.kind == "dir" else target.endswith(self.kind)
+            if hit and not failed:
+                failed = True
+                raise OSError(errno.EIO, "Input/output error (injected into os.fsync, once)")
+            os.fsync(fd)
+
+        failing = types.SimpleNamespace(**{k: getattr(os, k) for k in dir(os) if k[0] != "_"})
+        failing.fsync = fsync
+        self.monkeypatch.setattr(_files, "os", failing)
+
+    def disarm(self) -> None:
+        self.monkeypatch.setattr(_files, "os", os)
+
+
 class Locked(Fault):
     """Another connection holds the database's write lock."""
 
@@ -241,6 +271,9 @@ FAULTS = [
     "json-disk-full",
     "json-eio-on-write",
     "json-eio-on-fsync",
+    "json-eio-once-on-log-fsync",
+    "json-eio-once-on-ledger-fsync",
+    "json-eio-once-on-directory-fsync",
     "sqlite-database-locked",
     "sqlite-made-read-only",
     "json-made-read-only",
@@ -255,6 +288,9 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
         disk: Path = request.getfixturevalue("small_disk")
         url = f"sqlite:///{disk / 'l.db'}" if name.startswith("sqlite") else f"json:///{disk / 'l'}"
         return Setup(url, DiskFull(disk))
+    if name.startswith("json-eio-once"):
+        kind = {"log": ".jsonl", "ledger": ".tmp", "directory": "dir"}[name.split("-")[-2]]
+        return Setup(f"json:///{tmp_path / 'l'}", FsyncFailsOnce(monkeypatch, kind))
     if name.startswith("json-eio"):
         call = "write" if name.endswith("write") else "fsync"
         return Setup(f"json:///{tmp_path / 'l'}", JSONOSError(monkeypatch, call))

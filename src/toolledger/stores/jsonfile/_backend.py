@@ -247,7 +247,7 @@ class JSONBackend:
                     # calls are in the transcript with no record — they never ran, and run on
                     # resume — never records of calls the transcript does not hold.
                     if self._log(session_id, log, ops, out, draft):
-                        self._write_after(session_id, log, draft.effects)
+                        self._write_after(session_id, log, draft.effects, before=effects)
                     else:
                         self._write(session_id, draft.effects)
                     return out
@@ -301,18 +301,46 @@ class JSONBackend:
             return True
         return False
 
-    def _write_after(self, session_id: str, log: Log, records: dict[str, EffectRecord]) -> None:
+    def _write_after(
+        self,
+        session_id: str,
+        log: Log,
+        records: dict[str, EffectRecord],
+        *,
+        before: dict[str, EffectRecord],
+    ) -> None:
         """Write the ledger after the log line just appended past ``log``; if it cannot be
-        written, take the line back: a commit lands whole or not at all. (If even that fails,
-        the line stays: calls in the transcript with no record, which never ran.)"""
+        written, take the line back: a commit lands whole or not at all. The ledger may have
+        been renamed into place before the failure (its directory's fsync failed): then it is
+        put back to ``before`` first — else the line taken back would leave records of calls
+        the transcript does not hold, and the session would be refused as behind its ledger.
+        (If even that fails, the line stays: calls in the transcript with no record, which
+        never ran — or, with the new ledger in place, intents of calls that did not run, which
+        a later run finds in doubt and never runs silently.)"""
+        path = self.path_of(session_id)
+        was = _inode(path)
         try:
             self._write(session_id, records)
         except BaseException:
-            path = self.log_path_of(session_id)
-            self._logs.pop(path, None)
+            log_path = self.log_path_of(session_id)
+            self._logs.pop(log_path, None)
             with contextlib.suppress(OSError):
-                self._files.cut(path, log.offset)
+                if _inode(path) != was:
+                    self._put_back(session_id, before, existed=was is not None)
+                self._files.cut(log_path, log.offset)
             raise
+
+    def _put_back(
+        self, session_id: str, records: dict[str, EffectRecord], *, existed: bool
+    ) -> None:
+        """Make the ledger hold ``records`` again (no file, if there was none)."""
+        path = self.path_of(session_id)
+        self._cache.pop(path, None)
+        self._lines.pop(path, None)
+        if existed:
+            self._write(session_id, records)
+        else:
+            self._files.remove(path)
 
     def _drop(self, session_id: str) -> None:
         """Remove a session's two files: the log first, so that a crash between the two leaves
@@ -345,6 +373,14 @@ class JSONBackend:
         self._cache.clear()
         self._logs.clear()
         self._lines.clear()
+
+
+def _inode(path: Path) -> int | None:
+    """The file's inode (a file replaced whole gets a new one), or ``None`` if there is none."""
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
 
 
 def _is_effect(op: Op) -> bool:
