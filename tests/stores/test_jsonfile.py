@@ -483,6 +483,58 @@ def test_intents_whose_ledger_cannot_be_written_take_their_checkpoint_back(
         assert [r.tool_use_id for r in store.ledger("s").records()] == ["toolu_1"]
 
 
+def test_a_log_line_whose_fsync_failed_is_taken_back_and_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsync fails once (EIO) after the checkpoint's line was written. Linux may then have
+    dropped the line's dirty pages and marks them clean, so a later fsync succeeds without
+    writing them: the line is not durable and must not be read as a commit. It is taken back —
+    the store reads as before, to this process and to another — and the batch sent again lands
+    whole, its bytes written anew before the fsync that makes them durable."""
+    import errno
+    import types
+
+    from toolledger.stores.jsonfile import _files
+
+    url = f"json:///{tmp_path / 'ledger'}"
+    log = tmp_path / "ledger" / "s.session.jsonl"
+    failures = [OSError(errno.EIO, "Input/output error")]
+    written: list[bytes] = []
+
+    def write(fd: int, data: Any) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}") == str(log):
+            written.append(bytes(data))
+        return os.write(fd, data)
+
+    def fsync(fd: int) -> None:
+        if failures and os.readlink(f"/proc/self/fd/{fd}") == str(log):
+            raise failures.pop()
+        os.fsync(fd)
+
+    broken = types.SimpleNamespace(**{k: getattr(os, k) for k in dir(os) if k[0] != "_"})
+    broken.write, broken.fsync = write, fsync
+    batch = [
+        PutSession(make_state(version=2, messages=1), expect_version=1),
+        AppendMessages((make_message(0, "assistant"),)),
+    ]
+    with tl.open_store(url) as store:
+        store.apply("s", [PutSession(make_state(version=1), None)])
+        before = log.read_bytes()
+        monkeypatch.setattr(_files, "os", broken)
+        with pytest.raises(tl.StoreUnavailableError, match="Input/output error"):
+            store.apply("s", batch)
+        assert log.read_bytes() == before, "the line whose fsync failed was taken back"
+        assert store.session("s") == make_state(version=1)
+        with tl.open_store(url) as other:
+            assert other.session("s") == make_state(version=1)
+        written.clear()
+        assert store.apply("s", batch) == [True, True]
+        assert len(written) == 1 and log.read_bytes() == before + written[0]
+    with tl.open_store(url) as store:
+        assert store.session("s") == make_state(version=2, messages=1)
+        assert len(store.messages("s")) == 1
+
+
 def test_a_damaged_lineage_is_a_corrupt_log(tmp_path: Path) -> None:
     from toolledger.stores.jsonfile._codec import _digest
 

@@ -208,7 +208,13 @@ class Directory:
 
         A new file is made whole, as ``replace`` makes one: a process killed while creating it
         leaves no file at all (never an empty one, which would list a session that is not
-        there)."""
+        there).
+
+        A line that could not be written or fsynced is taken back (``cut``): after a failed
+        fsync Linux may have dropped its dirty pages and marked them clean, so a later fsync
+        succeeds without them — the line is not durable, and read as a commit it would be
+        built on. Sent again, it is written anew. If the cut fails too (it writes a new file:
+        a full disk), the file is truncated in place, which needs no space."""
         if offset == 0 and not path.exists():
             self.replace(path, line)
             return
@@ -219,6 +225,14 @@ class Directory:
             os.lseek(fd, offset, os.SEEK_SET)
             _write_all(fd, line)
             os.fsync(fd)
+        except BaseException:
+            try:
+                self.cut(path, offset)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, offset)
+                    os.fsync(fd)
+            raise
         finally:
             os.close(fd)
 
