@@ -535,6 +535,43 @@ def test_a_log_line_whose_fsync_failed_is_taken_back_and_written_again(
         assert len(store.messages("s")) == 1
 
 
+def test_a_session_created_with_records_is_made_when_its_ledger_file_cannot_be(
+    tmp_path: Path,
+) -> None:
+    """A batch that creates a session with records (a fork's copies) commits with its log line,
+    which carries the records; the ledger file written after it only mirrors them. A full disk
+    at that file does not undo the commit, so the batch is not reported failed: a caller told
+    otherwise would make the branch again (a second one, or "exists already. Nothing was
+    written"). The records are read from the line until the next write makes the file."""
+    url = f"json:///{tmp_path / 'ledger'}"
+    batch = [
+        PutSession(make_state(version=1, messages=1), None),
+        AppendMessages((make_message(0, "assistant"),)),
+        InsertEffect(make_record(status=Status.SUCCEEDED, result="done")),
+    ]
+    with tl.open_store(url) as store:
+        files = store.backend._files  # type: ignore[attr-defined]
+        replace = files.replace
+
+        def full(path: Path, data: bytes) -> os.stat_result:
+            if path.name == "s.effects.json":
+                raise OSError(28, "No space left on device")
+            return replace(path, data)
+
+        files.replace = full
+        assert store.apply("s", batch) == [True, True, True]
+        assert not (tmp_path / "ledger" / "s.effects.json").exists()
+        files.replace = replace
+        with tl.open_store(url) as other:
+            assert other.session("s") == make_state(version=1, messages=1)
+            (record,) = other.ledger("s").records()
+            assert record.status is Status.SUCCEEDED and record.result == '"done"'
+        later = make_record(tool_use_id="toolu_2")
+        assert store.apply("s", [InsertEffect(later)]) == [True]
+    with tl.open_store(url) as store:
+        assert [r.tool_use_id for r in store.ledger("s").records()] == ["toolu_1", "toolu_2"]
+
+
 def test_a_damaged_lineage_is_a_corrupt_log(tmp_path: Path) -> None:
     from toolledger.stores.jsonfile._codec import _digest
 

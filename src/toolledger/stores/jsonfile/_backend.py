@@ -238,8 +238,11 @@ class JSONBackend:
                 if records and self._creates(session_id, log.state, ops):
                     # The log line is the commit point: it carries the records, then the file
                     # is written from them (a crash between the two reads them from the line).
+                    # The file failing (a full disk) does not undo the commit: the records are
+                    # read from the line until the next write makes the file.
                     self._log(session_id, log, ops, out, draft, records=draft.effects)
-                    self._write(session_id, draft.effects)
+                    with contextlib.suppress(OSError):
+                        self._write(session_id, draft.effects)
                     return out
                 if records and _intents(ops, out):
                     # Intents, and the checkpoint that names their calls (a turn's one call
