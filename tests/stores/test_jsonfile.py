@@ -572,6 +572,50 @@ def test_a_session_created_with_records_is_made_when_its_ledger_file_cannot_be(
         assert [r.tool_use_id for r in store.ledger("s").records()] == ["toolu_1", "toolu_2"]
 
 
+def test_a_checkpoint_is_taken_back_on_a_disk_too_full_to_copy_its_log(tmp_path: Path) -> None:
+    """The disk fills up right after the checkpoint's line: the ledger file cannot be written,
+    and neither can a shortened copy of the log. The line is still taken back (truncated in
+    place, which needs no space), so the batch reported failed is not there: sent again once
+    there is space, it lands instead of failing as a conflict; and a reader that had read the
+    line taken back reads the log again from its start, not from the middle of a later line."""
+    url = f"json:///{tmp_path / 'ledger'}"
+    log = tmp_path / "ledger" / "s.session.jsonl"
+    with tl.open_store(url) as store, tl.open_store(url) as reader:
+        store.apply("s", [PutSession(make_state(version=1), None)])
+        assert reader.session("s") == make_state(version=1)
+        before = log.read_bytes()
+        files = store.backend._files  # type: ignore[attr-defined]
+        replace = files.replace
+
+        def full(path: Path, data: bytes) -> os.stat_result:
+            if path.name == "s.effects.json":
+                assert reader.session("s") == make_state(version=2, messages=1)
+            raise OSError(28, "No space left on device")
+
+        files.replace = full
+        batch = [
+            PutSession(make_state(version=2, messages=1), expect_version=1),
+            AppendMessages((make_message(0, "assistant"),)),
+            InsertEffect(make_record()),
+        ]
+        with pytest.raises(tl.StoreUnavailableError, match="No space left"):
+            store.apply("s", batch)
+        assert log.read_bytes() == before, "the checkpoint was taken back"
+        assert store.session("s") == make_state(version=1)
+        files.replace = replace
+        longer = [
+            PutSession(make_state(version=2, messages=3), expect_version=1),
+            AppendMessages(tuple(make_message(n, "assistant") for n in range(3))),
+            InsertEffect(make_record()),
+        ]
+        assert store.apply("s", longer) == [True, True, True]
+        assert reader.session("s") == make_state(version=2, messages=3)
+        assert len(reader.messages("s")) == 3
+    with tl.open_store(url) as store:
+        assert store.session("s") == make_state(version=2, messages=3)
+        assert [r.tool_use_id for r in store.ledger("s").records()] == ["toolu_1"]
+
+
 def test_a_damaged_lineage_is_a_corrupt_log(tmp_path: Path) -> None:
     from toolledger.stores.jsonfile._codec import _digest
 

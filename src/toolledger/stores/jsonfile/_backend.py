@@ -159,6 +159,12 @@ class JSONBackend:
             try:
                 read_log_line(log, line, session_id)
             except LOG_DAMAGE as exc:
+                if log.offset > 0 and number == 0 and path in self._logs:
+                    # Read from where an earlier read stopped: the line there may have been
+                    # taken back in place (``Directory.cut`` on a full disk) and a later one
+                    # written over it. Read the whole file again before calling it damaged.
+                    del self._logs[path]
+                    return self._load_log(session_id)
                 newer = self._format.newer()  # a newer release's line, not a damaged one
                 if newer is not None:
                     raise newer from exc

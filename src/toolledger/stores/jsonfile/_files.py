@@ -213,8 +213,7 @@ class Directory:
         A line that could not be written or fsynced is taken back (``cut``): after a failed
         fsync Linux may have dropped its dirty pages and marked them clean, so a later fsync
         succeeds without them — the line is not durable, and read as a commit it would be
-        built on. Sent again, it is written anew. If the cut fails too (it writes a new file:
-        a full disk), the file is truncated in place, which needs no space."""
+        built on. Sent again, it is written anew."""
         if offset == 0 and not path.exists():
             self.replace(path, line)
             return
@@ -226,12 +225,8 @@ class Directory:
             _write_all(fd, line)
             os.fsync(fd)
         except BaseException:
-            try:
+            with contextlib.suppress(OSError):
                 self.cut(path, offset)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, offset)
-                    os.fsync(fd)
             raise
         finally:
             os.close(fd)
@@ -242,13 +237,23 @@ class Directory:
 
         Written whole as a new file, not truncated in place: a reader that parsed the bytes
         being taken back knows the file by its inode, and must read it again from the start —
-        past its old offset it would find the middle of a later line."""
+        past its old offset it would find the middle of a later line. On a disk too full for
+        the copy it is truncated in place, which needs no space (such a reader then finds a
+        line it cannot parse past its offset, and reads the file again from the start)."""
         if offset == 0:
             self.remove(path)
             return
         with open(path, "rb") as fh:
             kept = fh.read(offset)
-        self.replace(path, kept)
+        try:
+            self.replace(path, kept)
+        except OSError:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, offset)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def fsync(self) -> None:
         """Make the directory's entries (a rename, a new file) durable."""
