@@ -616,6 +616,22 @@ def test_a_checkpoint_is_taken_back_on_a_disk_too_full_to_copy_its_log(tmp_path:
         assert [r.tool_use_id for r in store.ledger("s").records()] == ["toolu_1"]
 
 
+def test_a_store_made_on_a_full_disk_is_a_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its format file cannot be written: ``open_store`` raises a ``StoreUnavailableError``
+    naming the file and the cause, not a bare ``OSError``."""
+    from toolledger.stores.jsonfile import _files
+
+    def full(self: Any, path: Path, data: bytes) -> os.stat_result:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_files.Directory, "replace", full)
+    with pytest.raises(tl.StoreUnavailableError, match="No space left on device") as raised:
+        tl.open_store(f"json:///{tmp_path / 'ledger'}")
+    assert str(tmp_path / "ledger") in str(raised.value)
+
+
 def test_a_damaged_lineage_is_a_corrupt_log(tmp_path: Path) -> None:
     from toolledger.stores.jsonfile._codec import _digest
 

@@ -64,9 +64,18 @@ class JSONBackend:
         if create and self._format.stamp():
             from ..._version import __version__
 
-            with self._files.locked():
-                if self._format.stamp():
-                    self._files.replace(self._format.path, format_file(__version__))
+            try:
+                with self._files.locked():
+                    if self._format.stamp():
+                        self._files.replace(self._format.path, format_file(__version__))
+            except OSError as exc:
+                if isinstance(exc, StoreError):
+                    raise
+                raise StoreUnavailableError(
+                    f"cannot write {self._format.path}: {exc}. Free space, or check that the "
+                    "directory is writable by this user, and open the store again.",
+                    url=url,
+                ) from exc
         # Parsed ledgers by path, valid while (inode, mtime, size) is unchanged, with the
         # session they were parsed for (a file is only ever read as that session's).
         self._cache: dict[Path, tuple[tuple[int, int, int], str, dict[str, EffectRecord]]] = {}
