@@ -590,3 +590,59 @@ def test_a_model_api_error_whose_message_holds_a_nul_fails_the_session_on_every_
     state = store.session("s")
     assert state is not None and state.status is tl.RunStatus.FAILED
     assert state.reason == "model API error: bad gateway\\x00garbage"
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai-chat", "openai-responses"])
+@pytest.mark.parametrize("title", ["Outage", "Second outage"], ids=["same-input", "other-input"])
+def test_a_reply_that_reuses_an_earlier_call_id_is_neither_stored_nor_run(
+    store: tl.Store, world: World, api: str, title: str
+) -> None:
+    """A server that mints call ids per position (``call_0`` in every reply: some
+    OpenAI-compatible servers) asks for a second ticket under the first call's id. Taken as it
+    is, the ledger would answer it with the first ticket's result (the same input: the ticket
+    never opened, the model told it did), or refuse it on every resume (another input: the
+    session stuck on a turn it can never run). The reply is refused: nothing of it is stored or
+    run, the session fails saying why, and a reply with a fresh id goes on."""
+    from toolledger.testing.scripted_openai import ScriptedOpenAI
+
+    def script(second_id: str) -> list[Reply]:
+        return [
+            Reply(tool_uses=[ToolUse("create_ticket", {"title": "Outage"}, id="call_0")]),
+            Reply(tool_uses=[ToolUse("create_ticket", {"title": title}, id=second_id)]),
+            Reply(text="Both tickets are open."),
+        ]
+
+    def agent(server: ScriptedModel | ScriptedOpenAI) -> tl.Agent:
+        client = server.client()
+        return tl.Agent(
+            client=tl.OpenAIResponses(client) if api == "openai-responses" else client,
+            model="m",
+            tools=world.toolset(),
+            store=store,
+        )
+
+    server_of = ScriptedModel if api == "anthropic" else ScriptedOpenAI
+    with (
+        server_of(script("call_0")) as m,
+        pytest.raises(tl.MalformedContentError, match="call_0") as info,
+    ):
+        agent(m).run(session="s", prompt="two tickets")
+    assert info.value.tool_use_id == "call_0"
+    assert [t["title"] for t in world.tickets()] == ["Outage"]
+    assert len(store.messages("s")) == 3, "the prompt, the first call and its result"
+    state = store.session("s")
+    assert state is not None and state.status is tl.RunStatus.FAILED, state
+    assert "call_0" in (state.reason or ""), state.reason
+    with server_of(script("call_1")) as m:
+        run = agent(m).run(session="s", prompt="two tickets")
+    assert run.status is tl.RunStatus.COMPLETED
+    assert sorted(t["title"] for t in world.tickets()) == sorted(["Outage", title])
+    # A later run's reply reusing an id of an earlier run's call (the transcript read from the
+    # store), and the same run again once refused.
+    third = Reply(tool_uses=[ToolUse("create_ticket", {"title": "Third"}, id="call_0")])
+    with server_of([*script("call_1"), third]) as m:
+        again = agent(m)
+        for _ in range(2):
+            with pytest.raises(tl.MalformedContentError, match="call_0"):
+                again.run(session="s", prompt="a third one")
+    assert len(world.tickets()) == 2

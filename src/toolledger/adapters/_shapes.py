@@ -8,6 +8,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,6 +27,7 @@ __all__ = [
     "StreamCutOff",
     "as_text",
     "check_call_id",
+    "check_fresh_ids",
     "field",
     "transcript_kind",
 ]
@@ -191,6 +193,24 @@ def check_call_id(call_id: str, where: str) -> str:
             "or lone surrogates. Nothing was run.",
         )
     return call_id
+
+
+def check_fresh_ids(earlier: AbstractSet[str], calls: list[ToolCall]) -> None:
+    """Raise ``MalformedContentError`` when a new reply's call has an id that a call of the
+    transcript so far already has (``earlier``: their ids). The APIs mint a new id for every
+    call, and the ledger keys a call's record on its id: a reply that repeats one (a server that
+    numbers its calls ``call_0``, ``call_1``… in every reply) would have its call answered with
+    the earlier call's record — not run, the model told it was — or, with another input,
+    refused on every resume. Nothing of the reply is stored or run."""
+    for call in calls:
+        if call.tool_use_id in earlier:
+            raise MalformedContentError(
+                f"the model's reply calls {call.name!r} with id {call.tool_use_id!r}, which an "
+                "earlier call of this session already has: nothing of the reply was stored or "
+                "run. toolledger keys each call's record on its id, so the API (or the server "
+                "in front of it) must give every call an id of its own.",
+                tool_use_id=call.tool_use_id,
+            )
 
 
 _RESPONSES_ITEMS = frozenset({"function_call", "function_call_output", "reasoning", "message"})

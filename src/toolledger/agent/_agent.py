@@ -32,7 +32,7 @@ from typing import Any
 from .._crash import hit as crash_point
 from .._liveness import Verdict
 from ..adapters import provider_for
-from ..adapters._shapes import StreamCutOff
+from ..adapters._shapes import StreamCutOff, check_fresh_ids
 from ..approvals._notify import Notifier, Target, in_doubt_calls, notifier
 from ..engine import _leases as leases
 from ..engine import _telemetry as telemetry
@@ -325,14 +325,20 @@ class Agent:
                 s = yield from self._set_status(s, RunStatus.MAX_TURNS, reason)
                 return finish(s)
             calls_left -= 1
-            s, head = yield from self._call_model(s, on_text)
+            s, head = yield from self._call_model(s, on_text, called=called, first=first)
 
     def _call_model(
-        self, s: Session, on_text: Callable[[str], object] | None = None
+        self,
+        s: Session,
+        on_text: Callable[[str], object] | None,
+        *,
+        called: frozenset[str],
+        first: int,
     ) -> Generator[Request, Any, tuple[Session, list[Op]]]:
         """The model's next answer: the session with it, and checkpoint A — the writes that make
         it durable before any of its calls runs (``_run_tools``: with the first call's intent,
-        when it can carry them)."""
+        when it can carry them). ``called``: the call ids of the first ``first`` messages of
+        the transcript, which no new call may reuse."""
         sent, wire = wire_for(self.provider, s.messages, s.wire)
         kwargs = self.provider.request(
             model=self.model,
@@ -364,8 +370,12 @@ class Agent:
             ) from answer.exc
         try:
             turn = self.provider.read_response(answer)
+            if turn.calls:
+                ids = self.provider.call_ids
+                check_fresh_ids(called.union(*map(ids, s.messages[first:])), turn.calls)
         except MalformedContentError as exc:
-            # A reply it cannot take as it is (cut off at its limit while it wrote a call, say):
+            # A reply it cannot take as it is (cut off at its limit while it wrote a call, an
+            # earlier call's id reused, say):
             # nothing of it is stored or run, and the session says why — not "running".
             telemetry.model_done(span, error=exc)
             yield from self._set_status(
