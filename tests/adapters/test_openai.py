@@ -509,3 +509,45 @@ def test_a_stopped_stream_whose_sdk_kept_no_reply_is_a_stream_cut_off() -> None:
     for stopped in (Bare(), NoReply()):
         with pytest.raises(StreamCutOff, match="kept nothing of the reply"):
             _completion_of(stopped)
+
+
+@pytest.mark.parametrize(
+    "status", ["failed", "cancelled", "queued", "in_progress"], ids=lambda s: s
+)
+def test_a_response_that_is_not_over_is_neither_stored_nor_run(
+    status: str, store: tl.Store
+) -> None:
+    """``responses.create`` answers with a ``Response`` whatever its ``status``: one that
+    ``failed`` (or was ``cancelled``) with a call in its output — its arguments as far as the
+    model got —, or one not yet over (``queued``, ``in_progress``: ``background=True`` among the
+    options) with no output at all. Only a ``completed`` or ``incomplete`` response is the
+    model's reply: any other is refused, nothing of it stored or run (the stream already refuses
+    ``response.failed``), not a call run or the session ``completed`` with an empty answer."""
+    deployed: list[str] = []
+
+    @tl.tool(effect="non_idempotent")
+    def deploy(env: str = "production") -> str:
+        """Deploy."""
+        deployed.append(env)
+        return f"deployed to {env}"
+
+    call = Reply(tool_uses=[RawArguments("deploy", arguments='{"env": "sta')])
+    with ScriptedOpenAI([call, Reply(text="done")]) as m:
+        played = m.reply
+
+        def reply(path: str, r: Reply, body: dict[str, Any]) -> dict[str, Any]:
+            out = played(path, r, body)
+            if status in ("queued", "in_progress"):
+                out["output"] = []
+            return {**out, "status": status, "error": None}
+
+        m.reply = reply  # type: ignore[method-assign]
+        agent = tl.Agent(
+            client=OpenAIResponses(m.client()), model="gpt-test", tools=[deploy], store=store
+        )
+        with pytest.raises(tl.MalformedContentError, match=f"status {status!r}"):
+            agent.run(session="s", prompt="deploy to staging")
+    assert deployed == [], "a call of a response that is not over never runs"
+    assert [msg.role for msg in store.messages("s")] == ["user"]
+    state = store.session("s")
+    assert state is not None and state.status is tl.RunStatus.FAILED, state

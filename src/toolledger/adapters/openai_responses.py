@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..codec import shallow, valid_unicode
+from ..errors import MalformedContentError
 from ..records import StoredMessage, ToolCall
 from ._openai_base import (
     ERROR_PREFIX,
@@ -157,6 +158,7 @@ class OpenAIResponses(OpenAIBase):
             return _as_sent(_whole(last))
 
     def read_response(self, response: Any) -> ModelTurn:
+        _over(response)
         output = valid_unicode(shallow([plain(item) for item in field(response, "output") or []]))
         usage = field(response, "usage")
         calls = read_function_calls(output)
@@ -248,6 +250,34 @@ class OpenAIResponses(OpenAIBase):
         if messages and self.tool_calls(messages[-1]):
             messages = messages[:-1]  # a pending turn: its results are not due yet
         return responses_pairing_errors(responses_wire(messages))
+
+
+_OVER = frozenset({"completed", "incomplete"})
+"""The statuses of a response that is the model's reply (an ``incomplete`` one stopped at its
+limit or a filter: ``read_response`` refuses a call it may have cut)."""
+
+
+def _over(response: Any) -> None:
+    """Raise ``MalformedContentError`` for a response that is not the model's reply:
+    ``responses.create`` returns one whatever its ``status`` — ``failed`` or ``cancelled``, its
+    output as far as the model got (a call's arguments cut short), or not over yet (``queued``,
+    ``in_progress``: a request made with ``background=True``), with no output. Nothing of it
+    is stored or run (a stream that ends with ``response.failed`` is refused too: ``_whole``).
+    A response without a status (a plain dict) is read as it is."""
+    status = field(response, "status")
+    if status is None or status in _OVER:
+        return
+    error = field(response, "error")
+    why = f" ({field(error, 'code')}: {field(error, 'message')})" if error else ""
+    hint = (
+        " Agent reads each response whole: do not pass background=True."
+        if status in ("queued", "in_progress")
+        else " Run the session again."
+    )
+    raise MalformedContentError(
+        f"the response has status {status!r}{why}, not the model's whole reply: nothing of it "
+        "was stored or run." + hint
+    )
 
 
 _ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
