@@ -293,3 +293,45 @@ def _streamed_run(agent: tl.Agent, aio: bool, pieces: list[str]) -> tl.Run:
     if aio:
         return asyncio.run(agent.arun(session="s", prompt="go", on_text=pieces.append))
     return agent.run(session="s", prompt="go", on_text=pieces.append)
+
+
+@pytest.mark.parametrize("aio", [False, True], ids=["sync", "async"])
+def test_a_responses_stream_that_ends_with_an_error_event_says_the_api_s_error(
+    aio: bool, tmp_path: Path
+) -> None:
+    """The Responses API ends a stream that fails midway with an ``error`` event (its code and
+    message; the SDK hands it over as an event, not an exception). The run fails with that
+    error — not "the stream ended before the reply did", which hides what the API said — and
+    nothing of the reply, a call cut mid-arguments, is stored or run."""
+    world = tmp_path / "world"
+    with ScriptedOpenAI(script()) as model, tl.open_store("memory://") as store:
+        events = model.events
+
+        def failing(path: str, payload: dict[str, Any]) -> list[tuple[str | None, Any]]:
+            sent = events(path, payload)
+            at = next(i for i, (name, _) in enumerate(sent) if name and "arguments.delta" in name)
+            error = {
+                "type": "error",
+                "code": "server_error",
+                "message": "The server had an error while processing your request.",
+                "param": None,
+                "sequence_number": at + 1,
+            }
+            return [*sent[: at + 1], ("error", error)]
+
+        model.events = failing  # type: ignore[method-assign]
+        client = tl.OpenAIResponses(model.async_client() if aio else model.client())
+        agent = tl.Agent(client=client, model="m", tools=tools(world), store=store)
+
+        def run() -> tl.Run:
+            if aio:
+                return asyncio.run(agent.arun(session="s", prompt="outage", on_text=len))
+            return agent.run(session="s", prompt="outage", on_text=len)
+
+        with pytest.raises(tl.ModelCallError, match="server_error: The server had an error"):
+            run()
+        state = store.session("s")
+        assert state is not None and state.status is tl.RunStatus.FAILED
+        assert "server_error" in (state.reason or ""), state.reason
+        assert [m.role for m in store.messages("s")] == ["user"]
+    assert not world.exists(), "a call cut mid-arguments never runs"

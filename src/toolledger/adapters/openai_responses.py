@@ -143,7 +143,7 @@ class OpenAIResponses(OpenAIBase):
             for event in events:
                 if event.type == "response.output_text.delta" and event.delta:
                     on_text(event.delta)
-                elif event.type in _ENDS:
+                elif event.type in _ENDS or event.type == "error":
                     last = event
             return _as_sent(_whole(last))
 
@@ -153,7 +153,7 @@ class OpenAIResponses(OpenAIBase):
             async for event in events:
                 if event.type == "response.output_text.delta" and event.delta:
                     await told(on_text, event.delta)
-                elif event.type in _ENDS:
+                elif event.type in _ENDS or event.type == "error":
                     last = event
             return _as_sent(_whole(last))
 
@@ -287,12 +287,18 @@ _ENDS = frozenset({"response.completed", "response.incomplete", "response.failed
 def _whole(last: Any) -> Any:
     """The response a stream ended with (``last``: its ending event, if one came) — completed,
     or incomplete (``max_output_tokens``), as ``create`` returns it. ``StreamCutOff`` for a
-    stream that ended before any, or with ``response.failed``: nothing of it is stored or run.
+    stream that ended before any, with ``response.failed``, or with an ``error`` event (which
+    the SDK hands over as an event, not an exception): nothing of it is stored or run.
     (The SDK's ``get_final_response`` raises a ``RuntimeError`` for both.)"""
     if last is None:
         raise StreamCutOff(
             "the response stream ended before the reply did (no response.completed): nothing "
             "of it was stored or run"
+        )
+    if last.type == "error":  # the API's own word on why the stream stopped
+        raise StreamCutOff(
+            f"the response stream ended with an error ({field(last, 'code')}: "
+            f"{field(last, 'message')}): nothing of the reply was stored or run"
         )
     response = field(last, "response")
     if last.type == "response.failed":
