@@ -335,3 +335,39 @@ def test_a_responses_stream_that_ends_with_an_error_event_says_the_api_s_error(
         assert "server_error" in (state.reason or ""), state.reason
         assert [m.role for m in store.messages("s")] == ["user"]
     assert not world.exists(), "a call cut mid-arguments never runs"
+
+
+@pytest.mark.parametrize("aio", [False, True], ids=["sync", "async"])
+def test_an_error_event_mid_call_fails_the_run_with_no_http_status(
+    aio: bool, tmp_path: Path
+) -> None:
+    """The Messages API stops a stream midway with an ``error`` event (``overloaded_error``)
+    after a status of 200: the run fails (``ModelCallError``), nothing of the reply — a call
+    cut mid-input — is stored or run, and ``status_code`` is ``None``, as for Chat Completions:
+    no HTTP error happened, and a 200 there reads as a success to code that retries on it."""
+    world = tmp_path / "world"
+    with ScriptedModel(script()) as model, tl.open_store("memory://") as store:
+        events = model.events
+
+        def overloaded(path: str, payload: dict[str, Any]) -> list[tuple[str | None, Any]]:
+            sent = events(path, payload)
+            at = next(i for i, (_, data) in enumerate(sent) if "partial_json" in json.dumps(data))
+            error = {"type": "error", "error": {"type": "overloaded_error", "message": "Over"}}
+            return [*sent[: at + 1], ("error", error)]
+
+        model.events = overloaded  # type: ignore[method-assign]
+        client = model.async_client() if aio else model.client()
+        agent = tl.Agent(client=client, model="m", tools=tools(world), store=store)
+
+        def run() -> tl.Run:
+            if aio:
+                return asyncio.run(agent.arun(session="s", prompt="outage", on_text=len))
+            return agent.run(session="s", prompt="outage", on_text=len)
+
+        with pytest.raises(tl.ModelCallError, match="overloaded_error") as info:
+            run()
+        assert info.value.status_code is None
+        state = store.session("s")
+        assert state is not None and state.status is tl.RunStatus.FAILED
+        assert [m.role for m in store.messages("s")] == ["user"]
+    assert not world.exists(), "a call cut mid-input never runs"

@@ -83,6 +83,14 @@ from ._transcripts import Transcripts, wire_for
 __all__ = ["Agent", "Run", "Usage"]
 
 
+def _http_error(exc: BaseException) -> int | None:
+    """The HTTP status of a model API failure, or ``None`` where none was an error: an error the
+    API streams after a 200 (Anthropic's ``error`` event, ``overloaded_error`` mid-reply) comes
+    as an SDK error carrying that 200, which code that retries on the status reads as success."""
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) and status >= 400 else None
+
+
 def give_back_later(store: Store, drop: DropLease) -> None:
     """Give back, in the background, a lease take that no run holds (``Agent._take``). Called
     from an ``except`` that may be handling ``GeneratorExit`` at the interpreter's exit, when no
@@ -366,7 +374,7 @@ class Agent:
                 f"the model API failed for session {s.state.session_id!r}: {reason}. The "
                 "session is saved; run it again to retry.",
                 session_id=s.state.session_id,
-                status_code=getattr(answer.exc, "status_code", None),
+                status_code=_http_error(answer.exc),
             ) from answer.exc
         try:
             turn = self.provider.read_response(answer)
