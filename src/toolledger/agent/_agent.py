@@ -179,9 +179,11 @@ class Agent:
         (``toolledger._liveness``; a later ``run`` in this process goes on watching).
 
         ``on_text``, when given, streams the model's replies: it is called with each piece of
-        text as the model writes it (Anthropic; OpenAI Chat Completions). A reply is
-        checkpointed only once it is complete: a process killed mid-stream loses the partial
-        text, and the resumed run asks the model again. ``stream`` is the same as an iterator.
+        text as the model writes it (Anthropic; OpenAI Chat Completions and the Responses API).
+        A reply is checkpointed only once it is complete: a process killed mid-stream loses the
+        partial text, and the resumed run asks the model again — ``on_text`` is then given the
+        whole reply from its start, after the part it was given before. ``stream`` is the same
+        as an iterator.
         """
         if self.provider.is_async:
             raise ConfigurationError("this Agent has an async client: use `await agent.arun(...)`")

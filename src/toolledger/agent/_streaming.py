@@ -10,7 +10,8 @@ run = stream.run                  # the Run, once the iteration is over
 The run goes on in a thread of its own (``Agent.run`` with ``on_text`` putting each piece in a
 queue); the iteration takes them out, and raises what the run raised. Nothing of what is
 durable changes: a reply is checkpointed only once it is complete, so a process killed
-mid-stream loses only the partial text, and the resumed run asks the model again. A consumer
+mid-stream loses only the partial text, and the resumed run asks the model again (and yields
+that reply from its start: what was shown of it is shown again). A consumer
 that stops iterating early does not stop the run: it finishes (or stops at a call nobody can
 settle) as it would have; ``run`` waits for it.
 """
