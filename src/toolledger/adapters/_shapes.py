@@ -195,22 +195,36 @@ def check_call_id(call_id: str, where: str) -> str:
     return call_id
 
 
-def check_fresh_ids(earlier: AbstractSet[str], calls: list[ToolCall]) -> None:
+def check_fresh_ids(
+    calls: list[ToolCall],
+    earlier: AbstractSet[str],
+    later: Sequence[StoredMessage],
+    call_ids: Callable[[StoredMessage], list[str]],
+) -> None:
     """Raise ``MalformedContentError`` when a new reply's call has an id that a call of the
-    transcript so far already has (``earlier``: their ids). The APIs mint a new id for every
-    call, and the ledger keys a call's record on its id: a reply that repeats one (a server that
-    numbers its calls ``call_0``, ``call_1``… in every reply) would have its call answered with
-    the earlier call's record — not run, the model told it was — or, with another input,
-    refused on every resume. Nothing of the reply is stored or run."""
-    for call in calls:
-        if call.tool_use_id in earlier:
-            raise MalformedContentError(
-                f"the model's reply calls {call.name!r} with id {call.tool_use_id!r}, which an "
-                "earlier call of this session already has: nothing of the reply was stored or "
-                "run. toolledger keys each call's record on its id, so the API (or the server "
-                "in front of it) must give every call an id of its own.",
-                tool_use_id=call.tool_use_id,
-            )
+    transcript so far already has (``earlier``: the ids of its first messages; ``later``: the
+    messages after them, read with ``call_ids``). The APIs mint a new id for every call, and the
+    ledger keys a call's record on its id: a reply that repeats one (a server that numbers its
+    calls ``call_0``, ``call_1``… in every reply) would have its call answered with the earlier
+    call's record — not run, the model told it was — or, with another input, refused on every
+    resume. Nothing of the reply is stored or run. (Each turn looks up its few new ids; the
+    session's earlier ids are not copied.)"""
+    new = {call.tool_use_id: call for call in calls}
+    again = [i for i in new if i in earlier]
+    if not again:
+        for m in later:
+            again = [i for i in call_ids(m) if i in new]
+            if again:
+                break
+    if again:
+        call = new[again[0]]
+        raise MalformedContentError(
+            f"the model's reply calls {call.name!r} with id {call.tool_use_id!r}, which an "
+            "earlier call of this session already has: nothing of the reply was stored or "
+            "run. toolledger keys each call's record on its id, so the API (or the server "
+            "in front of it) must give every call an id of its own.",
+            tool_use_id=call.tool_use_id,
+        )
 
 
 _RESPONSES_ITEMS = frozenset({"function_call", "function_call_output", "reasoning", "message"})

@@ -381,8 +381,8 @@ class Agent:
         try:
             turn = self.provider.read_response(answer)
             if turn.calls:
-                ids = self.provider.call_ids
-                check_fresh_ids(called.union(*map(ids, s.messages[first:])), turn.calls)
+                later = s.messages[first:]
+                check_fresh_ids(turn.calls, called, later, self.provider.call_ids)
         except MalformedContentError as exc:
             # A reply it cannot take as it is (cut off at its limit while it wrote a call, an
             # earlier call's id reused, say):
