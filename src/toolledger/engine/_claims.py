@@ -27,14 +27,14 @@ from dataclasses import replace
 from typing import Any
 
 from .._crash import hit as crash_point
-from ..errors import EffectInProgressError, LedgerMismatchError
+from ..errors import EffectInProgressError
 from ..ops import InsertEffect, UpdateEffect
 from ..records import EffectClass, EffectRecord, Status, ToolCall
 from ..stores._copies import same_call
 from ..tools import Tool
 from ._batch import Buffer, Env, write
 from ._copies import copy_of, stand_in, still_to_run
-from ._decide import Action, Reject, Replay, mismatch
+from ._decide import Action, Reject, Replay, refuse_mismatch
 from ._outcomes import flush
 from ._requests import Commit, Failure, ReadEffects, ReadLineageRoot, Request
 
@@ -343,16 +343,11 @@ def _same_call(there: EffectRecord, call: ToolCall, env: Env, root: str) -> None
     session ``root``, must be this call's (same tool, same input) — as a copy a fork made of it
     must be. Another call of that id is refused before anything runs or is asked, whichever
     session of the lineage made it first."""
-    why = mismatch(there, call)
-    if why is not None:
-        raise LedgerMismatchError(
-            f"{why} in session {root!r}, the first of session {env.session_id!r}'s lineage, "
-            "whose sessions share their calls. Nothing was run. The transcript was edited or a "
-            "branch's model reused an id of its lineage for another call.",
-            session_id=env.session_id,
-            tool_use_id=call.tool_use_id,
-            recorded_tool=there.tool,
-            recorded_input_hash=there.input_hash,
-            tool=call.name,
-            input_hash=call.input_hash,
-        )
+    refuse_mismatch(
+        there,
+        call,
+        env.session_id,
+        f"in session {root!r}, the first of session {env.session_id!r}'s lineage, whose "
+        "sessions share their calls. Nothing was run. The transcript was edited or a branch's "
+        "model reused an id of its lineage for another call.",
+    )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..codec import describe
-from ..errors import OutcomeUnknown
+from ..errors import LedgerMismatchError, OutcomeUnknown
 from ..records import SAFE_RERUN, EffectRecord, PastAttempt, Status, ToolCall
 from ..tools import Tool
 from ._gate import Decision
@@ -49,6 +49,7 @@ __all__ = [
     "first_step",
     "history",
     "mismatch",
+    "refuse_mismatch",
     "settled_by",
     "step",
     "writes_first",
@@ -195,6 +196,22 @@ def step(facts: Facts) -> Action:
     if isinstance(action, Ask) and (facts.approval is not None or not facts.can_ask):
         action = after_approval(call, action, facts.approval)
     return action
+
+
+def refuse_mismatch(record: EffectRecord, call: ToolCall, session_id: str, where: str) -> None:
+    """Raise ``LedgerMismatchError`` when ``record`` is not this call's (rule 7): ``where``
+    says in which session it is and how that came to be (what follows ``mismatch``'s why)."""
+    why = mismatch(record, call)
+    if why is not None:
+        raise LedgerMismatchError(
+            f"{why} {where}",
+            session_id=session_id,
+            tool_use_id=call.tool_use_id,
+            recorded_tool=record.tool,
+            recorded_input_hash=record.input_hash,
+            tool=call.name,
+            input_hash=call.input_hash,
+        )
 
 
 def mismatch(record: EffectRecord, call: ToolCall) -> str | None:

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any, assert_never
 
 from .. import _switches as switches
-from ..errors import EffectInProgressError, LedgerMismatchError
+from ..errors import EffectInProgressError
 from ..ops import Op
 from ..records import EffectRecord, Status, ToolCall
 from ..stores.store import Ledger
@@ -147,18 +147,13 @@ def _process(
 
 def _same_call(record: EffectRecord, call: ToolCall, env: Env) -> None:
     """Rule 7: ``record`` must be this call's (same tool, same input)."""
-    why = decide.mismatch(record, call)
-    if why is not None:
-        raise LedgerMismatchError(
-            f"{why} in session {env.session_id!r}. Nothing was run. The transcript was "
-            "edited or two runs share a session name.",
-            session_id=env.session_id,
-            tool_use_id=call.tool_use_id,
-            recorded_tool=record.tool,
-            recorded_input_hash=record.input_hash,
-            tool=call.name,
-            input_hash=call.input_hash,
-        )
+    decide.refuse_mismatch(
+        record,
+        call,
+        env.session_id,
+        f"in session {env.session_id!r}. Nothing was run. The transcript was edited or two runs "
+        "share a session name.",
+    )
 
 
 def _one(
