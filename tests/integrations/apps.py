@@ -7,10 +7,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["finished", "killed", "run_app"]
+import toolledger as tl
+from toolledger.records import EffectRecord, Status
+
+__all__ = ["ChargeInDoubtOnce", "finished", "killed", "run_app"]
 
 WORLD = "world.txt"
 
@@ -36,3 +40,31 @@ def finished(done: subprocess.CompletedProcess[str], tmp_path: Path) -> Any:
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / WORLD).read_text() == "checkout is down\n", "exactly one effect"
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+class ChargeInDoubtOnce:
+    """A charge whose first attempt cannot tell whether it took effect (in doubt), and a sync
+    approver that re-runs it: ``runs``, the orders charged; ``on_loop``, whether each question
+    was asked on the main thread (an integration's event loop)."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+        self.on_loop: list[bool] = []
+
+    def charge(self, order: str) -> str:
+        self.runs.append(order)
+        if len(self.runs) == 1:
+            raise tl.OutcomeUnknown("the connection dropped after the request was sent")
+        return f"charged {order}"
+
+    def rerun_it(self, request: tl.ApprovalRequest) -> tl.Decision:
+        self.on_loop.append(threading.current_thread() is threading.main_thread())
+        return tl.Decision(approved=True, rerun=True)
+
+    def rerun_once(self, record: EffectRecord | None) -> None:
+        """Two runs of the call: in doubt, then re-run once on the approver's answer, recorded
+        under its name and asked off the loop."""
+        assert self.runs == ["A", "A"], "in doubt, then re-run once on the approver's answer"
+        assert record is not None and record.status is Status.SUCCEEDED
+        assert record.approved_by == type(self).rerun_it.__qualname__, "the approver's name"
+        assert self.on_loop == [False], "a sync approver is asked in a worker thread"

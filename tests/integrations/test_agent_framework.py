@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from .apps import run_app
+from .apps import ChargeInDoubtOnce, run_app
 from .conftest import require
 
 require("agent_framework_openai", "recipes", "agent framework")
@@ -129,33 +129,20 @@ def test_an_in_doubt_call_rerun_by_approve_is_recorded_as_that_approvers() -> No
     """What the framework's approval does not cover (re-run a call in doubt) goes to
     ``approve=``: the ledger records that approver's name, and a sync approver is asked off the
     event loop, as ``tl.arun_tool_uses`` asks it."""
-    import threading
-
-    runs: list[str] = []
-    on_loop: list[bool] = []
+    world = ChargeInDoubtOnce()
 
     @tool
     def charge(order: str) -> str:
         """Charge an order."""
-        runs.append(order)
-        if len(runs) == 1:
-            raise tl.OutcomeUnknown("the connection dropped after the request was sent")
-        return f"charged {order}"
-
-    def rerun_it(request: tl.ApprovalRequest) -> tl.Decision:
-        on_loop.append(threading.current_thread() is threading.main_thread())
-        return tl.Decision(approved=True, rerun=True)
+        return world.charge(order)
 
     asked = [Reply(tool_uses=[ToolUse("charge", {"order": "A"}, id="c-1")]), Reply(text="ok")]
     with tl.open_store("memory://") as store:
         for _ in range(2):
             with ScriptedOpenAI(asked) as model:
                 client = OpenAIChatCompletionClient(model="m", base_url=model.url, api_key="k")
-                middleware = LedgerMiddleware(store, approve=rerun_it)
+                middleware = LedgerMiddleware(store, approve=world.rerun_it)
                 agent = Agent(client=client, tools=[charge], middleware=[middleware])
                 asyncio.run(agent.run("go", session=AgentSession(session_id="s")))
         record = store.ledger("s").get("c-1")
-    assert runs == ["A", "A"], "in doubt, then re-run once on the approver's answer"
-    assert record is not None and record.status is Status.SUCCEEDED
-    assert record.approved_by == rerun_it.__qualname__, "the approver, as the engine names it"
-    assert on_loop == [False], "a sync approver is asked in a worker thread"
+    world.rerun_once(record)

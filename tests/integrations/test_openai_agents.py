@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from .apps import run_app
+from .apps import ChargeInDoubtOnce, run_app
 from .conftest import require
 
 require("agents", "openai-agents")
@@ -326,22 +326,12 @@ def test_an_in_doubt_call_rerun_by_approve_is_recorded_as_that_approvers(tmp_pat
     """The question the SDK did not ask (re-run a call in doubt) goes to ``approve=``: the ledger
     records that approver's name, and a sync approver (a person at a prompt) is asked off the
     event loop, as ``tl.arun_tool_uses`` asks it, so the run's other calls are not stalled."""
-    import threading
-
-    runs: list[str] = []
-    on_loop: list[bool] = []
+    world = ChargeInDoubtOnce()
 
     @function_tool
     def charge(order: str) -> str:
         """Charge an order."""
-        runs.append(order)
-        if len(runs) == 1:
-            raise tl.OutcomeUnknown("the connection dropped after the request was sent")
-        return f"charged {order}"
-
-    def rerun_it(request: tl.ApprovalRequest) -> tl.Decision:
-        on_loop.append(threading.current_thread() is threading.main_thread())
-        return tl.Decision(approved=True, rerun=True)
+        return world.charge(order)
 
     with tl.open_store("memory://") as store:
         for _ in range(2):
@@ -350,12 +340,11 @@ def test_an_in_doubt_call_rerun_by_approve_is_recorded_as_that_approvers(tmp_pat
                 use_model(model.url)
                 run(
                     ledgered(
-                        Agent(name="a", model="m", tools=[charge]), store=store, approve=rerun_it
+                        Agent(name="a", model="m", tools=[charge]),
+                        store=store,
+                        approve=world.rerun_it,
                     ),
                     "go",
                 )
         record = store.ledger(SESSION).get("c-1")
-    assert runs == ["A", "A"], "in doubt, then re-run once on the approver's answer"
-    assert record is not None and record.status is Status.SUCCEEDED
-    assert record.approved_by == rerun_it.__qualname__, "the approver, as the engine names it"
-    assert on_loop == [False], "a sync approver is asked in a worker thread"
+    world.rerun_once(record)

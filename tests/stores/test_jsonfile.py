@@ -468,16 +468,26 @@ def test_intents_whose_ledger_cannot_be_written_take_their_checkpoint_back(
         assert store.messages("s") == []
         assert store.ledger("s").records() == []
         files.replace = replace
-        # A longer line than the one taken back, before the reader looks again: a reader still
-        # at its old offset would read from the middle of it.
-        longer = [
-            PutSession(make_state(version=2, messages=3), expect_version=1),
-            AppendMessages(tuple(make_message(n, "assistant") for n in range(3))),
-            InsertEffect(make_record()),
-        ]
-        assert store.apply("s", longer) == [True, True, True]
-        assert reader.session("s") == make_state(version=2, messages=3)
-        assert len(reader.messages("s")) == 3
+        a_longer_checkpoint_lands(store, reader)
+    a_longer_checkpoint_is_kept(url)
+
+
+def a_longer_checkpoint_lands(store: tl.Store, reader: tl.Store) -> None:
+    """After a checkpoint was taken back: a longer line than that one, written before the
+    ``reader`` looks again (a reader still at its old offset would read from its middle), is
+    read whole."""
+    longer = [
+        PutSession(make_state(version=2, messages=3), expect_version=1),
+        AppendMessages(tuple(make_message(n, "assistant") for n in range(3))),
+        InsertEffect(make_record()),
+    ]
+    assert store.apply("s", longer) == [True, True, True]
+    assert reader.session("s") == make_state(version=2, messages=3)
+    assert len(reader.messages("s")) == 3
+
+
+def a_longer_checkpoint_is_kept(url: str) -> None:
+    """``a_longer_checkpoint_lands``'s checkpoint, as a reopen reads it."""
     with tl.open_store(url) as store:
         assert store.session("s") == make_state(version=2, messages=3)
         assert [r.tool_use_id for r in store.ledger("s").records()] == ["toolu_1"]
@@ -603,17 +613,8 @@ def test_a_checkpoint_is_taken_back_on_a_disk_too_full_to_copy_its_log(tmp_path:
         assert log.read_bytes() == before, "the checkpoint was taken back"
         assert store.session("s") == make_state(version=1)
         files.replace = replace
-        longer = [
-            PutSession(make_state(version=2, messages=3), expect_version=1),
-            AppendMessages(tuple(make_message(n, "assistant") for n in range(3))),
-            InsertEffect(make_record()),
-        ]
-        assert store.apply("s", longer) == [True, True, True]
-        assert reader.session("s") == make_state(version=2, messages=3)
-        assert len(reader.messages("s")) == 3
-    with tl.open_store(url) as store:
-        assert store.session("s") == make_state(version=2, messages=3)
-        assert [r.tool_use_id for r in store.ledger("s").records()] == ["toolu_1"]
+        a_longer_checkpoint_lands(store, reader)
+    a_longer_checkpoint_is_kept(url)
 
 
 def test_a_store_made_on_a_full_disk_is_a_store_error(
