@@ -79,8 +79,11 @@ def build(
     checkpointer: BaseCheckpointSaver[Any] | None,
     executions: list[str] | None = None,
     extra_tools: Sequence[BaseTool] = (),
+    **ledger: Any,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """model → tools → model → end, the ToolNode ledgered in ``store`` per thread."""
+    """model → tools → model → end, the ToolNode ledgered in ``store`` per thread (``ledger``:
+    ``ledgered_tool_node``'s other options; ``append_line`` non-idempotent unless ``effects``
+    says otherwise)."""
     model = ScriptedChat()
 
     def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
@@ -97,7 +100,7 @@ def build(
         ledgered_tool_node(
             [world_tool(world, executions), *extra_tools],
             store=store,
-            effects={"append_line": {"effect": "non_idempotent"}},
+            **{"effects": {"append_line": {"effect": "non_idempotent"}}, **ledger},
         ),
     )
     graph.add_edge(START, "agent")

@@ -35,7 +35,7 @@ from toolledger.integrations.langgraph import (  # noqa: E402
 )
 from toolledger.records import Status  # noqa: E402
 
-from .langgraph_app import CALL_ID, THREAD, ScriptedChat, build, world_tool  # noqa: E402
+from .langgraph_app import CALL_ID, THREAD, build  # noqa: E402
 
 APP = str(Path(__file__).with_name("langgraph_app.py"))
 
@@ -485,30 +485,14 @@ def test_a_queued_call_runs_under_its_id_from_the_checkpoint_before_the_tools_st
     world = tmp_path / "world.txt"
     executions: list[str] = []
     store = tl.open_store("memory://")
-    model = ScriptedChat()
-
-    def agent(state: MessagesState) -> dict[str, list[Any]]:
-        return {"messages": [model.invoke(state["messages"])]}
-
-    def route(state: MessagesState) -> str:
-        last = state["messages"][-1]
-        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node(
-        "tools",
-        ledgered_tool_node(
-            [world_tool(world, executions)],
-            store=store,
-            effects={"append_line": {"high_impact": True}},
-            approve=tl.approvals.queue,
-        ),
+    app = build(
+        store,
+        world,
+        InMemorySaver(),
+        executions,
+        effects={"append_line": {"high_impact": True}},
+        approve=tl.approvals.queue,
     )
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", route, ["tools", END])
-    graph.add_edge("tools", "agent")
-    app = graph.compile(checkpointer=InMemorySaver())
 
     first = app.invoke({"messages": [("user", "deploy")]}, config(THREAD))
     (waiting,) = tool_messages(first["messages"])
