@@ -20,7 +20,7 @@ from toolledger import fork
 from toolledger.ops import InsertEffect
 from toolledger.testing.scripted import Reply, ScriptedModel
 
-from .test_widths import BIN, in_terminal, piped, started
+from .test_widths import BIN, in_terminal, piped, started, toolledger
 
 SPOOF = "inv\u202eoice\x9b2J"  # a right-to-left override and a C1 CSI; a valid session id
 LONG = "support-session-" + "9b13b1d367ca44fd99fd8a3a" * 6  # 160 characters
@@ -382,14 +382,7 @@ def test_a_refusal_names_the_worker_on_its_line(tmp_path: Path) -> None:
     )
     with tl.open_store(url) as store:
         assert store.backend.apply("prod", [InsertEffect(running)]) == [True]
-    argv = ["resolve", "prod", "toolu_1", "--happened", "--store", url]
-    done = subprocess.run(
-        [sys.executable, "-m", "toolledger", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = toolledger(["resolve", "prod", "toolu_1", "--happened", "--store", url])
     assert done.returncode == 1, done.stderr
     assert "w\\x0a" + forged in done.stderr, done.stderr
     assert not any(line.startswith(forged) for line in done.stderr.splitlines()), done.stderr
@@ -408,13 +401,7 @@ def test_who_decided_is_named_on_its_line(tmp_path: Path) -> None:
         (request,) = tl.approvals.pending(store)
     for code in (0, 1):  # decided, then refused: it is decided already
         argv = ["approve", "prod", request.tool_use_id, "--by", f"ann\n{forged}", "--store", url]
-        done = subprocess.run(
-            [sys.executable, "-m", "toolledger", *argv],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = toolledger(argv)
         said = done.stdout + done.stderr
         assert done.returncode == code, said
         assert "ann\\x0a" + forged in said, said

@@ -122,14 +122,19 @@ def in_terminal(argv: list[str], columns: int, *, code: int = 0, timeout: float 
     return ANSI.sub("", b"".join(chunks).decode()).replace("\r\n", "\n")
 
 
-def piped(argv: list[str], *, codes: tuple[int, ...] = (0,)) -> str:
-    proc = subprocess.run(
+def toolledger(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``python -m toolledger ARGV`` in a process of its own, its output captured as text."""
+    return subprocess.run(
         [sys.executable, "-m", "toolledger", *argv],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def piped(argv: list[str], *, codes: tuple[int, ...] = (0,)) -> str:
+    proc = toolledger(argv)
     assert proc.returncode in codes, proc.stderr
     assert proc.stderr == ""
     return proc.stdout
