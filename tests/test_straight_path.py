@@ -482,12 +482,13 @@ def test_a_checkpoint_a_whose_answer_was_lost_is_the_same_on_both_paths(
 
 
 @pytest.mark.parametrize("same", [True, False], ids=["same input", "other input"])
-def test_a_turn_whose_call_id_is_recorded_is_the_same_on_both_paths(
+def test_a_turn_reusing_a_call_id_of_its_transcript_is_the_same_on_both_paths(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, same: bool
 ) -> None:
-    """The model answers with a call id the ledger already holds: A lands with the intent, the
-    intent is refused by the record, and the general path decides from the record — replayed
-    when it is the same call, refused when it is not."""
+    """The model answers with a call id an earlier turn of the transcript has (a server that
+    numbers its calls ``call_0`` in every reply): refused before checkpoint A on both paths —
+    nothing of the reply stored or run, not replayed from the earlier call's record (same
+    input) nor stuck on it (another input)."""
     from toolledger.testing.scripted import Reply, ToolUse
 
     title = "outage" if same else "another"
@@ -496,13 +497,12 @@ def test_a_turn_whose_call_id_is_recorded_is_the_same_on_both_paths(
         Reply(tool_uses=[ToolUse("create_ticket", {"title": title}, id="toolu_7")]),
         Reply(text="done"),
     )
-    on, _ = _both(kind, tmp_path, scenario, monkeypatch, folds=2)
+    on, _ = _both(kind, tmp_path, scenario, monkeypatch, folds=1)
     assert len(on.ran) == 1, "the call ran once"
-    assert on.took_straight == 2
-    if same:
-        assert on.answer[0] == "done"
-    else:
-        assert on.answer[0][0] == "LedgerMismatchError"
+    assert on.took_straight == 1
+    kind_of_error, said = on.answer[0]
+    assert kind_of_error == "MalformedContentError" and "'toolu_7'" in said
+    assert len(on.answer[1]) == 3, "prompt, the first turn, its results: the reply not stored"
 
 
 @pytest.mark.parametrize(("value", "on"), [(None, True), ("0", True), ("1", False)])
